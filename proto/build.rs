@@ -1,0 +1,30 @@
+//! Compiles the `.proto` contracts with protox (a pure-Rust protobuf
+//! compiler), so no system `protoc` is needed, and keeps the file descriptor
+//! set for gRPC reflection.
+
+use std::path::PathBuf;
+
+const PROTOS: &[&str] = &[
+    "karpenter/scheduler/v1/types.proto",
+    "karpenter/scheduler/v1/scheduler.proto",
+    "karpenter/provider/v1/provider.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(PROTOS, ["."])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("karpenter_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
+    tonic_prost_build::configure()
+        // Ordered maps: the same message always encodes and prints the same.
+        .btree_map(".")
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

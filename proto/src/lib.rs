@@ -1,0 +1,27 @@
+//! The wire contracts of the project, compiled from `proto/karpenter/**`.
+//!
+//! ```text
+//!   adapter ──Solve / PlanDisruption──▶ scheduler      (karpenter.scheduler.v1)
+//!   adapter ──GetInstanceTypes / Create / …──▶ provider (karpenter.provider.v1)
+//! ```
+//!
+//! `karpenter.scheduler.v1` also holds the vocabulary both services share
+//! (resources, requirements, taints, instance types, offerings), so the
+//! instance types a provider answers go to the scheduler unchanged.
+//! These are the only types that cross a process boundary.
+
+pub mod scheduler {
+    pub mod v1 {
+        tonic::include_proto!("karpenter.scheduler.v1");
+    }
+}
+
+pub mod provider {
+    pub mod v1 {
+        tonic::include_proto!("karpenter.provider.v1");
+    }
+}
+
+/// The encoded `FileDescriptorSet` of every contract, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/karpenter_descriptor.bin"));

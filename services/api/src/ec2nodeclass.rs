@@ -1,0 +1,1120 @@
+//! `karpenter.k8s.aws/v1` EC2NodeClass: how the AWS provider launches instances (subnets,
+//! security groups, AMIs, IAM role, kubelet settings, block devices, metadata options, ...).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::common::{Condition, NodeSelectorRequirement, null_as_default};
+use crate::duration::GoDuration;
+use crate::schema::{self, add_rules, patterns, rule};
+
+/// EC2NodeClass condition: subnets were resolved.
+pub const CONDITION_SUBNETS_READY: &str = "SubnetsReady";
+/// EC2NodeClass condition: security groups were resolved.
+pub const CONDITION_SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+/// EC2NodeClass condition: AMIs were resolved.
+pub const CONDITION_AMIS_READY: &str = "AMIsReady";
+/// EC2NodeClass condition: the instance profile exists.
+pub const CONDITION_INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+/// EC2NodeClass condition: capacity reservations were resolved.
+pub const CONDITION_CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
+/// EC2NodeClass condition: the node class passed runtime validation.
+pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+
+/// The configuration the AWS provider needs to launch instances.
+// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "karpenter.k8s.aws",
+    version = "v1",
+    kind = "EC2NodeClass",
+    plural = "ec2nodeclasses",
+    singular = "ec2nodeclass",
+    status = "EC2NodeClassStatus",
+    category = "karpenter",
+    shortname = "ec2nc",
+    shortname = "ec2ncs",
+    derive = "PartialEq",
+    doc = "EC2NodeClass is the Schema for the EC2NodeClass API",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Role",
+        type_ = "string",
+        json_path = ".spec.role",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = ec2_node_class_spec_rules)]
+pub struct EC2NodeClassSpec {
+    /// Selects the subnets instances launch into; a subnet matching any term is used.
+    #[schemars(length(max = 30), transform = subnet_terms_rules)]
+    pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
+    /// Selects the security groups of the instances; a group matching any term is used.
+    #[schemars(length(max = 30), transform = security_group_terms_rules)]
+    pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
+    /// Selects the capacity reservations instances may launch into; a reservation matching any
+    /// term is eligible.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(length(max = 30), transform = capacity_reservation_terms_rules)]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
+    /// Whether instances get a public IP address.
+    #[serde(
+        default,
+        rename = "associatePublicIPAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub associate_public_ip_address: Option<bool>,
+    /// How many IPv4 prefixes are assigned to the primary network interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ip_prefix_count: Option<i32>,
+    /// Selects the AMIs instances boot from; an AMI matching any term is used.
+    #[schemars(length(min = 1, max = 30), transform = ami_terms_rules)]
+    pub ami_selector_terms: Vec<AMISelectorTerm>,
+    /// The AMI family, which decides the user-data format and default block devices. Optional
+    /// with an alias term (the alias decides, and only that family or `Custom` may be set);
+    /// required otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami_family: Option<AMIFamily>,
+    /// User data for the instances, in the format of the AMI family. Karpenter merges its own
+    /// settings into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// The IAM role of the nodes; Karpenter manages an instance profile for it. Exactly one of
+    /// `role` and `instanceProfile` must be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = role_rules)]
+    pub role: Option<String>,
+    /// An existing instance profile for the nodes, whose role Karpenter may pass. Exactly one of
+    /// `role` and `instanceProfile` must be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = instance_profile_rules)]
+    pub instance_profile: Option<String>,
+    /// Tags put on instances, volumes, network interfaces and launch templates.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "tags_schema")]
+    pub tags: BTreeMap<String, String>,
+    /// Kubelet settings for the nodes (a subset of the kubelet configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = kubelet_rules)]
+    pub kubelet: Option<KubeletConfiguration>,
+    /// Block devices attached to the instances.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(length(max = 50), transform = block_device_mappings_rules)]
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// How instance-store disks are used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// Whether detailed (1-minute) CloudWatch monitoring is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detailed_monitoring: Option<bool>,
+    /// Instance Metadata Service settings of the launch template. Defaults to the endpoint
+    /// enabled, IPv6 endpoint disabled, hop limit 1 and tokens (IMDSv2) required; see the EKS
+    /// best practices on restricting pod access to instance metadata.
+    #[serde(
+        default = "default_metadata_options",
+        deserialize_with = "metadata_options_or_default",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub metadata_options: Option<MetadataOptions>,
+    /// The reserved EC2 `Context` field passed to CreateFleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+fn alias_family_rule(alias: &str, family: &str, article: &str) -> Value {
+    rule(
+        &format!(
+            "!has(self.amiFamily) || (self.amiSelectorTerms.exists(x, has(x.alias) && x.alias.find('^[^@]+') == '{alias}') ? (self.amiFamily == 'Custom' || self.amiFamily == '{family}') : true)"
+        ),
+        &format!(
+            "if set, amiFamily must be '{family}' or 'Custom' when using {article} {family} alias"
+        ),
+    )
+}
+
+fn ec2_node_class_spec_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "(has(self.role) && !has(self.instanceProfile)) || (!has(self.role) && has(self.instanceProfile))",
+                "must specify exactly one of ['role', 'instanceProfile']",
+            ),
+            alias_family_rule("al2", "AL2", "an"),
+            alias_family_rule("al2023", "AL2023", "an"),
+            alias_family_rule("bottlerocket", "Bottlerocket", "a"),
+            alias_family_rule("windows2019", "Windows2019", "a"),
+            alias_family_rule("windows2022", "Windows2022", "a"),
+            rule(
+                "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)",
+                "must specify amiFamily if amiSelectorTerms does not contain an alias",
+            ),
+        ],
+    );
+}
+
+fn subnet_terms_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule("self.size() != 0", "subnetSelectorTerms cannot be empty"),
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.cidr))",
+                "expected at least one, got none, ['tags', 'id', 'cidr']",
+            ),
+            rule(
+                "!self.all(x, has(x.id) && has(x.tags))",
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
+            ),
+        ],
+    );
+}
+
+fn security_group_terms_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.size() != 0",
+                "securityGroupSelectorTerms cannot be empty",
+            ),
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.name))",
+                "expected at least one, got none, ['tags', 'id', 'name']",
+            ),
+            rule(
+                "!self.all(x, has(x.id) && (has(x.tags) || has(x.name)))",
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+            ),
+            rule(
+                "!self.all(x, has(x.name) && (has(x.tags) || has(x.id)))",
+                "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+            ),
+        ],
+    );
+}
+
+fn capacity_reservation_terms_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.instanceMatchCriteria))",
+                "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']",
+            ),
+            rule(
+                "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))",
+                "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term",
+            ),
+        ],
+    );
+}
+
+fn ami_terms_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.name) || has(x.alias) || has(x.ssmParameter))",
+                "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']",
+            ),
+            rule(
+                "!self.exists(x, has(x.id) && (has(x.alias) || has(x.tags) || has(x.name) || has(x.owner)))",
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
+            ),
+            rule(
+                "!self.exists(x, has(x.alias) && (has(x.id) || has(x.tags) || has(x.name) || has(x.owner)))",
+                "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
+            ),
+            rule(
+                "!(self.exists(x, has(x.alias)) && self.size() != 1)",
+                "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+            ),
+        ],
+    );
+}
+
+fn role_rules(schema: &mut Schema) {
+    add_rules(schema, [rule("self != ''", "role cannot be empty")]);
+}
+
+fn instance_profile_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [rule("self != ''", "instanceProfile cannot be empty")],
+    );
+}
+
+fn tags_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string" },
+        "x-kubernetes-validations": [
+            rule("self.all(k, k != '')", "empty tag keys aren't supported"),
+            rule("self.all(k, k !='eks:eks-cluster-name')", "tag contains a restricted tag matching eks:eks-cluster-name"),
+            rule("self.all(k, !k.startsWith('kubernetes.io/cluster') )", "tag contains a restricted tag matching kubernetes.io/cluster/"),
+            rule("self.all(k, k != 'karpenter.sh/nodepool')", "tag contains a restricted tag matching karpenter.sh/nodepool"),
+            rule("self.all(k, k !='karpenter.sh/nodeclaim')", "tag contains a restricted tag matching karpenter.sh/nodeclaim"),
+            rule("self.all(k, k !='karpenter.k8s.aws/ec2nodeclass')", "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass"),
+        ],
+    })
+}
+
+/// Tag filters of a selector term: at most 20, no empty keys or values; `*` matches any value.
+fn selector_tags_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string" },
+        "maxProperties": 20,
+        "x-kubernetes-validations": [rule("self.all(k, k != '' && self[k] != '')", "empty tag keys or values aren't supported")],
+    })
+}
+
+/// Selects subnets. All fields of a term must match (AND).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubnetSelectorTerm {
+    /// Tags the subnet must have; `*` matches any value of a key.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "selector_tags_schema")]
+    pub tags: BTreeMap<String, String>,
+    /// The subnet ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::SUBNET_ID))]
+    pub id: Option<String>,
+    /// The subnet's CIDR block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cidr: Option<String>,
+}
+
+/// Selects security groups. All fields of a term must match (AND).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityGroupSelectorTerm {
+    /// Tags the security group must have; `*` matches any value of a key.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "selector_tags_schema")]
+    pub tags: BTreeMap<String, String>,
+    /// The security group ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::SECURITY_GROUP_ID))]
+    pub id: Option<String>,
+    /// The security group's name (the `GroupName` field, not the `Name` tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Which instance launches a capacity reservation accepts.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMatchCriteria {
+    /// Any matching instance may use the reservation.
+    Open,
+    /// Only instances that target the reservation explicitly may use it.
+    Targeted,
+}
+
+/// Selects capacity reservations. All fields of a term must match (AND).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservationSelectorTerm {
+    /// Tags the reservation must have; `*` matches any value of a key.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "selector_tags_schema")]
+    pub tags: BTreeMap<String, String>,
+    /// The capacity reservation ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::CAPACITY_RESERVATION_ID))]
+    pub id: Option<String>,
+    /// The AWS account that owns the reservation.
+    #[serde(default, rename = "ownerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::AWS_ACCOUNT_ID))]
+    pub owner_id: Option<String>,
+    /// Which instance launches the reservation accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_match_criteria: Option<InstanceMatchCriteria>,
+}
+
+/// Selects AMIs. All fields of a term must match (AND).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AMISelectorTerm {
+    /// An EKS-optimized AMI as `family@version`, e.g. `al2023@latest` or `al2023@v20240625`.
+    /// Families: al2, al2023, bottlerocket, windows2019, windows2022 (Windows only with `latest`).
+    /// `latest` drifts nodes whenever a new AMI is released, so pin versions in production.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 30), transform = alias_rules)]
+    pub alias: Option<String>,
+    /// Tags the AMI must have; `*` matches any value of a key.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "selector_tags_schema")]
+    pub tags: BTreeMap<String, String>,
+    /// The AMI ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::AMI_ID))]
+    pub id: Option<String>,
+    /// The AMI name (the `Name` field, not the `Name` tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The AMI owner: an account ID, `self`, `amazon` or `aws-marketplace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Name or ARN of an SSM parameter holding the AMI ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_parameter: Option<String>,
+}
+
+fn alias_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.matches('^[a-zA-Z0-9]+@.+$')",
+                "'alias' is improperly formatted, must match the format 'family@version'",
+            ),
+            rule(
+                "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022']",
+                "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'",
+            ),
+            rule(
+                "self.split('@')[0] in ['windows2019','windows2022'] ? self.split('@')[1] == 'latest' : true",
+                "windows families may only specify version 'latest'",
+            ),
+        ],
+    );
+}
+
+/// The AMI family of an EC2NodeClass.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum AMIFamily {
+    /// Amazon Linux 2.
+    AL2,
+    /// Amazon Linux 2023.
+    AL2023,
+    /// Bottlerocket.
+    Bottlerocket,
+    /// A custom AMI; user data is passed through unchanged.
+    Custom,
+    /// Windows Server 2019.
+    Windows2019,
+    /// Windows Server 2022.
+    Windows2022,
+}
+
+impl AMIFamily {
+    /// The family as written in `amiFamily`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AL2 => "AL2",
+            Self::AL2023 => "AL2023",
+            Self::Bottlerocket => "Bottlerocket",
+            Self::Custom => "Custom",
+            Self::Windows2019 => "Windows2019",
+            Self::Windows2022 => "Windows2022",
+        }
+    }
+
+    /// The family of an alias prefix (`al2023` in `al2023@latest`).
+    pub fn from_alias_family(family: &str) -> Option<Self> {
+        Some(match family {
+            "al2" => Self::AL2,
+            "al2023" => Self::AL2023,
+            "bottlerocket" => Self::Bottlerocket,
+            "windows2019" => Self::Windows2019,
+            "windows2022" => Self::Windows2022,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for AMIFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A parsed `family@version` AMI alias.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AMIAlias {
+    /// The AMI family.
+    pub family: AMIFamily,
+    /// The version, or `latest`.
+    pub version: String,
+}
+
+/// An AMI alias that is not `family@version` with a supported family.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid AMI alias {0:?}: expected 'family@version' with family al2, al2023, bottlerocket, windows2019 or windows2022"
+)]
+pub struct InvalidAMIAlias(pub String);
+
+impl std::str::FromStr for AMIAlias {
+    type Err = InvalidAMIAlias;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let invalid = || InvalidAMIAlias(s.to_string());
+        let (family, version) = s.split_once('@').ok_or_else(invalid)?;
+        if version.is_empty() || version.contains('@') {
+            return Err(invalid());
+        }
+        Ok(Self {
+            family: AMIFamily::from_alias_family(family).ok_or_else(invalid)?,
+            version: version.to_string(),
+        })
+    }
+}
+
+impl AMIAlias {
+    /// Whether the alias follows the newest AMI.
+    pub fn is_latest(&self) -> bool {
+        self.version == "latest"
+    }
+}
+
+/// Kubelet settings. A subset of the kubelet configuration; names follow the kubelet's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfiguration {
+    /// IP addresses of the cluster DNS servers.
+    #[serde(
+        default,
+        rename = "clusterDNS",
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub cluster_dns: Vec<String>,
+    /// Overrides the maximum number of pods per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_pods: Option<i32>,
+    /// Pods per CPU core; the effective limit is the lower of this and `maxPods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pods_per_core: Option<i32>,
+    /// Resources reserved for the OS and system daemons (cpu, memory, ephemeral-storage, pid).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "system_reserved_schema")]
+    pub system_reserved: BTreeMap<String, String>,
+    /// Resources reserved for Kubernetes components (cpu, memory, ephemeral-storage, pid).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "kube_reserved_schema")]
+    pub kube_reserved: BTreeMap<String, String>,
+    /// Hard eviction thresholds by signal (`memory.available`, `nodefs.available`, ...).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "eviction_hard_schema")]
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Soft eviction thresholds by signal; each needs a grace period.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "eviction_soft_schema")]
+    pub eviction_soft: BTreeMap<String, String>,
+    /// Grace periods of the soft eviction thresholds by signal.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "eviction_soft_grace_period_schema")]
+    pub eviction_soft_grace_period: BTreeMap<String, GoDuration>,
+    /// The longest grace period (seconds) given to pods evicted for a soft threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    /// Disk usage percent above which image garbage collection always runs (0-100, above the low threshold).
+    #[serde(
+        default,
+        rename = "imageGCHighThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 100))]
+    pub image_gc_high_threshold_percent: Option<i32>,
+    /// Disk usage percent below which image garbage collection never runs (0-100, below the high threshold).
+    #[serde(
+        default,
+        rename = "imageGCLowThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 100))]
+    pub image_gc_low_threshold_percent: Option<i32>,
+    /// Whether CPU CFS quotas are enforced for containers with CPU limits.
+    #[serde(
+        default,
+        rename = "cpuCFSQuota",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_cfs_quota: Option<bool>,
+}
+
+const EVICTION_SIGNALS: &str = "['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']";
+
+fn kubelet_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ?  self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent  : true",
+                "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+            ),
+            rule(
+                "has(self.evictionSoft) ? self.evictionSoft.all(e, (e in self.evictionSoftGracePeriod)):true",
+                "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
+            ),
+            rule(
+                "has(self.evictionSoftGracePeriod) ? self.evictionSoftGracePeriod.all(e, (e in self.evictionSoft)):true",
+                "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
+            ),
+        ],
+    );
+}
+
+fn reserved_schema(field: &str) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string", "pattern": patterns::QUANTITY },
+        "x-kubernetes-validations": [
+            rule(
+                "self.all(x, x=='cpu' || x=='memory' || x=='ephemeral-storage' || x=='pid')",
+                &format!("valid keys for {field} are ['cpu','memory','ephemeral-storage','pid']"),
+            ),
+            rule("self.all(x, !self[x].startsWith('-'))", &format!("{field} value cannot be a negative resource quantity")),
+        ],
+    })
+}
+
+fn system_reserved_schema(_: &mut SchemaGenerator) -> Schema {
+    reserved_schema("systemReserved")
+}
+
+fn kube_reserved_schema(_: &mut SchemaGenerator) -> Schema {
+    reserved_schema("kubeReserved")
+}
+
+fn eviction_rule(field: &str) -> Value {
+    rule(
+        &format!("self.all(x, x in {EVICTION_SIGNALS})"),
+        &format!("valid keys for {field} are {EVICTION_SIGNALS}"),
+    )
+}
+
+fn eviction_threshold_schema(field: &str) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string", "pattern": patterns::EVICTION_THRESHOLD },
+        "x-kubernetes-validations": [eviction_rule(field)],
+    })
+}
+
+fn eviction_hard_schema(_: &mut SchemaGenerator) -> Schema {
+    eviction_threshold_schema("evictionHard")
+}
+
+fn eviction_soft_schema(_: &mut SchemaGenerator) -> Schema {
+    eviction_threshold_schema("evictionSoft")
+}
+
+fn eviction_soft_grace_period_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string" },
+        "x-kubernetes-validations": [eviction_rule("evictionSoftGracePeriod")],
+    })
+}
+
+/// Whether an Instance Metadata Service endpoint is on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointState {
+    /// The endpoint is reachable.
+    Enabled,
+    /// The endpoint is off.
+    Disabled,
+}
+
+/// Whether IMDS requests need a session token (IMDSv2).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpTokens {
+    /// Only token-authenticated (IMDSv2) requests are served.
+    Required,
+    /// Requests with and without a token are served (IMDSv1 allowed).
+    Optional,
+}
+
+/// Instance Metadata Service settings for the launched instances.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataOptions {
+    /// Whether the metadata endpoint is reachable from the node; `disabled` turns IMDS off.
+    #[serde(
+        default = "default_http_endpoint",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub http_endpoint: Option<EndpointState>,
+    /// Whether the IPv6 metadata endpoint is reachable.
+    #[serde(
+        default = "default_http_protocol_ipv6",
+        rename = "httpProtocolIPv6",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub http_protocol_ipv6: Option<EndpointState>,
+    /// How many network hops a metadata PUT response may travel (1-64). 1 keeps it on the host,
+    /// out of reach of pods in their own network namespace.
+    #[serde(default = "default_hop_limit", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub http_put_response_hop_limit: Option<i64>,
+    /// Whether metadata requests need a session token. `required` (IMDSv2) always returns
+    /// version 2 role credentials; `optional` also serves token-less (version 1) requests.
+    #[serde(
+        default = "default_http_tokens",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub http_tokens: Option<HttpTokens>,
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        Self {
+            http_endpoint: default_http_endpoint(),
+            http_protocol_ipv6: default_http_protocol_ipv6(),
+            http_put_response_hop_limit: default_hop_limit(),
+            http_tokens: default_http_tokens(),
+        }
+    }
+}
+
+fn default_http_endpoint() -> Option<EndpointState> {
+    Some(EndpointState::Enabled)
+}
+
+fn default_http_protocol_ipv6() -> Option<EndpointState> {
+    Some(EndpointState::Disabled)
+}
+
+fn default_hop_limit() -> Option<i64> {
+    Some(1)
+}
+
+fn default_http_tokens() -> Option<HttpTokens> {
+    Some(HttpTokens::Required)
+}
+
+fn default_metadata_options() -> Option<MetadataOptions> {
+    Some(MetadataOptions::default())
+}
+
+/// `metadataOptions: null` gets the defaults, as the API server prunes the null and defaults it.
+fn metadata_options_or_default<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<MetadataOptions>, D::Error> {
+    Ok(Some(Option::deserialize(deserializer)?.unwrap_or_default()))
+}
+
+/// A block device attached at launch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDeviceMapping {
+    /// The device name, e.g. `/dev/xvda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_name: Option<String>,
+    /// The EBS volume to create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = ebs_rules)]
+    pub ebs: Option<BlockDevice>,
+    /// Whether this device is the kubelet root volume; at most one mapping may say so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub root_volume: bool,
+}
+
+fn block_device_mappings_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [rule(
+            "self.filter(x, has(x.rootVolume)?x.rootVolume==true:false).size() <= 1",
+            "must have only one blockDeviceMappings with rootVolume",
+        )],
+    );
+}
+
+fn ebs_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "has(self.snapshotID) || has(self.volumeSize)",
+                "snapshotID or volumeSize must be defined",
+            ),
+            rule(
+                "!has(self.volumeInitializationRate) || (has(self.snapshotID) && self.snapshotID != '')",
+                "snapshotID must be set when volumeInitializationRate is set",
+            ),
+        ],
+    );
+}
+
+/// EBS volume types.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeType {
+    /// Magnetic (previous generation).
+    Standard,
+    /// Provisioned IOPS SSD.
+    Io1,
+    /// Provisioned IOPS SSD, higher durability.
+    Io2,
+    /// General purpose SSD (burstable).
+    Gp2,
+    /// Cold HDD.
+    Sc1,
+    /// Throughput-optimized HDD.
+    St1,
+    /// General purpose SSD with provisioned performance.
+    Gp3,
+}
+
+/// An EBS volume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDevice {
+    /// Whether the volume is deleted when the instance terminates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_on_termination: Option<bool>,
+    /// Whether the volume is encrypted (cannot be set for volumes created from a snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<bool>,
+    /// Provisioned IOPS (gp3: 3,000-16,000; io1/io2: 100-64,000). Only for io1, io2 and gp3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iops: Option<i64>,
+    /// The KMS key (ID, alias, or ARN) used to encrypt the volume.
+    #[serde(default, rename = "kmsKeyID", skip_serializing_if = "Option::is_none")]
+    pub kms_key_id: Option<String>,
+    /// The snapshot to create the volume from.
+    #[serde(
+        default,
+        rename = "snapshotID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub snapshot_id: Option<String>,
+    /// Throughput in MiB/s for gp3 volumes (125-1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<i64>,
+    /// The rate (MiB/s, 100-300) at which snapshot blocks are restored; needs `snapshotID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 300))]
+    pub volume_initialization_rate: Option<i32>,
+    /// Volume size in `Gi`, `G`, `Ti` or `T`. Either this or `snapshotID` is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "volume_size_schema")]
+    pub volume_size: Option<Quantity>,
+    /// The EBS volume type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_type: Option<VolumeType>,
+}
+
+fn volume_size_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": patterns::VOLUME_SIZE })
+}
+
+/// How instance-store disks are used.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum InstanceStorePolicy {
+    /// All NVMe instance-store disks form a RAID-0 array used for containerd and kubelet state,
+    /// giving pods more and faster ephemeral storage.
+    RAID0,
+}
+
+/// The resolved state of an EC2NodeClass.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EC2NodeClassStatus {
+    /// The subnets currently selected.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub subnets: Vec<SubnetStatus>,
+    /// The security groups currently selected.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub security_groups: Vec<SecurityGroupStatus>,
+    /// The capacity reservations currently selected.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub capacity_reservations: Vec<CapacityReservationStatus>,
+    /// The AMIs currently selected.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub amis: Vec<AMIStatus>,
+    /// The instance profile used for the role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+    /// Health and readiness signals.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub conditions: Vec<Condition>,
+}
+
+/// A selected subnet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubnetStatus {
+    /// The subnet ID.
+    pub id: String,
+    /// The subnet's availability zone.
+    pub zone: String,
+    /// The subnet's availability zone ID.
+    #[serde(default, rename = "zoneID", skip_serializing_if = "Option::is_none")]
+    pub zone_id: Option<String>,
+}
+
+/// A selected security group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityGroupStatus {
+    /// The security group ID.
+    pub id: String,
+    /// The security group name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A selected AMI and the instance types it suits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AMIStatus {
+    /// The AMI ID.
+    pub id: String,
+    /// Whether the AMI is deprecated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deprecated: bool,
+    /// The AMI name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The instance types this AMI can run on, as node requirements (architecture, GPU, ...).
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// The device name of the root volume, e.g. `/dev/xvda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device_name: Option<String>,
+    /// The snapshot of the root volume.
+    #[serde(
+        default,
+        rename = "rootDeviceSnapshotID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub root_device_snapshot_id: Option<String>,
+}
+
+/// The kind of a capacity reservation.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapacityReservationType {
+    /// An on-demand capacity reservation.
+    #[default]
+    Default,
+    /// A capacity block (time-bound, e.g. for ML training).
+    CapacityBlock,
+}
+
+/// Whether a capacity reservation can still be launched into.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CapacityReservationState {
+    /// The reservation is usable.
+    #[default]
+    Active,
+    /// The reservation (a capacity block) is within EC2's reclaim window.
+    Expiring,
+}
+
+/// A selected capacity reservation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservationStatus {
+    /// The availability zone of the reservation.
+    pub availability_zone: String,
+    /// When the reservation ends; afterwards no instance can launch into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::date_time")]
+    pub end_time: Option<Time>,
+    /// The reservation ID.
+    #[schemars(extend("pattern" = patterns::CAPACITY_RESERVATION_ID))]
+    pub id: String,
+    /// Which instance launches the reservation accepts.
+    pub instance_match_criteria: InstanceMatchCriteria,
+    /// The instance type of the reservation.
+    pub instance_type: String,
+    /// The AWS account that owns the reservation.
+    #[serde(rename = "ownerID")]
+    #[schemars(extend("pattern" = patterns::AWS_ACCOUNT_ID))]
+    pub owner_id: String,
+    /// The kind of reservation.
+    #[serde(default)]
+    pub reservation_type: CapacityReservationType,
+    /// Whether the reservation is usable or about to be reclaimed.
+    #[serde(default)]
+    pub state: CapacityReservationState,
+}
+
+impl EC2NodeClass {
+    /// The alias term, if the AMI selector uses one.
+    ///
+    /// # Errors
+    /// Returns [`InvalidAMIAlias`] if the alias is malformed (the CRD rules prevent this).
+    pub fn alias(&self) -> Result<Option<AMIAlias>, InvalidAMIAlias> {
+        self.spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|term| term.alias.as_deref())
+            .map(str::parse)
+            .transpose()
+    }
+
+    /// The effective AMI family: `amiFamily` if set, else the alias family, else `Custom`.
+    pub fn ami_family(&self) -> AMIFamily {
+        if let Some(family) = self.spec.ami_family {
+            return family;
+        }
+        match self.alias() {
+            Ok(Some(alias)) => alias.family,
+            _ => AMIFamily::Custom,
+        }
+    }
+
+    /// The metadata options with the CRD defaults filled in for anything unset.
+    pub fn metadata_options(&self) -> MetadataOptions {
+        let defaults = MetadataOptions::default();
+        match &self.spec.metadata_options {
+            None => defaults,
+            Some(set) => MetadataOptions {
+                http_endpoint: set.http_endpoint.or(defaults.http_endpoint),
+                http_protocol_ipv6: set.http_protocol_ipv6.or(defaults.http_protocol_ipv6),
+                http_put_response_hop_limit: set
+                    .http_put_response_hop_limit
+                    .or(defaults.http_put_response_hop_limit),
+                http_tokens: set.http_tokens.or(defaults.http_tokens),
+            },
+        }
+    }
+
+    /// The availability zones of the selected subnets, without duplicates, in status order.
+    pub fn zones(&self) -> Vec<&str> {
+        let mut zones: Vec<&str> = Vec::new();
+        for subnet in self.status.iter().flat_map(|s| &s.subnets) {
+            if !zones.contains(&subnet.zone.as_str()) {
+                zones.push(&subnet.zone);
+            }
+        }
+        zones
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_parse() {
+        let alias: Result<AMIAlias, _> = "al2023@latest".parse();
+        assert_eq!(
+            alias,
+            Ok(AMIAlias {
+                family: AMIFamily::AL2023,
+                version: "latest".into()
+            })
+        );
+        assert!(alias.is_ok_and(|a| a.is_latest()));
+        assert!("bottlerocket@v1.10.0".parse::<AMIAlias>().is_ok());
+        assert!("ubuntu@latest".parse::<AMIAlias>().is_err());
+        assert!("al2023".parse::<AMIAlias>().is_err());
+        assert!("al2023@".parse::<AMIAlias>().is_err());
+    }
+
+    #[test]
+    fn metadata_defaults() {
+        let m = MetadataOptions::default();
+        assert_eq!(m.http_endpoint, Some(EndpointState::Enabled));
+        assert_eq!(m.http_protocol_ipv6, Some(EndpointState::Disabled));
+        assert_eq!(m.http_put_response_hop_limit, Some(1));
+        assert_eq!(m.http_tokens, Some(HttpTokens::Required));
+        let partial: Result<MetadataOptions, _> =
+            serde_json::from_str(r#"{"httpTokens":"optional"}"#);
+        assert_eq!(
+            partial.ok().and_then(|p| p.http_tokens),
+            Some(HttpTokens::Optional)
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! Kubernetes API types for Karpenter v1 and the CustomResourceDefinitions generated from them.
+//!
+//! # Model
+//!
+//! Users describe *what* nodes may be launched with cluster-scoped custom resources, the same
+//! ones Karpenter uses, so existing manifests work unchanged:
+//!
+//! * [`NodePool`] (`karpenter.sh/v1`): a template for nodes (labels, taints, requirements on
+//!   instance type / zone / capacity type, a reference to a node class), resource limits, a
+//!   weight, and disruption settings (consolidation policy and delay, disruption budgets,
+//!   `expireAfter`).
+//! * [`NodeClaim`] (`karpenter.sh/v1`): one requested node, created by the controller from a
+//!   NodePool template narrowed by pending pods; its status tracks the instance
+//!   (`providerID`, capacity, conditions `Launched`/`Registered`/`Initialized`).
+//! * [`EC2NodeClass`] (`karpenter.k8s.aws/v1`): the AWS specifics of how to launch (subnets,
+//!   security groups, AMIs, IAM role, kubelet settings, block devices, IMDS options); its status
+//!   holds what those selectors resolved to.
+//!
+//! The Rust types are the single source of truth for the CRDs: [`crds`] builds them (OpenAPI
+//! schema with defaults, patterns, enums, limits and the CEL `x-kubernetes-validations` rules of
+//! upstream Karpenter, printer columns, short names, categories, status and scale subresources),
+//! [`crd_files`] renders them to the YAML files kept in `deploy/crds/` and
+//! `charts/karpenter/crds/`.
+//!
+//! Always take CRDs from [`crds`] / [`crd_files`], not from kube's `NodePool::crd()`, which
+//! lacks the normalization described in [`schema`].
+//!
+//! Deserializing a manifest applies the same defaults the API server would (`expireAfter: 720h`,
+//! `consolidationPolicy: WhenEmptyOrUnderutilized`, one `10%` budget, `consolidateAfter: 0s`,
+//! IMDS options), so code reading plain manifests sees what the cluster would store. Unknown
+//! fields are ignored, as the API server prunes them.
+//!
+//! Supporting modules: [`labels`] (well-known labels, taints, annotations and the label-domain
+//! rules), [`duration`] (Go duration strings and `Never`), [`common`] (taints, requirements,
+//! conditions), [`schema`] (how the structural schema is produced).
+
+pub mod common;
+mod crd;
+pub mod duration;
+pub mod ec2nodeclass;
+pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod schema;
+
+pub use common::{
+    CONDITION_READY, Condition, ConditionStatus, ConditionsExt, NodeClassReference,
+    NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorRequirementWithMinValues,
+    ResourceList, Taint, TaintEffect,
+};
+pub use crd::{
+    CRD_OUTPUT_DIRS, CrdFileError, REGENERATE_COMMAND, crd_file_name, crd_files, crds,
+    render_crd_yaml, stale_crd_files, write_crd_files,
+};
+pub use duration::{DurationError, GoDuration, NillableDuration};
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{
+    Budget, ConsolidationPolicy, Disruption, DisruptionReason, NodePool, NodePoolSpec,
+    NodePoolStatus,
+};
+
+/// Re-exported for `crd_name()`, `api_resource()` and `shortnames()`. To get a CRD, call
+/// [`crds`] rather than `NodePool::crd()`: kube's own `crd()` skips this crate's schema
+/// normalization (it marks optional fields `nullable` and mangles int-or-string quantities).
+pub use kube::CustomResourceExt;

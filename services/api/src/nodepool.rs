@@ -1,0 +1,523 @@
+//! `karpenter.sh/v1` NodePool: a template for the nodes Karpenter may launch, with limits,
+//! a scheduling weight and disruption settings.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::common::{
+    Condition, ConditionsExt, NodeClassReference, NodeSelectorRequirementWithMinValues,
+    ResourceList, Taint, null_as_default,
+};
+use crate::duration::{GoDuration, NillableDuration};
+use crate::nodeclaim::{NodeClaimSpec, ResourceRequirements, requirements_rules};
+use crate::schema::{self, LabelRuleTarget, add_rules, label_domain_rules, patterns, rule};
+
+/// NodePool condition: the NodePool passed the runtime validation.
+pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+/// NodePool condition: the referenced node class exists and is ready.
+pub const CONDITION_NODE_CLASS_READY: &str = "NodeClassReady";
+/// NodePool condition: nodes launched from this NodePool register successfully.
+pub const CONDITION_NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+
+/// Default node lifetime before expiry (`expireAfter`).
+pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
+/// Default disruption budget (`nodes`).
+pub const DEFAULT_BUDGET_NODES: &str = "10%";
+
+/// The desired state of a NodePool.
+///
+/// A NodePool launches nodes for pods that cannot be scheduled. Node properties come from the
+/// template combined with the pods' scheduling constraints; one NodePool can launch many
+/// different instance types.
+// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "karpenter.sh",
+    version = "v1",
+    kind = "NodePool",
+    plural = "nodepools",
+    singular = "nodepool",
+    status = "NodePoolStatus",
+    category = "karpenter",
+    derive = "PartialEq",
+    doc = "NodePool is the Schema for the NodePools API",
+    printcolumn(
+        name = "NodeClass",
+        type_ = "string",
+        json_path = ".spec.template.spec.nodeClassRef.name"
+    ),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Weight",
+        type_ = "integer",
+        json_path = ".spec.weight",
+        priority = 1
+    ),
+    printcolumn(
+        name = "CPU",
+        type_ = "string",
+        json_path = ".status.resources.cpu",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.resources.memory",
+        priority = 1
+    ),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = node_pool_spec_rules)]
+pub struct NodePoolSpec {
+    /// The template for the NodeClaims this NodePool launches. Launched NodeClaims are usually
+    /// narrower than the template, because pod constraints are added to it.
+    pub template: NodeClaimTemplate,
+    /// When and how fast Karpenter may disrupt (consolidate, expire, replace) this NodePool's nodes.
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(extend("default" = { "consolidateAfter": "0s" }))]
+    pub disruption: Disruption,
+    /// Upper bounds on the total resources of this NodePool's nodes. On a static NodePool only
+    /// `nodes` may be set.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "schema::resource_list")]
+    pub limits: ResourceList,
+    /// Scheduling priority: NodePools with a higher weight are tried first; an unset weight
+    /// counts as 0. Not supported on static NodePools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: Option<i32>,
+    /// Alpha: the fixed number of nodes of a static NodePool. When set, the NodePool keeps this
+    /// many nodes regardless of pending pods, ignores consolidation settings, and accepts only
+    /// `limits.nodes`. A NodePool cannot switch between static and dynamic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
+}
+
+fn node_pool_spec_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "has(self.replicas) == has(oldSelf.replicas)",
+                "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
+            ),
+            rule(
+                "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))",
+                "only 'limits.nodes' is supported on static NodePools",
+            ),
+            rule(
+                "!has(self.replicas) || !has(self.weight)",
+                "'weight' is not supported on static NodePools",
+            ),
+        ],
+    );
+}
+
+impl NodePool {
+    /// The conditions, empty without a status.
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |s| s.conditions.as_slice())
+    }
+
+    /// Whether the NodePool is `Ready` (valid and its node class is ready).
+    pub fn is_ready(&self) -> bool {
+        self.conditions().is_ready()
+    }
+}
+
+impl NodePoolSpec {
+    /// The weight, with an unset weight counting as 0.
+    pub fn weight_or_zero(&self) -> i32 {
+        self.weight.unwrap_or(0)
+    }
+
+    /// Whether this is a static NodePool (`replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
+    }
+}
+
+/// How Karpenter may consolidate a NodePool's nodes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConsolidationPolicy {
+    /// Only nodes without workload pods are consolidated.
+    WhenEmpty,
+    /// Empty nodes and nodes whose pods fit elsewhere (or on a cheaper replacement) are consolidated.
+    #[default]
+    WhenEmptyOrUnderutilized,
+}
+
+/// The disruption method a budget applies to.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum DisruptionReason {
+    /// Consolidation of nodes whose pods fit elsewhere.
+    Underutilized,
+    /// Consolidation of nodes without workload pods.
+    Empty,
+    /// Replacement of nodes that no longer match their NodePool or node class.
+    Drifted,
+}
+
+/// Disruption settings of a NodePool.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    /// How long a node must have been consolidatable (no pod scheduled or removed) before
+    /// Karpenter consolidates it, or `Never`. Ignored on static NodePools.
+    #[schemars(extend("pattern" = patterns::DURATION_OR_NEVER))]
+    pub consolidate_after: NillableDuration,
+    /// Which nodes consolidation may remove or replace. Ignored on static NodePools.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub consolidation_policy: ConsolidationPolicy,
+    /// Limits on how many nodes may be disrupted at once. When several budgets are active the
+    /// most restrictive one wins; without budgets, one budget of 10% applies.
+    #[serde(default = "default_budgets", deserialize_with = "budgets_or_default")]
+    #[schemars(length(max = 50), transform = budgets_rules)]
+    pub budgets: Vec<Budget>,
+}
+
+impl Default for Disruption {
+    fn default() -> Self {
+        Self {
+            consolidate_after: NillableDuration::after(Duration::ZERO),
+            consolidation_policy: ConsolidationPolicy::default(),
+            budgets: default_budgets(),
+        }
+    }
+}
+
+fn default_budgets() -> Vec<Budget> {
+    vec![Budget {
+        reasons: None,
+        nodes: DEFAULT_BUDGET_NODES.to_string(),
+        schedule: None,
+        duration: None,
+    }]
+}
+
+/// `budgets: null` gets the default budget, as the API server prunes the null and defaults it.
+fn budgets_or_default<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Budget>, D::Error> {
+    Ok(Option::deserialize(deserializer)?.unwrap_or_else(default_budgets))
+}
+
+fn budgets_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [rule(
+            "self.all(x, has(x.schedule) == has(x.duration))",
+            "'schedule' must be set with 'duration'",
+        )],
+    );
+}
+
+impl Disruption {
+    /// The consolidation delay, or `None` for `Never`.
+    pub fn consolidate_after(&self) -> Option<Duration> {
+        self.consolidate_after.as_std()
+    }
+}
+
+/// A limit on the number of NodeClaims of a NodePool that may be disrupted at once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// The disruption methods this budget limits; unset means all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<DisruptionReason>>,
+    /// The most NodeClaims that may be disrupting at once: a count (`"5"`) or a percentage of
+    /// the NodePool's nodes (`"10%"`, rounded up). Counts nodes being deleted as well.
+    #[schemars(extend("pattern" = patterns::BUDGET_NODES, "default" = DEFAULT_BUDGET_NODES))]
+    pub nodes: String,
+    /// When the budget becomes active, in cron syntax (UTC, no time zones) or a macro such as
+    /// `@daily`. Must be set together with `duration`; without both the budget is always active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::BUDGET_SCHEDULE))]
+    pub schedule: Option<String>,
+    /// How long the budget stays active after each schedule hit, in hours and minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::BUDGET_DURATION))]
+    pub duration: Option<GoDuration>,
+}
+
+/// A budget's `nodes` value that is neither a count nor a percentage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid budget nodes {0:?}: expected a count like \"5\" or a percentage like \"10%\"")]
+pub struct InvalidBudgetNodes(pub String);
+
+impl Budget {
+    /// Whether the budget limits the given disruption method.
+    pub fn applies_to(&self, reason: DisruptionReason) -> bool {
+        self.reasons
+            .as_ref()
+            .is_none_or(|reasons| reasons.contains(&reason))
+    }
+
+    /// Whether the budget has no schedule and is therefore always active.
+    pub fn is_always_active(&self) -> bool {
+        self.schedule.is_none() && self.duration.is_none()
+    }
+
+    /// How many of `total_nodes` may be disrupted under this budget while it is active.
+    /// Percentages round up, like Kubernetes `maxUnavailable`.
+    ///
+    /// # Errors
+    /// Returns [`InvalidBudgetNodes`] if `nodes` is malformed (the CRD pattern prevents this).
+    pub fn allowed_disruptions(&self, total_nodes: usize) -> Result<usize, InvalidBudgetNodes> {
+        let invalid = || InvalidBudgetNodes(self.nodes.clone());
+        match self.nodes.strip_suffix('%') {
+            Some(percent) => {
+                let percent: usize = percent.parse().map_err(|_| invalid())?;
+                if percent > 100 {
+                    return Err(invalid());
+                }
+                Ok((total_nodes * percent).div_ceil(100))
+            }
+            None => self.nodes.parse().map_err(|_| invalid()),
+        }
+    }
+}
+
+/// The template NodeClaims are created from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplate {
+    /// Labels and annotations copied onto the NodeClaims and their nodes.
+    #[serde(
+        default,
+        skip_serializing_if = "TemplateMetadata::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub metadata: TemplateMetadata,
+    /// The NodeClaim specification.
+    pub spec: NodeClaimTemplateSpec,
+}
+
+impl NodeClaimTemplate {
+    /// The NodeClaim spec this template produces before pod constraints are added.
+    pub fn to_node_claim_spec(&self) -> NodeClaimSpec {
+        let spec = &self.spec;
+        NodeClaimSpec {
+            taints: spec.taints.clone(),
+            startup_taints: spec.startup_taints.clone(),
+            requirements: spec.requirements.clone(),
+            resources: ResourceRequirements::default(),
+            node_class_ref: spec.node_class_ref.clone(),
+            termination_grace_period: spec.termination_grace_period.clone(),
+            expire_after: spec.expire_after.clone(),
+        }
+    }
+}
+
+/// Labels and annotations of a NodeClaim template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateMetadata {
+    /// Labels put on every node. Labels in restricted domains are rejected unless well known.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "template_labels_schema")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations put on every node.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "schema::string_map")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl TemplateMetadata {
+    /// Whether there are neither labels nor annotations.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+fn template_labels_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string", "maxLength": 63, "pattern": patterns::LABEL_VALUE },
+        "maxProperties": 100,
+        "x-kubernetes-validations": label_domain_rules(LabelRuleTarget::TemplateLabels),
+    })
+}
+
+/// The NodeClaim spec inside a NodePool template (a NodeClaim spec without resource requests).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplateSpec {
+    /// Taints put on the nodes.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub taints: Vec<Taint>,
+    /// Taints present when a node starts and expected to be removed soon, usually by a DaemonSet.
+    /// Pods need not tolerate them for Karpenter to launch nodes for them.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub startup_taints: Vec<Taint>,
+    /// Constraints on node labels (instance type, zone, capacity type, ...), combined with the
+    /// template labels and the pods' constraints.
+    #[schemars(length(max = 100), transform = node_pool_requirements_rules)]
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// The provider-specific node class. Its group and kind cannot change.
+    #[schemars(transform = node_class_ref_immutability)]
+    pub node_class_ref: NodeClassReference,
+    /// The longest Karpenter waits for pods to drain from a deleting node before deleting them
+    /// forcibly, measured from the start of deletion. This overrides PDBs and
+    /// `karpenter.sh/do-not-disrupt` once reached; pods are deleted early enough to get their own
+    /// termination grace period. Unset means wait indefinitely.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = patterns::DURATION))]
+    pub termination_grace_period: Option<GoDuration>,
+    /// How long after creation a node is replaced, or `Never`.
+    #[serde(
+        default = "default_expire_after",
+        deserialize_with = "expire_after_or_default"
+    )]
+    #[schemars(extend("pattern" = patterns::DURATION_OR_NEVER))]
+    pub expire_after: NillableDuration,
+}
+
+pub(crate) fn default_expire_after() -> NillableDuration {
+    NillableDuration::After(GoDuration::from_hours(720))
+}
+
+/// `expireAfter: null` gets the default, as the API server prunes the null and defaults it.
+pub(crate) fn expire_after_or_default<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<NillableDuration, D::Error> {
+    Ok(Option::deserialize(deserializer)?.unwrap_or_else(default_expire_after))
+}
+
+fn node_pool_requirements_rules(schema: &mut Schema) {
+    requirements_rules(schema, LabelRuleTarget::NodePoolRequirementKey);
+}
+
+fn node_class_ref_immutability(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.group == oldSelf.group",
+                "nodeClassRef.group is immutable",
+            ),
+            rule(
+                "self.kind == oldSelf.kind",
+                "nodeClassRef.kind is immutable",
+            ),
+        ],
+    );
+}
+
+/// The observed state of a NodePool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// The total resources of the nodes this NodePool has launched.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "schema::resource_list")]
+    pub resources: ResourceList,
+    /// The number of nodes of this NodePool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
+    pub nodes: Option<i64>,
+    /// The generation of the node class last seen; when it changes, the
+    /// `NodeRegistrationHealthy` condition is reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_observed_generation: Option<i64>,
+    /// Health and readiness signals.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(nodes: &str) -> Budget {
+        Budget {
+            reasons: None,
+            nodes: nodes.into(),
+            schedule: None,
+            duration: None,
+        }
+    }
+
+    #[test]
+    fn budget_arithmetic() {
+        assert_eq!(budget("10%").allowed_disruptions(10), Ok(1));
+        assert_eq!(budget("10%").allowed_disruptions(11), Ok(2));
+        assert_eq!(budget("10%").allowed_disruptions(0), Ok(0));
+        assert_eq!(budget("5").allowed_disruptions(3), Ok(5));
+        assert_eq!(budget("100%").allowed_disruptions(7), Ok(7));
+        assert!(budget("ten").allowed_disruptions(3).is_err());
+        assert!(budget("150%").allowed_disruptions(3).is_err());
+    }
+
+    #[test]
+    fn budget_reasons() {
+        let mut b = budget("1");
+        assert!(b.applies_to(DisruptionReason::Drifted));
+        b.reasons = Some(vec![DisruptionReason::Empty]);
+        assert!(b.applies_to(DisruptionReason::Empty));
+        assert!(!b.applies_to(DisruptionReason::Drifted));
+    }
+
+    #[test]
+    fn disruption_defaults_match_the_crd() {
+        let d = Disruption::default();
+        assert_eq!(d.consolidate_after(), Some(Duration::ZERO));
+        assert_eq!(
+            d.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(d.budgets, vec![budget("10%")]);
+        assert_eq!(default_expire_after().to_string(), "720h");
+    }
+}

@@ -1,0 +1,564 @@
+//! `ObjectMeta` checks the apiserver makes on every custom resource (and on
+//! the `metadata` of embedded resources), with apimachinery's messages.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::{Map, Value as Json};
+
+use crate::error::{BadValue, Source, Violation, ViolationKind};
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/// The most bytes all annotations of an object may take.
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
+fn anchored(fmt: &str) -> Regex {
+    Regex::new(&format!("^(?:{fmt})$"))
+        .unwrap_or_else(|e| panic!("invalid built-in pattern {fmt}: {e}"))
+}
+
+static DNS1123_LABEL: LazyLock<Regex> = LazyLock::new(|| anchored(DNS1123_LABEL_FMT));
+static DNS1123_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| anchored(DNS1123_SUBDOMAIN_FMT));
+static DNS1035_LABEL: LazyLock<Regex> = LazyLock::new(|| anchored(DNS1035_LABEL_FMT));
+static QUALIFIED_NAME: LazyLock<Regex> = LazyLock::new(|| anchored(QUALIFIED_NAME_FMT));
+static LABEL_VALUE: LazyLock<Regex> = LazyLock::new(|| anchored(LABEL_VALUE_FMT));
+
+fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    if examples.is_empty() {
+        return format!("{msg} (regex used for validation is '{fmt}')");
+    }
+    let ex: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
+    format!(
+        "{msg} (e.g. {}regex used for validation is '{fmt}')",
+        ex.join(" or ")
+    )
+}
+
+fn max_len_error(n: usize) -> String {
+    format!("must be no more than {n} characters")
+}
+
+/// `IsDNS1123Label`.
+pub fn dns1123_label(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if v.len() > 63 {
+        errs.push(max_len_error(63));
+    }
+    if !DNS1123_LABEL.is_match(v) {
+        errs.push(regex_error(
+            DNS1123_LABEL_ERR,
+            DNS1123_LABEL_FMT,
+            &["my-name", "123-abc"],
+        ));
+    }
+    errs
+}
+
+/// `IsDNS1123Subdomain`.
+pub fn dns1123_subdomain(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if v.len() > 253 {
+        errs.push(max_len_error(253));
+    }
+    if !DNS1123_SUBDOMAIN.is_match(v) {
+        errs.push(regex_error(
+            DNS1123_SUBDOMAIN_ERR,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
+    }
+    errs
+}
+
+/// `IsDNS1035Label`.
+pub fn dns1035_label(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if v.len() > 63 {
+        errs.push(max_len_error(63));
+    }
+    if !DNS1035_LABEL.is_match(v) {
+        errs.push(regex_error(
+            DNS1035_LABEL_ERR,
+            DNS1035_LABEL_FMT,
+            &["my-name", "abc-123"],
+        ));
+    }
+    errs
+}
+
+/// `IsQualifiedName` (label and annotation keys).
+pub fn qualified_name(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = v.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else {
+                errs.extend(
+                    dns1123_subdomain(prefix)
+                        .into_iter()
+                        .map(|m| format!("prefix part {m}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        errs.push(format!("name part {}", max_len_error(63)));
+    }
+    if !QUALIFIED_NAME.is_match(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+        ));
+    }
+    errs
+}
+
+/// `IsValidLabelValue`.
+pub fn label_value(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if v.len() > 63 {
+        errs.push(max_len_error(63));
+    }
+    if !LABEL_VALUE.is_match(v) {
+        errs.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
+}
+
+/// `path.ValidatePathSegmentName` (names of embedded resources).
+pub fn path_segment_name(v: &str, prefix: bool) -> Vec<String> {
+    let mut errs = Vec::new();
+    if !prefix && (v == "." || v == "..") {
+        errs.push(format!("may not be '{v}'"));
+    }
+    for bad in ["/", "%"] {
+        if v.contains(bad) {
+            errs.push(format!("may not contain '{bad}'"));
+        }
+    }
+    errs
+}
+
+/// How names of a kind of object are validated.
+#[derive(Clone, Copy)]
+pub(crate) enum NameRule {
+    /// `NameIsDNSSubdomain`: custom resources.
+    DnsSubdomain,
+    /// `ValidatePathSegmentName`: embedded resources.
+    PathSegment,
+}
+
+fn mask_trailing_dash(name: &str) -> String {
+    if name.len() > 1 && name.ends_with('-') {
+        format!("{}a", &name[..name.len() - 1])
+    } else {
+        name.to_string()
+    }
+}
+
+fn check_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
+    match rule {
+        NameRule::DnsSubdomain => {
+            if prefix {
+                dns1123_subdomain(&mask_trailing_dash(name))
+            } else {
+                dns1123_subdomain(name)
+            }
+        }
+        NameRule::PathSegment => path_segment_name(name, prefix),
+    }
+}
+
+fn meta_violation(path: String, kind: ViolationKind, value: BadValue, detail: String) -> Violation {
+    Violation::new(path, kind, value, detail, Source::Metadata)
+}
+
+/// `ValidateObjectMetaAccessor`: name, generateName, namespace, generation,
+/// labels, annotations and finalizers. `namespaced` is the CRD's scope, or
+/// for embedded resources whether a namespace is set.
+pub(crate) fn validate_object_meta(
+    meta: Option<&Json>,
+    path: &str,
+    namespaced: bool,
+    name_rule: NameRule,
+    out: &mut Vec<Violation>,
+) {
+    let empty = Map::new();
+    let meta = match meta {
+        None | Some(Json::Null) => &empty,
+        Some(Json::Object(m)) => m,
+        Some(other) => {
+            out.push(meta_violation(
+                path.to_string(),
+                ViolationKind::Invalid,
+                BadValue::Json(other.clone()),
+                "must be an object".to_string(),
+            ));
+            return;
+        }
+    };
+    let string_field = |key: &str, out: &mut Vec<Violation>| -> Option<String> {
+        match meta.get(key) {
+            None | Some(Json::Null) => None,
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(other) => {
+                out.push(meta_violation(
+                    format!("{path}.{key}"),
+                    ViolationKind::Invalid,
+                    BadValue::Json(other.clone()),
+                    "must be a string".to_string(),
+                ));
+                None
+            }
+        }
+    };
+
+    let generate_name = string_field("generateName", out).unwrap_or_default();
+    if !generate_name.is_empty() {
+        for msg in check_name(name_rule, &generate_name, true) {
+            out.push(meta_violation(
+                format!("{path}.generateName"),
+                ViolationKind::Invalid,
+                BadValue::string(&generate_name),
+                msg,
+            ));
+        }
+    }
+    let name = string_field("name", out).unwrap_or_default();
+    if name.is_empty() {
+        if generate_name.is_empty() {
+            out.push(meta_violation(
+                format!("{path}.name"),
+                ViolationKind::Required,
+                BadValue::Omitted,
+                "name or generateName is required".to_string(),
+            ));
+        }
+    } else {
+        for msg in check_name(name_rule, &name, false) {
+            out.push(meta_violation(
+                format!("{path}.name"),
+                ViolationKind::Invalid,
+                BadValue::string(&name),
+                msg,
+            ));
+        }
+    }
+
+    let namespace = string_field("namespace", out).unwrap_or_default();
+    if namespaced {
+        if namespace.is_empty() {
+            out.push(meta_violation(
+                format!("{path}.namespace"),
+                ViolationKind::Required,
+                BadValue::Omitted,
+                String::new(),
+            ));
+        } else {
+            for msg in dns1123_label(&namespace) {
+                out.push(meta_violation(
+                    format!("{path}.namespace"),
+                    ViolationKind::Invalid,
+                    BadValue::string(&namespace),
+                    msg,
+                ));
+            }
+        }
+    } else if !namespace.is_empty() {
+        out.push(meta_violation(
+            format!("{path}.namespace"),
+            ViolationKind::Forbidden,
+            BadValue::Omitted,
+            "not allowed on this type".to_string(),
+        ));
+    }
+
+    if let Some(g) = meta.get("generation").and_then(Json::as_i64) {
+        if g < 0 {
+            out.push(meta_violation(
+                format!("{path}.generation"),
+                ViolationKind::Invalid,
+                BadValue::int(g),
+                "must be greater than or equal to 0".to_string(),
+            ));
+        }
+    }
+
+    validate_string_map(meta.get("labels"), &format!("{path}.labels"), out, |k, v, p, out| {
+        for msg in qualified_name(k) {
+            out.push(meta_violation(
+                p.to_string(),
+                ViolationKind::Invalid,
+                BadValue::string(k),
+                msg,
+            ));
+        }
+        for msg in label_value(v) {
+            out.push(meta_violation(
+                p.to_string(),
+                ViolationKind::Invalid,
+                BadValue::string(v),
+                msg,
+            ));
+        }
+    });
+
+    let mut total = 0usize;
+    validate_string_map(
+        meta.get("annotations"),
+        &format!("{path}.annotations"),
+        out,
+        |k, v, p, out| {
+            total += k.len() + v.len();
+            for msg in qualified_name(&k.to_lowercase()) {
+                out.push(meta_violation(
+                    p.to_string(),
+                    ViolationKind::Invalid,
+                    BadValue::string(k),
+                    msg,
+                ));
+            }
+        },
+    );
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+        out.push(meta_violation(
+            format!("{path}.annotations"),
+            ViolationKind::TooLong,
+            BadValue::Omitted,
+            format!("may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+        ));
+    }
+
+    if let Some(finalizers) = meta.get("finalizers") {
+        let fpath = format!("{path}.finalizers");
+        match finalizers {
+            Json::Array(items) => {
+                for f in items {
+                    let Some(f) = f.as_str() else {
+                        out.push(meta_violation(
+                            fpath.clone(),
+                            ViolationKind::Invalid,
+                            BadValue::Json(f.clone()),
+                            "must be a string".to_string(),
+                        ));
+                        continue;
+                    };
+                    let errs = qualified_name(f);
+                    let had_errors = !errs.is_empty();
+                    for msg in errs {
+                        out.push(meta_violation(
+                            fpath.clone(),
+                            ViolationKind::Invalid,
+                            BadValue::string(f),
+                            msg,
+                        ));
+                    }
+                    let standard = matches!(f, "kubernetes" | "orphan" | "foregroundDeletion");
+                    if !had_errors && !standard && !f.contains('/') {
+                        out.push(meta_violation(
+                            fpath.clone(),
+                            ViolationKind::Invalid,
+                            BadValue::string(f),
+                            "name is neither a standard finalizer name nor is it fully qualified"
+                                .to_string(),
+                        ));
+                    }
+                }
+            }
+            Json::Null => {}
+            other => out.push(meta_violation(
+                fpath,
+                ViolationKind::Invalid,
+                BadValue::Json(other.clone()),
+                "must be a list of strings".to_string(),
+            )),
+        }
+    }
+}
+
+fn validate_string_map(
+    v: Option<&Json>,
+    path: &str,
+    out: &mut Vec<Violation>,
+    mut each: impl FnMut(&str, &str, &str, &mut Vec<Violation>),
+) {
+    match v {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(m)) => {
+            for (k, val) in m {
+                match val {
+                    Json::String(s) => each(k, s, path, out),
+                    other => out.push(meta_violation(
+                        format!("{path}[{k}]"),
+                        ViolationKind::Invalid,
+                        BadValue::Json(other.clone()),
+                        "must be a string".to_string(),
+                    )),
+                }
+            }
+        }
+        Some(other) => out.push(meta_violation(
+            path.to_string(),
+            ViolationKind::Invalid,
+            BadValue::Json(other.clone()),
+            "must be a map of strings".to_string(),
+        )),
+    }
+}
+
+/// The fields of `ObjectMeta`; anything else in `metadata` is unknown.
+pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Checks an `x-kubernetes-embedded-resource` object: `apiVersion` and
+/// `kind` are required, `metadata` is an `ObjectMeta`.
+pub(crate) fn validate_embedded(
+    obj: &Map<String, Json>,
+    path: &str,
+    out: &mut Vec<Violation>,
+) {
+    let push = |out: &mut Vec<Violation>, p: String, kind, value, detail: &str| {
+        out.push(Violation::new(
+            p,
+            kind,
+            value,
+            detail,
+            Source::EmbeddedResource,
+        ));
+    };
+    let child = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    for key in ["apiVersion", "kind"] {
+        if !obj.contains_key(key) {
+            push(
+                out,
+                child(key),
+                ViolationKind::Required,
+                BadValue::Omitted,
+                "must not be empty",
+            );
+        }
+    }
+    for (k, v) in obj {
+        match k.as_str() {
+            "apiVersion" => match v.as_str() {
+                None => push(out, child(k), ViolationKind::Invalid, BadValue::Json(v.clone()), "must be a string"),
+                Some("") => push(out, child(k), ViolationKind::Invalid, BadValue::string(""), "must not be empty"),
+                Some(av) => {
+                    if av.matches('/').count() > 1 {
+                        push(
+                            out,
+                            child(k),
+                            ViolationKind::Invalid,
+                            BadValue::string(av),
+                            &format!("unexpected GroupVersion string: {av}"),
+                        );
+                    }
+                }
+            },
+            "kind" => match v.as_str() {
+                None => push(out, child(k), ViolationKind::Invalid, BadValue::Json(v.clone()), "must be a string"),
+                Some("") => push(out, child(k), ViolationKind::Invalid, BadValue::string(""), "must not be empty"),
+                Some(kind) => {
+                    let errs = dns1035_label(&kind.to_lowercase());
+                    if !errs.is_empty() {
+                        push(
+                            out,
+                            child(k),
+                            ViolationKind::Invalid,
+                            BadValue::string(kind),
+                            &format!(
+                                "may have mixed case, but should otherwise match: {}",
+                                errs.join(",")
+                            ),
+                        );
+                    }
+                }
+            },
+            "metadata" => {
+                let namespaced = v
+                    .get("namespace")
+                    .and_then(Json::as_str)
+                    .is_some_and(|n| !n.is_empty());
+                let mut errs = Vec::new();
+                validate_object_meta(Some(v), &child("metadata"), namespaced, NameRule::PathSegment, &mut errs);
+                for mut e in errs {
+                    e.source = Source::EmbeddedResource;
+                    out.push(e);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subdomain_messages_match_apimachinery() {
+        assert!(dns1123_subdomain("default").is_empty());
+        assert_eq!(
+            dns1123_subdomain("Default"),
+            vec!["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string()]
+        );
+    }
+
+    #[test]
+    fn qualified_names() {
+        assert!(qualified_name("karpenter.sh/nodepool").is_empty());
+        assert_eq!(qualified_name("/x"), vec!["prefix part must be non-empty".to_string()]);
+        assert_eq!(qualified_name("a/b/c").len(), 1);
+        assert!(!label_value("-bad").is_empty());
+        assert!(label_value("").is_empty());
+    }
+}

@@ -1,0 +1,243 @@
+//! The runtime every service binary shares.
+//!
+//! ```text
+//!   --listen ADDR (LISTEN_ADDR)            gRPC: the service itself
+//!                                                + grpc.health.v1.Health
+//!                                                + grpc.reflection.v1 / v1alpha
+//!   --metrics-listen ADDR (METRICS_LISTEN_ADDR)
+//!                                          HTTP: /metrics  (Prometheus text)
+//!                                                /healthz  (process is up)
+//!                                                /readyz   (gRPC is serving)
+//! ```
+//!
+//! A service builds its tonic `Routes`, hands them to [`serve`] with its
+//! [`ServiceArgs`], and gets health, reflection, request metrics, logging and
+//! graceful shutdown on SIGTERM / Ctrl-C without writing any of it.
+
+#![forbid(unsafe_code)]
+
+mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+pub use metrics::{GrpcMetricsLayer, Metrics};
+use tokio::net::TcpListener;
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
+
+/// Flags every service binary takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServiceArgs {
+    /// Address the gRPC server listens on.
+    #[arg(long = "listen", env = "LISTEN_ADDR", default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+    /// Address the HTTP server for /metrics, /healthz and /readyz listens on.
+    #[arg(
+        long = "metrics-listen",
+        env = "METRICS_LISTEN_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_listen: SocketAddr,
+    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info,karpenter=debug".
+    #[arg(long = "log-level", env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log as JSON lines instead of text.
+    #[arg(long = "log-json", env = "LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+/// Installs the global tracing subscriber. Safe to call more than once (the
+/// later calls do nothing), so tests can start several services.
+pub fn init_tracing(filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Bound listeners, so a caller that asked for port 0 learns the real ports
+/// before serving (tests do this).
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    pub async fn bind(args: &ServiceArgs) -> anyhow::Result<Self> {
+        let grpc = TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding gRPC listener on {}", args.listen))?;
+        let http = TcpListener::bind(args.metrics_listen)
+            .await
+            .with_context(|| format!("binding metrics listener on {}", args.metrics_listen))?;
+        Ok(Self { grpc, http })
+    }
+
+    pub fn grpc_addr(&self) -> std::io::Result<SocketAddr> {
+        self.grpc.local_addr()
+    }
+
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+}
+
+/// What a service registers: its gRPC routes and the fully qualified names of
+/// the services in them, which are reported SERVING on the health service.
+pub struct Service {
+    pub routes: Routes,
+    pub names: Vec<&'static str>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+}
+
+/// Serves the service until `shutdown` resolves: gRPC with health and
+/// reflection on one listener, metrics and probes over HTTP on the other.
+pub async fn serve_with_shutdown(
+    listeners: Listeners,
+    service: Service,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for name in &service.names {
+        health_reporter
+            .set_service_status(*name, ServingStatus::Serving)
+            .await;
+    }
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(karpenter_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building the gRPC reflection service")?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(karpenter_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("building the gRPC reflection service")?;
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let http_state = HttpState {
+        metrics: service.metrics.clone(),
+        ready: ready.clone(),
+    };
+    let http_app = axum::Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz_handler))
+        .with_state(http_state);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let mut http_stop = stop_rx.clone();
+    let http = tokio::spawn(async move {
+        axum::serve(listeners.http, http_app)
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|stopped| *stopped).await;
+            })
+            .await
+    });
+
+    let routes = service
+        .routes
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc);
+    ready.store(true, Ordering::SeqCst);
+    let mut grpc_stop = stop_rx;
+    let grpc_result = tonic::transport::Server::builder()
+        .layer(GrpcMetricsLayer::new(service.metrics.clone()))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = grpc_stop.wait_for(|stopped| *stopped).await;
+        })
+        .await;
+    ready.store(false, Ordering::SeqCst);
+    for name in &service.names {
+        health_reporter
+            .set_service_status(*name, ServingStatus::NotServing)
+            .await;
+    }
+    grpc_result.context("gRPC server failed")?;
+    http.await
+        .context("metrics server task failed")?
+        .context("metrics server failed")?;
+    Ok(())
+}
+
+/// Binds the listeners and serves until SIGTERM or Ctrl-C.
+pub async fn serve(args: &ServiceArgs, service: Service) -> anyhow::Result<()> {
+    let listeners = Listeners::bind(args).await?;
+    tracing::info!(
+        grpc = %listeners.grpc_addr()?,
+        metrics = %listeners.http_addr()?,
+        services = ?service.names,
+        "serving"
+    );
+    serve_with_shutdown(listeners, service, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+async fn metrics_handler(State(state): State<HttpState>) -> (StatusCode, String) {
+    match state.metrics.encode() {
+        Ok(text) => (StatusCode::OK, text),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {error}"),
+        ),
+    }
+}
+
+async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}

@@ -1,0 +1,157 @@
+//! Prometheus metrics: a registry the service adds its own metrics to, and a
+//! tower layer that counts every gRPC call and times it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodCodeLabels {
+    pub method: String,
+    pub code: String,
+}
+
+/// The service's metric registry plus the gRPC request metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<MethodCodeLabels, Counter>,
+    durations: Family<MethodLabels, Histogram>,
+}
+
+impl Metrics {
+    /// A registry whose metrics are prefixed with `prefix` (e.g. "karpenter_scheduler").
+    pub fn new(prefix: &str) -> Arc<Self> {
+        let mut registry = Registry::with_prefix(prefix);
+        let requests = Family::<MethodCodeLabels, Counter>::default();
+        let durations = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        });
+        registry.register(
+            "grpc_requests",
+            "gRPC requests handled, by method and status code",
+            requests.clone(),
+        );
+        registry.register(
+            "grpc_request_duration_seconds",
+            "Time to answer a gRPC request, by method",
+            durations.clone(),
+        );
+        Arc::new(Self {
+            registry: Mutex::new(registry),
+            requests,
+            durations,
+        })
+    }
+
+    /// Lets a service register its own metrics.
+    pub fn with_registry<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
+        let mut registry = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut registry)
+    }
+
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let registry = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text)
+    }
+
+    fn record(&self, method: &str, code: &str, seconds: f64) {
+        self.requests
+            .get_or_create(&MethodCodeLabels {
+                method: method.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+        self.durations
+            .get_or_create(&MethodLabels {
+                method: method.to_owned(),
+            })
+            .observe(seconds);
+    }
+}
+
+/// Records, for every gRPC request, its method, its status code (as sent in
+/// the response headers; "0" when the status comes in the trailers, which
+/// tonic does for successful unary calls) and the time to the response head.
+#[derive(Clone)]
+pub struct GrpcMetricsLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl GrpcMetricsLayer {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for GrpcMetricsLayer {
+    type Service = GrpcMetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GrpcMetricsService {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct GrpcMetricsService<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B, ResBody> tower::Service<http::Request<B>> for GrpcMetricsService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request.uri().path().to_owned();
+        let metrics = self.metrics.clone();
+        let started = Instant::now();
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let result = future.await;
+            let code = match &result {
+                Ok(response) => response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or("0")
+                    .to_owned(),
+                Err(_) => "transport-error".to_owned(),
+            };
+            metrics.record(&method, &code, started.elapsed().as_secs_f64());
+            result
+        })
+    }
+}

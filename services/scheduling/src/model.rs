@@ -1,0 +1,1102 @@
+//! The scheduler's own view of a cluster snapshot, built once per request
+//! from the wire types: requirements parsed, effective requests summed,
+//! selectors resolved. Everything a request can get wrong is caught here and
+//! reported with the field path.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::hostports::HostPort;
+use crate::labels;
+use crate::requirements::{Operator, Requirement, Requirements};
+use crate::resources::Resources;
+use crate::selector::{LabelSelector, SelectorOp};
+use crate::taints::{Effect, Taint, Toleration};
+
+/// A request field that cannot be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidField {
+    pub field: String,
+    pub message: String,
+}
+
+impl InvalidField {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod affinity / anti-affinity term with its namespaces resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AffinityTerm {
+    pub selector: Option<LabelSelector>,
+    /// The namespaces whose pods the term selects; None means all.
+    pub namespaces: Option<BTreeSet<String>>,
+    pub topology_key: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WhenUnsatisfiable {
+    DoNotSchedule,
+    ScheduleAnyway,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpreadConstraint {
+    pub max_skew: i32,
+    pub topology_key: String,
+    pub when_unsatisfiable: WhenUnsatisfiable,
+    pub selector: Option<LabelSelector>,
+    pub min_domains: Option<i32>,
+    /// nodeAffinityPolicy: Honor (default) counts only nodes matching the
+    /// pod's node affinity.
+    pub honor_node_affinity: bool,
+    /// nodeTaintsPolicy: Ignore (default) counts nodes whatever their taints.
+    pub honor_node_taints: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Pod {
+    pub key: PodKey,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub node_name: String,
+    /// Effective requests (containers, init containers, sidecars, overhead)
+    /// with `pods: 1`.
+    pub requests: Resources,
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity, ORed terms, with volume topology ANDed in.
+    pub required_terms: Vec<Requirements>,
+    pub preferred_terms: Vec<(i32, Requirements)>,
+    pub pod_affinity: Vec<AffinityTerm>,
+    pub preferred_pod_affinity: Vec<(i32, AffinityTerm)>,
+    pub pod_anti_affinity: Vec<AffinityTerm>,
+    pub preferred_pod_anti_affinity: Vec<(i32, AffinityTerm)>,
+    pub spread: Vec<SpreadConstraint>,
+    pub tolerations: Vec<Toleration>,
+    pub host_ports: Vec<HostPort>,
+    pub priority: i32,
+    pub do_not_disrupt: bool,
+    pub deletion_cost: i32,
+    pub owner_kind: String,
+    pub creation_seconds: i64,
+    pub phase: String,
+    pub terminating: bool,
+}
+
+impl Pod {
+    pub fn is_daemon(&self) -> bool {
+        self.owner_kind == "DaemonSet"
+    }
+
+    /// A pod that finished (Succeeded / Failed) holds no resources.
+    pub fn is_terminal(&self) -> bool {
+        self.phase == "Succeeded" || self.phase == "Failed"
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Offering {
+    pub zone: String,
+    pub capacity_type: String,
+    pub price: f64,
+    pub available: bool,
+    pub requirements: Requirements,
+}
+
+#[derive(Clone, Debug)]
+pub struct InstanceType {
+    pub name: String,
+    pub requirements: Requirements,
+    pub offerings: Vec<Offering>,
+    pub capacity: Resources,
+    pub allocatable: Resources,
+}
+
+impl InstanceType {
+    /// The cheapest available offering compatible with `requirements`.
+    pub fn cheapest_offering(&self, requirements: &Requirements) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .filter(|offering| offering.available && offering_compatible(offering, requirements))
+            .min_by(|a, b| {
+                a.price
+                    .total_cmp(&b.price)
+                    .then_with(|| a.zone.cmp(&b.zone))
+                    .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+            })
+    }
+
+    pub fn has_compatible_offering(&self, requirements: &Requirements) -> bool {
+        self.offerings
+            .iter()
+            .any(|offering| offering.available && offering_compatible(offering, requirements))
+    }
+}
+
+pub fn offering_compatible(offering: &Offering, requirements: &Requirements) -> bool {
+    if let Some(zone) = requirements.get(labels::ZONE)
+        && !zone.has(&offering.zone)
+    {
+        return false;
+    }
+    if let Some(capacity_type) = requirements.get(labels::CAPACITY_TYPE)
+        && !capacity_type.has(&offering.capacity_type)
+    {
+        return false;
+    }
+    offering.requirements.is_empty() || requirements.intersects(&offering.requirements).is_ok()
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Budget {
+    pub nodes: String,
+    pub schedule: String,
+    pub duration_seconds: Option<i64>,
+    pub reasons: Vec<pb::DisruptionReason>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodePool {
+    pub name: String,
+    pub weight: i32,
+    /// spec requirements + template labels + karpenter.sh/nodepool.
+    pub requirements: Requirements,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    pub limits: BTreeMap<String, i64>,
+    pub usage: Resources,
+    pub ready: bool,
+    pub catalog: usize,
+    pub consolidation_when_empty_only: bool,
+    pub consolidate_after_seconds: Option<i64>,
+    pub budgets: Vec<Budget>,
+    pub expire_after_seconds: Option<i64>,
+    pub node_class_ref: Option<pb::NodeClassReference>,
+    pub template_hash: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct StateNode {
+    pub name: String,
+    pub node_claim_name: String,
+    pub node_pool: String,
+    pub labels: BTreeMap<String, String>,
+    /// Taints that count for scheduling (startup taints removed for nodes not
+    /// yet initialized).
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    pub capacity: Resources,
+    pub pods: Vec<Pod>,
+    pub has_node: bool,
+    pub initialized: bool,
+    pub marked_for_deletion: bool,
+    pub unschedulable: bool,
+    pub price: f64,
+    pub creation_seconds: i64,
+    pub disruption: pb::NodeClaimDisruptionState,
+    pub capacity_type: String,
+    pub zone: String,
+    pub instance_type: String,
+}
+
+impl StateNode {
+    pub fn is_managed(&self) -> bool {
+        !self.node_pool.is_empty()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DaemonSet {
+    pub key: PodKey,
+    pub pod: Pod,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Pdb {
+    pub key: PodKey,
+    pub selector: Option<LabelSelector>,
+    pub disruptions_allowed: i32,
+    pub always_allow_unhealthy: bool,
+}
+
+/// A whole request, parsed.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    pub pending: Vec<Pod>,
+    pub nodes: Vec<StateNode>,
+    pub node_pools: Vec<NodePool>,
+    pub catalogs: Vec<Vec<InstanceType>>,
+    pub daemon_sets: Vec<DaemonSet>,
+    pub pdbs: Vec<Pdb>,
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    pub now_seconds: i64,
+}
+
+// ---------------------------------------------------------------------------
+// Wire conversion
+
+fn seconds(timestamp: Option<&prost_types::Timestamp>) -> i64 {
+    timestamp.map_or(0, |t| t.seconds)
+}
+
+pub fn duration_seconds(duration: Option<&prost_types::Duration>) -> Option<i64> {
+    duration.map(|d| d.seconds)
+}
+
+pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
+    list.map_or_else(Resources::default, |list| Resources::from_map(&list.quantities))
+}
+
+fn check_resources(field: &str, list: Option<&pb::ResourceList>) -> Result<Resources, InvalidField> {
+    if let Some(list) = list {
+        for (name, quantity) in &list.quantities {
+            if *quantity < 0 {
+                return Err(InvalidField::new(
+                    format!("{field}.quantities[{name}]"),
+                    format!("must not be negative, got {quantity}"),
+                ));
+            }
+        }
+    }
+    Ok(resources(list))
+}
+
+pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
+    Ok(match pb::Operator::try_from(value) {
+        Ok(pb::Operator::In) => Operator::In,
+        Ok(pb::Operator::NotIn) => Operator::NotIn,
+        Ok(pb::Operator::Exists) => Operator::Exists,
+        Ok(pb::Operator::DoesNotExist) => Operator::DoesNotExist,
+        Ok(pb::Operator::Gt) => Operator::Gt,
+        Ok(pb::Operator::Lt) => Operator::Lt,
+        Ok(pb::Operator::Gte) => Operator::Gte,
+        Ok(pb::Operator::Lte) => Operator::Lte,
+        _ => {
+            return Err(InvalidField::new(
+                format!("{field}.operator"),
+                format!("unknown operator {value}"),
+            ));
+        }
+    })
+}
+
+pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, InvalidField> {
+    if r.key.is_empty() {
+        return Err(InvalidField::new(format!("{field}.key"), "must not be empty"));
+    }
+    let op = operator(field, r.operator)?;
+    let requirement = Requirement::new(&r.key, op, r.values.iter().cloned())
+        .map_err(|e| InvalidField::new(format!("{field}.values"), e.to_string()))?;
+    let min_values = match r.min_values {
+        Some(min) if !(1..=50).contains(&min) => {
+            return Err(InvalidField::new(
+                format!("{field}.min_values"),
+                format!("must be between 1 and 50, got {min}"),
+            ));
+        }
+        Some(min) => {
+            let min = min as usize;
+            if op == Operator::In && r.values.len() < min {
+                return Err(InvalidField::new(
+                    format!("{field}.min_values"),
+                    format!(
+                        "requirement {} In has {} values, fewer than minValues {min}",
+                        r.key,
+                        r.values.len()
+                    ),
+                ));
+            }
+            Some(min)
+        }
+        None => None,
+    };
+    Ok(requirement.with_min_values(min_values))
+}
+
+pub fn requirements(field: &str, list: &[pb::Requirement]) -> Result<Requirements, InvalidField> {
+    let mut result = Requirements::new();
+    for (i, r) in list.iter().enumerate() {
+        result.add(requirement(&format!("{field}[{i}]"), r)?);
+    }
+    Ok(result)
+}
+
+fn effect(field: &str, value: i32) -> Result<Effect, InvalidField> {
+    match pb::TaintEffect::try_from(value) {
+        Ok(pb::TaintEffect::NoSchedule) => Ok(Effect::NoSchedule),
+        Ok(pb::TaintEffect::PreferNoSchedule) => Ok(Effect::PreferNoSchedule),
+        Ok(pb::TaintEffect::NoExecute) => Ok(Effect::NoExecute),
+        _ => Err(InvalidField::new(
+            format!("{field}.effect"),
+            format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {value}"),
+        )),
+    }
+}
+
+pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidField> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            if t.key.is_empty() {
+                return Err(InvalidField::new(format!("{field}.key"), "must not be empty"));
+            }
+            Ok(Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: effect(&field, t.effect)?,
+            })
+        })
+        .collect()
+}
+
+fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleration>, InvalidField> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            let exists = matches!(
+                pb::toleration::TolerationOperator::try_from(t.operator),
+                Ok(pb::toleration::TolerationOperator::Exists)
+            );
+            let effect = if t.effect == 0 {
+                None
+            } else {
+                Some(effect(&field, t.effect)?)
+            };
+            Ok(Toleration {
+                key: t.key.clone(),
+                exists,
+                value: t.value.clone(),
+                effect,
+            })
+        })
+        .collect()
+}
+
+pub fn label_selector(field: &str, selector: &pb::LabelSelector) -> Result<LabelSelector, InvalidField> {
+    let mut result = LabelSelector::default();
+    for (key, value) in &selector.match_labels {
+        result.require(key, value);
+    }
+    for (i, e) in selector.match_expressions.iter().enumerate() {
+        let values: BTreeSet<String> = e.values.iter().cloned().collect();
+        let op = match e.operator.as_str() {
+            "In" => SelectorOp::In(values),
+            "NotIn" => SelectorOp::NotIn(values),
+            "Exists" => SelectorOp::Exists,
+            "DoesNotExist" => SelectorOp::DoesNotExist,
+            other => {
+                return Err(InvalidField::new(
+                    format!("{field}.match_expressions[{i}].operator"),
+                    format!("must be In, NotIn, Exists or DoesNotExist, got {other:?}"),
+                ));
+            }
+        };
+        result.expressions.push((e.key.clone(), op));
+    }
+    Ok(result)
+}
+
+fn namespaces_for(
+    field: &str,
+    term: &pb::PodAffinityTerm,
+    pod_namespace: &str,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<Option<BTreeSet<String>>, InvalidField> {
+    let mut selected: BTreeSet<String> = term.namespaces.iter().cloned().collect();
+    if let Some(ns_selector) = &term.namespace_selector {
+        let ns_selector = label_selector(&format!("{field}.namespace_selector"), ns_selector)?;
+        if ns_selector.expressions.is_empty() {
+            // An empty namespace selector selects every namespace.
+            return Ok(None);
+        }
+        selected.extend(
+            namespaces
+                .iter()
+                .filter(|(_, labels)| ns_selector.matches(labels))
+                .map(|(name, _)| name.clone()),
+        );
+    } else if selected.is_empty() {
+        selected.insert(pod_namespace.to_owned());
+    }
+    Ok(Some(selected))
+}
+
+fn affinity_term(
+    field: &str,
+    term: &pb::PodAffinityTerm,
+    pod_namespace: &str,
+    pod_labels: &BTreeMap<String, String>,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<AffinityTerm, InvalidField> {
+    if term.topology_key.is_empty() {
+        return Err(InvalidField::new(format!("{field}.topology_key"), "must not be empty"));
+    }
+    let mut selector = term
+        .label_selector
+        .as_ref()
+        .map(|s| label_selector(&format!("{field}.label_selector"), s))
+        .transpose()?;
+    if let Some(selector) = selector.as_mut() {
+        for key in &term.match_label_keys {
+            if let Some(value) = pod_labels.get(key) {
+                selector.require(key, value);
+            }
+        }
+        for key in &term.mismatch_label_keys {
+            if let Some(value) = pod_labels.get(key) {
+                selector.require_not(key, value);
+            }
+        }
+    }
+    Ok(AffinityTerm {
+        selector,
+        namespaces: namespaces_for(field, term, pod_namespace, namespaces)?,
+        topology_key: labels::normalize(&term.topology_key).to_owned(),
+    })
+}
+
+fn node_selector_term(field: &str, term: &pb::NodeSelectorTerm) -> Result<Requirements, InvalidField> {
+    let mut result = requirements(&format!("{field}.match_expressions"), &term.match_expressions)?;
+    for (i, r) in term.match_fields.iter().enumerate() {
+        // metadata.name pins the pod to one node: the node's hostname label
+        // is the closest thing Karpenter can reason about.
+        let field = format!("{field}.match_fields[{i}]");
+        let mut converted = r.clone();
+        if r.key == "metadata.name" {
+            converted.key = labels::HOSTNAME.to_owned();
+        }
+        result.add(requirement(&field, &converted)?);
+    }
+    Ok(result)
+}
+
+/// Kubernetes' effective pod requests: the larger of (containers + sidecars)
+/// and the peak during init, plus overhead. A resource with only a limit is
+/// requested at its limit, as the API server defaults it.
+pub fn pod_requests(pod: &pb::Pod) -> Resources {
+    fn container(c: &pb::Container) -> Resources {
+        let mut requests = resources(c.requests.as_ref());
+        if let Some(limits) = &c.limits {
+            for (name, quantity) in &limits.quantities {
+                let has_request = c
+                    .requests
+                    .as_ref()
+                    .is_some_and(|r| r.quantities.contains_key(name));
+                if !has_request {
+                    requests.set(name, *quantity);
+                }
+            }
+        }
+        requests
+    }
+    let mut total = Resources::default();
+    for c in &pod.containers {
+        total.add(&container(c));
+    }
+    let mut sidecars = Resources::default();
+    let mut init_peak = Resources::default();
+    for c in &pod.init_containers {
+        let requests = container(c);
+        if c.restart_policy_always {
+            total.add(&requests);
+            sidecars.add(&requests);
+            init_peak.max_with(&sidecars);
+        } else {
+            init_peak.max_with(&requests.plus(&sidecars));
+        }
+    }
+    total.max_with(&init_peak);
+    total.add(&resources(pod.overhead.as_ref()));
+    total.pods = 1;
+    total
+}
+
+pub fn pod(
+    field: &str,
+    p: &pb::Pod,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<Pod, InvalidField> {
+    if p.name.is_empty() {
+        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+    }
+    for (i, c) in p.containers.iter().chain(&p.init_containers).enumerate() {
+        check_resources(&format!("{field}.containers[{i}].requests"), c.requests.as_ref())?;
+        check_resources(&format!("{field}.containers[{i}].limits"), c.limits.as_ref())?;
+    }
+    let namespace = if p.namespace.is_empty() {
+        "default".to_owned()
+    } else {
+        p.namespace.clone()
+    };
+    let mut required_terms = p
+        .required_node_affinity
+        .iter()
+        .enumerate()
+        .map(|(i, t)| node_selector_term(&format!("{field}.required_node_affinity[{i}]"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Volume topology joins every term (Karpenter's VolumeTopology): the pod
+    // must run where its volumes are.
+    for (i, volume) in p.volumes.iter().enumerate() {
+        if let Some(term) = volume.topology.first() {
+            let volume_requirements = node_selector_term(&format!("{field}.volumes[{i}].topology[0]"), term)?;
+            if required_terms.is_empty() {
+                required_terms.push(volume_requirements);
+            } else {
+                for term in &mut required_terms {
+                    term.add_all(&volume_requirements);
+                }
+            }
+        }
+    }
+    let preferred_terms = p
+        .preferred_node_affinity
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}.preferred_node_affinity[{i}]");
+            let term = t.preference.clone().unwrap_or_default();
+            Ok((t.weight, node_selector_term(&format!("{field}.preference"), &term)?))
+        })
+        .collect::<Result<Vec<_>, InvalidField>>()?;
+    let affinity = |name: &str, list: &[pb::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| affinity_term(&format!("{field}.{name}[{i}]"), t, &namespace, &p.labels, namespaces))
+            .collect()
+    };
+    let weighted = |name: &str,
+                    list: &[pb::WeightedPodAffinityTerm]|
+     -> Result<Vec<(i32, AffinityTerm)>, InvalidField> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let term = t.term.clone().unwrap_or_default();
+                Ok((
+                    t.weight,
+                    affinity_term(&format!("{field}.{name}[{i}].term"), &term, &namespace, &p.labels, namespaces)?,
+                ))
+            })
+            .collect()
+    };
+    let spread = p
+        .topology_spread_constraints
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let field = format!("{field}.topology_spread_constraints[{i}]");
+            if c.max_skew < 1 {
+                return Err(InvalidField::new(
+                    format!("{field}.max_skew"),
+                    format!("must be at least 1, got {}", c.max_skew),
+                ));
+            }
+            if c.topology_key.is_empty() {
+                return Err(InvalidField::new(format!("{field}.topology_key"), "must not be empty"));
+            }
+            let mut selector = c
+                .label_selector
+                .as_ref()
+                .map(|s| label_selector(&format!("{field}.label_selector"), s))
+                .transpose()?;
+            if let Some(selector) = selector.as_mut() {
+                for key in &c.match_label_keys {
+                    if let Some(value) = p.labels.get(key) {
+                        selector.require(key, value);
+                    }
+                }
+            }
+            use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
+            Ok(SpreadConstraint {
+                max_skew: c.max_skew,
+                topology_key: labels::normalize(&c.topology_key).to_owned(),
+                when_unsatisfiable: if c.when_unsatisfiable == W::ScheduleAnyway as i32 {
+                    WhenUnsatisfiable::ScheduleAnyway
+                } else {
+                    WhenUnsatisfiable::DoNotSchedule
+                },
+                selector,
+                min_domains: c.min_domains,
+                honor_node_affinity: c.node_affinity_policy != InclusionPolicy::Ignore as i32,
+                honor_node_taints: c.node_taints_policy == InclusionPolicy::Honor as i32,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut host_ports = Vec::new();
+    for c in p.containers.iter().chain(&p.init_containers) {
+        for port in &c.ports {
+            if port.host_port > 0 {
+                host_ports.push(HostPort {
+                    ip: port.host_ip.clone(),
+                    port: port.host_port,
+                    protocol: if port.protocol.is_empty() {
+                        "TCP".to_owned()
+                    } else {
+                        port.protocol.clone()
+                    },
+                });
+            }
+        }
+    }
+    Ok(Pod {
+        key: PodKey {
+            namespace: namespace.clone(),
+            name: p.name.clone(),
+        },
+        uid: if p.uid.is_empty() {
+            format!("{namespace}/{}", p.name)
+        } else {
+            p.uid.clone()
+        },
+        labels: p.labels.clone().into_iter().collect(),
+        node_name: p.node_name.clone(),
+        requests: pod_requests(p),
+        node_selector: p
+            .node_selector
+            .iter()
+            .map(|(k, v)| (labels::normalize(k).to_owned(), v.clone()))
+            .collect(),
+        required_terms,
+        preferred_terms,
+        pod_affinity: affinity("required_pod_affinity", &p.required_pod_affinity)?,
+        preferred_pod_affinity: weighted("preferred_pod_affinity", &p.preferred_pod_affinity)?,
+        pod_anti_affinity: affinity("required_pod_anti_affinity", &p.required_pod_anti_affinity)?,
+        preferred_pod_anti_affinity: weighted("preferred_pod_anti_affinity", &p.preferred_pod_anti_affinity)?,
+        spread,
+        tolerations: tolerations(&format!("{field}.tolerations"), &p.tolerations)?,
+        host_ports,
+        priority: p.priority,
+        do_not_disrupt: p.do_not_disrupt,
+        deletion_cost: p.deletion_cost,
+        owner_kind: p.owner_kind.clone(),
+        creation_seconds: seconds(p.creation_timestamp.as_ref()),
+        phase: p.phase.clone(),
+        terminating: p.terminating,
+    })
+}
+
+pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType, InvalidField> {
+    if it.name.is_empty() {
+        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+    }
+    let mut reqs = requirements(&format!("{field}.requirements"), &it.requirements)?;
+    if !reqs.has(labels::INSTANCE_TYPE) {
+        reqs.add(Requirement::single(labels::INSTANCE_TYPE, &it.name));
+    }
+    let mut offerings = Vec::with_capacity(it.offerings.len());
+    for (i, o) in it.offerings.iter().enumerate() {
+        let field = format!("{field}.offerings[{i}]");
+        if o.zone.is_empty() {
+            return Err(InvalidField::new(format!("{field}.zone"), "must not be empty"));
+        }
+        if o.capacity_type.is_empty() {
+            return Err(InvalidField::new(format!("{field}.capacity_type"), "must not be empty"));
+        }
+        if !o.price.is_finite() || o.price < 0.0 {
+            return Err(InvalidField::new(
+                format!("{field}.price"),
+                format!("must be a non-negative number, got {}", o.price),
+            ));
+        }
+        offerings.push(Offering {
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+            price: o.price,
+            available: o.available,
+            requirements: requirements(&format!("{field}.requirements"), &o.requirements)?,
+        });
+    }
+    if !reqs.has(labels::ZONE) {
+        reqs.add(Requirement::in_values(labels::ZONE, offerings.iter().map(|o| o.zone.as_str())));
+    }
+    if !reqs.has(labels::CAPACITY_TYPE) {
+        reqs.add(Requirement::in_values(
+            labels::CAPACITY_TYPE,
+            offerings.iter().map(|o| o.capacity_type.as_str()),
+        ));
+    }
+    let capacity = check_resources(&format!("{field}.capacity"), it.capacity.as_ref())?;
+    let mut overhead = Resources::default();
+    if let Some(o) = &it.overhead {
+        overhead.add(&resources(o.kube_reserved.as_ref()));
+        overhead.add(&resources(o.system_reserved.as_ref()));
+        overhead.add(&resources(o.eviction_threshold.as_ref()));
+    }
+    Ok(InstanceType {
+        name: it.name.clone(),
+        requirements: reqs,
+        offerings,
+        allocatable: capacity.minus(&overhead),
+        capacity,
+    })
+}
+
+fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<pb::DisruptionReason>, InvalidField> {
+    reasons
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            pb::DisruptionReason::try_from(*r)
+                .ok()
+                .filter(|r| *r != pb::DisruptionReason::Unspecified)
+                .ok_or_else(|| InvalidField::new(format!("{field}[{i}]"), format!("unknown reason {r}")))
+        })
+        .collect()
+}
+
+pub fn node_pool(
+    field: &str,
+    np: &pb::NodePool,
+    catalog_names: &[String],
+) -> Result<NodePool, InvalidField> {
+    if np.name.is_empty() {
+        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+    }
+    if !(0..=100).contains(&np.weight) {
+        return Err(InvalidField::new(
+            format!("{field}.weight"),
+            format!("must be between 0 and 100, got {}", np.weight),
+        ));
+    }
+    let mut reqs = requirements(&format!("{field}.requirements"), &np.requirements)?;
+    let mut pool_labels: BTreeMap<String, String> = np.labels.clone().into_iter().collect();
+    pool_labels.insert(labels::NODE_POOL.to_owned(), np.name.clone());
+    for (key, value) in &pool_labels {
+        reqs.add(Requirement::single(key, value));
+    }
+    let catalog = if np.instance_type_catalog.is_empty() {
+        0
+    } else {
+        catalog_names
+            .iter()
+            .position(|name| *name == np.instance_type_catalog)
+            .ok_or_else(|| {
+                InvalidField::new(
+                    format!("{field}.instance_type_catalog"),
+                    format!("no instance type catalog named {:?}", np.instance_type_catalog),
+                )
+            })?
+    };
+    let disruption = np.disruption.clone().unwrap_or_default();
+    let mut budgets = Vec::new();
+    for (i, b) in disruption.budgets.iter().enumerate() {
+        let bfield = format!("{field}.disruption.budgets[{i}]");
+        let nodes = b.nodes.trim();
+        let valid = match nodes.strip_suffix('%') {
+            Some(percent) => percent.parse::<u32>().is_ok_and(|p| p <= 100),
+            None => nodes.parse::<u32>().is_ok(),
+        };
+        if !valid {
+            return Err(InvalidField::new(
+                format!("{bfield}.nodes"),
+                format!("must be a count or a percentage such as \"10%\", got {:?}", b.nodes),
+            ));
+        }
+        if b.schedule.is_empty() != b.duration.is_none() {
+            return Err(InvalidField::new(
+                bfield,
+                "schedule and duration must be set together",
+            ));
+        }
+        budgets.push(Budget {
+            nodes: nodes.to_owned(),
+            schedule: b.schedule.clone(),
+            duration_seconds: duration_seconds(b.duration.as_ref()),
+            reasons: disruption_reasons(&format!("{bfield}.reasons"), &b.reasons)?,
+        });
+    }
+    Ok(NodePool {
+        name: np.name.clone(),
+        weight: np.weight,
+        requirements: reqs,
+        labels: pool_labels,
+        taints: taints(&format!("{field}.taints"), &np.taints)?,
+        startup_taints: taints(&format!("{field}.startup_taints"), &np.startup_taints)?,
+        limits: np
+            .limits
+            .as_ref()
+            .map(|l| l.quantities.clone().into_iter().collect())
+            .unwrap_or_default(),
+        usage: resources(np.usage.as_ref()),
+        ready: np.ready,
+        catalog,
+        consolidation_when_empty_only: disruption.consolidation_policy
+            == pb::disruption::ConsolidationPolicy::WhenEmpty as i32,
+        consolidate_after_seconds: duration_seconds(disruption.consolidate_after.as_ref()),
+        budgets,
+        expire_after_seconds: duration_seconds(np.expire_after.as_ref()),
+        node_class_ref: np.node_class_ref.clone(),
+        template_hash: np.template_hash.clone(),
+    })
+}
+
+fn state_node(
+    field: &str,
+    n: &pb::StateNode,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<StateNode, InvalidField> {
+    if n.name.is_empty() {
+        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+    }
+    let mut node_taints = taints(&format!("{field}.taints"), &n.taints)?;
+    let startup = taints(&format!("{field}.startup_taints"), &n.startup_taints)?;
+    if !n.initialized {
+        // Until a node is initialized, its startup taints (and Karpenter's
+        // unregistered taint) are expected to go away: pods may be planned
+        // onto it regardless.
+        node_taints.retain(|t| !startup.contains(t) && t.key != labels::UNREGISTERED_TAINT);
+    }
+    if n.unschedulable {
+        // A cordoned node: kube-scheduler sees this taint.
+        node_taints.push(Taint {
+            key: "node.kubernetes.io/unschedulable".to_owned(),
+            value: String::new(),
+            effect: Effect::NoSchedule,
+        });
+    }
+    let mut node_labels: BTreeMap<String, String> = n
+        .labels
+        .iter()
+        .map(|(k, v)| (labels::normalize(k).to_owned(), v.clone()))
+        .collect();
+    if !n.node_pool.is_empty() {
+        node_labels
+            .entry(labels::NODE_POOL.to_owned())
+            .or_insert_with(|| n.node_pool.clone());
+    }
+    node_labels
+        .entry(labels::HOSTNAME.to_owned())
+        .or_insert_with(|| n.name.clone());
+    let pods = n
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| pod(&format!("{field}.pods[{i}]"), p, namespaces))
+        .collect::<Result<Vec<_>, _>>()?;
+    let capacity_type = if n.capacity_type.is_empty() {
+        node_labels.get(labels::CAPACITY_TYPE).cloned().unwrap_or_default()
+    } else {
+        n.capacity_type.clone()
+    };
+    let zone = if n.zone.is_empty() {
+        node_labels.get(labels::ZONE).cloned().unwrap_or_default()
+    } else {
+        n.zone.clone()
+    };
+    let instance_type = if n.instance_type.is_empty() {
+        node_labels.get(labels::INSTANCE_TYPE).cloned().unwrap_or_default()
+    } else {
+        n.instance_type.clone()
+    };
+    Ok(StateNode {
+        name: n.name.clone(),
+        node_claim_name: n.node_claim_name.clone(),
+        node_pool: n.node_pool.clone(),
+        labels: node_labels,
+        taints: node_taints,
+        allocatable: check_resources(&format!("{field}.allocatable"), n.allocatable.as_ref())?,
+        capacity: check_resources(&format!("{field}.capacity"), n.capacity.as_ref())?,
+        pods,
+        has_node: n.has_node,
+        initialized: n.initialized,
+        marked_for_deletion: n.marked_for_deletion,
+        unschedulable: n.unschedulable,
+        price: n.price,
+        creation_seconds: seconds(n.creation_timestamp.as_ref()),
+        disruption: n.disruption.clone().unwrap_or_default(),
+        capacity_type,
+        zone,
+        instance_type,
+    })
+}
+
+impl Cluster {
+    pub fn from_snapshot(snapshot: &pb::ClusterSnapshot) -> Result<Cluster, InvalidField> {
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> = snapshot
+            .namespaces
+            .iter()
+            .map(|ns| (ns.name.clone(), ns.labels.clone().into_iter().collect()))
+            .collect();
+        let catalog_names: Vec<String> = snapshot
+            .instance_type_catalogs
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        let catalogs = snapshot
+            .instance_type_catalogs
+            .iter()
+            .enumerate()
+            .map(|(c, catalog)| {
+                catalog
+                    .instance_types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, it)| {
+                        instance_type(&format!("cluster.instance_type_catalogs[{c}].instance_types[{i}]"), it)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let node_pools = snapshot
+            .node_pools
+            .iter()
+            .enumerate()
+            .map(|(i, np)| node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !node_pools.is_empty() && catalogs.is_empty() {
+            return Err(InvalidField::new(
+                "cluster.instance_type_catalogs",
+                "node pools are given but no instance type catalog",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut pending = Vec::with_capacity(snapshot.pending_pods.len());
+        for (i, p) in snapshot.pending_pods.iter().enumerate() {
+            let field = format!("cluster.pending_pods[{i}]");
+            let parsed = pod(&field, p, &namespaces)?;
+            if !seen.insert(parsed.key.clone()) {
+                return Err(InvalidField::new(
+                    format!("{field}.name"),
+                    format!("pod {} appears twice", parsed.key),
+                ));
+            }
+            pending.push(parsed);
+        }
+        let nodes = snapshot
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| state_node(&format!("cluster.nodes[{i}]"), n, &namespaces))
+            .collect::<Result<Vec<_>, _>>()?;
+        let daemon_sets = snapshot
+            .daemon_sets
+            .iter()
+            .enumerate()
+            .map(|(i, ds)| {
+                let field = format!("cluster.daemon_sets[{i}]");
+                let template = ds.template.clone().unwrap_or_default();
+                let mut template = template;
+                if template.name.is_empty() {
+                    template.name = ds.name.clone();
+                }
+                if template.namespace.is_empty() {
+                    template.namespace = ds.namespace.clone();
+                }
+                let mut pod = pod(&format!("{field}.template"), &template, &namespaces)?;
+                pod.owner_kind = "DaemonSet".to_owned();
+                Ok(DaemonSet {
+                    key: PodKey {
+                        namespace: ds.namespace.clone(),
+                        name: ds.name.clone(),
+                    },
+                    pod,
+                })
+            })
+            .collect::<Result<Vec<_>, InvalidField>>()?;
+        let pdbs = snapshot
+            .pod_disruption_budgets
+            .iter()
+            .enumerate()
+            .map(|(i, pdb)| {
+                let field = format!("cluster.pod_disruption_budgets[{i}]");
+                Ok(Pdb {
+                    key: PodKey {
+                        namespace: pdb.namespace.clone(),
+                        name: pdb.name.clone(),
+                    },
+                    selector: pdb
+                        .selector
+                        .as_ref()
+                        .map(|s| label_selector(&format!("{field}.selector"), s))
+                        .transpose()?,
+                    disruptions_allowed: pdb.disruptions_allowed,
+                    always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
+                })
+            })
+            .collect::<Result<Vec<_>, InvalidField>>()?;
+        Ok(Cluster {
+            pending,
+            nodes,
+            node_pools,
+            catalogs,
+            daemon_sets,
+            pdbs,
+            namespaces,
+            now_seconds: seconds(snapshot.now.as_ref()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(pairs: &[(&str, i64)]) -> Option<pb::ResourceList> {
+        Some(pb::ResourceList {
+            quantities: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        })
+    }
+
+    fn container(cpu: i64, sidecar: bool) -> pb::Container {
+        pb::Container {
+            requests: list(&[("cpu", cpu)]),
+            restart_policy_always: sidecar,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn init_containers_count_at_their_peak_and_sidecars_add_up() {
+        // containers 1000m; init 2000m alone; sidecar 500m then init 1800m:
+        // peak during init = max(2000, 500 + 1800) = 2300; running = 1000 + 500.
+        let p = pb::Pod {
+            name: "p".into(),
+            containers: vec![container(1000, false)],
+            init_containers: vec![
+                container(2000, false),
+                container(500, true),
+                container(1800, false),
+            ],
+            overhead: list(&[("cpu", 100)]),
+            ..Default::default()
+        };
+        let requests = pod_requests(&p);
+        assert_eq!(requests.cpu, 2300 + 100);
+        assert_eq!(requests.pods, 1);
+    }
+
+    #[test]
+    fn limits_stand_in_for_missing_requests() {
+        let p = pb::Pod {
+            name: "p".into(),
+            containers: vec![pb::Container {
+                requests: list(&[("cpu", 250)]),
+                limits: list(&[("cpu", 500), ("memory", 1 << 30)]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let requests = pod_requests(&p);
+        assert_eq!((requests.cpu, requests.memory), (250, 1 << 30));
+    }
+}

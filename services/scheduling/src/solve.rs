@@ -1,0 +1,1061 @@
+//! Provisioning: Karpenter's scheduler loop.
+//!
+//! Pods are taken largest first (CPU, then memory). Each goes to the first
+//! existing or in-flight node that takes it, else the first claim planned in
+//! this round (fewest pods first), else a new claim from the first node pool
+//! (weight, then name) that can hold it. A pod that fits nowhere has its
+//! preferences relaxed one at a time and is tried again; the queue ends when
+//! a whole pass places nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use crate::hostports::{HostPort, HostPortUsage};
+use crate::labels;
+use crate::model::{Cluster, InstanceType, Pod, PodKey, WhenUnsatisfiable};
+use crate::requirements::{Operator, Requirement, Requirements, WellKnown};
+use crate::resources::Resources;
+use crate::taints::{Effect, Taint, Toleration, first_untolerated};
+use crate::topology::{PoolDomains, Topology};
+
+/// Karpenter's cap on the instance types a launch carries.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    #[default]
+    Strict,
+    BestEffort,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub min_values_policy: MinValuesPolicy,
+    pub ignore_preferences: bool,
+    /// Label keys the provider defines, beyond Karpenter's own.
+    pub well_known_labels: Vec<String>,
+}
+
+/// A node claim to launch.
+#[derive(Clone, Debug)]
+pub struct PlannedClaim {
+    pub node_pool: String,
+    /// Cheapest compatible offering first, at most [`MAX_INSTANCE_TYPES`].
+    pub instance_types: Vec<String>,
+    pub cheapest: Option<Cheapest>,
+    pub requirements: Requirements,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    pub pods: Vec<PodKey>,
+    pub requests: Resources,
+    pub min_values_relaxed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cheapest {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Solution {
+    pub new_claims: Vec<PlannedClaim>,
+    /// Existing or in-flight node name -> pods placed on it.
+    pub existing: BTreeMap<String, Vec<PodKey>>,
+    pub unschedulable: BTreeMap<PodKey, String>,
+}
+
+impl Solution {
+    pub fn cost_per_hour(&self) -> f64 {
+        self.new_claims
+            .iter()
+            .filter_map(|c| c.cheapest.as_ref().map(|o| o.price))
+            .sum()
+    }
+}
+
+struct WellKnownSet(HashSet<String>);
+
+impl WellKnown for WellKnownSet {
+    fn is_well_known(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+}
+
+struct Template {
+    pool: usize,
+    requirements: Requirements,
+    instance_types: Vec<usize>,
+    daemon_overhead: Resources,
+    daemon_ports: Vec<HostPort>,
+}
+
+struct ExistingNode {
+    node: usize,
+    requirements: Requirements,
+    remaining: Resources,
+    ports: HostPortUsage,
+    pods: Vec<usize>,
+}
+
+struct Claim {
+    template: usize,
+    hostname: String,
+    requirements: Requirements,
+    instance_types: Vec<usize>,
+    requests: Resources,
+    /// The most any remaining instance type could still take, for a cheap
+    /// first check.
+    headroom: Resources,
+    pods: Vec<usize>,
+    ports: HostPortUsage,
+    min_values_relaxed: bool,
+}
+
+/// What a pod asks of a node, derived from its (possibly relaxed) spec.
+struct PodData {
+    requirements: Requirements,
+    strict: Requirements,
+}
+
+fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
+    let mut requirements = Requirements::from_labels(&pod.node_selector);
+    if include_preferred
+        && let Some((_, heaviest)) = heaviest(&pod.preferred_terms)
+    {
+        requirements.add_all(heaviest);
+    }
+    if let Some(first) = pod.required_terms.first() {
+        requirements.add_all(first);
+    }
+    requirements
+}
+
+/// The heaviest weighted entry; the first among equals.
+fn heaviest<T>(list: &[(i32, T)]) -> Option<&(i32, T)> {
+    let mut best: Option<&(i32, T)> = None;
+    for entry in list {
+        if best.is_none_or(|b| entry.0 > b.0) {
+            best = Some(entry);
+        }
+    }
+    best
+}
+
+fn remove_heaviest<T>(list: &mut Vec<(i32, T)>) -> bool {
+    let Some(index) = list
+        .iter()
+        .enumerate()
+        .fold(None::<(usize, i32)>, |best, (i, (w, _))| match best {
+            Some((_, bw)) if bw >= *w => best,
+            _ => Some((i, *w)),
+        })
+        .map(|(i, _)| i)
+    else {
+        return false;
+    };
+    list.remove(index);
+    true
+}
+
+/// Removes one soft constraint, in Karpenter's order. False when none is left.
+fn relax(pod: &mut Pod, tolerate_prefer_no_schedule: bool) -> bool {
+    if pod.required_terms.len() > 1 {
+        pod.required_terms.remove(0);
+        return true;
+    }
+    if remove_heaviest(&mut pod.preferred_pod_affinity) {
+        return true;
+    }
+    if remove_heaviest(&mut pod.preferred_pod_anti_affinity) {
+        return true;
+    }
+    if remove_heaviest(&mut pod.preferred_terms) {
+        return true;
+    }
+    if let Some(index) = pod
+        .spread
+        .iter()
+        .position(|c| c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway)
+    {
+        pod.spread.swap_remove(index);
+        return true;
+    }
+    if tolerate_prefer_no_schedule {
+        let toleration = Toleration {
+            key: String::new(),
+            exists: true,
+            value: String::new(),
+            effect: Some(Effect::PreferNoSchedule),
+        };
+        if !pod.tolerations.contains(&toleration) {
+            pod.tolerations.push(toleration);
+            return true;
+        }
+    }
+    false
+}
+
+fn strip_preferences(pod: &mut Pod) {
+    pod.preferred_terms.clear();
+    pod.preferred_pod_affinity.clear();
+    pod.preferred_pod_anti_affinity.clear();
+    pod.spread
+        .retain(|c| c.when_unsatisfiable != WhenUnsatisfiable::ScheduleAnyway);
+}
+
+/// Keys Kubernetes reserves: a pod that selects on them (other than the
+/// well-known ones) is not Karpenter's to schedule.
+fn restricted_label(key: &str, well_known: &dyn WellKnown) -> bool {
+    if well_known.is_well_known(key) {
+        return false;
+    }
+    if key == labels::HOSTNAME {
+        return true;
+    }
+    let Some((domain, _)) = key.split_once('/') else {
+        return false;
+    };
+    let matches = |suffix: &str| domain == suffix || domain.ends_with(&format!(".{suffix}"));
+    if ["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"]
+        .into_iter()
+        .any(matches)
+    {
+        return false;
+    }
+    ["kubernetes.io", "k8s.io", "karpenter.sh"].into_iter().any(matches)
+}
+
+fn validate_pod(pod: &Pod, well_known: &dyn WellKnown) -> Result<(), String> {
+    let selector_keys = pod.node_selector.keys().map(String::as_str);
+    let term_keys = pod.required_terms.iter().flat_map(|t| t.keys());
+    for key in selector_keys.chain(term_keys) {
+        if restricted_label(key, well_known) {
+            return Err(format!(
+                "label {key:?} is restricted; Karpenter does not schedule pods that select on it"
+            ));
+        }
+    }
+    for term in &pod.required_terms {
+        if let Some(requirement) = term.get(labels::NODE_POOL)
+            && requirement.operator() == Operator::DoesNotExist
+        {
+            return Err("configured to not run on a Karpenter provisioned node (karpenter.sh/nodepool DoesNotExist)".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Result of filtering a claim's instance types for one more pod.
+struct Filtered {
+    remaining: Vec<usize>,
+    /// Keys whose minValues were lowered to what the options allow.
+    relaxed_min_values: BTreeMap<String, usize>,
+}
+
+fn min_values_shortfall(
+    catalog: &[InstanceType],
+    options: &[usize],
+    requirements: &Requirements,
+) -> BTreeMap<String, usize> {
+    let mut shortfall = BTreeMap::new();
+    for requirement in requirements.iter() {
+        let Some(min) = requirement.min_values() else {
+            continue;
+        };
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for index in options {
+            if let Some(values) = catalog[*index].requirements.get(requirement.key()) {
+                seen.extend(values.values().iter().map(String::as_str));
+            }
+            if seen.len() >= min {
+                break;
+            }
+        }
+        if seen.len() < min {
+            shortfall.insert(requirement.key().to_owned(), seen.len());
+        }
+    }
+    shortfall
+}
+
+#[allow(clippy::too_many_arguments)]
+fn filter_instance_types(
+    catalog: &[InstanceType],
+    options: &[usize],
+    requirements: &Requirements,
+    requirements_changed: bool,
+    total: &Resources,
+    relax_min_values: bool,
+) -> Result<Filtered, String> {
+    let mut remaining = Vec::with_capacity(options.len());
+    let (mut met, mut fits_any, mut offered) = (false, false, false);
+    let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
+    for index in options {
+        let it = &catalog[*index];
+        let fits = total.fits(&it.allocatable);
+        let (compatible, offering) = if requirements_changed {
+            (
+                it.requirements.intersects(requirements).is_ok(),
+                it.has_compatible_offering(requirements),
+            )
+        } else {
+            (true, true)
+        };
+        met |= compatible;
+        fits_any |= fits;
+        offered |= offering;
+        met_fits |= compatible && fits && !offering;
+        met_offered |= compatible && offering && !fits;
+        fits_offered |= fits && offering && !compatible;
+        if compatible && fits && offering {
+            remaining.push(*index);
+        }
+    }
+    let mut relaxed_min_values = BTreeMap::new();
+    let mut min_values_error = None;
+    if !remaining.is_empty() && requirements.has_min_values() {
+        let shortfall = min_values_shortfall(catalog, &remaining, requirements);
+        if !shortfall.is_empty() {
+            if relax_min_values {
+                relaxed_min_values = shortfall;
+            } else {
+                min_values_error = Some(format!(
+                    "minValues requirement is not met for label(s) (label(s)=[{}])",
+                    shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
+                ));
+                remaining.clear();
+            }
+        }
+    }
+    if !remaining.is_empty() {
+        return Ok(Filtered {
+            remaining,
+            relaxed_min_values,
+        });
+    }
+    let reason = if let Some(error) = min_values_error {
+        error
+    } else if !met && !fits_any && !offered {
+        "no instance type met the scheduling requirements or had enough resources or had a required offering".to_owned()
+    } else if !met && !fits_any {
+        "no instance type met the scheduling requirements or had enough resources".to_owned()
+    } else if !met && !offered {
+        "no instance type met the scheduling requirements or had a required offering".to_owned()
+    } else if !fits_any && !offered {
+        "no instance type had enough resources or had a required offering".to_owned()
+    } else if !met {
+        "no instance type met all requirements".to_owned()
+    } else if !fits_any {
+        let mut message = "no instance type has enough resources".to_owned();
+        if total.cpu >= 1_000_000_000 {
+            message.push_str(" (CPU request >= 1 Million, m vs M typo?)");
+        }
+        message
+    } else if !offered {
+        "no instance type has the required offering".to_owned()
+    } else if met_fits {
+        "no instance type which met the scheduling requirements and had enough resources, had a required offering".to_owned()
+    } else if fits_offered {
+        "no instance type which had enough resources and the required offering met the scheduling requirements".to_owned()
+    } else if met_offered {
+        "no instance type which met the scheduling requirements and the required offering had the required resources".to_owned()
+    } else {
+        "no instance type met the requirements/resources/offering tuple".to_owned()
+    };
+    Err(format!(
+        "{reason}, requirements={}, resources={total}",
+        display_requirements(requirements)
+    ))
+}
+
+/// Requirements as Karpenter prints them: hostname hidden.
+fn display_requirements(requirements: &Requirements) -> String {
+    requirements
+        .iter()
+        .filter(|r| r.key() != labels::HOSTNAME)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn headroom(catalog: &[InstanceType], options: &[usize], requests: &Resources) -> Resources {
+    let mut max = Resources::default();
+    for index in options {
+        max.max_with(&catalog[*index].allocatable);
+    }
+    max.minus(requests)
+}
+
+struct Scheduler<'c> {
+    cluster: &'c Cluster,
+    options: &'c Options,
+    well_known: WellKnownSet,
+    templates: Vec<Template>,
+    existing: Vec<ExistingNode>,
+    claims: Vec<Claim>,
+    /// Claims in Karpenter's try order: fewest pods first, and among equals
+    /// the one that came first in the previous order.
+    claim_order: BTreeMap<usize, VecDeque<usize>>,
+    remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
+    topology: Topology<'c>,
+    tolerate_prefer_no_schedule: bool,
+}
+
+impl<'c> Scheduler<'c> {
+    fn new(cluster: &'c Cluster, options: &'c Options, pending: &[Pod]) -> Scheduler<'c> {
+        let mut well_known: HashSet<String> = labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
+        well_known.extend(options.well_known_labels.iter().cloned());
+        for catalog in &cluster.catalogs {
+            for it in catalog {
+                well_known.extend(it.requirements.keys().map(str::to_owned));
+            }
+        }
+        let well_known = WellKnownSet(well_known);
+
+        let mut pool_order: Vec<usize> = (0..cluster.node_pools.len())
+            .filter(|i| cluster.node_pools[*i].ready)
+            .collect();
+        pool_order.sort_by(|a, b| {
+            let (a, b) = (&cluster.node_pools[*a], &cluster.node_pools[*b]);
+            b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name))
+        });
+        let mut templates = Vec::new();
+        let mut pool_domains = Vec::new();
+        for pool_index in pool_order {
+            let pool = &cluster.node_pools[pool_index];
+            let catalog = cluster.catalogs.get(pool.catalog).map_or(&[][..], Vec::as_slice);
+            let no_requests = Resources::default();
+            let Ok(filtered) = filter_instance_types(
+                catalog,
+                &(0..catalog.len()).collect::<Vec<_>>(),
+                &pool.requirements,
+                true,
+                &no_requests,
+                options.min_values_policy == MinValuesPolicy::BestEffort,
+            ) else {
+                continue;
+            };
+            pool_domains.push(PoolDomains {
+                requirements: &pool.requirements,
+                taints: &pool.taints,
+                instance_types: catalog,
+            });
+            let mut daemon_overhead = Resources::default();
+            let mut daemon_ports = Vec::new();
+            for ds in &cluster.daemon_sets {
+                if daemon_compatible_with_template(&ds.pod, &pool.requirements, &pool.taints, &well_known) {
+                    daemon_overhead.add(&ds.pod.requests);
+                    daemon_ports.extend(ds.pod.host_ports.iter().cloned());
+                }
+            }
+            templates.push(Template {
+                pool: pool_index,
+                requirements: pool.requirements.clone(),
+                instance_types: filtered.remaining,
+                daemon_overhead,
+                daemon_ports,
+            });
+        }
+
+        let tolerate_prefer_no_schedule = templates.iter().any(|t| {
+            cluster.node_pools[t.pool]
+                .taints
+                .iter()
+                .any(|taint| taint.effect == Effect::PreferNoSchedule)
+        });
+
+        let mut remaining_limits: HashMap<usize, BTreeMap<String, i64>> = HashMap::new();
+        for template in &templates {
+            let pool = &cluster.node_pools[template.pool];
+            let mut remaining = pool.limits.clone();
+            let nodes: Vec<_> = cluster
+                .nodes
+                .iter()
+                .filter(|n| n.node_pool == pool.name && !n.marked_for_deletion)
+                .collect();
+            let used = if nodes.is_empty() {
+                pool.usage.clone()
+            } else {
+                let mut sum = Resources::default();
+                for node in nodes {
+                    sum.add(&node.capacity);
+                }
+                sum
+            };
+            for (name, limit) in remaining.iter_mut() {
+                *limit -= used.get(name);
+            }
+            remaining_limits.insert(template.pool, remaining);
+        }
+
+        let topology = Topology::new(cluster, &pool_domains, pending, !options.ignore_preferences);
+
+        let mut existing = Vec::new();
+        let mut node_order: Vec<usize> = (0..cluster.nodes.len())
+            .filter(|i| !cluster.nodes[*i].marked_for_deletion)
+            .collect();
+        node_order.sort_by(|a, b| {
+            let (a, b) = (&cluster.nodes[*a], &cluster.nodes[*b]);
+            b.initialized.cmp(&a.initialized).then_with(|| a.name.cmp(&b.name))
+        });
+        let mut scheduler = Scheduler {
+            cluster,
+            options,
+            well_known,
+            templates,
+            existing: Vec::new(),
+            claims: Vec::new(),
+            claim_order: BTreeMap::new(),
+            remaining_limits,
+            topology,
+            tolerate_prefer_no_schedule,
+        };
+        for index in node_order {
+            let node = &cluster.nodes[index];
+            let requirements = Requirements::from_labels(&node.labels);
+            let mut used = Resources::default();
+            let mut ports = HostPortUsage::default();
+            let mut daemon_used = Resources::default();
+            for pod in &node.pods {
+                if pod.is_terminal() {
+                    continue;
+                }
+                used.add(&pod.requests);
+                ports.add(&pod.host_ports);
+                if pod.is_daemon() {
+                    daemon_used.add(&pod.requests);
+                }
+            }
+            // Daemonsets that will land on the node but have not yet.
+            let mut daemon_expected = Resources::default();
+            for ds in &cluster.daemon_sets {
+                if first_untolerated(&node.taints, &ds.pod.tolerations).is_none()
+                    && requirements
+                        .compatible(&pod_requirements(&ds.pod, false), &crate::requirements::NoneWellKnown)
+                        .is_ok()
+                {
+                    daemon_expected.add(&ds.pod.requests);
+                }
+            }
+            let mut daemon_missing = daemon_expected.minus(&daemon_used);
+            floor_at_zero(&mut daemon_missing);
+            let remaining = node.allocatable.minus(&used).minus(&daemon_missing);
+            scheduler.topology.register(labels::HOSTNAME, node.labels.get(labels::HOSTNAME).map_or(&node.name, |h| h));
+            existing.push(ExistingNode {
+                node: index,
+                requirements,
+                remaining,
+                ports,
+                pods: Vec::new(),
+            });
+        }
+        scheduler.existing = existing;
+        scheduler
+    }
+
+    fn catalog(&self, template: usize) -> &'c [InstanceType] {
+        let cluster = self.cluster;
+        let pool = &cluster.node_pools[self.templates[template].pool];
+        cluster.catalogs.get(pool.catalog).map_or(&[][..], Vec::as_slice)
+    }
+
+    fn pool_taints(&self, template: usize) -> &'c [Taint] {
+        let cluster = self.cluster;
+        &cluster.node_pools[self.templates[template].pool].taints
+    }
+
+    fn pod_data(&self, pod: &Pod) -> PodData {
+        let strict = pod_requirements(pod, false);
+        let requirements = if self.options.ignore_preferences {
+            strict.clone()
+        } else {
+            pod_requirements(pod, true)
+        };
+        PodData {
+            strict: if pod.preferred_terms.is_empty() || self.options.ignore_preferences {
+                requirements.clone()
+            } else {
+                strict
+            },
+            requirements,
+        }
+    }
+
+    fn add_topology(
+        &self,
+        pod: &Pod,
+        taints: &[Taint],
+        data: &PodData,
+        mut requirements: Requirements,
+        well_known: &dyn WellKnown,
+    ) -> Result<Requirements, String> {
+        let topology = self
+            .topology
+            .add_requirements(pod, taints, &data.strict, &requirements, well_known)
+            .map_err(|e| e.to_string())?;
+        if !topology.is_empty() {
+            let topology = Requirements::from_requirements(topology);
+            requirements
+                .compatible(&topology, well_known)
+                .map_err(|e| e.to_string())?;
+            requirements.add_all(&topology);
+        }
+        Ok(requirements)
+    }
+
+    fn can_add_existing(&self, existing: &ExistingNode, pod: &Pod, data: &PodData) -> Result<Requirements, String> {
+        let node = &self.cluster.nodes[existing.node];
+        if let Some(taint) = first_untolerated(&node.taints, &pod.tolerations) {
+            return Err(format!("did not tolerate taint (taint={taint})"));
+        }
+        if let Some(port) = existing.ports.conflict(&pod.host_ports) {
+            return Err(format!("checking host port usage, host port {port} is in use"));
+        }
+        if !pod.requests.fits(&existing.remaining) {
+            return Err("exceeds node resources".to_owned());
+        }
+        let none = crate::requirements::NoneWellKnown;
+        existing
+            .requirements
+            .compatible(&data.requirements, &none)
+            .map_err(|e| format!("incompatible requirements, {e}"))?;
+        let mut requirements = existing.requirements.clone();
+        requirements.add_all(&data.requirements);
+        self.add_topology(pod, &node.taints, data, requirements, &none)
+    }
+
+    /// `quick` rejects early on the claim's resource headroom: right for a
+    /// planned claim, whose error nobody sees, but not for a new one, whose
+    /// error explains the pod.
+    fn can_add_claim(&self, claim: &Claim, pod: &Pod, data: &PodData, quick: bool) -> Result<(Requirements, Filtered), String> {
+        let taints = self.pool_taints(claim.template);
+        if let Some(taint) = first_untolerated(taints, &pod.tolerations) {
+            return Err(format!("did not tolerate taint (taint={taint})"));
+        }
+        if let Some(port) = claim.ports.conflict(&pod.host_ports) {
+            return Err(format!("checking host port usage, host port {port} is in use"));
+        }
+        if quick && let Some(resource) = pod.requests.first_exceeding(&claim.headroom) {
+            return Err(format!("no instance type has enough {resource}"));
+        }
+        claim
+            .requirements
+            .compatible(&data.requirements, &self.well_known)
+            .map_err(|e| format!("incompatible requirements, {e}"))?;
+        let mut requirements = claim.requirements.clone();
+        requirements.add_all(&data.requirements);
+        let mut requirements = self.add_topology(pod, taints, data, requirements, &self.well_known)?;
+        let changed = requirements != claim.requirements;
+        let total = claim.requests.plus(&pod.requests);
+        let filtered = filter_instance_types(
+            self.catalog(claim.template),
+            &claim.instance_types,
+            &requirements,
+            changed,
+            &total,
+            self.options.min_values_policy == MinValuesPolicy::BestEffort,
+        )?;
+        for (key, count) in &filtered.relaxed_min_values {
+            if let Some(requirement) = requirements.remove(key) {
+                requirements.add(requirement.with_min_values(Some(*count)));
+            }
+        }
+        Ok((requirements, filtered))
+    }
+
+    fn commit_claim(&mut self, claim_index: usize, pod_index: usize, pod: &Pod, requirements: Requirements, filtered: Filtered) {
+        let catalog = self.catalog(self.claims[claim_index].template);
+        let taints = self.pool_taints(self.claims[claim_index].template);
+        let claim = &mut self.claims[claim_index];
+        claim.pods.push(pod_index);
+        claim.requests.add(&pod.requests);
+        claim.instance_types = filtered.remaining;
+        claim.min_values_relaxed |= !filtered.relaxed_min_values.is_empty();
+        claim.headroom = headroom(catalog, &claim.instance_types, &claim.requests);
+        claim.ports.add(&pod.host_ports);
+        claim.requirements = requirements;
+        let hostname = claim.hostname.clone();
+        self.topology.register(labels::HOSTNAME, &hostname);
+        let claim = &self.claims[claim_index];
+        self.topology.record(pod, taints, &claim.requirements, &self.well_known);
+    }
+
+    fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
+        for e in 0..self.existing.len() {
+            if let Ok(requirements) = self.can_add_existing(&self.existing[e], pod, data) {
+                let node = &self.cluster.nodes[self.existing[e].node];
+                let existing = &mut self.existing[e];
+                existing.pods.push(pod_index);
+                existing.remaining.subtract(&pod.requests);
+                existing.ports.add(&pod.host_ports);
+                existing.requirements = requirements;
+                self.topology
+                    .record(pod, &node.taints, &self.existing[e].requirements, &crate::requirements::NoneWellKnown);
+                return Ok(());
+            }
+        }
+
+        let mut found = None;
+        'search: for (count, bucket) in &self.claim_order {
+            for (position, claim_index) in bucket.iter().enumerate() {
+                if let Ok(result) = self.can_add_claim(&self.claims[*claim_index], pod, data, true) {
+                    found = Some((*count, position, *claim_index, result));
+                    break 'search;
+                }
+            }
+        }
+        if let Some((count, position, claim_index, (requirements, filtered))) = found {
+            if let Some(bucket) = self.claim_order.get_mut(&count) {
+                bucket.remove(position);
+                if bucket.is_empty() {
+                    self.claim_order.remove(&count);
+                }
+            }
+            self.claim_order.entry(count + 1).or_default().push_front(claim_index);
+            self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
+            return Ok(());
+        }
+
+        if self.templates.is_empty() {
+            return Err(if self.cluster.node_pools.iter().any(|p| p.ready) {
+                "nodepool requirements filtered out all available instance types".to_owned()
+            } else {
+                "no ready node pool".to_owned()
+            });
+        }
+        let mut errors = Vec::new();
+        for t in 0..self.templates.len() {
+            let template = &self.templates[t];
+            let pool = &self.cluster.node_pools[template.pool];
+            let catalog = self.catalog(t);
+            let limits = &self.remaining_limits[&template.pool];
+            let instance_types: Vec<usize> = template
+                .instance_types
+                .iter()
+                .copied()
+                .filter(|i| {
+                    limits
+                        .iter()
+                        .all(|(name, remaining)| catalog[*i].capacity.get(name) <= *remaining)
+                })
+                .collect();
+            if instance_types.is_empty() {
+                errors.push(format!("all available instance types exceed limits for nodepool: {:?}", pool.name));
+                continue;
+            }
+            let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
+            let mut requirements = template.requirements.clone();
+            requirements.add(Requirement::single(labels::HOSTNAME, &hostname));
+            let mut ports = HostPortUsage::default();
+            ports.add(&template.daemon_ports);
+            let claim = Claim {
+                template: t,
+                hostname,
+                requirements,
+                headroom: headroom(catalog, &instance_types, &template.daemon_overhead),
+                instance_types,
+                requests: template.daemon_overhead.clone(),
+                pods: Vec::new(),
+                ports,
+                min_values_relaxed: false,
+            };
+            match self.can_add_claim(&claim, pod, data, false) {
+                Ok((requirements, filtered)) => {
+                    self.claims.push(claim);
+                    let claim_index = self.claims.len() - 1;
+                    self.claim_order.entry(1).or_default().push_back(claim_index);
+                    self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
+                    let claim = &self.claims[claim_index];
+                    let mut max_capacity = Resources::default();
+                    for i in &claim.instance_types {
+                        max_capacity.max_with(&catalog[*i].capacity);
+                    }
+                    if let Some(limits) = self.remaining_limits.get_mut(&self.templates[t].pool) {
+                        for (name, remaining) in limits.iter_mut() {
+                            *remaining -= max_capacity.get(name);
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(error) => errors.push(format!(
+                    "incompatible with nodepool {:?}, daemonset overhead={}, {error}",
+                    pool.name, template.daemon_overhead
+                )),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Places the pod, relaxing its preferences one at a time until it fits
+    /// or none is left. Returns the error of the last attempt.
+    fn try_schedule(&mut self, index: usize, original: &Pod) -> Result<(), String> {
+        let mut pod = original.clone();
+        loop {
+            let data = self.pod_data(&pod);
+            let error = match self.add(index, &pod, &data) {
+                Ok(()) => return Ok(()),
+                Err(error) => error,
+            };
+            if self.options.ignore_preferences || !relax(&mut pod, self.tolerate_prefer_no_schedule) {
+                return Err(error);
+            }
+            self.topology.update(&pod);
+        }
+    }
+}
+
+fn floor_at_zero(resources: &mut Resources) {
+    resources.cpu = resources.cpu.max(0);
+    resources.memory = resources.memory.max(0);
+    resources.pods = resources.pods.max(0);
+    resources.ephemeral_storage = resources.ephemeral_storage.max(0);
+    let names: Vec<String> = resources.extended.iter().map(|(n, _)| n.clone()).collect();
+    for name in names {
+        let value = resources.get(&name);
+        resources.set(&name, value.max(0));
+    }
+}
+
+/// Whether a daemonset's pod would run on nodes of a pool: it tolerates the
+/// pool's taints (startup taints go away) and one of its required terms fits
+/// the pool's requirements. Preferences never keep a daemon pod away.
+fn daemon_compatible_with_template(
+    pod: &Pod,
+    requirements: &Requirements,
+    taints: &[Taint],
+    well_known: &dyn WellKnown,
+) -> bool {
+    let mut tolerations = pod.tolerations.clone();
+    tolerations.push(Toleration {
+        key: String::new(),
+        exists: true,
+        value: String::new(),
+        effect: Some(Effect::PreferNoSchedule),
+    });
+    if first_untolerated(taints, &tolerations).is_some() {
+        return false;
+    }
+    let mut candidate = pod.clone();
+    loop {
+        if requirements
+            .compatible(&pod_requirements(&candidate, false), well_known)
+            .is_ok()
+        {
+            return true;
+        }
+        if candidate.required_terms.len() > 1 {
+            candidate.required_terms.remove(0);
+        } else {
+            return false;
+        }
+    }
+}
+
+/// Pops pods in order until a whole pass makes no progress.
+struct Queue {
+    pods: VecDeque<usize>,
+    last_len: HashMap<usize, usize>,
+}
+
+impl Queue {
+    fn pop(&mut self) -> Option<usize> {
+        let front = *self.pods.front()?;
+        if self.last_len.get(&front) == Some(&self.pods.len()) {
+            return None;
+        }
+        self.pods.pop_front()
+    }
+
+    fn push(&mut self, pod: usize) {
+        self.pods.push_back(pod);
+        self.last_len.insert(pod, self.pods.len());
+    }
+}
+
+/// Solves one provisioning round.
+pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
+    let mut solution = Solution::default();
+    let mut pending: Vec<Pod> = Vec::with_capacity(cluster.pending.len());
+    let well_known_probe = {
+        let mut set: HashSet<String> = labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
+        set.extend(options.well_known_labels.iter().cloned());
+        for catalog in &cluster.catalogs {
+            for it in catalog {
+                set.extend(it.requirements.keys().map(str::to_owned));
+            }
+        }
+        WellKnownSet(set)
+    };
+    for pod in &cluster.pending {
+        if let Err(reason) = validate_pod(pod, &well_known_probe) {
+            solution.unschedulable.insert(pod.key.clone(), reason);
+            continue;
+        }
+        let mut pod = pod.clone();
+        if options.ignore_preferences {
+            strip_preferences(&mut pod);
+        }
+        pending.push(pod);
+    }
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&pending[*a], &pending[*b]);
+        b.requests
+            .cpu
+            .cmp(&a.requests.cpu)
+            .then_with(|| b.requests.memory.cmp(&a.requests.memory))
+            .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
+            .then_with(|| a.uid.cmp(&b.uid))
+    });
+    let mut scheduler = Scheduler::new(cluster, options, &pending);
+    let mut queue = Queue {
+        pods: order.into_iter().collect(),
+        last_len: HashMap::new(),
+    };
+    let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+    while let Some(index) = queue.pop() {
+        match scheduler.try_schedule(index, &pending[index]) {
+            Ok(()) => {
+                errors.remove(&index);
+            }
+            Err(error) => {
+                errors.insert(index, error);
+                scheduler.topology.update(&pending[index]);
+                queue.push(index);
+            }
+        }
+    }
+    for (index, error) in errors {
+        solution.unschedulable.insert(pending[index].key.clone(), error);
+    }
+    for existing in &scheduler.existing {
+        if existing.pods.is_empty() {
+            continue;
+        }
+        let mut pods: Vec<PodKey> = existing.pods.iter().map(|i| pending[*i].key.clone()).collect();
+        pods.sort();
+        solution
+            .existing
+            .insert(cluster.nodes[existing.node].name.clone(), pods);
+    }
+    for claim in &scheduler.claims {
+        match finalize(&scheduler, claim, options) {
+            Ok(planned) => {
+                let mut planned = planned;
+                planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
+                planned.pods.sort();
+                solution.new_claims.push(planned);
+            }
+            Err(error) => {
+                for index in &claim.pods {
+                    solution.unschedulable.insert(
+                        pending[*index].key.clone(),
+                        format!("pod didn't schedule because NodePool couldn't meet minValues requirements, {error}"),
+                    );
+                }
+            }
+        }
+    }
+    solution
+}
+
+/// Orders a claim's options by price, cuts them to the launch maximum and
+/// narrows its requirements to what the launch will carry.
+fn finalize(scheduler: &Scheduler<'_>, claim: &Claim, options: &Options) -> Result<PlannedClaim, String> {
+    let catalog = scheduler.catalog(claim.template);
+    let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
+    let mut requirements = claim.requirements.clone();
+    requirements.remove(labels::HOSTNAME);
+    let mut ranked: Vec<(f64, usize)> = claim
+        .instance_types
+        .iter()
+        .map(|i| {
+            let price = catalog[*i]
+                .cheapest_offering(&requirements)
+                .map_or(f64::MAX, |o| o.price);
+            (price, *i)
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
+    });
+    ranked.truncate(MAX_INSTANCE_TYPES);
+    let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
+    if requirements.has_min_values() && options.min_values_policy == MinValuesPolicy::Strict {
+        let shortfall = min_values_shortfall(catalog, &chosen, &requirements);
+        if !shortfall.is_empty() {
+            return Err(format!(
+                "validating minValues, minValues requirement is not met for label(s) (label(s)=[{}])",
+                shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    let names: Vec<&str> = chosen.iter().map(|i| catalog[*i].name.as_str()).collect();
+    let instance_type_min = requirements.get(labels::INSTANCE_TYPE).and_then(Requirement::min_values);
+    requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, names.iter().copied()).with_min_values(instance_type_min));
+    let capacity_types: BTreeSet<&str> = chosen
+        .iter()
+        .flat_map(|i| catalog[*i].offerings.iter())
+        .filter(|o| o.available && crate::model::offering_compatible(o, &requirements))
+        .map(|o| o.capacity_type.as_str())
+        .collect();
+    requirements.add(Requirement::in_values(labels::CAPACITY_TYPE, capacity_types));
+    let cheapest = chosen
+        .iter()
+        .filter_map(|i| catalog[*i].cheapest_offering(&requirements).map(|o| (&catalog[*i], o)))
+        .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.0.name.cmp(&b.0.name)))
+        .map(|(it, o)| Cheapest {
+            instance_type: it.name.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+            price: o.price,
+        });
+    // The node carries the labels of whichever option launches: a key every
+    // option pins to the same value is a label already.
+    let mut launch = requirements.clone();
+    if let Some(first) = chosen.first() {
+        for requirement in catalog[*first].requirements.iter() {
+            let key = requirement.key();
+            if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+                continue;
+            }
+            let mut values: BTreeSet<&str> = BTreeSet::new();
+            let all_listed = chosen.iter().all(|i| match catalog[*i].requirements.get(key) {
+                Some(r) if !r.is_complement() => {
+                    values.extend(r.values().iter().map(String::as_str));
+                    true
+                }
+                _ => false,
+            });
+            if all_listed {
+                launch.add(Requirement::in_values(key, values));
+            }
+        }
+    }
+    let zones: BTreeSet<&str> = chosen
+        .iter()
+        .flat_map(|i| catalog[*i].offerings.iter())
+        .filter(|o| o.available && crate::model::offering_compatible(o, &requirements))
+        .map(|o| o.zone.as_str())
+        .collect();
+    launch.add(Requirement::in_values(labels::ZONE, zones.iter().copied()));
+    requirements.add(Requirement::in_values(labels::ZONE, zones));
+    let mut node_labels = launch.labels();
+    node_labels.remove(labels::HOSTNAME);
+    Ok(PlannedClaim {
+        node_pool: pool.name.clone(),
+        instance_types: names.iter().map(|n| (*n).to_owned()).collect(),
+        cheapest,
+        labels: node_labels,
+        requirements,
+        taints: pool.taints.clone(),
+        startup_taints: pool.startup_taints.clone(),
+        pods: Vec::new(),
+        requests: claim.requests.clone(),
+        min_values_relaxed: claim.min_values_relaxed,
+    })
+}

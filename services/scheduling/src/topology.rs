@@ -1,0 +1,710 @@
+//! Topology: pod affinity, pod anti-affinity and topology spread, as
+//! Karpenter tracks them while it places pods.
+//!
+//! ```text
+//!   group (kind, key, namespaces, selector, skew, node filter)
+//!     owners:  pods whose constraint this is
+//!     counts:  domain -> matching pods placed there (existing pods counted
+//!              once, at creation; placed pods recorded as they land)
+//!
+//!   forward groups  — "where are the pods my constraint selects?"
+//!   inverse groups  — "where are pods with required anti-affinity?", so a
+//!                     pod they select keeps out of their domains
+//! ```
+//!
+//! For a pod and a candidate node (existing, or a planned claim still open to
+//! several domains), [`Topology::add_requirements`] narrows the candidate's
+//! requirements to the domains every group allows; [`Topology::record`]
+//! counts the pod once it is placed. Ties between equally good domains are
+//! broken by name, so the same input always gives the same answer.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::labels;
+use crate::model::{AffinityTerm, Cluster, InstanceType, Pod, SpreadConstraint, WhenUnsatisfiable};
+use crate::requirements::{Operator, Requirement, Requirements, WellKnown};
+use crate::selector::LabelSelector;
+use crate::taints::{Taint, Toleration, first_untolerated};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Spread,
+    Affinity,
+    AntiAffinity,
+}
+
+impl Kind {
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::Spread => "topology spread",
+            Kind::Affinity => "pod affinity",
+            Kind::AntiAffinity => "pod anti-affinity",
+        }
+    }
+}
+
+/// Which nodes a spread constraint counts (nodeAffinityPolicy and
+/// nodeTaintsPolicy).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct NodeFilter {
+    /// ORed; empty matches every node.
+    terms: Vec<Requirements>,
+    /// Some: only nodes whose taints these tolerate.
+    tolerations: Option<Vec<Toleration>>,
+}
+
+impl NodeFilter {
+    fn for_spread(pod: &Pod, constraint: &SpreadConstraint) -> NodeFilter {
+        let mut terms = Vec::new();
+        if constraint.honor_node_affinity {
+            let selector = Requirements::from_labels(&pod.node_selector);
+            if pod.required_terms.is_empty() {
+                if !selector.is_empty() {
+                    terms.push(selector);
+                }
+            } else {
+                for term in &pod.required_terms {
+                    let mut combined = selector.clone();
+                    combined.add_all(term);
+                    terms.push(combined);
+                }
+            }
+        }
+        NodeFilter {
+            terms,
+            tolerations: constraint
+                .honor_node_taints
+                .then(|| pod.tolerations.clone()),
+        }
+    }
+
+    fn matches(&self, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) -> bool {
+        let affinity = self.terms.is_empty()
+            || self
+                .terms
+                .iter()
+                .any(|term| requirements.compatible(term, well_known).is_ok());
+        affinity
+            && self
+                .tolerations
+                .as_ref()
+                .is_none_or(|tolerations| first_untolerated(taints, tolerations).is_none())
+    }
+
+    fn tolerates(&self, taints: &[Taint]) -> bool {
+        self.tolerations
+            .as_ref()
+            .is_none_or(|tolerations| first_untolerated(taints, tolerations).is_none())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct GroupId {
+    kind: Kind,
+    key: String,
+    namespaces: Option<BTreeSet<String>>,
+    selector: Option<LabelSelector>,
+    max_skew: i32,
+    min_domains: Option<i32>,
+    filter: NodeFilter,
+}
+
+#[derive(Debug)]
+struct Group {
+    id: GroupId,
+    owners: HashSet<String>,
+    counts: BTreeMap<String, i32>,
+    empty: BTreeSet<String>,
+}
+
+impl Group {
+    fn selects(&self, pod: &Pod) -> bool {
+        self.id
+            .namespaces
+            .as_ref()
+            .is_none_or(|namespaces| namespaces.contains(&pod.key.namespace))
+            && self
+                .id
+                .selector
+                .as_ref()
+                .is_some_and(|selector| selector.matches(&pod.labels))
+    }
+
+    fn counts_pod(&self, pod: &Pod, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) -> bool {
+        self.selects(pod) && self.id.filter.matches(taints, requirements, well_known)
+    }
+
+    fn register(&mut self, domain: &str) {
+        if !self.counts.contains_key(domain) {
+            self.counts.insert(domain.to_owned(), 0);
+            self.empty.insert(domain.to_owned());
+        }
+    }
+
+    fn record(&mut self, domain: &str) {
+        *self.counts.entry(domain.to_owned()).or_insert(0) += 1;
+        self.empty.remove(domain);
+    }
+
+    fn is_hostname(&self) -> bool {
+        self.id.key == labels::HOSTNAME
+    }
+
+    fn next_domains(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+        match self.id.kind {
+            Kind::Spread => self.next_spread(pod, pod_domains, node_domains),
+            Kind::Affinity => self.next_affinity(pod, pod_domains, node_domains),
+            Kind::AntiAffinity => self.next_anti_affinity(pod_domains, node_domains),
+        }
+    }
+
+    /// The candidate domains of a node: its listed values when it names them,
+    /// otherwise every domain the group knows that the node allows.
+    fn candidates<'a>(&'a self, node_domains: &'a Requirement) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+        if node_domains.operator() == Operator::In {
+            Box::new(
+                node_domains
+                    .values()
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|d| self.counts.contains_key(*d) && node_domains.has(d)),
+            )
+        } else {
+            Box::new(
+                self.counts
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|d| node_domains.has(d)),
+            )
+        }
+    }
+
+    fn min_count(&self, pod_domains: &Requirement) -> i32 {
+        if self.is_hostname() {
+            // A new node can always be created, so a hostname domain with no
+            // pods always exists.
+            return 0;
+        }
+        let mut min = i32::MAX;
+        let mut supported = 0;
+        for (domain, count) in &self.counts {
+            if pod_domains.has(domain) {
+                supported += 1;
+                min = min.min(*count);
+            }
+        }
+        if self.id.min_domains.is_some_and(|m| supported < m) {
+            min = 0;
+        }
+        min
+    }
+
+    fn next_spread(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+        let key = &self.id.key;
+        let self_selecting = i32::from(self.selects(pod));
+        if self.is_hostname()
+            && let Some(host) = node_domains.single_value()
+        {
+            let count = self.counts.get(host).copied().unwrap_or(0) + self_selecting;
+            return if count <= self.id.max_skew {
+                Requirement::single(key, host)
+            } else {
+                Requirement::does_not_exist(key)
+            };
+        }
+        let min = self.min_count(pod_domains);
+        let mut best: Option<(&str, i32)> = None;
+        for domain in self.candidates(node_domains) {
+            let count = self.counts.get(domain).copied().unwrap_or(0) + self_selecting;
+            if count.saturating_sub(min) <= self.id.max_skew && best.is_none_or(|(_, c)| count < c) {
+                best = Some((domain, count));
+            }
+        }
+        match best {
+            Some((domain, _)) => Requirement::single(key, domain),
+            None => Requirement::does_not_exist(key),
+        }
+    }
+
+    fn any_populated(&self, pod_domains: &Requirement) -> bool {
+        self.counts
+            .iter()
+            .any(|(domain, count)| *count > 0 && pod_domains.has(domain))
+    }
+
+    fn next_affinity(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+        let key = &self.id.key;
+        let self_selecting = self.selects(pod);
+        if self.is_hostname()
+            && let Some(host) = node_domains.single_value()
+        {
+            if !pod_domains.has(host) {
+                return Requirement::does_not_exist(key);
+            }
+            if self.counts.get(host).is_some_and(|c| *c > 0) {
+                return Requirement::single(key, host);
+            }
+            if self_selecting && !self.any_populated(pod_domains) {
+                return Requirement::single(key, host);
+            }
+            return Requirement::does_not_exist(key);
+        }
+        let mut options: BTreeSet<&str> = self
+            .candidates(node_domains)
+            .filter(|d| pod_domains.has(d) && self.counts.get(*d).is_some_and(|c| *c > 0))
+            .collect();
+        if options.is_empty() && self_selecting && !self.any_populated(pod_domains) {
+            // The first pod of a self-affine group picks a domain for all.
+            if let Some(first) = self
+                .counts
+                .keys()
+                .find(|d| pod_domains.has(d) && node_domains.has(d))
+            {
+                options.insert(first);
+            }
+            if let Some(first) = self.counts.keys().find(|d| pod_domains.has(d)) {
+                options.insert(first);
+            }
+        }
+        Requirement::in_values(key, options)
+    }
+
+    fn next_anti_affinity(&self, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+        let key = &self.id.key;
+        if self.is_hostname()
+            && let Some(host) = node_domains.single_value()
+        {
+            return if self.counts.get(host).copied().unwrap_or(0) == 0 {
+                Requirement::single(key, host)
+            } else {
+                Requirement::does_not_exist(key)
+            };
+        }
+        let options: Vec<&str> = if node_domains.operator() == Operator::In
+            && (node_domains.values().len()) < self.empty.len()
+        {
+            node_domains
+                .values()
+                .iter()
+                .map(String::as_str)
+                .filter(|d| self.empty.contains(*d) && pod_domains.has(d) && node_domains.has(d))
+                .collect()
+        } else {
+            self.empty
+                .iter()
+                .map(String::as_str)
+                .filter(|d| node_domains.has(d) && pod_domains.has(d))
+                .collect()
+        };
+        Requirement::in_values(key, options)
+    }
+
+    fn describe_counts(&self) -> String {
+        let shown: Vec<String> = self
+            .counts
+            .iter()
+            .take(10)
+            .map(|(d, c)| format!("{d}: {c}"))
+            .collect();
+        let more = if self.counts.len() > 10 {
+            format!(", and {} more", self.counts.len() - 10)
+        } else {
+            String::new()
+        };
+        format!("{{{}{more}}}", shown.join(", "))
+    }
+}
+
+/// A constraint no domain can satisfy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unsatisfiable topology constraint for {kind}, key={key} (counts = {counts}, podDomains = {pod_domains}, nodeDomains = {node_domains})"
+)]
+pub struct TopologyError {
+    pub kind: &'static str,
+    pub key: String,
+    pub counts: String,
+    pub pod_domains: String,
+    pub node_domains: String,
+}
+
+/// The domains each topology key can take, each with the taint sets of the
+/// pools that offer it (an empty set: open to every pod).
+type Universe = HashMap<String, BTreeMap<String, Vec<Vec<Taint>>>>;
+
+/// Where a pool's nodes can land, for building the domain universe.
+pub struct PoolDomains<'a> {
+    pub requirements: &'a Requirements,
+    pub taints: &'a [Taint],
+    pub instance_types: &'a [InstanceType],
+}
+
+pub struct Topology<'c> {
+    cluster: &'c Cluster,
+    node_requirements: Vec<Requirements>,
+    universe: Universe,
+    groups: Vec<Group>,
+    group_index: HashMap<GroupId, usize>,
+    inverse: Vec<Group>,
+    inverse_index: HashMap<GroupId, usize>,
+    owned: HashMap<String, Vec<usize>>,
+    inverse_owned: HashMap<String, Vec<usize>>,
+    /// Pods being scheduled: not counted from the cluster, recorded as placed.
+    excluded: HashSet<String>,
+    respect_preferences: bool,
+}
+
+impl<'c> Topology<'c> {
+    pub fn new(
+        cluster: &'c Cluster,
+        pools: &[PoolDomains<'_>],
+        pending: &[Pod],
+        respect_preferences: bool,
+    ) -> Topology<'c> {
+        let mut universe: Universe = HashMap::new();
+        let mut insert = |key: &str, domain: &str, taints: &[Taint]| {
+            let sets = universe
+                .entry(key.to_owned())
+                .or_default()
+                .entry(domain.to_owned())
+                .or_default();
+            if taints.is_empty() {
+                sets.clear();
+                sets.push(Vec::new());
+            } else if !sets.iter().any(Vec::is_empty) && !sets.iter().any(|s| s == taints) {
+                sets.push(taints.to_vec());
+            }
+        };
+        for pool in pools {
+            for it in pool.instance_types {
+                for requirement in pool.requirements.iter() {
+                    let combined = match it.requirements.get(requirement.key()) {
+                        Some(other) => requirement.intersection(other),
+                        None => requirement.clone(),
+                    };
+                    for value in combined.values() {
+                        insert(requirement.key(), value, pool.taints);
+                    }
+                }
+                for requirement in it.requirements.iter() {
+                    if pool.requirements.has(requirement.key()) {
+                        continue;
+                    }
+                    for value in requirement.values() {
+                        insert(requirement.key(), value, pool.taints);
+                    }
+                }
+            }
+            for requirement in pool.requirements.iter() {
+                if requirement.operator() == Operator::In {
+                    for value in requirement.values() {
+                        insert(requirement.key(), value, pool.taints);
+                    }
+                }
+            }
+        }
+        let node_requirements = cluster
+            .nodes
+            .iter()
+            .map(|node| Requirements::from_labels(&node.labels))
+            .collect();
+        let mut topology = Topology {
+            cluster,
+            node_requirements,
+            universe,
+            groups: Vec::new(),
+            group_index: HashMap::new(),
+            inverse: Vec::new(),
+            inverse_index: HashMap::new(),
+            owned: HashMap::new(),
+            inverse_owned: HashMap::new(),
+            excluded: pending.iter().map(|p| p.uid.clone()).collect(),
+            respect_preferences,
+        };
+        topology.add_existing_anti_affinities();
+        for pod in pending {
+            topology.update(pod);
+        }
+        topology
+    }
+
+    /// Pods already running with required anti-affinity keep the pods they
+    /// select out of their domains.
+    fn add_existing_anti_affinities(&mut self) {
+        let cluster = self.cluster;
+        for node in &cluster.nodes {
+            for pod in &node.pods {
+                if pod.pod_anti_affinity.is_empty() || !counts_as_running(pod) || self.excluded.contains(&pod.uid) {
+                    continue;
+                }
+                for term in &pod.pod_anti_affinity {
+                    let index = self.inverse_group(term);
+                    self.inverse[index].owners.insert(pod.uid.clone());
+                    let domain = domain_of(node.labels.get(&term.topology_key), &term.topology_key, &node.name);
+                    if let Some(domain) = domain {
+                        self.inverse[index].record(domain);
+                    }
+                }
+            }
+        }
+    }
+
+    fn inverse_group(&mut self, term: &AffinityTerm) -> usize {
+        let id = GroupId {
+            kind: Kind::AntiAffinity,
+            key: term.topology_key.clone(),
+            namespaces: term.namespaces.clone(),
+            selector: term.selector.clone(),
+            max_skew: i32::MAX,
+            min_domains: None,
+            filter: NodeFilter::default(),
+        };
+        if let Some(index) = self.inverse_index.get(&id) {
+            return *index;
+        }
+        let mut group = Group {
+            id: id.clone(),
+            owners: HashSet::new(),
+            counts: BTreeMap::new(),
+            empty: BTreeSet::new(),
+        };
+        if let Some(domains) = self.universe.get(&term.topology_key) {
+            for domain in domains.keys() {
+                group.register(domain);
+            }
+        }
+        self.inverse.push(group);
+        self.inverse_index.insert(id, self.inverse.len() - 1);
+        self.inverse.len() - 1
+    }
+
+    /// (Re-)registers the pod's constraints, as they are now (preferences may
+    /// have been relaxed).
+    pub fn update(&mut self, pod: &Pod) {
+        if let Some(previous) = self.owned.remove(&pod.uid) {
+            for index in previous {
+                self.groups[index].owners.remove(&pod.uid);
+            }
+        }
+        if let Some(previous) = self.inverse_owned.remove(&pod.uid) {
+            for index in previous {
+                self.inverse[index].owners.remove(&pod.uid);
+            }
+        }
+        let mut inverse_owned = Vec::new();
+        for term in &pod.pod_anti_affinity {
+            let index = self.inverse_group(term);
+            self.inverse[index].owners.insert(pod.uid.clone());
+            inverse_owned.push(index);
+        }
+        if !inverse_owned.is_empty() {
+            self.inverse_owned.insert(pod.uid.clone(), inverse_owned);
+        }
+        let mut ids = Vec::new();
+        for constraint in &pod.spread {
+            if !self.respect_preferences && constraint.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway {
+                continue;
+            }
+            ids.push(GroupId {
+                kind: Kind::Spread,
+                key: constraint.topology_key.clone(),
+                namespaces: Some(BTreeSet::from([pod.key.namespace.clone()])),
+                selector: constraint.selector.clone(),
+                max_skew: constraint.max_skew,
+                min_domains: constraint.min_domains,
+                filter: NodeFilter::for_spread(pod, constraint),
+            });
+        }
+        let affinity_id = |kind: Kind, term: &AffinityTerm| GroupId {
+            kind,
+            key: term.topology_key.clone(),
+            namespaces: term.namespaces.clone(),
+            selector: term.selector.clone(),
+            max_skew: i32::MAX,
+            min_domains: None,
+            filter: NodeFilter::default(),
+        };
+        for term in &pod.pod_affinity {
+            ids.push(affinity_id(Kind::Affinity, term));
+        }
+        for term in &pod.pod_anti_affinity {
+            ids.push(affinity_id(Kind::AntiAffinity, term));
+        }
+        if self.respect_preferences {
+            for (_, term) in &pod.preferred_pod_affinity {
+                ids.push(affinity_id(Kind::Affinity, term));
+            }
+            for (_, term) in &pod.preferred_pod_anti_affinity {
+                ids.push(affinity_id(Kind::AntiAffinity, term));
+            }
+        }
+        if ids.is_empty() {
+            return;
+        }
+        let mut owned = Vec::with_capacity(ids.len());
+        for id in ids {
+            let index = match self.group_index.get(&id) {
+                Some(index) => *index,
+                None => self.create_group(id, pod),
+            };
+            self.groups[index].owners.insert(pod.uid.clone());
+            owned.push(index);
+        }
+        self.owned.insert(pod.uid.clone(), owned);
+    }
+
+    fn create_group(&mut self, id: GroupId, _first_owner: &Pod) -> usize {
+        let mut group = Group {
+            id: id.clone(),
+            owners: HashSet::new(),
+            counts: BTreeMap::new(),
+            empty: BTreeSet::new(),
+        };
+        if let Some(domains) = self.universe.get(&id.key) {
+            for (domain, taint_sets) in domains {
+                let open = taint_sets.is_empty()
+                    || taint_sets
+                        .iter()
+                        .any(|taints| id.filter.tolerates(taints));
+                if open {
+                    group.register(domain);
+                }
+            }
+        }
+        let cluster = self.cluster;
+        let mut nodes: Vec<usize> = (0..cluster.nodes.len()).collect();
+        nodes.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
+        for index in nodes {
+            let node = &cluster.nodes[index];
+            let node_requirements = &self.node_requirements[index];
+            if !id
+                .filter
+                .matches(&node.taints, node_requirements, &crate::requirements::NoneWellKnown)
+            {
+                continue;
+            }
+            let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
+                continue;
+            };
+            if node.has_node {
+                group.register(domain);
+            }
+            for pod in &node.pods {
+                if counts_as_running(pod) && !self.excluded.contains(&pod.uid) && group.selects(pod) {
+                    group.record(domain);
+                }
+            }
+        }
+        self.groups.push(group);
+        self.group_index.insert(id, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    /// Adds a domain every group on `key` can choose (a new node's hostname,
+    /// an existing node's).
+    pub fn register(&mut self, key: &str, domain: &str) {
+        for group in self.groups.iter_mut().chain(self.inverse.iter_mut()) {
+            if group.id.key == key {
+                group.register(domain);
+            }
+        }
+    }
+
+    /// The requirements the pod's topology adds to a node with
+    /// `node_requirements` (pod requirements already merged in).
+    pub fn add_requirements(
+        &self,
+        pod: &Pod,
+        taints: &[Taint],
+        pod_requirements: &Requirements,
+        node_requirements: &Requirements,
+        well_known: &dyn WellKnown,
+    ) -> Result<Vec<Requirement>, TopologyError> {
+        let mut added: Vec<Requirement> = Vec::new();
+        let owned = self.owned.get(&pod.uid).map_or(&[][..], Vec::as_slice);
+        let matching_inverse = self
+            .inverse
+            .iter()
+            .filter(|group| !group.owners.is_empty() && group.counts_pod(pod, taints, node_requirements, well_known));
+        let groups = owned.iter().map(|i| &self.groups[*i]).chain(matching_inverse);
+        for group in groups {
+            let key = &group.id.key;
+            let pod_domains = pod_requirements
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| Requirement::exists(key));
+            let mut node_domains = node_requirements
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| Requirement::exists(key));
+            // Narrowing by earlier groups on the same key applies to later ones.
+            for earlier in added.iter().filter(|r| r.key() == key) {
+                node_domains = node_domains.intersection(earlier);
+            }
+            let domains = group.next_domains(pod, &pod_domains, &node_domains);
+            if domains.is_empty() {
+                return Err(TopologyError {
+                    kind: group.id.kind.describe(),
+                    key: key.clone(),
+                    counts: group.describe_counts(),
+                    pod_domains: pod_domains.to_string(),
+                    node_domains: node_domains.to_string(),
+                });
+            }
+            added.push(domains);
+        }
+        Ok(added)
+    }
+
+    /// Counts a placed pod in every group that selects it.
+    pub fn record(&mut self, pod: &Pod, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) {
+        for group in &mut self.groups {
+            if !group.counts_pod(pod, taints, requirements, well_known) {
+                continue;
+            }
+            let Some(domains) = requirements.get(&group.id.key) else {
+                continue;
+            };
+            if group.id.kind == Kind::AntiAffinity {
+                // Block every domain the pod might still land in.
+                if !domains.is_complement() {
+                    for domain in domains.values() {
+                        group.record(domain);
+                    }
+                }
+            } else if let Some(domain) = domains.single_value() {
+                group.record(domain);
+            }
+        }
+        if let Some(owned) = self.inverse_owned.get(&pod.uid) {
+            for index in owned {
+                let group = &mut self.inverse[*index];
+                if let Some(domains) = requirements.get(&group.id.key)
+                    && !domains.is_complement()
+                {
+                    for domain in domains.values() {
+                        group.record(domain);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the pod has constraints whose counts depend on where other
+    /// pods land (it or something else selects it).
+    pub fn has_constraints(&self, pod: &Pod) -> bool {
+        self.owned.contains_key(&pod.uid)
+    }
+}
+
+fn counts_as_running(pod: &Pod) -> bool {
+    !pod.is_terminal() && !pod.terminating
+}
+
+fn domain_of<'a>(label: Option<&'a String>, key: &str, node_name: &'a str) -> Option<&'a str> {
+    match label {
+        Some(value) => Some(value.as_str()),
+        None if key == labels::HOSTNAME => Some(node_name),
+        None => None,
+    }
+}

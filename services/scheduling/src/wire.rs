@@ -1,0 +1,159 @@
+//! From the scheduler's decisions back to the wire types.
+
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::model::PodKey;
+use crate::requirements::{Operator, Requirements};
+use crate::resources::Resources;
+use crate::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
+use crate::taints::{Effect, Taint};
+
+pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
+    let Some(options) = options else {
+        return Options::default();
+    };
+    Options {
+        min_values_policy: if options.min_values_policy
+            == pb::scheduling_options::MinValuesPolicy::BestEffort as i32
+        {
+            MinValuesPolicy::BestEffort
+        } else {
+            MinValuesPolicy::Strict
+        },
+        ignore_preferences: options.preference_policy
+            == pb::scheduling_options::PreferencePolicy::Ignore as i32,
+        well_known_labels: options.well_known_labels.clone(),
+    }
+}
+
+pub fn resource_list(resources: &Resources) -> pb::ResourceList {
+    pb::ResourceList {
+        quantities: resources.to_map(),
+    }
+}
+
+fn operator(op: Operator) -> pb::Operator {
+    match op {
+        Operator::In => pb::Operator::In,
+        Operator::NotIn => pb::Operator::NotIn,
+        Operator::Exists => pb::Operator::Exists,
+        Operator::DoesNotExist => pb::Operator::DoesNotExist,
+        Operator::Gt => pb::Operator::Gt,
+        Operator::Lt => pb::Operator::Lt,
+        Operator::Gte => pb::Operator::Gte,
+        Operator::Lte => pb::Operator::Lte,
+    }
+}
+
+pub fn requirements(requirements: &Requirements) -> Vec<pb::Requirement> {
+    let mut out = Vec::new();
+    for requirement in requirements.iter() {
+        for (index, (key, op, values)) in requirement.to_expressions().into_iter().enumerate() {
+            out.push(pb::Requirement {
+                key,
+                operator: operator(op) as i32,
+                values,
+                min_values: if index == 0 {
+                    requirement.min_values().map(|m| m as i32)
+                } else {
+                    None
+                },
+            });
+        }
+    }
+    out
+}
+
+pub fn taints(taints: &[Taint]) -> Vec<pb::Taint> {
+    taints
+        .iter()
+        .map(|t| pb::Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: match t.effect {
+                Effect::NoSchedule => pb::TaintEffect::NoSchedule,
+                Effect::PreferNoSchedule => pb::TaintEffect::PreferNoSchedule,
+                Effect::NoExecute => pb::TaintEffect::NoExecute,
+            } as i32,
+        })
+        .collect()
+}
+
+fn pod_ref(key: &PodKey, uids: &std::collections::HashMap<&PodKey, &str>) -> pb::PodRef {
+    pb::PodRef {
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        uid: uids.get(key).map(|u| (*u).to_owned()).unwrap_or_default(),
+    }
+}
+
+pub fn node_claim(claim: &PlannedClaim, uids: &std::collections::HashMap<&PodKey, &str>) -> pb::NodeClaimPlan {
+    pb::NodeClaimPlan {
+        node_pool: claim.node_pool.clone(),
+        instance_types: claim.instance_types.clone(),
+        cheapest: claim.cheapest.as_ref().map(|c| pb::OfferingChoice {
+            instance_type: c.instance_type.clone(),
+            zone: c.zone.clone(),
+            capacity_type: c.capacity_type.clone(),
+            price: c.price,
+        }),
+        requirements: requirements(&claim.requirements),
+        labels: claim.labels.clone(),
+        taints: taints(&claim.taints),
+        startup_taints: taints(&claim.startup_taints),
+        pods: claim.pods.iter().map(|p| pod_ref(p, uids)).collect(),
+        requests: Some(resource_list(&claim.requests)),
+        node_class_ref: None,
+    }
+}
+
+pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> pb::SolveResponse {
+    let uids: std::collections::HashMap<&PodKey, &str> = cluster
+        .pending
+        .iter()
+        .map(|p| (&p.key, p.uid.as_str()))
+        .collect();
+    let node_class_refs: std::collections::HashMap<&str, &pb::NodeClassReference> = cluster
+        .node_pools
+        .iter()
+        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
+        .collect();
+    pb::SolveResponse {
+        node_claims: solution
+            .new_claims
+            .iter()
+            .map(|c| {
+                let mut plan = node_claim(c, &uids);
+                plan.node_class_ref = node_class_refs.get(c.node_pool.as_str()).map(|r| (*r).clone());
+                plan
+            })
+            .collect(),
+        existing_nodes: solution
+            .existing
+            .iter()
+            .map(|(node, pods)| pb::NodePlacement {
+                node: node.clone(),
+                pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
+            })
+            .collect(),
+        unschedulable: solution
+            .unschedulable
+            .iter()
+            .map(|(pod, reason)| pb::UnschedulablePod {
+                pod: Some(pod_ref(pod, &uids)),
+                reason: reason.clone(),
+            })
+            .collect(),
+        cost_per_hour: solution.cost_per_hour(),
+    }
+}
+
+/// Validates and solves a wire request: what the gRPC service and the
+/// in-process `plan` command both call.
+pub fn solve_request(request: &pb::SolveRequest) -> Result<pb::SolveResponse, crate::model::InvalidField> {
+    let snapshot = request.cluster.clone().unwrap_or_default();
+    let cluster = crate::model::Cluster::from_snapshot(&snapshot)?;
+    let options = options(request.options.as_ref());
+    let solution = crate::solve::solve(&cluster, &options);
+    Ok(solve_response(&solution, &cluster))
+}

@@ -1,0 +1,588 @@
+//! Karpenter's provisioning scenarios (its scheduling and provisioning test
+//! suites), ported: same inputs, same expected outcome.
+
+mod support;
+
+use karpenter_proto::scheduler::v1 as pb;
+use pb::Operator::{DoesNotExist, Exists, Gt, Lt, NotIn};
+use support::*;
+
+fn default_pool() -> pb::NodePool {
+    let mut p = pool("default");
+    p.requirements = vec![in_(CAPACITY_TYPE, &["spot", "on-demand"])];
+    p
+}
+
+fn scenario() -> Scenario {
+    Scenario::new(vec![default_pool()])
+}
+
+// --- A. requirements, node selectors, node affinity -------------------------
+
+#[test]
+fn pool_labels_land_on_the_node() {
+    let mut p = default_pool();
+    p.labels.insert("test-key".into(), "test-value".into());
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "test-key"), Some("test-value"));
+}
+
+#[test]
+fn selector_on_a_different_pool_label_value_is_not_scheduled() {
+    let mut p = default_pool();
+    p.labels.insert("test-key".into(), "test-value".into());
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a").selector("test-key", "different-value")]);
+    assert!(!outcome.scheduled("a"));
+}
+
+#[test]
+fn selector_on_an_undefined_custom_label_is_not_scheduled() {
+    let outcome = scenario().solve(vec![pod("a").selector("test-key", "test-value")]);
+    assert!(!outcome.scheduled("a"));
+    let reason = outcome.reason("a").unwrap();
+    assert!(reason.contains("label \"test-key\" does not have known values"), "{reason}");
+    assert!(reason.contains("nodepool \"default\""), "{reason}");
+}
+
+#[test]
+fn pool_zone_requirement_narrows_the_node() {
+    let mut p = default_pool();
+    p.requirements.push(in_(ZONE, &["test-zone-2"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-2"));
+}
+
+#[test]
+fn zone_only_offered_on_demand_picks_on_demand() {
+    let outcome = scenario().solve(vec![pod("a").required(vec![in_(ZONE, &["test-zone-3"])])]);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-3"));
+    let claim = outcome.claim_of("a").unwrap();
+    assert_eq!(claim.cheapest.as_ref().unwrap().capacity_type, "on-demand");
+}
+
+#[test]
+fn integer_bounds_select_instance_types() {
+    let mut p = default_pool();
+    p.requirements.push(req("integer", Gt, &["8"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "integer"), Some("16"));
+    let mut p = default_pool();
+    p.requirements.push(req("integer", Lt, &["8"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.instance_type("a"), Some("small-instance-type"));
+}
+
+#[test]
+fn unknown_zone_is_not_scheduled_and_not_in_excludes() {
+    let outcome = scenario().solve(vec![
+        pod("unknown").required(vec![in_(ZONE, &["unknown"])]),
+        pod("notin").required(vec![req(ZONE, NotIn, &["test-zone-1", "test-zone-2", "unknown"])]),
+        pod("none").required(vec![req(
+            ZONE,
+            NotIn,
+            &["test-zone-1", "test-zone-2", "test-zone-3", "unknown"],
+        )]),
+    ]);
+    assert!(!outcome.scheduled("unknown"));
+    assert_eq!(outcome.label("notin", ZONE), Some("test-zone-3"));
+    assert!(!outcome.scheduled("none"));
+}
+
+#[test]
+fn preferred_zone_is_honoured_and_relaxed_when_impossible() {
+    let zones = ["test-zone-1", "test-zone-2", "test-zone-3", "unknown"];
+    let outcome = scenario().solve(vec![
+        pod("a")
+            .required(vec![in_(ZONE, &zones)])
+            .preferred(1, vec![in_(ZONE, &["test-zone-2", "unknown"])]),
+        pod("b")
+            .required(vec![in_(ZONE, &zones)])
+            .preferred(1, vec![in_(ZONE, &["unknown"])]),
+    ]);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-2"));
+    assert!(outcome.scheduled("b"));
+}
+
+#[test]
+fn undefined_custom_keys_accept_only_exclusions() {
+    let outcome = scenario().solve(vec![
+        pod("in").required(vec![in_("test-key", &["v"])]),
+        pod("notin").required(vec![req("test-key", NotIn, &["v"])]),
+        pod("exists").required(vec![req("test-key", Exists, &[])]),
+        pod("dne").required(vec![req("test-key", DoesNotExist, &[])]),
+    ]);
+    assert!(!outcome.scheduled("in"));
+    assert!(outcome.scheduled("notin"));
+    assert!(!outcome.scheduled("exists"));
+    assert!(outcome.scheduled("dne"));
+    assert_eq!(outcome.label("notin", "test-key"), None);
+}
+
+#[test]
+fn pool_requirement_against_pod_operators() {
+    let mut p = default_pool();
+    p.requirements.push(in_("test-key", &["test-value"]));
+    let s = Scenario::new(vec![p]);
+    let cases: [(&str, Vec<pb::Requirement>, bool); 6] = [
+        ("in", vec![in_("test-key", &["test-value"])], true),
+        ("notin", vec![req("test-key", NotIn, &["test-value"])], false),
+        ("exists", vec![req("test-key", Exists, &[])], true),
+        ("dne", vec![req("test-key", DoesNotExist, &[])], false),
+        ("other", vec![in_("test-key", &["another-value"])], false),
+        ("notother", vec![req("test-key", NotIn, &["another-value"])], true),
+    ];
+    for (name, term, expected) in cases {
+        let outcome = s.solve(vec![pod(name).required(term)]);
+        assert_eq!(outcome.scheduled(name), expected, "{name}");
+        if expected {
+            assert_eq!(outcome.label(name, "test-key"), Some("test-value"), "{name}");
+        }
+    }
+}
+
+#[test]
+fn compatible_pods_share_a_node_and_conflicting_ones_do_not() {
+    let mut p = default_pool();
+    p.requirements.push(in_("test-key", &["test-value", "another-value"]));
+    let s = Scenario::new(vec![p]);
+    let outcome = s.solve(vec![
+        pod("a").required(vec![in_("test-key", &["test-value"])]),
+        pod("b").required(vec![req("test-key", NotIn, &["another-value"])]),
+    ]);
+    assert_eq!(outcome.claims().len(), 1);
+    assert_eq!(outcome.label("a", "test-key"), Some("test-value"));
+    let outcome = s.solve(vec![
+        pod("a").required(vec![in_("test-key", &["test-value"])]),
+        pod("b").required(vec![in_("test-key", &["another-value"])]),
+    ]);
+    assert_eq!(outcome.claims().len(), 2);
+}
+
+#[test]
+fn restricted_labels_are_not_scheduled() {
+    let outcome = scenario().solve(vec![
+        pod("host").selector(HOSTNAME, "red-node"),
+        pod("k8s").required(vec![in_("k8s.io/test", &["x"])]),
+        pod("karpenter").required(vec![in_("karpenter.sh/test", &["x"])]),
+    ]);
+    for name in ["host", "k8s", "karpenter"] {
+        assert!(!outcome.scheduled(name), "{name}");
+        assert!(outcome.reason(name).unwrap().contains("restricted"), "{name}");
+    }
+}
+
+#[test]
+fn exception_domains_may_be_pool_labels() {
+    let mut p = default_pool();
+    p.requirements.push(in_("node.kubernetes.io/test", &["test-value"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "node.kubernetes.io/test"), Some("test-value"));
+}
+
+#[test]
+fn pool_requirements_that_match_no_instance_type_are_reported() {
+    let mut p = default_pool();
+    p.requirements.push(in_(INSTANCE_TYPE, &["non-existent"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    let reason = outcome.reason("a").unwrap();
+    assert!(
+        reason.contains("nodepool requirements filtered out all available instance types"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn pools_that_are_not_ready_are_skipped() {
+    let mut p = default_pool();
+    p.ready = false;
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert!(!outcome.scheduled("a"));
+}
+
+// --- B. preferences ---------------------------------------------------------
+
+#[test]
+fn the_last_required_term_is_never_relaxed() {
+    let mut p = default_pool();
+    p.requirements.push(in_(ZONE, &["test-zone-1"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a").required(vec![in_(ZONE, &["invalid"])])]);
+    assert!(!outcome.scheduled("a"));
+}
+
+#[test]
+fn required_terms_are_tried_in_order() {
+    let outcome = scenario().solve(vec![pod("a")
+        .required(vec![in_(ZONE, &["invalid"])])
+        .required(vec![in_(ZONE, &["invalid"])])
+        .required(vec![in_(ZONE, &["test-zone-1"])])
+        .required(vec![in_(ZONE, &["test-zone-2"])])]);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-1"));
+}
+
+#[test]
+fn heavier_preferences_win_and_impossible_ones_are_dropped() {
+    let mut p = default_pool();
+    p.requirements.push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")
+        .preferred(100, vec![in_(INSTANCE_TYPE, &["test-zone-3"])])
+        .preferred(50, vec![in_(ZONE, &["test-zone-2"])])
+        .preferred(1, vec![in_(ZONE, &["test-zone-1"])])]);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-2"));
+}
+
+#[test]
+fn prefer_no_schedule_taint_is_tolerated_only_after_relaxing() {
+    let mut tainted = default_pool();
+    tainted.name = "a-tainted".into();
+    tainted.taints = vec![taint("foo", "bar", pb::TaintEffect::PreferNoSchedule)];
+    let untainted = pool("b-clean");
+    let outcome = Scenario::new(vec![tainted.clone(), untainted]).solve(vec![pod("p")]);
+    assert_eq!(outcome.claim_of("p").unwrap().node_pool, "b-clean");
+    let outcome = Scenario::new(vec![tainted]).solve(vec![pod("p")
+        .preferred(1, vec![in_(ZONE, &["invalid"])])
+        .preferred(1, vec![in_(INSTANCE_TYPE, &["invalid"])])]);
+    assert!(outcome.scheduled("p"));
+    assert_eq!(outcome.claim_of("p").unwrap().taints.len(), 1);
+}
+
+// --- C. instance types and bin-packing ---------------------------------------
+
+#[test]
+fn pods_larger_than_any_instance_type_are_not_scheduled() {
+    let outcome = scenario().solve(vec![pod("cpu").cpu(512_000), pod("mem").memory(2 << 40)]);
+    assert!(!outcome.scheduled("cpu"));
+    let reason = outcome.reason("cpu").unwrap();
+    assert!(reason.contains("no instance type has enough resources"), "{reason}");
+    assert!(!outcome.scheduled("mem"));
+}
+
+#[test]
+fn small_pods_pack_onto_the_smallest_type() {
+    let pods: Vec<_> = (0..5).map(|i| pod(&format!("p{i}")).memory(10_000_000)).collect();
+    let outcome = scenario().solve(pods);
+    assert_eq!(outcome.claims().len(), 1);
+    assert_eq!(outcome.instance_type("p0"), Some("small-instance-type"));
+}
+
+#[test]
+fn forty_pods_of_1_8g_need_twenty_default_nodes() {
+    let pods: Vec<_> = (0..40)
+        .map(|i| pod(&format!("p{i}")).memory(1_800_000_000).selector(ARCH, "amd64"))
+        .collect();
+    let outcome = scenario().solve(pods);
+    assert_eq!(outcome.claims().len(), 20);
+    for claim in outcome.claims() {
+        assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "default-instance-type");
+    }
+}
+
+#[test]
+fn pods_capacity_limits_packing() {
+    let pods: Vec<_> = (0..25)
+        .map(|i| pod(&format!("p{i}")).cpu(1).memory(1 << 20).selector(ARCH, "amd64"))
+        .collect();
+    let outcome = scenario().solve(pods);
+    assert_eq!(outcome.claims().len(), 5);
+    for claim in outcome.claims() {
+        assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "small-instance-type");
+    }
+}
+
+#[test]
+fn init_containers_and_overhead_count() {
+    let mut p = pod("a").cpu(1000).memory(GI);
+    p.init_containers.push(pb::Container {
+        name: "init".into(),
+        requests: Some(list(&[("cpu", 2000), ("memory", GI)])),
+        ..Default::default()
+    });
+    let mut huge_init = pod("b");
+    huge_init.init_containers.push(pb::Container {
+        name: "init".into(),
+        requests: Some(list(&[("memory", 1 << 40)])),
+        ..Default::default()
+    });
+    let mut overhead = pod("c").cpu(1000);
+    overhead.overhead = Some(list(&[("cpu", 2000)]));
+    assert_eq!(scenario().solve(vec![p]).instance_type("a"), Some("default-instance-type"));
+    assert!(!scenario().solve(vec![huge_init]).scheduled("b"));
+    assert_eq!(scenario().solve(vec![overhead]).instance_type("c"), Some("default-instance-type"));
+}
+
+#[test]
+fn extended_resources_select_the_matching_type() {
+    let outcome = scenario().solve(vec![
+        pod("a").resource("fake.com/vendor-a", 1),
+        pod("b").resource("fake.com/vendor-b", 1),
+    ]);
+    assert_eq!(outcome.instance_type("a"), Some("gpu-vendor-instance-type"));
+    assert_eq!(outcome.instance_type("b"), Some("gpu-vendor-b-instance-type"));
+    let claim = outcome.claim_of("a").unwrap();
+    assert_eq!(claim.instance_types, vec!["gpu-vendor-instance-type"]);
+}
+
+#[test]
+fn single_pod_instance_type_needs_a_node_per_pod() {
+    let mut p = default_pool();
+    p.requirements.push(in_(INSTANCE_TYPE, &["single-pod-instance-type"]));
+    let outcome = Scenario::new(vec![p]).solve((0..3).map(|i| pod(&format!("p{i}"))).collect());
+    assert_eq!(outcome.claims().len(), 3);
+}
+
+#[test]
+fn options_are_ranked_by_price() {
+    let outcome = scenario().solve(vec![pod("a").cpu(1000)]);
+    let claim = outcome.claim_of("a").unwrap();
+    assert_eq!(claim.instance_types.first().map(String::as_str), Some("small-instance-type"));
+    assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "small-instance-type");
+}
+
+// --- D. taints ---------------------------------------------------------------
+
+fn toleration(key: &str, op: pb::toleration::TolerationOperator, value: &str, effect: Option<pb::TaintEffect>) -> pb::Toleration {
+    pb::Toleration {
+        key: key.into(),
+        operator: op as i32,
+        value: value.into(),
+        effect: effect.map_or(0, |e| e as i32),
+        toleration_seconds: None,
+    }
+}
+
+#[test]
+fn pool_taints_need_tolerations_and_startup_taints_do_not() {
+    use pb::toleration::TolerationOperator::{Equal, Exists as TExists};
+    let mut p = default_pool();
+    p.taints = vec![taint("test-key", "test-value", pb::TaintEffect::NoSchedule)];
+    let s = Scenario::new(vec![p]);
+    let outcome = s.solve(vec![
+        pod("exists").tolerate(toleration("test-key", TExists, "", Some(pb::TaintEffect::NoSchedule))),
+        pod("equal").tolerate(toleration("test-key", Equal, "test-value", Some(pb::TaintEffect::NoSchedule))),
+        pod("none"),
+        pod("wrong").tolerate(toleration("invalid", TExists, "", None)),
+        pod("empty-value").tolerate(toleration("test-key", Equal, "", Some(pb::TaintEffect::NoSchedule))),
+    ]);
+    assert!(outcome.scheduled("exists"));
+    assert!(outcome.scheduled("equal"));
+    assert!(!outcome.scheduled("none"));
+    assert!(!outcome.scheduled("wrong"));
+    assert!(!outcome.scheduled("empty-value"));
+    let mut p = default_pool();
+    p.startup_taints = vec![taint("startup", "", pb::TaintEffect::NoSchedule)];
+    assert!(Scenario::new(vec![p]).solve(vec![pod("a")]).scheduled("a"));
+}
+
+// --- E. daemonsets -----------------------------------------------------------
+
+fn daemonset(pod: pb::Pod) -> pb::DaemonSet {
+    pb::DaemonSet {
+        namespace: "default".into(),
+        name: format!("ds-{}", pod.name),
+        template: Some(pod),
+    }
+}
+
+#[test]
+fn daemonset_overhead_is_counted() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![daemonset(pod("d").cpu(2000).memory(2 * GI))];
+    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI)]);
+    assert_eq!(outcome.instance_type("a"), Some("default-instance-type"));
+    let requests = outcome.claim_of("a").unwrap().requests.as_ref().unwrap();
+    assert_eq!(requests.quantities["cpu"], 3000);
+    assert_eq!(requests.quantities["pods"], 2);
+}
+
+#[test]
+fn daemonset_host_ports_conflict() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![daemonset(pod("d").host_port(8080))];
+    let outcome = s.solve(vec![pod("a").host_port(8080)]);
+    assert!(!outcome.scheduled("a"));
+    assert!(outcome.claims().is_empty());
+}
+
+#[test]
+fn daemonsets_that_would_not_run_on_the_pool_are_ignored() {
+    let mut p = default_pool();
+    p.taints = vec![taint("foo", "bar", pb::TaintEffect::NoSchedule)];
+    let mut s = Scenario::new(vec![p]);
+    s.snapshot.daemon_sets = vec![
+        daemonset(pod("untolerating").cpu(2000).memory(2 * GI)),
+        daemonset(pod("elsewhere").cpu(2000).memory(2 * GI).selector("node", "invalid")),
+    ];
+    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI).tolerate(pb::Toleration {
+        operator: pb::toleration::TolerationOperator::Exists as i32,
+        ..Default::default()
+    })]);
+    assert_eq!(outcome.instance_type("a"), Some("small-instance-type"));
+}
+
+#[test]
+fn daemonset_startup_taints_do_not_exclude_it() {
+    let mut p = default_pool();
+    p.startup_taints = vec![taint("foo.com/taint", "", pb::TaintEffect::NoSchedule)];
+    let mut s = Scenario::new(vec![p]);
+    s.snapshot.daemon_sets = vec![daemonset(pod("d").cpu(2000).memory(2 * GI))];
+    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI)]);
+    assert_eq!(outcome.instance_type("a"), Some("default-instance-type"));
+}
+
+// --- F. existing nodes ---------------------------------------------------------
+
+#[test]
+fn existing_capacity_is_used_first() {
+    let mut s = scenario();
+    s.snapshot.nodes = vec![node(
+        "existing",
+        &[(ARCH, "amd64")],
+        list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]),
+    )];
+    let pods: Vec<_> = (0..100).map(|i| pod(&format!("p{i}")).cpu(10)).collect();
+    let outcome = s.solve(pods);
+    assert!(outcome.claims().is_empty());
+    assert_eq!(outcome.existing_node_of("p0"), Some("existing"));
+}
+
+#[test]
+fn existing_nodes_must_carry_selected_labels() {
+    let mut s = scenario();
+    s.snapshot.nodes = vec![node("existing", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]))];
+    let outcome = s.solve(vec![pod("a").selector(ZONE, "test-zone-1")]);
+    assert_eq!(outcome.existing_node_of("a"), None);
+    assert_eq!(outcome.label("a", ZONE), Some("test-zone-1"));
+}
+
+#[test]
+fn uninitialized_nodes_ignore_startup_taints_initialized_ones_do_not() {
+    let tainted = |initialized: bool| {
+        let mut n = node("n", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]));
+        n.taints = vec![taint("foo.com/taint", "tainted", pb::TaintEffect::NoSchedule)];
+        n.startup_taints = n.taints.clone();
+        n.initialized = initialized;
+        n
+    };
+    let mut s = scenario();
+    s.snapshot.nodes = vec![tainted(false)];
+    assert_eq!(s.solve(vec![pod("a")]).existing_node_of("a"), Some("n"));
+    s.snapshot.nodes = vec![tainted(true)];
+    assert_eq!(s.solve(vec![pod("a")]).existing_node_of("a"), None);
+}
+
+#[test]
+fn nodes_marked_for_deletion_take_no_pods() {
+    let mut s = scenario();
+    let mut n = node("n", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]));
+    n.marked_for_deletion = true;
+    s.snapshot.nodes = vec![n];
+    let outcome = s.solve(vec![pod("a")]);
+    assert_eq!(outcome.existing_node_of("a"), None);
+    assert!(outcome.scheduled("a"));
+}
+
+// --- H. limits and weights ------------------------------------------------------
+
+#[test]
+fn limits_bound_the_largest_instance_type() {
+    let mut p = default_pool();
+    p.limits = Some(list(&[("cpu", 2000)]));
+    let s = Scenario::new(vec![p]);
+    assert!(s.solve(vec![pod("a").cpu(1750)]).scheduled("a"));
+    assert!(!s.solve(vec![pod("a").cpu(2100)]).scheduled("a"));
+    let mut p = default_pool();
+    p.limits = Some(list(&[("cpu", 1000)]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    let reason = outcome.reason("a").unwrap();
+    assert!(reason.contains("all available instance types exceed limits for nodepool: \"default\""), "{reason}");
+}
+
+#[test]
+fn limits_count_the_max_capacity_a_claim_might_launch() {
+    let mut p = default_pool();
+    p.limits = Some(list(&[("cpu", 3000)]));
+    let anti = |name: &str| {
+        let mut p = pod(name).cpu(1500).label("app", "x");
+        p.required_pod_anti_affinity.push(affinity_term(HOSTNAME, &[("app", "x")]));
+        p
+    };
+    let outcome = Scenario::new(vec![p]).solve(vec![anti("a"), anti("b")]);
+    assert_eq!(outcome.claims().len(), 1);
+}
+
+#[test]
+fn existing_usage_counts_against_limits() {
+    let mut p = default_pool();
+    p.limits = Some(list(&[("cpu", 20_000)]));
+    let mut s = Scenario::new(vec![p]);
+    let mut n = node("n", &[("karpenter.sh/nodepool", "default")], list(&[("cpu", 100_000), ("pods", 0)]));
+    n.node_pool = "default".into();
+    s.snapshot.nodes = vec![n];
+    assert!(!s.solve(vec![pod("a")]).scheduled("a"));
+}
+
+#[test]
+fn heaviest_pool_wins_unless_a_pod_selects_another() {
+    let mut light = default_pool();
+    light.name = "light".into();
+    let mut middle = default_pool();
+    middle.name = "middle".into();
+    middle.weight = 20;
+    let mut heavy = default_pool();
+    heavy.name = "heavy".into();
+    heavy.weight = 100;
+    let s = Scenario::new(vec![light, middle, heavy]);
+    let outcome = s.solve(vec![
+        pod("a"),
+        pod("b"),
+        pod("c").selector("karpenter.sh/nodepool", "light"),
+    ]);
+    assert_eq!(outcome.claim_of("a").unwrap().node_pool, "heavy");
+    assert_eq!(outcome.claim_of("b").unwrap().node_pool, "heavy");
+    assert_eq!(outcome.claim_of("c").unwrap().node_pool, "light");
+}
+
+// --- I. minValues ----------------------------------------------------------------
+
+#[test]
+fn min_values_strict_and_best_effort() {
+    let mut p = default_pool();
+    let mut r = in_(INSTANCE_TYPE, &["default-instance-type", "small-instance-type", "missing"]);
+    r.min_values = Some(3);
+    p.requirements.push(r);
+    let mut s = Scenario::new(vec![p]);
+    assert!(!s.solve(vec![pod("a")]).scheduled("a"));
+    s.options.min_values_policy = pb::scheduling_options::MinValuesPolicy::BestEffort as i32;
+    let outcome = s.solve(vec![pod("a")]);
+    assert!(outcome.scheduled("a"));
+    let claim = outcome.claim_of("a").unwrap();
+    let it = claim.requirements.iter().find(|r| r.key == INSTANCE_TYPE).unwrap();
+    assert_eq!(it.min_values, Some(2));
+}
+
+#[test]
+fn min_values_over_numeric_bounds() {
+    let its = vec![
+        ItSpec::new("it1", 1000, GI).label("karpenter/numerical-value", "2").build(),
+        ItSpec::new("it2", 1000, GI).label("karpenter/numerical-value", "3").build(),
+        ItSpec::new("it3", 4000, 4 * GI).label("karpenter/numerical-value", "4").build(),
+    ];
+    let mut p = default_pool();
+    let mut r = req("karpenter/numerical-value", Gt, &["2"]);
+    r.min_values = Some(2);
+    p.requirements.push(r);
+    let pods = vec![pod("a").cpu(900).memory(900 << 20), pod("b").cpu(900).memory(900 << 20)];
+    let outcome = Scenario::with_instance_types(vec![p], its).solve(pods);
+    assert_eq!(outcome.claims().len(), 2);
+}
+
+// --- output ---------------------------------------------------------------------
+
+#[test]
+fn same_input_same_output() {
+    let pods: Vec<_> = (0..30)
+        .map(|i| pod(&format!("p{i}")).cpu(100 * (i % 7 + 1)).spread(ZONE, 1, &[("app", "x")]).label("app", "x"))
+        .collect();
+    let a = scenario().solve(pods.clone()).response;
+    let b = scenario().solve(pods).response;
+    assert_eq!(prost::Message::encode_to_vec(&a), prost::Message::encode_to_vec(&b));
+}
