@@ -97,7 +97,11 @@ fn str_at<'a>(v: &'a Json, path: &str, field: &str) -> Result<&'a str, CompileEr
 
 fn strings(v: Option<&Json>) -> Vec<String> {
     v.and_then(Json::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -116,7 +120,9 @@ pub(crate) fn parse(doc: &Json) -> Result<Crd, CompileError> {
         .and_then(Json::as_str)
         .unwrap_or_default()
         .to_string();
-    let spec = doc.get("spec").ok_or_else(|| malformed("spec", "Required value"))?;
+    let spec = doc
+        .get("spec")
+        .ok_or_else(|| malformed("spec", "Required value"))?;
     let group = str_at(spec, "spec", "group")?.to_string();
     let names_v = spec
         .get("names")
@@ -186,7 +192,11 @@ pub(crate) fn parse(doc: &Json) -> Result<Crd, CompileError> {
                         .and_then(Json::as_str)
                         .map(str::to_string)
                         .unwrap_or_else(|| {
-                            format!("{group}/{} {} is deprecated", v["name"].as_str().unwrap_or_default(), names.kind)
+                            format!(
+                                "{group}/{} {} is deprecated",
+                                v["name"].as_str().unwrap_or_default(),
+                                names.kind
+                            )
                         }),
                 )
             } else {

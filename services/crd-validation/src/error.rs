@@ -132,8 +132,14 @@ impl Violation {
         detail: impl Into<String>,
         source: Source,
     ) -> Self {
+        let path = path.into();
         Violation {
-            path: path.into(),
+            // The apiserver prints a nil field path (the object itself) as `<nil>`.
+            path: if path.is_empty() {
+                "<nil>".to_string()
+            } else {
+                path
+            },
             kind,
             value,
             detail: detail.into(),
@@ -152,11 +158,9 @@ impl Violation {
                 | ViolationKind::TooLong
                 | ViolationKind::Internal
         );
-        if print_value {
-            if let BadValue::Json(v) = &self.value {
-                s.push_str(": ");
-                s.push_str(&go_value(v));
-            }
+        if print_value && let BadValue::Json(v) = &self.value {
+            s.push_str(": ");
+            s.push_str(&go_value(v));
         }
         if !self.detail.is_empty() {
             s.push_str(": ");
@@ -373,6 +377,9 @@ mod tests {
             "may not be more than 2 bytes",
             Source::Schema,
         );
-        assert_eq!(v.to_string(), "spec.x: Too long: may not be more than 2 bytes");
+        assert_eq!(
+            v.to_string(),
+            "spec.x: Too long: may not be more than 2 bytes"
+        );
     }
 }

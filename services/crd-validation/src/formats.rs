@@ -38,12 +38,10 @@ fn re(p: &str) -> Regex {
     Regex::new(p).unwrap_or_else(|e| panic!("invalid built-in pattern {p}: {e}"))
 }
 
-static UUID: LazyLock<Regex> = LazyLock::new(|| {
-    re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
-});
-static UUID3: LazyLock<Regex> = LazyLock::new(|| {
-    re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
-});
+static UUID: LazyLock<Regex> =
+    LazyLock::new(|| re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"));
+static UUID3: LazyLock<Regex> =
+    LazyLock::new(|| re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$"));
 static UUID4: LazyLock<Regex> = LazyLock::new(|| {
     re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$")
 });
@@ -51,13 +49,16 @@ static UUID5: LazyLock<Regex> = LazyLock::new(|| {
     re("(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$")
 });
 static HOSTNAME: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"^([a-zA-Z0-9\p{S}\p{L}]((-?[a-zA-Z0-9\p{S}\p{L}]{0,62})?)|([a-zA-Z0-9\p{S}\p{L}](([a-zA-Z0-9-\p{S}\p{L}]{0,61}[a-zA-Z0-9\p{S}\p{L}])?)(\.)){1,}([a-zA-Z\p{L}]){2,63})$")
+    re(
+        r"^([a-zA-Z0-9\p{S}\p{L}]((-?[a-zA-Z0-9\p{S}\p{L}]{0,62})?)|([a-zA-Z0-9\p{S}\p{L}](([a-zA-Z0-9-\p{S}\p{L}]{0,61}[a-zA-Z0-9\p{S}\p{L}])?)(\.)){1,}([a-zA-Z\p{L}]){2,63})$",
+    )
 });
 static EMAIL: LazyLock<Regex> = LazyLock::new(|| re(r"^[^@\s<>]+@[^@\s<>]+$"));
-static HEXCOLOR: LazyLock<Regex> =
-    LazyLock::new(|| re(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$"));
+static HEXCOLOR: LazyLock<Regex> = LazyLock::new(|| re(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$"));
 static RGBCOLOR: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"^rgb\(\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*\)$")
+    re(
+        r"^rgb\(\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*\)$",
+    )
 });
 static TIME_OF_DAY: LazyLock<Regex> = LazyLock::new(|| {
     re(r"^([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))$")
@@ -162,7 +163,11 @@ pub(crate) fn parse_go_duration(s: &str) -> Option<chrono::Duration> {
         return None;
     }
     let nanos = total as i64;
-    Some(chrono::Duration::nanoseconds(if neg { -nanos } else { nanos }))
+    Some(chrono::Duration::nanoseconds(if neg {
+        -nanos
+    } else {
+        nanos
+    }))
 }
 
 static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| re(r"((\d+)\s*([A-Za-zµ]+))"));
@@ -204,7 +209,7 @@ pub(crate) fn parse_duration(s: &str) -> Option<chrono::Duration> {
 /// Standard base64 with padding, as Go's `base64.StdEncoding`.
 pub(crate) fn decode_base64(s: &str) -> Option<Vec<u8>> {
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| -> Option<u32> {
@@ -356,8 +361,14 @@ mod tests {
 
     #[test]
     fn durations_follow_go_and_strfmt() {
-        assert_eq!(parse_go_duration("1h30m"), Some(chrono::Duration::minutes(90)));
-        assert_eq!(parse_go_duration("1.5s"), Some(chrono::Duration::milliseconds(1500)));
+        assert_eq!(
+            parse_go_duration("1h30m"),
+            Some(chrono::Duration::minutes(90))
+        );
+        assert_eq!(
+            parse_go_duration("1.5s"),
+            Some(chrono::Duration::milliseconds(1500))
+        );
         assert_eq!(parse_go_duration("10"), None);
         assert_eq!(parse_duration("3 days"), Some(chrono::Duration::days(3)));
         assert!(!is_valid("duration", "soon"));
@@ -372,7 +383,9 @@ mod tests {
 
     #[test]
     fn builtin_patterns_compile() {
-        for f in ["uuid", "uuid3", "uuid4", "uuid5", "hostname", "email", "hexcolor", "rgbcolor"] {
+        for f in [
+            "uuid", "uuid3", "uuid4", "uuid5", "hostname", "email", "hexcolor", "rgbcolor",
+        ] {
             let _ = is_valid(f, "x");
         }
         assert!(is_valid("uuid", "123e4567-e89b-12d3-a456-426614174000"));

@@ -209,9 +209,9 @@ impl CrdValidator {
     /// Whether `apiVersion`/`kind` name this CRD's kind in a served version.
     pub fn handles(&self, api_version: &str, kind: &str) -> bool {
         kind == self.crd.names.kind
-            && api_version
-                .split_once('/')
-                .is_some_and(|(g, v)| g == self.crd.group && self.version(v).is_some_and(|v| v.served))
+            && api_version.split_once('/').is_some_and(|(g, v)| {
+                g == self.crd.group && self.version(v).is_some_and(|v| v.served)
+            })
     }
 
     fn served_version(&self, version: &str) -> Result<&Version, ValidateError> {
@@ -232,7 +232,11 @@ impl CrdValidator {
 
     /// Prunes unknown fields and applies defaults in place, without
     /// validating. Returns the pruned fields' paths.
-    pub fn default_object(&self, version: &str, obj: &mut Json) -> Result<Vec<String>, ValidateError> {
+    pub fn default_object(
+        &self,
+        version: &str,
+        obj: &mut Json,
+    ) -> Result<Vec<String>, ValidateError> {
         let v = self.served_version(version)?;
         let mut unknown = Vec::new();
         if let Some(schema) = &v.schema {
@@ -257,7 +261,11 @@ impl CrdValidator {
 
     /// [`validate`](Self::validate), taking the version from the object's
     /// `apiVersion`.
-    pub fn validate_object(&self, obj: &mut Json, old: Option<&Json>) -> Result<Outcome, ValidateError> {
+    pub fn validate_object(
+        &self,
+        obj: &mut Json,
+        old: Option<&Json>,
+    ) -> Result<Outcome, ValidateError> {
         let api_version = obj
             .get("apiVersion")
             .and_then(Json::as_str)
@@ -295,7 +303,10 @@ impl CrdValidator {
                 Source::Metadata,
             ));
         }
-        let api_version = obj.get("apiVersion").and_then(Json::as_str).unwrap_or_default();
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
         if api_version != expected_api_version {
             outcome.violations.push(Violation::new(
                 "apiVersion",

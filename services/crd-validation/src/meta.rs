@@ -131,7 +131,11 @@ pub fn qualified_name(v: &str) -> Vec<String> {
     if !QUALIFIED_NAME.is_match(name) {
         errs.push(format!(
             "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            regex_error(
+                QUALIFIED_NAME_ERR,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
     errs
@@ -301,35 +305,40 @@ pub(crate) fn validate_object_meta(
         ));
     }
 
-    if let Some(g) = meta.get("generation").and_then(Json::as_i64) {
-        if g < 0 {
-            out.push(meta_violation(
-                format!("{path}.generation"),
-                ViolationKind::Invalid,
-                BadValue::int(g),
-                "must be greater than or equal to 0".to_string(),
-            ));
-        }
+    if let Some(g) = meta.get("generation").and_then(Json::as_i64)
+        && g < 0
+    {
+        out.push(meta_violation(
+            format!("{path}.generation"),
+            ViolationKind::Invalid,
+            BadValue::int(g),
+            "must be greater than or equal to 0".to_string(),
+        ));
     }
 
-    validate_string_map(meta.get("labels"), &format!("{path}.labels"), out, |k, v, p, out| {
-        for msg in qualified_name(k) {
-            out.push(meta_violation(
-                p.to_string(),
-                ViolationKind::Invalid,
-                BadValue::string(k),
-                msg,
-            ));
-        }
-        for msg in label_value(v) {
-            out.push(meta_violation(
-                p.to_string(),
-                ViolationKind::Invalid,
-                BadValue::string(v),
-                msg,
-            ));
-        }
-    });
+    validate_string_map(
+        meta.get("labels"),
+        &format!("{path}.labels"),
+        out,
+        |k, v, p, out| {
+            for msg in qualified_name(k) {
+                out.push(meta_violation(
+                    p.to_string(),
+                    ViolationKind::Invalid,
+                    BadValue::string(k),
+                    msg,
+                ));
+            }
+            for msg in label_value(v) {
+                out.push(meta_violation(
+                    p.to_string(),
+                    ViolationKind::Invalid,
+                    BadValue::string(v),
+                    msg,
+                ));
+            }
+        },
+    );
 
     let mut total = 0usize;
     validate_string_map(
@@ -455,11 +464,7 @@ pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
 
 /// Checks an `x-kubernetes-embedded-resource` object: `apiVersion` and
 /// `kind` are required, `metadata` is an `ObjectMeta`.
-pub(crate) fn validate_embedded(
-    obj: &Map<String, Json>,
-    path: &str,
-    out: &mut Vec<Violation>,
-) {
+pub(crate) fn validate_embedded(obj: &Map<String, Json>, path: &str, out: &mut Vec<Violation>) {
     let push = |out: &mut Vec<Violation>, p: String, kind, value, detail: &str| {
         out.push(Violation::new(
             p,
@@ -490,8 +495,20 @@ pub(crate) fn validate_embedded(
     for (k, v) in obj {
         match k.as_str() {
             "apiVersion" => match v.as_str() {
-                None => push(out, child(k), ViolationKind::Invalid, BadValue::Json(v.clone()), "must be a string"),
-                Some("") => push(out, child(k), ViolationKind::Invalid, BadValue::string(""), "must not be empty"),
+                None => push(
+                    out,
+                    child(k),
+                    ViolationKind::Invalid,
+                    BadValue::Json(v.clone()),
+                    "must be a string",
+                ),
+                Some("") => push(
+                    out,
+                    child(k),
+                    ViolationKind::Invalid,
+                    BadValue::string(""),
+                    "must not be empty",
+                ),
                 Some(av) => {
                     if av.matches('/').count() > 1 {
                         push(
@@ -505,8 +522,20 @@ pub(crate) fn validate_embedded(
                 }
             },
             "kind" => match v.as_str() {
-                None => push(out, child(k), ViolationKind::Invalid, BadValue::Json(v.clone()), "must be a string"),
-                Some("") => push(out, child(k), ViolationKind::Invalid, BadValue::string(""), "must not be empty"),
+                None => push(
+                    out,
+                    child(k),
+                    ViolationKind::Invalid,
+                    BadValue::Json(v.clone()),
+                    "must be a string",
+                ),
+                Some("") => push(
+                    out,
+                    child(k),
+                    ViolationKind::Invalid,
+                    BadValue::string(""),
+                    "must not be empty",
+                ),
                 Some(kind) => {
                     let errs = dns1035_label(&kind.to_lowercase());
                     if !errs.is_empty() {
@@ -529,7 +558,13 @@ pub(crate) fn validate_embedded(
                     .and_then(Json::as_str)
                     .is_some_and(|n| !n.is_empty());
                 let mut errs = Vec::new();
-                validate_object_meta(Some(v), &child("metadata"), namespaced, NameRule::PathSegment, &mut errs);
+                validate_object_meta(
+                    Some(v),
+                    &child("metadata"),
+                    namespaced,
+                    NameRule::PathSegment,
+                    &mut errs,
+                );
                 for mut e in errs {
                     e.source = Source::EmbeddedResource;
                     out.push(e);
@@ -556,7 +591,10 @@ mod tests {
     #[test]
     fn qualified_names() {
         assert!(qualified_name("karpenter.sh/nodepool").is_empty());
-        assert_eq!(qualified_name("/x"), vec!["prefix part must be non-empty".to_string()]);
+        assert_eq!(
+            qualified_name("/x"),
+            vec!["prefix part must be non-empty".to_string()]
+        );
         assert_eq!(qualified_name("a/b/c").len(), 1);
         assert!(!label_value("-bad").is_empty());
         assert!(label_value("").is_empty());

@@ -205,9 +205,8 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
                 s.items = Some(Box::new(parse(value, &format!("{path}.items"))?));
             }
             "required" => {
-                s.required = string_list(value).ok_or_else(|| {
-                    invalid("required", value, "must be a list of strings")
-                })?;
+                s.required = string_list(value)
+                    .ok_or_else(|| invalid("required", value, "must be a list of strings"))?;
             }
             "enum" => {
                 s.enum_values = Some(
@@ -233,14 +232,42 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
                     regex,
                 });
             }
-            "maxLength" => s.max_length = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "minLength" => s.min_length = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "maxItems" => s.max_items = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "minItems" => s.min_items = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "maxProperties" => s.max_properties = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "minProperties" => s.min_properties = Some(count(value, || invalid(key, value, "must be a non-negative integer"))?),
-            "maximum" => s.maximum = Some(number(value, || invalid(key, value, "must be a number"))?),
-            "minimum" => s.minimum = Some(number(value, || invalid(key, value, "must be a number"))?),
+            "maxLength" => {
+                s.max_length = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "minLength" => {
+                s.min_length = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "maxItems" => {
+                s.max_items = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "minItems" => {
+                s.min_items = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "maxProperties" => {
+                s.max_properties = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "minProperties" => {
+                s.min_properties = Some(count(value, || {
+                    invalid(key, value, "must be a non-negative integer")
+                })?)
+            }
+            "maximum" => {
+                s.maximum = Some(number(value, || invalid(key, value, "must be a number"))?)
+            }
+            "minimum" => {
+                s.minimum = Some(number(value, || invalid(key, value, "must be a number"))?)
+            }
             "multipleOf" => {
                 let m = number(value, || invalid(key, value, "must be a number"))?;
                 if m <= 0.0 {
@@ -286,9 +313,8 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
                 })
             }
             "x-kubernetes-list-map-keys" => {
-                s.list_map_keys = string_list(value).ok_or_else(|| {
-                    invalid(key, value, "must be a list of strings")
-                })?;
+                s.list_map_keys = string_list(value)
+                    .ok_or_else(|| invalid(key, value, "must be a list of strings"))?;
             }
             "x-kubernetes-map-type" => s.map_type_atomic = value.as_str() == Some("atomic"),
             "x-kubernetes-validations" => {
@@ -296,8 +322,10 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
                     .as_array()
                     .ok_or_else(|| invalid(key, value, "must be a list"))?;
                 for (i, rule) in list.iter().enumerate() {
-                    s.rule_specs
-                        .push(RuleSpec::parse(rule, &format!("{path}.x-kubernetes-validations[{i}]"))?);
+                    s.rule_specs.push(RuleSpec::parse(
+                        rule,
+                        &format!("{path}.x-kubernetes-validations[{i}]"),
+                    )?);
                 }
             }
             // Documentation and other extensions do not affect validation.

@@ -35,7 +35,13 @@ fn key(base: &str, k: &str) -> String {
 // ---------------------------------------------------------------- pruning
 
 /// Removes the fields the schema does not know, recording their paths.
-pub(crate) fn prune(v: &mut Json, s: &Schema, path: &str, resource_root: bool, unknown: &mut Vec<String>) {
+pub(crate) fn prune(
+    v: &mut Json,
+    s: &Schema,
+    path: &str,
+    resource_root: bool,
+    unknown: &mut Vec<String>,
+) {
     match v {
         Json::Object(map) => {
             let root_like = resource_root || s.embedded;
@@ -135,10 +141,11 @@ pub(crate) fn apply_defaults(v: &mut Json, s: &Schema) {
                 if let Some(p) = s.prop(k) {
                     apply_defaults(c, p);
                 } else if let Some(ap) = s.additional_schema() {
-                    if c.is_null() && !ap.nullable {
-                        if let Some(d) = &ap.default {
-                            *c = d.clone();
-                        }
+                    if c.is_null()
+                        && !ap.nullable
+                        && let Some(d) = &ap.default
+                    {
+                        *c = d.clone();
                     }
                     apply_defaults(c, ap);
                 }
@@ -147,10 +154,11 @@ pub(crate) fn apply_defaults(v: &mut Json, s: &Schema) {
         Json::Array(items) => {
             if let Some(is) = s.items.as_deref() {
                 for item in items.iter_mut() {
-                    if item.is_null() && !is.nullable {
-                        if let Some(d) = &is.default {
-                            *item = d.clone();
-                        }
+                    if item.is_null()
+                        && !is.nullable
+                        && let Some(d) = &is.default
+                    {
+                        *item = d.clone();
                     }
                     apply_defaults(item, is);
                 }
@@ -227,9 +235,7 @@ fn satisfies(v: &Json, s: &Schema, path: &str) -> bool {
 fn is_int_or_string_any_of(s: &Schema) -> bool {
     s.int_or_string
         && s.any_of.len() == 2
-        && s.any_of
-            .iter()
-            .any(|a| a.ty == Some(SchemaType::Integer))
+        && s.any_of.iter().any(|a| a.ty == Some(SchemaType::Integer))
         && s.any_of.iter().any(|a| a.ty == Some(SchemaType::String))
 }
 
@@ -254,7 +260,11 @@ pub(crate) fn validate_value(
         if s.nullable || (s.ty.is_none() && !s.int_or_string) {
             return;
         }
-        let t = if s.int_or_string { "integer,string" } else { s.type_name() };
+        let t = if s.int_or_string {
+            "integer,string"
+        } else {
+            s.type_name()
+        };
         out.push(
             schema_violation(
                 path,
@@ -273,7 +283,10 @@ pub(crate) fn validate_value(
                     path,
                     ViolationKind::TypeInvalid,
                     BadValue::string(data_ty),
-                    format!("{path} in body must be of type integer,string: {}", go_quote(data_ty)),
+                    format!(
+                        "{path} in body must be of type integer,string: {}",
+                        go_quote(data_ty)
+                    ),
                 ),
                 false,
             );
@@ -291,7 +304,11 @@ pub(crate) fn validate_value(
                     path,
                     ViolationKind::TypeInvalid,
                     BadValue::string(data_ty),
-                    format!("{path} in body must be of type {}: {}", t.as_str(), go_quote(data_ty)),
+                    format!(
+                        "{path} in body must be of type {}: {}",
+                        t.as_str(),
+                        go_quote(data_ty)
+                    ),
                 ),
                 false,
             );
@@ -303,8 +320,14 @@ pub(crate) fn validate_value(
     for sub in &s.all_of {
         validate_value(v, sub, path, old, unchanged, false, out);
     }
-    if !s.any_of.is_empty() && !is_int_or_string_any_of(s) && !s.any_of.iter().any(|a| satisfies(v, a, path)) {
-        out.push(composite(path, "must validate at least one schema (anyOf)"), unchanged);
+    if !s.any_of.is_empty()
+        && !is_int_or_string_any_of(s)
+        && !s.any_of.iter().any(|a| satisfies(v, a, path))
+    {
+        out.push(
+            composite(path, "must validate at least one schema (anyOf)"),
+            unchanged,
+        );
     }
     if !s.one_of.is_empty() {
         let n = s.one_of.iter().filter(|a| satisfies(v, a, path)).count();
@@ -315,15 +338,21 @@ pub(crate) fn validate_value(
                 format!("Found {n} valid alternatives")
             };
             out.push(
-                composite(path, &format!("must validate one and only one schema (oneOf). {found}")),
+                composite(
+                    path,
+                    &format!("must validate one and only one schema (oneOf). {found}"),
+                ),
                 unchanged,
             );
         }
     }
-    if let Some(not) = &s.not {
-        if satisfies(v, not, path) {
-            out.push(composite(path, "must not validate the schema (not)"), unchanged);
-        }
+    if let Some(not) = &s.not
+        && satisfies(v, not, path)
+    {
+        out.push(
+            composite(path, "must not validate the schema (not)"),
+            unchanged,
+        );
     }
 
     match v {
@@ -334,61 +363,69 @@ pub(crate) fn validate_value(
 
     if let Json::Array(items) = v {
         let size = items.len() as u64;
-        if let Some(min) = s.min_items {
-            if size < min {
-                out.push(
-                    schema_violation(
-                        path,
-                        ViolationKind::Invalid,
-                        BadValue::Json(Json::from(size)),
-                        format!("{path} in body should have at least {min} items"),
-                    ),
-                    unchanged,
-                );
-            }
+        if let Some(min) = s.min_items
+            && size < min
+        {
+            out.push(
+                schema_violation(
+                    path,
+                    ViolationKind::Invalid,
+                    BadValue::Json(Json::from(size)),
+                    format!("{path} in body should have at least {min} items"),
+                ),
+                unchanged,
+            );
         }
-        if let Some(max) = s.max_items {
-            if size > max {
-                out.push(
-                    schema_violation(
-                        path,
-                        ViolationKind::TooMany,
-                        BadValue::Json(Json::from(size)),
-                        format!("must have at most {max} items"),
-                    ),
-                    unchanged,
-                );
-            }
+        if let Some(max) = s.max_items
+            && size > max
+        {
+            out.push(
+                schema_violation(
+                    path,
+                    ViolationKind::TooMany,
+                    BadValue::Json(Json::from(size)),
+                    format!("must have at most {max} items"),
+                ),
+                unchanged,
+            );
         }
         if let Some(is) = s.items.as_deref() {
             let old_items = old.and_then(Json::as_array);
             for (i, item) in items.iter().enumerate() {
                 let old_item = correlate_item(s, is, item, old_items);
-                validate_value(item, is, &index(path, i), old_item, unchanged, is.embedded, out);
+                validate_value(
+                    item,
+                    is,
+                    &index(path, i),
+                    old_item,
+                    unchanged,
+                    is.embedded,
+                    out,
+                );
             }
         }
     }
 
     // enum
-    if let Some(allowed) = &s.enum_values {
-        if !allowed.iter().any(|a| a == v) {
-            let supported: Vec<String> = allowed
-                .iter()
-                .map(|a| match a {
-                    Json::String(s) => go_quote(s),
-                    other => go_quote(&other.to_string()),
-                })
-                .collect();
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::NotSupported,
-                    BadValue::Json(v.clone()),
-                    format!("supported values: {}", supported.join(", ")),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(allowed) = &s.enum_values
+        && !allowed.iter().any(|a| a == v)
+    {
+        let supported: Vec<String> = allowed
+            .iter()
+            .map(|a| match a {
+                Json::String(s) => go_quote(s),
+                other => go_quote(&other.to_string()),
+            })
+            .collect();
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::NotSupported,
+                BadValue::Json(v.clone()),
+                format!("supported values: {}", supported.join(", ")),
+            ),
+            unchanged,
+        );
     }
 
     if let Json::Object(map) = v {
@@ -399,61 +436,60 @@ pub(crate) fn validate_value(
 fn validate_string(st: &str, s: &Schema, path: &str, unchanged: bool, out: &mut Collector) {
     let value = || BadValue::string(st);
     let len = st.chars().count() as u64;
-    if let Some(max) = s.max_length {
-        if len > max {
-            let unit = if max == 1 { "byte" } else { "bytes" };
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TooLong,
-                    value(),
-                    format!("may not be more than {max} {unit}"),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(max) = s.max_length
+        && len > max
+    {
+        let unit = if max == 1 { "byte" } else { "bytes" };
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::TooLong,
+                value(),
+                format!("may not be more than {max} {unit}"),
+            ),
+            unchanged,
+        );
     }
-    if let Some(min) = s.min_length {
-        if len < min {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::Invalid,
-                    value(),
-                    format!("{path} in body should be at least {min} chars long"),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(min) = s.min_length
+        && len < min
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::Invalid,
+                value(),
+                format!("{path} in body should be at least {min} chars long"),
+            ),
+            unchanged,
+        );
     }
-    if let Some(p) = &s.pattern {
-        if !p.regex.is_match(st) {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::Invalid,
-                    value(),
-                    format!("{path} in body should match '{}'", p.source),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(p) = &s.pattern
+        && !p.regex.is_match(st)
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::Invalid,
+                value(),
+                format!("{path} in body should match '{}'", p.source),
+            ),
+            unchanged,
+        );
     }
-    if let Some(f) = &s.format {
-        if s.ty != Some(SchemaType::Integer)
-            && s.ty != Some(SchemaType::Number)
-            && !formats::is_valid(f, st)
-        {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TypeInvalid,
-                    value(),
-                    format!("{path} in body must be of type {f}: {}", go_quote(st)),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(f) = &s.format
+        && s.ty != Some(SchemaType::Integer)
+        && s.ty != Some(SchemaType::Number)
+        && !formats::is_valid(f, st)
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::TypeInvalid,
+                value(),
+                format!("{path} in body must be of type {f}: {}", go_quote(st)),
+            ),
+            unchanged,
+        );
     }
 }
 
@@ -470,12 +506,14 @@ fn validate_number(
 
     // Is the value within the range of its type and format?
     let (kind, in_range) = match (s.ty, s.format.as_deref()) {
-        (Some(SchemaType::Integer), Some("int32")) => {
-            ("int32", n.as_i64().is_some_and(|i| i32::try_from(i).is_ok()))
-        }
-        (Some(SchemaType::Integer), Some("uint32")) => {
-            ("uint32", n.as_u64().is_some_and(|i| u32::try_from(i).is_ok()))
-        }
+        (Some(SchemaType::Integer), Some("int32")) => (
+            "int32",
+            n.as_i64().is_some_and(|i| i32::try_from(i).is_ok()),
+        ),
+        (Some(SchemaType::Integer), Some("uint32")) => (
+            "uint32",
+            n.as_u64().is_some_and(|i| u32::try_from(i).is_ok()),
+        ),
         (Some(SchemaType::Integer), Some("uint64")) => ("uint64", n.as_u64().is_some()),
         (Some(SchemaType::Integer), Some("int64")) => ("int64", n.as_i64().is_some()),
         (Some(SchemaType::Integer), _) => ("integer", n.as_i64().is_some() || !n.is_u64()),
@@ -512,9 +550,17 @@ fn validate_number(
         }
     }
     if let Some(max) = s.maximum {
-        let fails = if s.exclusive_maximum { f >= max } else { f > max };
+        let fails = if s.exclusive_maximum {
+            f >= max
+        } else {
+            f > max
+        };
         if fails {
-            let rel = if s.exclusive_maximum { "less than" } else { "less than or equal to" };
+            let rel = if s.exclusive_maximum {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
             out.push(
                 schema_violation(
                     path,
@@ -527,9 +573,17 @@ fn validate_number(
         }
     }
     if let Some(min) = s.minimum {
-        let fails = if s.exclusive_minimum { f <= min } else { f < min };
+        let fails = if s.exclusive_minimum {
+            f <= min
+        } else {
+            f < min
+        };
         if fails {
-            let rel = if s.exclusive_minimum { "greater than" } else { "greater than or equal to" };
+            let rel = if s.exclusive_minimum {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
             out.push(
                 schema_violation(
                     path,
@@ -553,41 +607,50 @@ fn validate_object(
     out: &mut Collector,
 ) {
     let count = map.len() as u64;
-    if let Some(max) = s.max_properties {
-        if count > max {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TooMany,
-                    BadValue::Json(Json::from(count)),
-                    format!("must have at most {max} items"),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(max) = s.max_properties
+        && count > max
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::TooMany,
+                BadValue::Json(Json::from(count)),
+                format!("must have at most {max} items"),
+            ),
+            unchanged,
+        );
     }
-    if let Some(min) = s.min_properties {
-        if count < min {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::Invalid,
-                    BadValue::Json(Json::from(count)),
-                    format!("{path} in body should have at least {min} properties"),
-                ),
-                unchanged,
-            );
-        }
+    if let Some(min) = s.min_properties
+        && count < min
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::Invalid,
+                BadValue::Json(Json::from(count)),
+                format!("{path} in body should have at least {min} properties"),
+            ),
+            unchanged,
+        );
     }
     for r in &s.required {
         if !map.contains_key(r) {
             out.push(
-                schema_violation(&child(path, r), ViolationKind::Required, BadValue::Omitted, String::new()),
+                schema_violation(
+                    &child(path, r),
+                    ViolationKind::Required,
+                    BadValue::Omitted,
+                    String::new(),
+                ),
                 false,
             );
         }
     }
-    let old_map = if s.map_type_atomic { None } else { old.and_then(Json::as_object) };
+    let old_map = if s.map_type_atomic {
+        None
+    } else {
+        old.and_then(Json::as_object)
+    };
     for (k, c) in map {
         let cs = s.child(k);
         let Some(cs) = cs else { continue };
@@ -632,7 +695,13 @@ fn map_key(list: &Schema, items: &Schema, item: &Json) -> Option<Vec<Json>> {
 // ------------------------------------------------------ embedded resources
 
 /// `schemaobjectmeta.Validate`: embedded resources' type and object meta.
-pub(crate) fn validate_embedded(v: &Json, s: &Schema, path: &str, is_root: bool, out: &mut Vec<Violation>) {
+pub(crate) fn validate_embedded(
+    v: &Json,
+    s: &Schema,
+    path: &str,
+    is_root: bool,
+    out: &mut Vec<Violation>,
+) {
     match v {
         Json::Object(map) => {
             if s.embedded && !is_root {
@@ -716,7 +785,13 @@ fn validate_set(items: &[Json], path: &str, out: &mut Vec<Violation>) {
     }
 }
 
-fn validate_map_list(items: &[Json], list: &Schema, is: &Schema, path: &str, out: &mut Vec<Violation>) {
+fn validate_map_list(
+    items: &[Json],
+    list: &Schema,
+    is: &Schema,
+    path: &str,
+    out: &mut Vec<Violation>,
+) {
     for (i, x) in items.iter().enumerate() {
         if !x.is_null() && !x.is_object() {
             out.push(list_violation(
@@ -809,7 +884,11 @@ pub(crate) fn eval_rules(
     }
     match v {
         Json::Object(map) => {
-            let old_map = if s.map_type_atomic { None } else { old.and_then(Json::as_object) };
+            let old_map = if s.map_type_atomic {
+                None
+            } else {
+                old.and_then(Json::as_object)
+            };
             for (k, c) in map {
                 let old_c = old_map.and_then(|m| m.get(k));
                 if let Some(p) = s.prop(k) {

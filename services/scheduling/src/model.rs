@@ -133,9 +133,15 @@ pub struct InstanceType {
 impl InstanceType {
     /// The cheapest available offering compatible with `requirements`.
     pub fn cheapest_offering(&self, requirements: &Requirements) -> Option<&Offering> {
+        self.cheapest_allowed(&OfferingFilter::new(requirements))
+    }
+
+    /// The cheapest available offering the filter allows (ties: zone, then
+    /// capacity type, by name).
+    pub fn cheapest_allowed(&self, filter: &OfferingFilter<'_>) -> Option<&Offering> {
         self.offerings
             .iter()
-            .filter(|offering| offering.available && offering_compatible(offering, requirements))
+            .filter(|offering| offering.available && filter.allows(offering))
             .min_by(|a, b| {
                 a.price
                     .total_cmp(&b.price)
@@ -145,24 +151,41 @@ impl InstanceType {
     }
 
     pub fn has_compatible_offering(&self, requirements: &Requirements) -> bool {
+        let filter = OfferingFilter::new(requirements);
         self.offerings
             .iter()
-            .any(|offering| offering.available && offering_compatible(offering, requirements))
+            .any(|offering| offering.available && filter.allows(offering))
+    }
+}
+
+/// The parts of a node's requirements offerings are checked against, looked
+/// up once per check rather than once per offering.
+pub struct OfferingFilter<'a> {
+    zone: Option<&'a Requirement>,
+    capacity_type: Option<&'a Requirement>,
+    all: &'a Requirements,
+}
+
+impl<'a> OfferingFilter<'a> {
+    pub fn new(requirements: &'a Requirements) -> Self {
+        Self {
+            zone: requirements.get(labels::ZONE),
+            capacity_type: requirements.get(labels::CAPACITY_TYPE),
+            all: requirements,
+        }
+    }
+
+    pub fn allows(&self, offering: &Offering) -> bool {
+        self.zone.is_none_or(|zone| zone.has(&offering.zone))
+            && self
+                .capacity_type
+                .is_none_or(|capacity_type| capacity_type.has(&offering.capacity_type))
+            && (offering.requirements.is_empty() || self.all.intersects(&offering.requirements).is_ok())
     }
 }
 
 pub fn offering_compatible(offering: &Offering, requirements: &Requirements) -> bool {
-    if let Some(zone) = requirements.get(labels::ZONE)
-        && !zone.has(&offering.zone)
-    {
-        return false;
-    }
-    if let Some(capacity_type) = requirements.get(labels::CAPACITY_TYPE)
-        && !capacity_type.has(&offering.capacity_type)
-    {
-        return false;
-    }
-    offering.requirements.is_empty() || requirements.intersects(&offering.requirements).is_ok()
+    OfferingFilter::new(requirements).allows(offering)
 }
 
 #[derive(Clone, Debug, Default)]

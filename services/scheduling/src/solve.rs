@@ -7,6 +7,7 @@
 //! preferences relaxed one at a time and is tried again; the queue ends when
 //! a whole pass places nothing.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::hostports::{HostPort, HostPortUsage};
@@ -109,6 +110,7 @@ struct Claim {
     /// The most any remaining instance type could still take, for a cheap
     /// first check.
     headroom: Resources,
+    max_allocatable: Resources,
     pods: Vec<usize>,
     ports: HostPortUsage,
     min_values_relaxed: bool,
@@ -118,6 +120,101 @@ struct Claim {
 struct PodData {
     requirements: Requirements,
     strict: Requirements,
+    /// Pods with equal classes ask the same of a node apart from resources.
+    class: u64,
+}
+
+/// Everything about a pod that decides where it may go, except its size.
+fn constraint_class(pod: &Pod) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    pod.key.namespace.hash(&mut hasher);
+    pod.labels.hash(&mut hasher);
+    pod.node_selector.hash(&mut hasher);
+    pod.required_terms.hash(&mut hasher);
+    pod.preferred_terms.hash(&mut hasher);
+    pod.pod_affinity.hash(&mut hasher);
+    pod.preferred_pod_affinity.hash(&mut hasher);
+    pod.pod_anti_affinity.hash(&mut hasher);
+    pod.preferred_pod_anti_affinity.hash(&mut hasher);
+    pod.spread.hash(&mut hasher);
+    pod.tolerations.hash(&mut hasher);
+    pod.host_ports.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Why a node or claim refused a pod.
+struct Reject {
+    /// It will refuse every pod of the same class from now on (taints, host
+    /// ports, requirements and hostname counts only ever tighten).
+    permanent: bool,
+    /// It will refuse the class until an affinity domain is newly populated.
+    until_affinity_changes: bool,
+    message: Option<String>,
+}
+
+impl Reject {
+    fn permanent(message: Option<String>) -> Self {
+        Self {
+            permanent: true,
+            until_affinity_changes: false,
+            message,
+        }
+    }
+
+    fn transient(message: Option<String>) -> Self {
+        Self {
+            permanent: false,
+            until_affinity_changes: false,
+            message,
+        }
+    }
+}
+
+/// A set of claim indices.
+#[derive(Default)]
+struct ClaimSet {
+    bits: Vec<u64>,
+    count: usize,
+}
+
+impl ClaimSet {
+    fn contains(&self, claim: usize) -> bool {
+        self.bits
+            .get(claim / 64)
+            .is_some_and(|word| word & (1 << (claim % 64)) != 0)
+    }
+
+    fn insert(&mut self, claim: usize) {
+        let word = claim / 64;
+        if self.bits.len() <= word {
+            self.bits.resize(word + 1, 0);
+        }
+        if self.bits[word] & (1 << (claim % 64)) == 0 {
+            self.bits[word] |= 1 << (claim % 64);
+            self.count += 1;
+        }
+    }
+}
+
+/// Claims known to refuse a pod class, so a scan skips them. The decisions
+/// are the same as trying each claim: only refusals that cannot turn into
+/// acceptance (before the affinity epoch moves) are remembered.
+#[derive(Default)]
+struct ClassMemo {
+    permanent: ClaimSet,
+    until_affinity_changes: ClaimSet,
+    epoch: u64,
+}
+
+impl ClassMemo {
+    fn contains(&self, claim: usize) -> bool {
+        self.permanent.contains(claim) || self.until_affinity_changes.contains(claim)
+    }
+
+    fn count(&self) -> usize {
+        self.permanent.count + self.until_affinity_changes.count
+    }
 }
 
 fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
@@ -289,7 +386,8 @@ fn filter_instance_types(
     requirements_changed: bool,
     total: &Resources,
     relax_min_values: bool,
-) -> Result<Filtered, String> {
+    explain: bool,
+) -> Result<Filtered, Option<String>> {
     let mut remaining = Vec::with_capacity(options.len());
     let (mut met, mut fits_any, mut offered) = (false, false, false);
     let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
@@ -336,6 +434,9 @@ fn filter_instance_types(
             relaxed_min_values,
         });
     }
+    if !explain {
+        return Err(None);
+    }
     let reason = if let Some(error) = min_values_error {
         error
     } else if !met && !fits_any && !offered {
@@ -365,10 +466,10 @@ fn filter_instance_types(
     } else {
         "no instance type met the requirements/resources/offering tuple".to_owned()
     };
-    Err(format!(
+    Err(Some(format!(
         "{reason}, requirements={}, resources={total}",
         display_requirements(requirements)
-    ))
+    )))
 }
 
 /// Requirements as Karpenter prints them: hostname hidden.
@@ -381,12 +482,12 @@ fn display_requirements(requirements: &Requirements) -> String {
         .join(", ")
 }
 
-fn headroom(catalog: &[InstanceType], options: &[usize], requests: &Resources) -> Resources {
+fn max_allocatable(catalog: &[InstanceType], options: &[usize]) -> Resources {
     let mut max = Resources::default();
     for index in options {
         max.max_with(&catalog[*index].allocatable);
     }
-    max.minus(requests)
+    max
 }
 
 struct Scheduler<'c> {
@@ -402,18 +503,14 @@ struct Scheduler<'c> {
     remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
     topology: Topology<'c>,
     tolerate_prefer_no_schedule: bool,
+    /// Claims that refuse a pod class for good, by class.
+    blocked: HashMap<u64, ClassMemo>,
+    /// Why each ready pool that offers nothing was skipped.
+    skipped_pools: Vec<String>,
 }
 
 impl<'c> Scheduler<'c> {
-    fn new(cluster: &'c Cluster, options: &'c Options, pending: &[Pod]) -> Scheduler<'c> {
-        let mut well_known: HashSet<String> = labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
-        well_known.extend(options.well_known_labels.iter().cloned());
-        for catalog in &cluster.catalogs {
-            for it in catalog {
-                well_known.extend(it.requirements.keys().map(str::to_owned));
-            }
-        }
-        let well_known = WellKnownSet(well_known);
+    fn new(cluster: &'c Cluster, options: &'c Options, well_known: WellKnownSet, pending: &[Cow<'_, Pod>]) -> Scheduler<'c> {
 
         let mut pool_order: Vec<usize> = (0..cluster.node_pools.len())
             .filter(|i| cluster.node_pools[*i].ready)
@@ -424,19 +521,29 @@ impl<'c> Scheduler<'c> {
         });
         let mut templates = Vec::new();
         let mut pool_domains = Vec::new();
+        let mut skipped_pools = Vec::new();
         for pool_index in pool_order {
             let pool = &cluster.node_pools[pool_index];
             let catalog = cluster.catalogs.get(pool.catalog).map_or(&[][..], Vec::as_slice);
             let no_requests = Resources::default();
-            let Ok(filtered) = filter_instance_types(
+            let filtered = match filter_instance_types(
                 catalog,
                 &(0..catalog.len()).collect::<Vec<_>>(),
                 &pool.requirements,
                 true,
                 &no_requests,
                 options.min_values_policy == MinValuesPolicy::BestEffort,
-            ) else {
-                continue;
+                true,
+            ) {
+                Ok(filtered) => filtered,
+                Err(reason) => {
+                    skipped_pools.push(format!(
+                        "nodepool requirements filtered out all available instance types (nodepool {:?}: {})",
+                        pool.name,
+                        reason.unwrap_or_default()
+                    ));
+                    continue;
+                }
             };
             pool_domains.push(PoolDomains {
                 requirements: &pool.requirements,
@@ -512,6 +619,8 @@ impl<'c> Scheduler<'c> {
             remaining_limits,
             topology,
             tolerate_prefer_no_schedule,
+            blocked: HashMap::new(),
+            skipped_pools,
         };
         for index in node_order {
             let node = &cluster.nodes[index];
@@ -581,74 +690,92 @@ impl<'c> Scheduler<'c> {
                 strict
             },
             requirements,
+            class: constraint_class(pod),
         }
     }
 
+    /// Merges the pod's topology into `requirements`. `None` as the error
+    /// when `explain` is off: the caller discards it, so nothing is built.
     fn add_topology(
         &self,
         pod: &Pod,
         taints: &[Taint],
         data: &PodData,
-        mut requirements: Requirements,
+        requirements: Cow<'_, Requirements>,
         well_known: &dyn WellKnown,
-    ) -> Result<Requirements, String> {
+        explain: bool,
+    ) -> Result<Requirements, Reject> {
         let topology = self
             .topology
-            .add_requirements(pod, taints, &data.strict, &requirements, well_known)
-            .map_err(|e| e.to_string())?;
-        if !topology.is_empty() {
-            let topology = Requirements::from_requirements(topology);
-            requirements
-                .compatible(&topology, well_known)
-                .map_err(|e| e.to_string())?;
-            requirements.add_all(&topology);
+            .add_requirements(pod, taints, &data.strict, &requirements, well_known, explain)
+            .map_err(|blocked| Reject {
+                permanent: blocked.permanent,
+                until_affinity_changes: blocked.until_affinity_changes,
+                message: blocked.error.map(|e| e.to_string()),
+            })?;
+        if topology.is_empty() {
+            return Ok(requirements.into_owned());
         }
+        let topology = Requirements::from_requirements(topology);
+        requirements
+            .compatible(&topology, well_known)
+            .map_err(|e| Reject::transient(explain.then(|| e.to_string())))?;
+        let mut requirements = requirements.into_owned();
+        requirements.add_all(&topology);
         Ok(requirements)
     }
 
-    fn can_add_existing(&self, existing: &ExistingNode, pod: &Pod, data: &PodData) -> Result<Requirements, String> {
+    fn can_add_existing(&self, existing: &ExistingNode, pod: &Pod, data: &PodData) -> Result<Requirements, Reject> {
         let node = &self.cluster.nodes[existing.node];
-        if let Some(taint) = first_untolerated(&node.taints, &pod.tolerations) {
-            return Err(format!("did not tolerate taint (taint={taint})"));
+        if first_untolerated(&node.taints, &pod.tolerations).is_some() {
+            return Err(Reject::permanent(None));
         }
-        if let Some(port) = existing.ports.conflict(&pod.host_ports) {
-            return Err(format!("checking host port usage, host port {port} is in use"));
+        if existing.ports.conflict(&pod.host_ports).is_some() {
+            return Err(Reject::permanent(None));
         }
         if !pod.requests.fits(&existing.remaining) {
-            return Err("exceeds node resources".to_owned());
+            return Err(Reject::transient(None));
         }
         let none = crate::requirements::NoneWellKnown;
         existing
             .requirements
             .compatible(&data.requirements, &none)
-            .map_err(|e| format!("incompatible requirements, {e}"))?;
-        let mut requirements = existing.requirements.clone();
-        requirements.add_all(&data.requirements);
-        self.add_topology(pod, &node.taints, data, requirements, &none)
+            .map_err(|_| Reject::permanent(None))?;
+        let requirements = merge(&existing.requirements, &data.requirements);
+        self.add_topology(pod, &node.taints, data, requirements, &none, false)
     }
 
-    /// `quick` rejects early on the claim's resource headroom: right for a
-    /// planned claim, whose error nobody sees, but not for a new one, whose
-    /// error explains the pod.
-    fn can_add_claim(&self, claim: &Claim, pod: &Pod, data: &PodData, quick: bool) -> Result<(Requirements, Filtered), String> {
+    /// `explain` builds the error message (a new claim's error explains the
+    /// pod) and skips the early rejection on the claim's resource headroom.
+    fn can_add_claim(
+        &self,
+        claim: &Claim,
+        pod: &Pod,
+        data: &PodData,
+        explain: bool,
+    ) -> Result<(Requirements, Filtered), Reject> {
         let taints = self.pool_taints(claim.template);
         if let Some(taint) = first_untolerated(taints, &pod.tolerations) {
-            return Err(format!("did not tolerate taint (taint={taint})"));
+            return Err(Reject::permanent(
+                explain.then(|| format!("did not tolerate taint (taint={taint})")),
+            ));
         }
         if let Some(port) = claim.ports.conflict(&pod.host_ports) {
-            return Err(format!("checking host port usage, host port {port} is in use"));
+            return Err(Reject::permanent(
+                explain.then(|| format!("checking host port usage, host port {port} is in use")),
+            ));
         }
-        if quick && let Some(resource) = pod.requests.first_exceeding(&claim.headroom) {
-            return Err(format!("no instance type has enough {resource}"));
+        if !explain && !pod.requests.fits(&claim.headroom) {
+            return Err(Reject::transient(None));
         }
         claim
             .requirements
             .compatible(&data.requirements, &self.well_known)
-            .map_err(|e| format!("incompatible requirements, {e}"))?;
-        let mut requirements = claim.requirements.clone();
-        requirements.add_all(&data.requirements);
-        let mut requirements = self.add_topology(pod, taints, data, requirements, &self.well_known)?;
-        let changed = requirements != claim.requirements;
+            .map_err(|e| Reject::permanent(explain.then(|| format!("incompatible requirements, {e}"))))?;
+        let merged = merge(&claim.requirements, &data.requirements);
+        let changed = matches!(merged, Cow::Owned(_));
+        let mut requirements = self.add_topology(pod, taints, data, merged, &self.well_known, explain)?;
+        let changed = changed || requirements != claim.requirements;
         let total = claim.requests.plus(&pod.requests);
         let filtered = filter_instance_types(
             self.catalog(claim.template),
@@ -657,7 +784,9 @@ impl<'c> Scheduler<'c> {
             changed,
             &total,
             self.options.min_values_policy == MinValuesPolicy::BestEffort,
-        )?;
+            explain,
+        )
+        .map_err(Reject::transient)?;
         for (key, count) in &filtered.relaxed_min_values {
             if let Some(requirement) = requirements.remove(key) {
                 requirements.add(requirement.with_min_values(Some(*count)));
@@ -672,9 +801,12 @@ impl<'c> Scheduler<'c> {
         let claim = &mut self.claims[claim_index];
         claim.pods.push(pod_index);
         claim.requests.add(&pod.requests);
-        claim.instance_types = filtered.remaining;
         claim.min_values_relaxed |= !filtered.relaxed_min_values.is_empty();
-        claim.headroom = headroom(catalog, &claim.instance_types, &claim.requests);
+        if filtered.remaining.len() != claim.instance_types.len() {
+            claim.max_allocatable = max_allocatable(catalog, &filtered.remaining);
+        }
+        claim.instance_types = filtered.remaining;
+        claim.headroom = claim.max_allocatable.minus(&claim.requests);
         claim.ports.add(&pod.host_ports);
         claim.requirements = requirements;
         let hostname = claim.hostname.clone();
@@ -699,11 +831,45 @@ impl<'c> Scheduler<'c> {
         }
 
         let mut found = None;
-        'search: for (count, bucket) in &self.claim_order {
-            for (position, claim_index) in bucket.iter().enumerate() {
-                if let Ok(result) = self.can_add_claim(&self.claims[*claim_index], pod, data, true) {
-                    found = Some((*count, position, *claim_index, result));
-                    break 'search;
+        let mut newly_blocked = Vec::new();
+        let epoch = self.topology.affinity_epoch();
+        if let Some(memo) = self.blocked.get_mut(&data.class)
+            && memo.epoch != epoch
+        {
+            memo.until_affinity_changes = ClaimSet::default();
+            memo.epoch = epoch;
+        }
+        let memo = self.blocked.get(&data.class);
+        if memo.is_none_or(|m| m.count() < self.claims.len()) {
+            'search: for (count, bucket) in &self.claim_order {
+                for (position, claim_index) in bucket.iter().enumerate() {
+                    if memo.is_some_and(|m| m.contains(*claim_index)) {
+                        continue;
+                    }
+                    match self.can_add_claim(&self.claims[*claim_index], pod, data, false) {
+                        Ok(result) => {
+                            found = Some((*count, position, *claim_index, result));
+                            break 'search;
+                        }
+                        Err(reject) if reject.permanent => newly_blocked.push((*claim_index, true)),
+                        Err(reject) if reject.until_affinity_changes => {
+                            newly_blocked.push((*claim_index, false));
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        if !newly_blocked.is_empty() {
+            let memo = self.blocked.entry(data.class).or_insert_with(|| ClassMemo {
+                epoch,
+                ..ClassMemo::default()
+            });
+            for (claim, permanent) in newly_blocked {
+                if permanent {
+                    memo.permanent.insert(claim);
+                } else if !memo.permanent.contains(claim) {
+                    memo.until_affinity_changes.insert(claim);
                 }
             }
         }
@@ -720,10 +886,13 @@ impl<'c> Scheduler<'c> {
         }
 
         if self.templates.is_empty() {
-            return Err(if self.cluster.node_pools.iter().any(|p| p.ready) {
-                "nodepool requirements filtered out all available instance types".to_owned()
+            return Err(if !self.skipped_pools.is_empty() {
+                self.skipped_pools.join("; ")
+            } else if self.cluster.node_pools.is_empty() {
+                "no node pool exists".to_owned()
             } else {
-                "no ready node pool".to_owned()
+                let names: Vec<String> = self.cluster.node_pools.iter().map(|p| format!("{:?}", p.name)).collect();
+                format!("no node pool is ready (not ready: {})", names.join(", "))
             });
         }
         let mut errors = Vec::new();
@@ -751,18 +920,20 @@ impl<'c> Scheduler<'c> {
             requirements.add(Requirement::single(labels::HOSTNAME, &hostname));
             let mut ports = HostPortUsage::default();
             ports.add(&template.daemon_ports);
+            let max = max_allocatable(catalog, &instance_types);
             let claim = Claim {
                 template: t,
                 hostname,
                 requirements,
-                headroom: headroom(catalog, &instance_types, &template.daemon_overhead),
+                headroom: max.minus(&template.daemon_overhead),
+                max_allocatable: max,
                 instance_types,
                 requests: template.daemon_overhead.clone(),
                 pods: Vec::new(),
                 ports,
                 min_values_relaxed: false,
             };
-            match self.can_add_claim(&claim, pod, data, false) {
+            match self.can_add_claim(&claim, pod, data, true) {
                 Ok((requirements, filtered)) => {
                     self.claims.push(claim);
                     let claim_index = self.claims.len() - 1;
@@ -780,9 +951,11 @@ impl<'c> Scheduler<'c> {
                     }
                     return Ok(());
                 }
-                Err(error) => errors.push(format!(
-                    "incompatible with nodepool {:?}, daemonset overhead={}, {error}",
-                    pool.name, template.daemon_overhead
+                Err(reject) => errors.push(format!(
+                    "incompatible with nodepool {:?}, daemonset overhead={}, {}",
+                    pool.name,
+                    template.daemon_overhead,
+                    reject.message.unwrap_or_default()
                 )),
             }
         }
@@ -792,18 +965,35 @@ impl<'c> Scheduler<'c> {
     /// Places the pod, relaxing its preferences one at a time until it fits
     /// or none is left. Returns the error of the last attempt.
     fn try_schedule(&mut self, index: usize, original: &Pod) -> Result<(), String> {
-        let mut pod = original.clone();
+        // Most pods fit as they are: copy one only to relax it.
+        let mut pod = Cow::Borrowed(original);
         loop {
             let data = self.pod_data(&pod);
             let error = match self.add(index, &pod, &data) {
                 Ok(()) => return Ok(()),
                 Err(error) => error,
             };
-            if self.options.ignore_preferences || !relax(&mut pod, self.tolerate_prefer_no_schedule) {
+            if self.options.ignore_preferences || !relax(pod.to_mut(), self.tolerate_prefer_no_schedule) {
                 return Err(error);
             }
             self.topology.update(&pod);
         }
+    }
+}
+
+/// The node's requirements with the pod's added; borrowed when the pod adds
+/// nothing (most pods select on nothing), so the common case copies nothing.
+fn merge<'a>(node: &'a Requirements, pod: &Requirements) -> Cow<'a, Requirements> {
+    let adds_nothing = pod.iter().all(|r| {
+        node.get(r.key())
+            .is_some_and(|existing| existing.intersection(r) == *existing)
+    });
+    if adds_nothing {
+        Cow::Borrowed(node)
+    } else {
+        let mut merged = node.clone();
+        merged.add_all(pod);
+        Cow::Owned(merged)
     }
 }
 
@@ -878,8 +1068,8 @@ impl Queue {
 /// Solves one provisioning round.
 pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
     let mut solution = Solution::default();
-    let mut pending: Vec<Pod> = Vec::with_capacity(cluster.pending.len());
-    let well_known_probe = {
+    let mut pending: Vec<Cow<'_, Pod>> = Vec::with_capacity(cluster.pending.len());
+    let well_known = {
         let mut set: HashSet<String> = labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
         set.extend(options.well_known_labels.iter().cloned());
         for catalog in &cluster.catalogs {
@@ -890,13 +1080,13 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
         WellKnownSet(set)
     };
     for pod in &cluster.pending {
-        if let Err(reason) = validate_pod(pod, &well_known_probe) {
+        if let Err(reason) = validate_pod(pod, &well_known) {
             solution.unschedulable.insert(pod.key.clone(), reason);
             continue;
         }
-        let mut pod = pod.clone();
+        let mut pod = Cow::Borrowed(pod);
         if options.ignore_preferences {
-            strip_preferences(&mut pod);
+            strip_preferences(pod.to_mut());
         }
         pending.push(pod);
     }
@@ -910,7 +1100,7 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
             .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
             .then_with(|| a.uid.cmp(&b.uid))
     });
-    let mut scheduler = Scheduler::new(cluster, options, &pending);
+    let mut scheduler = Scheduler::new(cluster, options, well_known, &pending);
     let mut queue = Queue {
         pods: order.into_iter().collect(),
         last_len: HashMap::new(),
@@ -969,12 +1159,13 @@ fn finalize(scheduler: &Scheduler<'_>, claim: &Claim, options: &Options) -> Resu
     let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
     let mut requirements = claim.requirements.clone();
     requirements.remove(labels::HOSTNAME);
+    let filter = crate::model::OfferingFilter::new(&requirements);
     let mut ranked: Vec<(f64, usize)> = claim
         .instance_types
         .iter()
         .map(|i| {
             let price = catalog[*i]
-                .cheapest_offering(&requirements)
+                .cheapest_allowed(&filter)
                 .map_or(f64::MAX, |o| o.price);
             (price, *i)
         })

@@ -113,7 +113,11 @@ struct GroupId {
 struct Group {
     id: GroupId,
     owners: HashSet<String>,
-    counts: BTreeMap<String, i32>,
+    /// Domain -> pods counted there. Hashed: hostname groups hold a domain
+    /// per node and are looked up on every placement attempt.
+    counts: HashMap<String, i32>,
+    /// Every domain, in name order, for the scans that pick a domain.
+    domains: BTreeSet<String>,
     empty: BTreeSet<String>,
 }
 
@@ -134,16 +138,45 @@ impl Group {
         self.selects(pod) && self.id.filter.matches(taints, requirements, well_known)
     }
 
+    fn new(id: GroupId) -> Group {
+        Group {
+            id,
+            owners: HashSet::new(),
+            counts: HashMap::new(),
+            domains: BTreeSet::new(),
+            empty: BTreeSet::new(),
+        }
+    }
+
     fn register(&mut self, domain: &str) {
         if !self.counts.contains_key(domain) {
             self.counts.insert(domain.to_owned(), 0);
+            self.domains.insert(domain.to_owned());
             self.empty.insert(domain.to_owned());
         }
     }
 
-    fn record(&mut self, domain: &str) {
-        *self.counts.entry(domain.to_owned()).or_insert(0) += 1;
-        self.empty.remove(domain);
+    /// Counts a pod in `domain`; true when the domain had none before.
+    fn record(&mut self, domain: &str) -> bool {
+        match self.counts.get_mut(domain) {
+            Some(count) => {
+                let first = *count == 0;
+                if first {
+                    self.empty.remove(domain);
+                }
+                *count += 1;
+                first
+            }
+            None => {
+                self.counts.insert(domain.to_owned(), 1);
+                self.domains.insert(domain.to_owned());
+                true
+            }
+        }
+    }
+
+    fn count(&self, domain: &str) -> i32 {
+        self.counts.get(domain).copied().unwrap_or(0)
     }
 
     fn is_hostname(&self) -> bool {
@@ -171,8 +204,8 @@ impl Group {
             )
         } else {
             Box::new(
-                self.counts
-                    .keys()
+                self.domains
+                    .iter()
                     .map(String::as_str)
                     .filter(|d| node_domains.has(d)),
             )
@@ -187,10 +220,10 @@ impl Group {
         }
         let mut min = i32::MAX;
         let mut supported = 0;
-        for (domain, count) in &self.counts {
+        for domain in &self.domains {
             if pod_domains.has(domain) {
                 supported += 1;
-                min = min.min(*count);
+                min = min.min(self.count(domain));
             }
         }
         if self.id.min_domains.is_some_and(|m| supported < m) {
@@ -205,7 +238,7 @@ impl Group {
         if self.is_hostname()
             && let Some(host) = node_domains.single_value()
         {
-            let count = self.counts.get(host).copied().unwrap_or(0) + self_selecting;
+            let count = self.count(host) + self_selecting;
             return if count <= self.id.max_skew {
                 Requirement::single(key, host)
             } else {
@@ -215,7 +248,7 @@ impl Group {
         let min = self.min_count(pod_domains);
         let mut best: Option<(&str, i32)> = None;
         for domain in self.candidates(node_domains) {
-            let count = self.counts.get(domain).copied().unwrap_or(0) + self_selecting;
+            let count = self.count(domain) + self_selecting;
             if count.saturating_sub(min) <= self.id.max_skew && best.is_none_or(|(_, c)| count < c) {
                 best = Some((domain, count));
             }
@@ -256,13 +289,13 @@ impl Group {
         if options.is_empty() && self_selecting && !self.any_populated(pod_domains) {
             // The first pod of a self-affine group picks a domain for all.
             if let Some(first) = self
-                .counts
-                .keys()
+                .domains
+                .iter()
                 .find(|d| pod_domains.has(d) && node_domains.has(d))
             {
                 options.insert(first);
             }
-            if let Some(first) = self.counts.keys().find(|d| pod_domains.has(d)) {
+            if let Some(first) = self.domains.iter().find(|d| pod_domains.has(d)) {
                 options.insert(first);
             }
         }
@@ -274,7 +307,7 @@ impl Group {
         if self.is_hostname()
             && let Some(host) = node_domains.single_value()
         {
-            return if self.counts.get(host).copied().unwrap_or(0) == 0 {
+            return if self.count(host) == 0 {
                 Requirement::single(key, host)
             } else {
                 Requirement::does_not_exist(key)
@@ -301,10 +334,10 @@ impl Group {
 
     fn describe_counts(&self) -> String {
         let shown: Vec<String> = self
-            .counts
+            .domains
             .iter()
             .take(10)
-            .map(|(d, c)| format!("{d}: {c}"))
+            .map(|d| format!("{d}: {}", self.count(d)))
             .collect();
         let more = if self.counts.len() > 10 {
             format!(", and {} more", self.counts.len() - 10)
@@ -326,6 +359,18 @@ pub struct TopologyError {
     pub counts: String,
     pub pod_domains: String,
     pub node_domains: String,
+}
+
+/// Why a node cannot take a pod, topologically.
+#[derive(Debug)]
+pub struct Blocked {
+    /// The node will never take a pod with the same constraints.
+    pub permanent: bool,
+    /// The node will not take a pod with the same constraints until some
+    /// affinity group gains a populated domain ([`Topology::affinity_epoch`]).
+    pub until_affinity_changes: bool,
+    /// Built only when asked for.
+    pub error: Option<TopologyError>,
 }
 
 /// The domains each topology key can take, each with the taint sets of the
@@ -352,13 +397,14 @@ pub struct Topology<'c> {
     /// Pods being scheduled: not counted from the cluster, recorded as placed.
     excluded: HashSet<String>,
     respect_preferences: bool,
+    affinity_epoch: u64,
 }
 
 impl<'c> Topology<'c> {
     pub fn new(
         cluster: &'c Cluster,
         pools: &[PoolDomains<'_>],
-        pending: &[Pod],
+        pending: &[impl std::ops::Deref<Target = Pod>],
         respect_preferences: bool,
     ) -> Topology<'c> {
         let mut universe: Universe = HashMap::new();
@@ -420,6 +466,7 @@ impl<'c> Topology<'c> {
             inverse_owned: HashMap::new(),
             excluded: pending.iter().map(|p| p.uid.clone()).collect(),
             respect_preferences,
+            affinity_epoch: 0,
         };
         topology.add_existing_anti_affinities();
         for pod in pending {
@@ -442,7 +489,7 @@ impl<'c> Topology<'c> {
                     self.inverse[index].owners.insert(pod.uid.clone());
                     let domain = domain_of(node.labels.get(&term.topology_key), &term.topology_key, &node.name);
                     if let Some(domain) = domain {
-                        self.inverse[index].record(domain);
+                        let _ = self.inverse[index].record(domain);
                     }
                 }
             }
@@ -462,12 +509,7 @@ impl<'c> Topology<'c> {
         if let Some(index) = self.inverse_index.get(&id) {
             return *index;
         }
-        let mut group = Group {
-            id: id.clone(),
-            owners: HashSet::new(),
-            counts: BTreeMap::new(),
-            empty: BTreeSet::new(),
-        };
+        let mut group = Group::new(id.clone());
         if let Some(domains) = self.universe.get(&term.topology_key) {
             for domain in domains.keys() {
                 group.register(domain);
@@ -554,12 +596,7 @@ impl<'c> Topology<'c> {
     }
 
     fn create_group(&mut self, id: GroupId, _first_owner: &Pod) -> usize {
-        let mut group = Group {
-            id: id.clone(),
-            owners: HashSet::new(),
-            counts: BTreeMap::new(),
-            empty: BTreeSet::new(),
-        };
+        let mut group = Group::new(id.clone());
         if let Some(domains) = self.universe.get(&id.key) {
             for (domain, taint_sets) in domains {
                 let open = taint_sets.is_empty()
@@ -591,7 +628,7 @@ impl<'c> Topology<'c> {
             }
             for pod in &node.pods {
                 if counts_as_running(pod) && !self.excluded.contains(&pod.uid) && group.selects(pod) {
-                    group.record(domain);
+                    let _ = group.record(domain);
                 }
             }
         }
@@ -619,7 +656,8 @@ impl<'c> Topology<'c> {
         pod_requirements: &Requirements,
         node_requirements: &Requirements,
         well_known: &dyn WellKnown,
-    ) -> Result<Vec<Requirement>, TopologyError> {
+        explain: bool,
+    ) -> Result<Vec<Requirement>, Blocked> {
         let mut added: Vec<Requirement> = Vec::new();
         let owned = self.owned.get(&pod.uid).map_or(&[][..], Vec::as_slice);
         let matching_inverse = self
@@ -629,29 +667,56 @@ impl<'c> Topology<'c> {
         let groups = owned.iter().map(|i| &self.groups[*i]).chain(matching_inverse);
         for group in groups {
             let key = &group.id.key;
-            let pod_domains = pod_requirements
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| Requirement::exists(key));
-            let mut node_domains = node_requirements
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| Requirement::exists(key));
+            let exists;
+            let pod_domains = match pod_requirements.get(key) {
+                Some(r) => r,
+                None => {
+                    exists = Requirement::exists(key);
+                    &exists
+                }
+            };
+            let node_exists;
+            let mut narrowed;
+            let mut node_domains = match node_requirements.get(key) {
+                Some(r) => r,
+                None => {
+                    node_exists = Requirement::exists(key);
+                    &node_exists
+                }
+            };
             // Narrowing by earlier groups on the same key applies to later ones.
             for earlier in added.iter().filter(|r| r.key() == key) {
-                node_domains = node_domains.intersection(earlier);
+                narrowed = node_domains.intersection(earlier);
+                node_domains = &narrowed;
             }
-            let domains = group.next_domains(pod, &pod_domains, &node_domains);
+            let domains = group.next_domains(pod, pod_domains, node_domains);
             if domains.is_empty() {
-                return Err(TopologyError {
+                // Counts only grow, so a node whose own hostname already holds
+                // too many (or any forbidden) pods stays closed to this pod.
+                let permanent = group.is_hostname()
+                    && node_domains.single_value().is_some()
+                    && matches!(group.id.kind, Kind::AntiAffinity | Kind::Spread);
+                let error = explain.then(|| TopologyError {
                     kind: group.id.kind.describe(),
                     key: key.clone(),
                     counts: group.describe_counts(),
                     pod_domains: pod_domains.to_string(),
                     node_domains: node_domains.to_string(),
                 });
+                // An affinity answer depends only on which domains are
+                // populated, a set that only grows.
+                let until_affinity_changes = group.id.kind == Kind::Affinity
+                    && !added.iter().any(|r| r.key() == key);
+                return Err(Blocked {
+                    permanent,
+                    until_affinity_changes,
+                    error,
+                });
             }
-            added.push(domains);
+            // A domain the node already has adds nothing.
+            if node_domains != &domains {
+                added.push(domains);
+            }
         }
         Ok(added)
     }
@@ -669,11 +734,14 @@ impl<'c> Topology<'c> {
                 // Block every domain the pod might still land in.
                 if !domains.is_complement() {
                     for domain in domains.values() {
-                        group.record(domain);
+                        let _ = group.record(domain);
                     }
                 }
-            } else if let Some(domain) = domains.single_value() {
-                group.record(domain);
+            } else if let Some(domain) = domains.single_value()
+                && group.record(domain)
+                && group.id.kind == Kind::Affinity
+            {
+                self.affinity_epoch += 1;
             }
         }
         if let Some(owned) = self.inverse_owned.get(&pod.uid) {
@@ -683,11 +751,16 @@ impl<'c> Topology<'c> {
                     && !domains.is_complement()
                 {
                     for domain in domains.values() {
-                        group.record(domain);
+                        let _ = group.record(domain);
                     }
                 }
             }
         }
+    }
+
+    /// Changes whenever an affinity group's set of populated domains grows.
+    pub fn affinity_epoch(&self) -> u64 {
+        self.affinity_epoch
     }
 
     /// Whether the pod has constraints whose counts depend on where other

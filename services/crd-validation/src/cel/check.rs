@@ -216,7 +216,11 @@ fn iteration<'s>(range: Ty<'s>, two_vars: bool) -> (Ty<'s>, Ty<'s>) {
     match range {
         Ty::Node(s) if s.items.is_some() => {
             let item = index(range);
-            if two_vars { (Ty::Dyn, item) } else { (item, Ty::Dyn) }
+            if two_vars {
+                (Ty::Dyn, item)
+            } else {
+                (item, Ty::Dyn)
+            }
         }
         Ty::Node(s) if s.properties.is_empty() && s.additional_schema().is_some() => {
             (Ty::Str, index(range))
@@ -244,12 +248,12 @@ impl<'s> Checker<'s> {
             Expr::Ident(name) => self.ident(name, e.id),
             Expr::Select(sel) => {
                 // `a.b.c` naming a type, e.g. google.protobuf.Duration.
-                if let Some(segments) = e.expr_qualified() {
-                    if !self.is_variable(segments[0]) {
-                        let qualified = segments.join(".");
-                        if TYPE_NAMES.contains(&qualified.as_str()) {
-                            return Ok(Ty::Dyn);
-                        }
+                if let Some(segments) = e.expr_qualified()
+                    && !self.is_variable(segments[0])
+                {
+                    let qualified = segments.join(".");
+                    if TYPE_NAMES.contains(&qualified.as_str()) {
+                        return Ok(Ty::Dyn);
                     }
                 }
                 let operand = self.walk(&sel.operand)?;
@@ -267,8 +271,13 @@ impl<'s> Checker<'s> {
                     return Ok(match call.func_name.as_str() {
                         "_[_]" => tys.first().copied().map_or(Ty::Dyn, index),
                         "_?._" => {
-                            if let (Some(t), Some(IdedExpr { expr: Expr::Literal(LiteralValue::String(f)), .. })) =
-                                (tys.first(), call.args.get(1))
+                            if let (
+                                Some(t),
+                                Some(IdedExpr {
+                                    expr: Expr::Literal(LiteralValue::String(f)),
+                                    ..
+                                }),
+                            ) = (tys.first(), call.args.get(1))
                             {
                                 select(*t, f.inner(), e.id)?;
                             }
@@ -278,24 +287,24 @@ impl<'s> Checker<'s> {
                     });
                 }
                 if let Some(target) = &call.target {
-                    if let Some(segments) = target.expr_qualified() {
-                        if !self.is_variable(segments[0]) {
-                            let qualified = format!("{}.{}", segments.join("."), call.func_name);
-                            if !is_global(&qualified) {
-                                return Err(CheckError {
-                                    id: e.id,
-                                    message: format!(
-                                        "undeclared reference to '{qualified}' (in container '')"
-                                    ),
-                                });
-                            }
-                            for a in &call.args {
-                                self.walk(a)?;
-                            }
-                            return Ok(Ty::Dyn);
+                    if let Some(segments) = target.expr_qualified()
+                        && !self.is_variable(segments[0])
+                    {
+                        let qualified = format!("{}.{}", segments.join("."), call.func_name);
+                        if !is_global(&qualified) {
+                            return Err(CheckError {
+                                id: e.id,
+                                message: format!(
+                                    "undeclared reference to '{qualified}' (in container '')"
+                                ),
+                            });
                         }
+                        for a in &call.args {
+                            self.walk(a)?;
+                        }
+                        return Ok(Ty::Dyn);
                     }
-                    let target_ty = self.walk(target)?;
+                    self.walk(target)?;
                     if !is_member(&call.func_name) {
                         return Err(CheckError {
                             id: e.id,
@@ -308,7 +317,6 @@ impl<'s> Checker<'s> {
                     for a in &call.args {
                         self.walk(a)?;
                     }
-                    let _ = target_ty;
                     return Ok(Ty::Dyn);
                 }
                 if !is_global(&call.func_name) {
@@ -359,7 +367,10 @@ impl<'s> Checker<'s> {
             }
             Expr::Struct(st) => Err(CheckError {
                 id: e.id,
-                message: format!("undeclared reference to '{}' (in container '')", st.type_name),
+                message: format!(
+                    "undeclared reference to '{}' (in container '')",
+                    st.type_name
+                ),
             }),
         }
     }

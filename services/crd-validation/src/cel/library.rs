@@ -59,7 +59,11 @@ fn list_arg(args: &[CowVal<'_, '_>], i: usize, f: &str) -> Result<Arc<Vec<Value>
     }
 }
 
-fn typed<'a, T: StaticVal>(args: &'a [CowVal<'_, '_>], i: usize, f: &str) -> Result<&'a T, ExecutionError> {
+fn typed<'a, T: StaticVal>(
+    args: &'a [CowVal<'_, '_>],
+    i: usize,
+    f: &str,
+) -> Result<&'a T, ExecutionError> {
     args.get(i)
         .and_then(|a| a.downcast_ref::<T>())
         .ok_or_else(|| err(f, "unexpected argument type"))
@@ -115,13 +119,30 @@ opaque_val!(QuantityVal, Quantity, QUANTITY_TYPE, "kubernetes.Quantity");
 opaque_val!(UrlVal, formats::Url, URL_TYPE, "kubernetes.URL");
 opaque_val!(IpVal, IpAddr, IP_TYPE, "net.IP");
 opaque_val!(CidrVal, (IpAddr, u8), CIDR_TYPE, "net.CIDR");
-opaque_val!(FormatVal, &'static str, FORMAT_TYPE, "kubernetes.NamedFormat");
+opaque_val!(
+    FormatVal,
+    &'static str,
+    FORMAT_TYPE,
+    "kubernetes.NamedFormat"
+);
 
 /// Registers the Kubernetes libraries on `env`.
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     // regex
-    env.add_member_overload("find", "string_find_string", STRING_TYPE, vec![STRING_TYPE], find)?;
-    env.add_member_overload("findAll", "string_find_all_string", STRING_TYPE, vec![STRING_TYPE], find_all)?;
+    env.add_member_overload(
+        "find",
+        "string_find_string",
+        STRING_TYPE,
+        vec![STRING_TYPE],
+        find,
+    )?;
+    env.add_member_overload(
+        "findAll",
+        "string_find_all_string",
+        STRING_TYPE,
+        vec![STRING_TYPE],
+        find_all,
+    )?;
     env.add_member_overload(
         "findAll",
         "string_find_all_string_int",
@@ -135,30 +156,103 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
     env.add_member_overload("min", "list_min", LIST_TYPE, vec![], list_min)?;
     env.add_member_overload("max", "list_max", LIST_TYPE, vec![], list_max)?;
-    env.add_member_overload("indexOf", "list_index_of", LIST_TYPE, vec![DYN_TYPE], index_of)?;
-    env.add_member_overload("lastIndexOf", "list_last_index_of", LIST_TYPE, vec![DYN_TYPE], last_index_of)?;
+    env.add_member_overload(
+        "indexOf",
+        "list_index_of",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        index_of,
+    )?;
+    env.add_member_overload(
+        "lastIndexOf",
+        "list_last_index_of",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        last_index_of,
+    )?;
 
     // sets
-    env.add_overload("sets.contains", "sets_contains", vec![LIST_TYPE, LIST_TYPE], sets_contains)?;
-    env.add_overload("sets.equivalent", "sets_equivalent", vec![LIST_TYPE, LIST_TYPE], sets_equivalent)?;
-    env.add_overload("sets.intersects", "sets_intersects", vec![LIST_TYPE, LIST_TYPE], sets_intersects)?;
+    env.add_overload(
+        "sets.contains",
+        "sets_contains",
+        vec![LIST_TYPE, LIST_TYPE],
+        sets_contains,
+    )?;
+    env.add_overload(
+        "sets.equivalent",
+        "sets_equivalent",
+        vec![LIST_TYPE, LIST_TYPE],
+        sets_equivalent,
+    )?;
+    env.add_overload(
+        "sets.intersects",
+        "sets_intersects",
+        vec![LIST_TYPE, LIST_TYPE],
+        sets_intersects,
+    )?;
 
     // quantity
     let q = || QUANTITY_TYPE.to_owned();
     env.add_type(q())?;
-    env.add_overload("quantity", "string_to_quantity", vec![STRING_TYPE], quantity)?;
-    env.add_overload("isQuantity", "is_quantity_string", vec![STRING_TYPE], is_quantity)?;
+    env.add_overload(
+        "quantity",
+        "string_to_quantity",
+        vec![STRING_TYPE],
+        quantity,
+    )?;
+    env.add_overload(
+        "isQuantity",
+        "is_quantity_string",
+        vec![STRING_TYPE],
+        is_quantity,
+    )?;
     env.add_member_overload("sign", "quantity_sign", q(), vec![], q_sign)?;
-    env.add_member_overload("isGreaterThan", "quantity_is_greater_than", q(), vec![q()], q_greater)?;
-    env.add_member_overload("isLessThan", "quantity_is_less_than", q(), vec![q()], q_less)?;
-    env.add_member_overload("compareTo", "quantity_compare_to", q(), vec![q()], q_compare)?;
+    env.add_member_overload(
+        "isGreaterThan",
+        "quantity_is_greater_than",
+        q(),
+        vec![q()],
+        q_greater,
+    )?;
+    env.add_member_overload(
+        "isLessThan",
+        "quantity_is_less_than",
+        q(),
+        vec![q()],
+        q_less,
+    )?;
+    env.add_member_overload(
+        "compareTo",
+        "quantity_compare_to",
+        q(),
+        vec![q()],
+        q_compare,
+    )?;
     env.add_member_overload("add", "quantity_add", q(), vec![q()], q_add)?;
     env.add_member_overload("add", "quantity_add_int", q(), vec![INT_TYPE], q_add_int)?;
     env.add_member_overload("sub", "quantity_sub", q(), vec![q()], q_sub)?;
     env.add_member_overload("sub", "quantity_sub_int", q(), vec![INT_TYPE], q_sub_int)?;
-    env.add_member_overload("asInteger", "quantity_as_integer", q(), vec![], q_as_integer)?;
-    env.add_member_overload("isInteger", "quantity_is_integer", q(), vec![], q_is_integer)?;
-    env.add_member_overload("asApproximateFloat", "quantity_as_float", q(), vec![], q_as_float)?;
+    env.add_member_overload(
+        "asInteger",
+        "quantity_as_integer",
+        q(),
+        vec![],
+        q_as_integer,
+    )?;
+    env.add_member_overload(
+        "isInteger",
+        "quantity_is_integer",
+        q(),
+        vec![],
+        q_is_integer,
+    )?;
+    env.add_member_overload(
+        "asApproximateFloat",
+        "quantity_as_float",
+        q(),
+        vec![],
+        q_as_float,
+    )?;
 
     // url
     let u = || URL_TYPE.to_owned();
@@ -169,7 +263,13 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload("getHost", "url_get_host", u(), vec![], url_host)?;
     env.add_member_overload("getHostname", "url_get_hostname", u(), vec![], url_hostname)?;
     env.add_member_overload("getPort", "url_get_port", u(), vec![], url_port)?;
-    env.add_member_overload("getEscapedPath", "url_get_escaped_path", u(), vec![], url_path)?;
+    env.add_member_overload(
+        "getEscapedPath",
+        "url_get_escaped_path",
+        u(),
+        vec![],
+        url_path,
+    )?;
     env.add_member_overload("getQuery", "url_get_query", u(), vec![], url_query)?;
 
     // ip and cidr
@@ -179,33 +279,109 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_type(cidr_t())?;
     env.add_overload("ip", "string_to_ip", vec![STRING_TYPE], ip)?;
     env.add_overload("isIP", "is_ip", vec![STRING_TYPE], is_ip)?;
-    env.add_overload("ip.isCanonical", "ip_is_canonical", vec![STRING_TYPE], ip_is_canonical)?;
+    env.add_overload(
+        "ip.isCanonical",
+        "ip_is_canonical",
+        vec![STRING_TYPE],
+        ip_is_canonical,
+    )?;
     env.add_overload("string", "ip_to_string", vec![ip_t()], ip_to_string)?;
     env.add_member_overload("family", "ip_family", ip_t(), vec![], ip_family)?;
-    env.add_member_overload("isUnspecified", "ip_is_unspecified", ip_t(), vec![], ip_is_unspecified)?;
-    env.add_member_overload("isLoopback", "ip_is_loopback", ip_t(), vec![], ip_is_loopback)?;
-    env.add_member_overload("isLinkLocalMulticast", "ip_is_link_local_multicast", ip_t(), vec![], ip_is_ll_multicast)?;
-    env.add_member_overload("isLinkLocalUnicast", "ip_is_link_local_unicast", ip_t(), vec![], ip_is_ll_unicast)?;
-    env.add_member_overload("isGlobalUnicast", "ip_is_global_unicast", ip_t(), vec![], ip_is_global_unicast)?;
+    env.add_member_overload(
+        "isUnspecified",
+        "ip_is_unspecified",
+        ip_t(),
+        vec![],
+        ip_is_unspecified,
+    )?;
+    env.add_member_overload(
+        "isLoopback",
+        "ip_is_loopback",
+        ip_t(),
+        vec![],
+        ip_is_loopback,
+    )?;
+    env.add_member_overload(
+        "isLinkLocalMulticast",
+        "ip_is_link_local_multicast",
+        ip_t(),
+        vec![],
+        ip_is_ll_multicast,
+    )?;
+    env.add_member_overload(
+        "isLinkLocalUnicast",
+        "ip_is_link_local_unicast",
+        ip_t(),
+        vec![],
+        ip_is_ll_unicast,
+    )?;
+    env.add_member_overload(
+        "isGlobalUnicast",
+        "ip_is_global_unicast",
+        ip_t(),
+        vec![],
+        ip_is_global_unicast,
+    )?;
     env.add_overload("cidr", "string_to_cidr", vec![STRING_TYPE], cidr)?;
     env.add_overload("isCIDR", "is_cidr", vec![STRING_TYPE], is_cidr)?;
     env.add_overload("string", "cidr_to_string", vec![cidr_t()], cidr_to_string)?;
-    env.add_member_overload("containsIP", "cidr_contains_ip_ip", cidr_t(), vec![ip_t()], cidr_contains_ip)?;
-    env.add_member_overload("containsIP", "cidr_contains_ip_string", cidr_t(), vec![STRING_TYPE], cidr_contains_ip)?;
-    env.add_member_overload("containsCIDR", "cidr_contains_cidr", cidr_t(), vec![cidr_t()], cidr_contains_cidr)?;
-    env.add_member_overload("containsCIDR", "cidr_contains_cidr_string", cidr_t(), vec![STRING_TYPE], cidr_contains_cidr)?;
+    env.add_member_overload(
+        "containsIP",
+        "cidr_contains_ip_ip",
+        cidr_t(),
+        vec![ip_t()],
+        cidr_contains_ip,
+    )?;
+    env.add_member_overload(
+        "containsIP",
+        "cidr_contains_ip_string",
+        cidr_t(),
+        vec![STRING_TYPE],
+        cidr_contains_ip,
+    )?;
+    env.add_member_overload(
+        "containsCIDR",
+        "cidr_contains_cidr",
+        cidr_t(),
+        vec![cidr_t()],
+        cidr_contains_cidr,
+    )?;
+    env.add_member_overload(
+        "containsCIDR",
+        "cidr_contains_cidr_string",
+        cidr_t(),
+        vec![STRING_TYPE],
+        cidr_contains_cidr,
+    )?;
     env.add_member_overload("ip", "cidr_ip", cidr_t(), vec![], cidr_ip)?;
     env.add_member_overload("masked", "cidr_masked", cidr_t(), vec![], cidr_masked)?;
-    env.add_member_overload("prefixLength", "cidr_prefix_length", cidr_t(), vec![], cidr_prefix_length)?;
+    env.add_member_overload(
+        "prefixLength",
+        "cidr_prefix_length",
+        cidr_t(),
+        vec![],
+        cidr_prefix_length,
+    )?;
 
     // format
     let f = || FORMAT_TYPE.to_owned();
     env.add_type(f())?;
-    env.add_overload("format.named", "format_named", vec![STRING_TYPE], format_named)?;
+    env.add_overload(
+        "format.named",
+        "format_named",
+        vec![STRING_TYPE],
+        format_named,
+    )?;
     for (name, id, func) in NAMED_FORMAT_CONSTRUCTORS {
         env.add_overload(name, id, vec![], *func)?;
     }
-    env.add_member_overload("validate", "format_validate", f(), vec![STRING_TYPE], format_validate)?;
+    env.add_member_overload(
+        "validate",
+        "format_validate",
+        f(),
+        vec![STRING_TYPE],
+        format_validate,
+    )?;
     Ok(())
 }
 
@@ -287,13 +463,21 @@ fn regex(f: &str, pattern: &str) -> Result<Arc<regex::Regex>, ExecutionError> {
 fn find<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
     let s = str_arg(&args, 0, "find")?;
     let re = regex("find", str_arg(&args, 1, "find")?)?;
-    string_val(re.find(s).map(|m| m.as_str().to_string()).unwrap_or_default())
+    string_val(
+        re.find(s)
+            .map(|m| m.as_str().to_string())
+            .unwrap_or_default(),
+    )
 }
 
 fn find_all_impl<'b, 'v>(args: &[CowVal<'b, 'v>], limit: i64) -> CelResult<'b, 'v> {
     let s = str_arg(args, 0, "findAll")?;
     let re = regex("findAll", str_arg(args, 1, "findAll")?)?;
-    let take = if limit < 0 { usize::MAX } else { limit as usize };
+    let take = if limit < 0 {
+        usize::MAX
+    } else {
+        limit as usize
+    };
     let found: Vec<Value> = re
         .find_iter(s)
         .take(take)
@@ -432,12 +616,18 @@ fn q_sign<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
 }
 
 fn q_greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    let (a, b) = (q_arg(&args, 0, "isGreaterThan")?, q_arg(&args, 1, "isGreaterThan")?);
+    let (a, b) = (
+        q_arg(&args, 0, "isGreaterThan")?,
+        q_arg(&args, 1, "isGreaterThan")?,
+    );
     bool_val(a.cmp(&b) == Ordering::Greater)
 }
 
 fn q_less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    let (a, b) = (q_arg(&args, 0, "isLessThan")?, q_arg(&args, 1, "isLessThan")?);
+    let (a, b) = (
+        q_arg(&args, 0, "isLessThan")?,
+        q_arg(&args, 1, "isLessThan")?,
+    );
     bool_val(a.cmp(&b) == Ordering::Less)
 }
 
@@ -472,9 +662,10 @@ fn q_sub_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
 
 fn q_as_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
     let q = q_arg(&args, 0, "asInteger")?;
-    int_val(q.as_i64().ok_or_else(|| {
-        err("asInteger", "cannot convert value to integer")
-    })?)
+    int_val(
+        q.as_i64()
+            .ok_or_else(|| err("asInteger", "cannot convert value to integer"))?,
+    )
 }
 
 fn q_is_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -482,7 +673,9 @@ fn q_is_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
 }
 
 fn q_as_float<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    Ok(CowVal::owned(CelDouble::from(q_arg(&args, 0, "asApproximateFloat")?.as_f64())))
+    Ok(CowVal::owned(CelDouble::from(
+        q_arg(&args, 0, "asApproximateFloat")?.as_f64(),
+    )))
 }
 
 // ---------- url ----------
@@ -492,7 +685,10 @@ fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
     let u = formats::parse_request_uri(s).ok_or_else(|| {
         err(
             "url",
-            format!("URL parse error during conversion from string: parse {}: invalid URI for request", crate::error::go_quote(s)),
+            format!(
+                "URL parse error during conversion from string: parse {}: invalid URI for request",
+                crate::error::go_quote(s)
+            ),
         )
     })?;
     Ok(CowVal::owned(UrlVal(u)))
@@ -507,10 +703,10 @@ fn url_arg<'a>(args: &'a [CowVal<'_, '_>], f: &str) -> Result<&'a formats::Url, 
 }
 
 fn split_host_port(host: &str) -> (&str, &str) {
-    if let Some(rest) = host.strip_prefix('[') {
-        if let Some((h, after)) = rest.split_once(']') {
-            return (h, after.strip_prefix(':').unwrap_or(""));
-        }
+    if let Some(rest) = host.strip_prefix('[')
+        && let Some((h, after)) = rest.split_once(']')
+    {
+        return (h, after.strip_prefix(':').unwrap_or(""));
     }
     match host.rsplit_once(':') {
         Some((h, p)) if !h.contains(':') => (h, p),
@@ -591,16 +787,19 @@ fn parse_ip(f: &str, s: &str) -> Result<IpAddr, ExecutionError> {
     let ip: IpAddr = s
         .parse()
         .map_err(|_| err(f, format!("IP Address {} parse error during conversion from string: ParseAddr({}): unable to parse IP", crate::error::go_quote(s), crate::error::go_quote(s))))?;
-    if let IpAddr::V6(v6) = ip {
-        if v6.to_ipv4_mapped().is_some() {
-            return Err(err(f, "IPv4-mapped IPv6 address is not allowed"));
-        }
+    if let IpAddr::V6(v6) = ip
+        && v6.to_ipv4_mapped().is_some()
+    {
+        return Err(err(f, "IPv4-mapped IPv6 address is not allowed"));
     }
     Ok(ip)
 }
 
 fn ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    Ok(CowVal::owned(IpVal(parse_ip("ip", str_arg(&args, 0, "ip")?)?)))
+    Ok(CowVal::owned(IpVal(parse_ip(
+        "ip",
+        str_arg(&args, 0, "ip")?,
+    )?)))
 }
 
 fn is_ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -622,7 +821,11 @@ fn ip_to_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
 }
 
 fn ip_family<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    int_val(if ip_arg(&args, "family")?.is_ipv4() { 4 } else { 6 })
+    int_val(if ip_arg(&args, "family")?.is_ipv4() {
+        4
+    } else {
+        6
+    })
 }
 
 fn ip_is_unspecified<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -682,7 +885,10 @@ fn parse_cidr(f: &str, s: &str) -> Result<(IpAddr, u8), ExecutionError> {
 }
 
 fn cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    Ok(CowVal::owned(CidrVal(parse_cidr("cidr", str_arg(&args, 0, "cidr")?)?)))
+    Ok(CowVal::owned(CidrVal(parse_cidr(
+        "cidr",
+        str_arg(&args, 0, "cidr")?,
+    )?)))
 }
 
 fn is_cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -700,12 +906,20 @@ fn mask(ip: IpAddr, len: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);
-            let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(len))
+            };
             IpAddr::V4((bits & m).into())
         }
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
             IpAddr::V6((bits & m).into())
         }
     }
@@ -825,7 +1039,10 @@ fn format_errors(name: &str, s: &str) -> Vec<String> {
         "dns1035LabelPrefix" => meta::dns1035_label(&strip_trailing_dash(s)),
         "labelValue" => meta::label_value(s),
         "uri" => check(formats::is_valid("uri", s), "invalid URI"),
-        "uuid" => check(formats::is_valid("uuid", s), "does not match the UUID format"),
+        "uuid" => check(
+            formats::is_valid("uuid", s),
+            "does not match the UUID format",
+        ),
         "byte" => check(formats::is_valid("byte", s), "invalid base64"),
         "date" => check(formats::is_valid("date", s), "invalid date"),
         "datetime" => check(formats::is_valid("date-time", s), "invalid datetime"),
@@ -834,7 +1051,11 @@ fn format_errors(name: &str, s: &str) -> Vec<String> {
 }
 
 fn check(ok: bool, msg: &str) -> Vec<String> {
-    if ok { Vec::new() } else { vec![msg.to_string()] }
+    if ok {
+        Vec::new()
+    } else {
+        vec![msg.to_string()]
+    }
 }
 
 fn format_validate<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {

@@ -136,7 +136,9 @@ fn compile_expression(
     optional_old_self: bool,
 ) -> Result<(Program, bool), String> {
     let env = env()?;
-    let program = env.compile(src).map_err(|e| e.to_string().trim_end().to_string())?;
+    let program = env
+        .compile(src)
+        .map_err(|e| e.to_string().trim_end().to_string())?;
     match check::check(program.expression(), self_ty, optional_old_self) {
         Ok(checked) => Ok((program, checked.uses_old_self)),
         Err(e) => {
@@ -161,7 +163,10 @@ pub(crate) struct RuleSite<'a> {
 }
 
 /// Compiles a rule, rejecting it the way the apiserver rejects a CRD.
-pub(crate) fn compile_rule(spec: &RuleSpec, site: &RuleSite<'_>) -> Result<CompiledRule, CompileError> {
+pub(crate) fn compile_rule(
+    spec: &RuleSpec,
+    site: &RuleSite<'_>,
+) -> Result<CompiledRule, CompileError> {
     let self_ty = if site.resource_root {
         Ty::Resource(site.schema)
     } else {
@@ -182,16 +187,14 @@ pub(crate) fn compile_rule(spec: &RuleSpec, site: &RuleSite<'_>) -> Result<Compi
             "may not be set if oldSelf is not used in rule".to_string(),
         ));
     }
-    if uses_old_self {
-        if let Some(at) = site.uncorrelatable {
-            return Err(CompileError::Rule {
-                path: format!("{}.rule", spec.path),
-                expression: spec.rule.clone(),
-                message: format!(
-                    "oldSelf cannot be used on the uncorrelatable portion of the schema within {at}"
-                ),
-            });
-        }
+    if uses_old_self && let Some(at) = site.uncorrelatable {
+        return Err(CompileError::Rule {
+            path: format!("{}.rule", spec.path),
+            expression: spec.rule.clone(),
+            message: format!(
+                "oldSelf cannot be used on the uncorrelatable portion of the schema within {at}"
+            ),
+        });
     }
 
     let message_expression = match &spec.message_expression {
@@ -211,7 +214,11 @@ pub(crate) fn compile_rule(spec: &RuleSpec, site: &RuleSite<'_>) -> Result<Compi
 
     let field_path = match &spec.field_path {
         Some(fp) => Some(valid_field_path(fp, site.schema).map_err(|e| {
-            rule_err("fieldPath", fp, format!("fieldPath must be a valid path: {e}"))
+            rule_err(
+                "fieldPath",
+                fp,
+                format!("fieldPath must be a valid path: {e}"),
+            )
         })?),
         None => None,
     };
@@ -454,18 +461,34 @@ pub(crate) fn eval_node(
             })
             .unwrap_or_else(|| rule.message_or_default());
         let v = match rule.reason {
-            Reason::Invalid => {
-                Violation::new(fail_path, ViolationKind::Invalid, bad_value(), detail, source)
-            }
-            Reason::Forbidden => {
-                Violation::new(fail_path, ViolationKind::Forbidden, BadValue::Omitted, detail, source)
-            }
-            Reason::Required => {
-                Violation::new(fail_path, ViolationKind::Required, BadValue::Omitted, detail, source)
-            }
-            Reason::Duplicate => {
-                Violation::new(fail_path, ViolationKind::Duplicate, bad_value(), String::new(), source)
-            }
+            Reason::Invalid => Violation::new(
+                fail_path,
+                ViolationKind::Invalid,
+                bad_value(),
+                detail,
+                source,
+            ),
+            Reason::Forbidden => Violation::new(
+                fail_path,
+                ViolationKind::Forbidden,
+                BadValue::Omitted,
+                detail,
+                source,
+            ),
+            Reason::Required => Violation::new(
+                fail_path,
+                ViolationKind::Required,
+                BadValue::Omitted,
+                detail,
+                source,
+            ),
+            Reason::Duplicate => Violation::new(
+                fail_path,
+                ViolationKind::Duplicate,
+                bad_value(),
+                String::new(),
+                source,
+            ),
         };
         if !rule.uses_old_self && unchanged {
             out.ratcheted.push(v);

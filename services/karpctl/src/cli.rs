@@ -1,0 +1,200 @@
+//! Command-line parsing and the commands' effects on stdout, stderr and
+//! the exit status.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::input::{self, InputError};
+use crate::plan::PlanArgs;
+use crate::{CliError, convert, crds, plan, validate};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "karpctl",
+    version,
+    about = "Karpenter's scheduler and APIs from the command line"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// What the scheduler would do with these manifests: new node claims,
+    /// placements on existing nodes, unschedulable pods, cost.
+    Plan(PlanArgs),
+    /// Print the generated CRDs (NodePool, NodeClaim, EC2NodeClass).
+    Crds(CrdsArgs),
+    /// Convert v1alpha5/v1alpha1/v1beta1 Karpenter manifests to v1.
+    Convert(ConvertArgs),
+    /// Validate Karpenter v1 manifests against the generated CRDs.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CrdsArgs {
+    /// Write the files to deploy/crds and charts/karpenter/crds.
+    #[arg(long)]
+    pub write: bool,
+    /// Exit 1 listing the files that differ from the generated CRDs.
+    #[arg(long, conflicts_with = "write")]
+    pub check: bool,
+    /// Repository root for --write and --check.
+    #[arg(long, default_value = ".")]
+    pub repo_root: PathBuf,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConvertArgs {
+    /// Files or directories; `-` reads standard input.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Do not add the requirements v1alpha5 defaulted implicitly.
+    #[arg(long)]
+    pub ignore_defaults: bool,
+    /// IAM role for EC2NodeClasses made from AWSNodeTemplates or inline providers.
+    #[arg(long)]
+    pub node_role: Option<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ValidateArgs {
+    /// Files or directories; `-` reads standard input.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Runs the command line and returns the exit status.
+pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // clap's usage errors are bad input too.
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn out(text: &str) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CliError::Other(anyhow::anyhow!("writing standard output: {e}")))
+}
+
+/// Runs one command; `Ok` carries the exit status.
+pub fn run(command: Command) -> Result<u8, CliError> {
+    match command {
+        Command::Plan(args) => {
+            let (text, warnings) = plan::run(&args, std::io::stdout().is_terminal())?;
+            for w in warnings {
+                if w.starts_with("notice:") {
+                    eprintln!("{w}");
+                } else {
+                    eprintln!("warning: {w}");
+                }
+            }
+            out(&text)?;
+            Ok(0)
+        }
+        Command::Crds(args) => {
+            if args.write {
+                let written = karpenter_api::write_crd_files(&args.repo_root)
+                    .map_err(|e| CliError::Other(anyhow::anyhow!(e)))?;
+                for path in written {
+                    eprintln!("wrote {}", path.display());
+                }
+                return Ok(0);
+            }
+            if args.check {
+                let stale = crds::stale(&args.repo_root);
+                if stale.is_empty() {
+                    eprintln!("CRDs are up to date");
+                    return Ok(0);
+                }
+                for path in &stale {
+                    eprintln!("stale: {path}");
+                }
+                eprintln!(
+                    "{} CRD file(s) are stale; run `karpctl crds --write`",
+                    stale.len()
+                );
+                return Ok(1);
+            }
+            out(&crds::all_yaml())?;
+            Ok(0)
+        }
+        Command::Convert(args) => {
+            let sources = input::read_sources(&args.files)?;
+            let options = karpenter_convert::Options {
+                ignore_defaults: args.ignore_defaults,
+                node_role: args.node_role.clone(),
+            };
+            let (yaml, notes) = convert::convert(&sources, &options)?;
+            out(&yaml)?;
+            for note in notes {
+                eprintln!("# {note}");
+            }
+            Ok(0)
+        }
+        Command::Validate(args) => {
+            let docs = input::load(&args.files)?;
+            let validators = validate::Validators::new()?;
+            let (mut valid, mut invalid, mut skipped) = (0, 0, 0);
+            let mut report_text = String::new();
+            for doc in &docs {
+                let report = validators.check(doc);
+                if report.skipped {
+                    skipped += 1;
+                    continue;
+                }
+                for w in &report.warnings {
+                    report_text.push_str(&format!("warning: {}: {w}\n", doc.origin));
+                }
+                for e in &report.errors {
+                    report_text.push_str(&format!("{}: {e}\n", doc.origin));
+                }
+                if report.errors.is_empty() {
+                    valid += 1;
+                } else {
+                    invalid += 1;
+                }
+            }
+            if valid + invalid == 0 {
+                return Err(InputError::file(
+                    args.files
+                        .first()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    "no karpenter.sh or karpenter.k8s.aws documents to validate",
+                )
+                .into());
+            }
+            let skipped = if skipped > 0 {
+                format!(", {skipped} skipped (not Karpenter)")
+            } else {
+                String::new()
+            };
+            report_text.push_str(&format!(
+                "{valid} document{} valid, {invalid} invalid{skipped}\n",
+                if valid == 1 { "" } else { "s" }
+            ));
+            out(&report_text)?;
+            Ok(if invalid > 0 { 1 } else { 0 })
+        }
+    }
+}

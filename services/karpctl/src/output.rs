@@ -1,0 +1,317 @@
+//! The output of `plan`: the stable JSON shape of PLAN_CLI.md, the same
+//! structure as YAML, and a table for people.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use karpenter_proto::scheduler::v1 as pb;
+use serde_json::{Map, Value, json};
+
+use crate::fields::{effect_name, operator_name};
+
+/// Output formats of `-o`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+    Table,
+}
+
+fn pod_ref(p: &pb::PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+fn sorted_pods(pods: &[pb::PodRef]) -> Vec<String> {
+    let mut out: Vec<String> = pods.iter().map(pod_ref).collect();
+    out.sort();
+    out
+}
+
+/// Rounds a price sum to a millionth, so float noise does not show.
+pub fn round_price(p: f64) -> f64 {
+    // `+ 0.0` turns the -0.0 of an empty sum into 0.0.
+    (p * 1e6).round() / 1e6 + 0.0
+}
+
+fn requirement(r: &pb::Requirement) -> Value {
+    let mut m = Map::new();
+    m.insert("key".into(), json!(r.key));
+    m.insert("operator".into(), json!(operator_name(r.operator)));
+    m.insert("values".into(), json!(r.values));
+    if let Some(min) = r.min_values {
+        m.insert("minValues".into(), json!(min));
+    }
+    Value::Object(m)
+}
+
+fn taint(t: &pb::Taint) -> Value {
+    let mut m = Map::new();
+    m.insert("key".into(), json!(t.key));
+    if !t.value.is_empty() {
+        m.insert("value".into(), json!(t.value));
+    }
+    m.insert("effect".into(), json!(effect_name(t.effect)));
+    Value::Object(m)
+}
+
+fn node_claim(c: &pb::NodeClaimPlan) -> Value {
+    let cheapest = c.cheapest.clone().unwrap_or_default();
+    let labels: BTreeMap<&String, &String> = c.labels.iter().collect();
+    let mut requirements: Vec<&pb::Requirement> = c.requirements.iter().collect();
+    requirements
+        .sort_by(|a, b| (&a.key, a.operator, &a.values).cmp(&(&b.key, b.operator, &b.values)));
+    let mut taints: Vec<&pb::Taint> = c.taints.iter().collect();
+    taints.sort_by(|a, b| (&a.key, &a.value, a.effect).cmp(&(&b.key, &b.value, b.effect)));
+    json!({
+        "nodePool": c.node_pool,
+        "instanceTypes": c.instance_types,
+        "cheapest": {
+            "instanceType": cheapest.instance_type,
+            "zone": cheapest.zone,
+            "capacityType": cheapest.capacity_type,
+            "price": cheapest.price,
+        },
+        "labels": labels,
+        "requirements": requirements.into_iter().map(requirement).collect::<Vec<_>>(),
+        "taints": taints.into_iter().map(taint).collect::<Vec<_>>(),
+        "pods": sorted_pods(&c.pods),
+    })
+}
+
+/// The `plan -o json` document, in a deterministic order.
+pub fn plan_value(response: &pb::SolveResponse) -> Value {
+    let mut claims: Vec<(Vec<String>, Value)> = response
+        .node_claims
+        .iter()
+        .map(|c| (sorted_pods(&c.pods), node_claim(c)))
+        .collect();
+    claims.sort_by(|a, b| {
+        (a.0.first(), a.1["nodePool"].as_str(), a.1.to_string()).cmp(&(
+            b.0.first(),
+            b.1["nodePool"].as_str(),
+            b.1.to_string(),
+        ))
+    });
+    let cost: f64 = claims
+        .iter()
+        .map(|(_, c)| c["cheapest"]["price"].as_f64().unwrap_or(0.0))
+        .sum();
+    let mut existing: Vec<(String, Vec<String>)> = response
+        .existing_nodes
+        .iter()
+        .filter(|n| !n.pods.is_empty())
+        .map(|n| (n.node.clone(), sorted_pods(&n.pods)))
+        .collect();
+    existing.sort();
+    let mut unschedulable: Vec<(String, String)> = response
+        .unschedulable
+        .iter()
+        .map(|u| {
+            (
+                u.pod.as_ref().map(pod_ref).unwrap_or_default(),
+                u.reason.clone(),
+            )
+        })
+        .collect();
+    unschedulable.sort();
+    json!({
+        "nodeClaims": claims.into_iter().map(|(_, c)| c).collect::<Vec<_>>(),
+        "existingNodes": existing
+            .into_iter()
+            .map(|(name, pods)| json!({"name": name, "pods": pods}))
+            .collect::<Vec<_>>(),
+        "unschedulable": unschedulable
+            .into_iter()
+            .map(|(pod, reason)| json!({"pod": pod, "reason": reason}))
+            .collect::<Vec<_>>(),
+        "costPerHour": round_price(cost),
+    })
+}
+
+/// Renders the plan in `format`, ending with a newline.
+pub fn render(value: &Value, format: Format) -> Result<String, String> {
+    match format {
+        Format::Json => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+        Format::Yaml => serde_yaml::to_string(value).map_err(|e| e.to_string()),
+        Format::Table => Ok(table(value)),
+    }
+}
+
+fn columns(rows: &[Vec<String>]) -> String {
+    let mut widths = Vec::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if widths.len() <= i {
+                widths.push(0);
+            }
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}   ", width = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A table for people: new node claims, placements on existing nodes,
+/// unschedulable pods, and the cost.
+pub fn table(plan: &Value) -> String {
+    let empty = Vec::new();
+    let arr = |key: &str| plan.get(key).and_then(Value::as_array).unwrap_or(&empty);
+    let mut out = String::new();
+    let claims = arr("nodeClaims");
+    if claims.is_empty() {
+        out.push_str("No new nodes.\n");
+    } else {
+        let mut rows = vec![vec![
+            "NODEPOOL".to_string(),
+            "INSTANCE TYPE".to_string(),
+            "ZONE".to_string(),
+            "CAPACITY".to_string(),
+            "PRICE/H".to_string(),
+            "PODS".to_string(),
+            "OPTIONS".to_string(),
+        ]];
+        for c in claims {
+            let cheapest = &c["cheapest"];
+            rows.push(vec![
+                s(&c["nodePool"]),
+                s(&cheapest["instanceType"]),
+                s(&cheapest["zone"]),
+                s(&cheapest["capacityType"]),
+                format!("{:.4}", cheapest["price"].as_f64().unwrap_or(0.0)),
+                c["pods"].as_array().map_or(0, Vec::len).to_string(),
+                c["instanceTypes"]
+                    .as_array()
+                    .map_or(0, Vec::len)
+                    .to_string(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let existing = arr("existingNodes");
+    if !existing.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["EXISTING NODE".to_string(), "PODS".to_string()]];
+        for n in existing {
+            let pods: Vec<String> = n["pods"]
+                .as_array()
+                .map(|p| p.iter().map(s).collect())
+                .unwrap_or_default();
+            rows.push(vec![s(&n["name"]), pods.join(", ")]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let unschedulable = arr("unschedulable");
+    if !unschedulable.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["UNSCHEDULABLE POD".to_string(), "REASON".to_string()]];
+        for u in unschedulable {
+            rows.push(vec![s(&u["pod"]), s(&u["reason"])]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let _ = writeln!(
+        out,
+        "\nNew nodes: {}   Cost per hour: {:.4}",
+        claims.len(),
+        plan["costPerHour"].as_f64().unwrap_or(0.0)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response() -> pb::SolveResponse {
+        let pod = |name: &str| pb::PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: String::new(),
+        };
+        pb::SolveResponse {
+            node_claims: vec![pb::NodeClaimPlan {
+                node_pool: "default".into(),
+                instance_types: vec!["r5.large".into(), "r5.xlarge".into()],
+                cheapest: Some(pb::OfferingChoice {
+                    instance_type: "r5.large".into(),
+                    zone: "ap-northeast-1a".into(),
+                    capacity_type: "on-demand".into(),
+                    price: 0.152,
+                }),
+                requirements: vec![pb::Requirement {
+                    key: "karpenter.sh/capacity-type".into(),
+                    operator: pb::Operator::In as i32,
+                    values: vec!["on-demand".into()],
+                    min_values: Some(1),
+                }],
+                pods: vec![pod("app-1"), pod("app-0")],
+                ..Default::default()
+            }],
+            existing_nodes: vec![pb::NodePlacement {
+                node: "n1".into(),
+                pods: vec![pod("app-2")],
+            }],
+            unschedulable: vec![pb::UnschedulablePod {
+                pod: Some(pod("big-0")),
+                reason: "too big".into(),
+            }],
+            cost_per_hour: 0.152,
+        }
+    }
+
+    #[test]
+    fn json_shape() {
+        let v = plan_value(&response());
+        assert_eq!(
+            v["nodeClaims"][0]["pods"],
+            json!(["default/app-0", "default/app-1"])
+        );
+        assert_eq!(v["nodeClaims"][0]["requirements"][0]["minValues"], json!(1));
+        assert_eq!(
+            v["existingNodes"][0],
+            json!({"name": "n1", "pods": ["default/app-2"]})
+        );
+        assert_eq!(v["costPerHour"], json!(0.152));
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "nodeClaims",
+                "existingNodes",
+                "unschedulable",
+                "costPerHour"
+            ]
+        );
+    }
+
+    #[test]
+    fn table_has_type_and_price() {
+        let t = table(&plan_value(&response()));
+        assert!(t.contains("r5.large"), "{t}");
+        assert!(t.contains("0.1520"), "{t}");
+        assert!(t.contains("too big"), "{t}");
+        assert!(t.contains("NODEPOOL"), "{t}");
+    }
+}

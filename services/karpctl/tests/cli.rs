@@ -1,0 +1,406 @@
+//! End-to-end tests of the `karpctl` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn karpctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_karpctl"))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("run karpctl")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn testdata(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn all_pods(plan: &Value) -> Vec<String> {
+    let mut pods = Vec::new();
+    for claim in plan["nodeClaims"].as_array().unwrap() {
+        pods.extend(
+            claim["pods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string()),
+        );
+    }
+    for node in plan["existingNodes"].as_array().unwrap() {
+        pods.extend(
+            node["pods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string()),
+        );
+    }
+    for u in plan["unschedulable"].as_array().unwrap() {
+        pods.push(u["pod"].as_str().unwrap().to_string());
+    }
+    pods
+}
+
+#[test]
+fn plan_example_seed_001() {
+    let first = karpctl(&["plan", "--example", "seed-001", "-o", "json"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let plan: Value = serde_json::from_slice(&first.stdout).expect("json");
+
+    let mut pods = all_pods(&plan);
+    pods.sort();
+    let expected: Vec<String> = (0..5).map(|i| format!("default/app-{i}")).collect();
+    assert_eq!(pods, expected, "every pending pod exactly once");
+
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 4, "{plan:#}");
+    let mut sum = 0.0;
+    for claim in claims {
+        assert_eq!(claim["nodePool"], "default");
+        assert_eq!(claim["cheapest"]["instanceType"], "r5.large");
+        assert_eq!(claim["cheapest"]["capacityType"], "on-demand");
+        assert_eq!(
+            claim["labels"]["node.kubernetes.io/instance-type"],
+            "r5.large"
+        );
+        sum += claim["cheapest"]["price"].as_f64().unwrap();
+    }
+    assert!((plan["costPerHour"].as_f64().unwrap() - sum).abs() < 1e-9);
+    assert!((sum - 0.608).abs() < 1e-9);
+    assert_eq!(
+        plan["existingNodes"][0]["name"],
+        "ip-10-99-22-103.ap-northeast-1.compute.internal"
+    );
+    assert_eq!(plan["unschedulable"].as_array().unwrap().len(), 0);
+
+    let second = karpctl(&["plan", "--example", "seed-001", "-o", "json"]);
+    assert_eq!(first.stdout, second.stdout, "byte-identical across runs");
+}
+
+#[test]
+fn plan_example_files_match_embedded() {
+    let from_files = karpctl(&["plan", "-f", "deploy/examples/seed-001", "-o", "json"]);
+    let embedded = karpctl(&["plan", "--example", "seed-001", "-o", "json"]);
+    assert_eq!(from_files.status.code(), Some(0), "{}", stderr(&from_files));
+    assert_eq!(from_files.stdout, embedded.stdout);
+}
+
+#[test]
+fn plan_table_and_yaml() {
+    let table = karpctl(&["plan", "--example", "seed-001", "-o", "table"]);
+    assert_eq!(table.status.code(), Some(0));
+    let text = stdout(&table);
+    assert!(text.contains("r5.large"), "{text}");
+    assert!(text.contains("0.1520"), "{text}");
+    assert!(text.contains("0.6080"), "{text}");
+    let yaml = karpctl(&["plan", "--example", "seed-001", "-o", "yaml"]);
+    let json = karpctl(&["plan", "--example", "seed-001", "-o", "json"]);
+    let from_yaml: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    let from_json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(from_yaml, from_json);
+    // Not a terminal: JSON by default.
+    let default = karpctl(&["plan", "--example", "seed-001"]);
+    assert_eq!(default.stdout, json.stdout);
+}
+
+#[test]
+fn plan_seed_003_with_builtin_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = dir.path().join("web.yaml");
+    std::fs::write(
+        &deployment,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2\n  template:\n    spec:\n      containers:\n      - name: web\n        resources: {requests: {cpu: 500m, memory: 1Gi}}\n",
+    )
+    .unwrap();
+    let out = karpctl(&[
+        "plan",
+        "-f",
+        "testdata/seeds/003-nodepool-default.yaml",
+        "-f",
+        "testdata/seeds/003-ec2nodeclass-default.filled.yaml",
+        "-f",
+        deployment.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("built-in"),
+        "notice on stderr: {}",
+        stderr(&out)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The pool wants t4g in ap-northeast-2a; the built-in catalog has neither.
+    let unschedulable = plan["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.len(), 2, "{plan:#}");
+    for u in unschedulable {
+        assert!(!u["reason"].as_str().unwrap().is_empty());
+    }
+    assert_eq!(plan["costPerHour"], 0.0);
+}
+
+#[test]
+fn plan_seed_003_reason_names_the_pool() {
+    let out = karpctl(&[
+        "plan",
+        "-f",
+        "testdata/seeds/003-nodepool-default.yaml",
+        "-f",
+        &testdata("bad/unknown-kind.yaml"),
+        "-o",
+        "json",
+    ]);
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = plan["unschedulable"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("default"), "{reason}");
+}
+
+#[test]
+fn plan_bad_quantity_names_file_document_field() {
+    let file = testdata("bad/bad-quantity.yaml");
+    let out = karpctl(&["plan", "-f", &file, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    let expected = format!(
+        "error: {file}: document 2 (Deployment \"app\"): spec.template.spec.containers[0].resources.requests.cpu: invalid quantity \"1x\""
+    );
+    assert!(err.contains(&expected), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn plan_deployment_without_containers() {
+    let file = testdata("bad/no-containers.yaml");
+    let out = karpctl(&["plan", "-f", &file]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{file}: document 1 (Deployment \"empty\"): spec.template.spec.containers:"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn plan_bad_taint_effect() {
+    let file = testdata("bad/bad-taint.yaml");
+    let out = karpctl(&["plan", "-f", &file]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("spec.template.spec.taints[0].effect"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plan_unknown_kind_is_a_warning() {
+    let file = testdata("bad/unknown-kind.yaml");
+    let out = karpctl(&["plan", "-f", &file, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning:"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Widget"), "{}", stderr(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // No node pool: the pod cannot be placed, but the input was understood.
+    assert_eq!(all_pods(&plan), ["team-a/solo"]);
+}
+
+#[test]
+fn plan_reads_stdin_and_lists() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpctl"))
+        .args(["plan", "-f", "-", "-o", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let manifest = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: karpenter.sh/v1\n  kind: NodePool\n  metadata: {name: default}\n  spec:\n    template:\n      spec:\n        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n        requirements: []\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    containers:\n    - name: c\n      resources: {requests: {cpu: 1500m, memory: 3Gi}}\n";
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 1, "{plan:#}");
+    assert_eq!(plan["nodeClaims"][0]["pods"][0], "default/p");
+    let it = plan["nodeClaims"][0]["cheapest"]["instanceType"]
+        .as_str()
+        .unwrap();
+    assert!(it.ends_with("-linux"), "built-in kwok-style type: {it}");
+}
+
+#[test]
+fn plan_bad_feature_gate() {
+    let out = karpctl(&[
+        "plan",
+        "--example",
+        "seed-001",
+        "--feature-gates",
+        "Nope=true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("Nope"));
+}
+
+#[test]
+fn crds_print_and_check() {
+    let out = karpctl(&["crds"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    for name in [
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+        "ec2nodeclasses.karpenter.k8s.aws",
+    ] {
+        assert!(text.contains(name), "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let stale = karpctl(&["crds", "--check", "--repo-root", root]);
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(stderr(&stale).contains("deploy/crds"), "{}", stderr(&stale));
+    let write = karpctl(&["crds", "--write", "--repo-root", root]);
+    assert_eq!(write.status.code(), Some(0));
+    let fresh = karpctl(&["crds", "--check", "--repo-root", root]);
+    assert_eq!(fresh.status.code(), Some(0), "{}", stderr(&fresh));
+}
+
+#[test]
+fn convert_seed_001() {
+    let out = karpctl(&[
+        "convert",
+        "-f",
+        "testdata/seeds/001-provisioner.yaml",
+        "--node-role",
+        "KarpenterInstanceNodeRole",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("kind: NodePool"));
+    assert!(text.contains("kind: EC2NodeClass"));
+    assert!(text.contains("role: KarpenterInstanceNodeRole"));
+    assert!(stderr(&out).contains("ttlSecondsAfterEmpty"));
+}
+
+#[test]
+fn validate_seed_003() {
+    let out = karpctl(&[
+        "validate",
+        "-f",
+        "testdata/seeds/003-nodepool-default.yaml",
+        "-f",
+        "testdata/seeds/003-ec2nodeclass-default.filled.yaml",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("warning:") && text.contains("spec.limit") && text.contains("spec.limits"),
+        "{text}"
+    );
+    assert!(text.contains("2 documents valid, 0 invalid"), "{text}");
+}
+
+#[test]
+fn validate_converted_seeds_001_and_002() {
+    let converted = karpctl(&[
+        "convert",
+        "-f",
+        "testdata/seeds/001-provisioner.yaml",
+        "-f",
+        "testdata/seeds/002-nodepool-default.yaml",
+        "--node-role",
+        "KarpenterInstanceNodeRole",
+    ]);
+    assert_eq!(converted.status.code(), Some(0), "{}", stderr(&converted));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("converted.yaml");
+    std::fs::write(&file, &converted.stdout).unwrap();
+    let out = karpctl(&["validate", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("3 documents valid, 0 invalid"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn validate_old_api_versions_need_convert() {
+    let out = karpctl(&["validate", "-f", "testdata/seeds/002-nodepool-default.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("karpctl convert"), "{}", stdout(&out));
+}
+
+#[test]
+fn validate_unreadable_input_exits_2() {
+    let out = karpctl(&["validate", "-f", "does/not/exist.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does/not/exist.yaml"));
+}
+
+#[test]
+fn validate_invalid_manifests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/invalid");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "{} files", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: no # expect: line", file.display()))
+            .trim();
+        let path = file.to_str().unwrap();
+        let out = karpctl(&["validate", "-f", path]);
+        let report = stdout(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{path}: {report}{}",
+            stderr(&out)
+        );
+        let named = report.lines().any(|l| {
+            l.starts_with(&format!("{path}: document 1 (")) && l.contains(&format!("): {expect}: "))
+        });
+        assert!(
+            named,
+            "{path}: expected a violation of {expect}, got:\n{report}"
+        );
+        assert!(report.contains("0 documents valid, 1 invalid"), "{report}");
+    }
+}
