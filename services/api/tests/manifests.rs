@@ -216,7 +216,10 @@ status:
     assert!(status.last_pod_event_time.is_some());
     assert_eq!(claim.node_pool(), Some("default"));
     assert!(claim.is_launched() && !claim.is_registered() && !claim.is_initialized());
-    assert_eq!(claim.provider_id(), Some("aws:///ap-northeast-2a/i-0123456789abcdef0"));
+    assert_eq!(
+        claim.provider_id(),
+        Some("aws:///ap-northeast-2a/i-0123456789abcdef0")
+    );
     round_trip(&claim);
 }
 

@@ -69,7 +69,8 @@ impl SchedulerService {
 /// INVALID_ARGUMENT with the field path as a google.rpc.BadRequest, so
 /// clients in any language can point at the field.
 pub fn invalid_argument(error: &InvalidField) -> Status {
-    let details = ErrorDetails::with_bad_request_violation(error.field.clone(), error.message.clone());
+    let details =
+        ErrorDetails::with_bad_request_violation(error.field.clone(), error.message.clone());
     Status::with_error_details(tonic::Code::InvalidArgument, error.to_string(), details)
 }
 
@@ -81,7 +82,10 @@ impl Scheduler for SchedulerService {
         node_claims = tracing::field::Empty,
         unschedulable = tracing::field::Empty,
     ))]
-    async fn solve(&self, request: Request<pb::SolveRequest>) -> Result<Response<pb::SolveResponse>, Status> {
+    async fn solve(
+        &self,
+        request: Request<pb::SolveRequest>,
+    ) -> Result<Response<pb::SolveResponse>, Status> {
         let request = request.into_inner();
         let span = tracing::Span::current();
         if let Some(cluster) = &request.cluster {
@@ -89,14 +93,24 @@ impl Scheduler for SchedulerService {
             span.record("nodes", cluster.nodes.len());
         }
         // Solving is CPU-bound: keep it off the I/O threads.
-        let result = tokio::task::spawn_blocking(move || karpenter_scheduling::wire::solve_request(&request))
-            .await
-            .map_err(|e| Status::internal(format!("solver task failed: {e}")))?;
+        let result = tokio::task::spawn_blocking(move || {
+            karpenter_scheduling::wire::solve_request(&request)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("solver task failed: {e}")))?;
         let response = result.map_err(|error| invalid_argument(&error))?;
         span.record("node_claims", response.node_claims.len());
         span.record("unschedulable", response.unschedulable.len());
-        let placed: usize = response.node_claims.iter().map(|c| c.pods.len()).sum::<usize>()
-            + response.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>();
+        let placed: usize = response
+            .node_claims
+            .iter()
+            .map(|c| c.pods.len())
+            .sum::<usize>()
+            + response
+                .existing_nodes
+                .iter()
+                .map(|n| n.pods.len())
+                .sum::<usize>();
         self.metrics.pods_scheduled.inc_by(placed as u64);
         self.metrics
             .pods_unschedulable
@@ -120,7 +134,10 @@ impl Scheduler for SchedulerService {
 }
 
 /// The routes of the service, for `karpenter_runtime::serve`.
-pub fn service(metrics: Arc<karpenter_runtime::Metrics>, max_request_bytes: usize) -> karpenter_runtime::Service {
+pub fn service(
+    metrics: Arc<karpenter_runtime::Metrics>,
+    max_request_bytes: usize,
+) -> karpenter_runtime::Service {
     let server = SchedulerService::new(&metrics).into_server(max_request_bytes);
     karpenter_runtime::Service {
         routes: tonic::service::Routes::new(server),

@@ -3,7 +3,10 @@
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "scheduler", about = "Karpenter-compatible scheduling decisions over gRPC (stateless)")]
+#[command(
+    name = "scheduler",
+    about = "Karpenter-compatible scheduling decisions over gRPC (stateless)"
+)]
 struct Args {
     #[command(flatten)]
     service: karpenter_runtime::ServiceArgs,

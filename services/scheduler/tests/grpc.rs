@@ -26,12 +26,22 @@ async fn start() -> Running {
     let grpc = format!("http://{}", listeners.grpc_addr().unwrap());
     let http = listeners.http_addr().unwrap();
     let metrics = karpenter_runtime::Metrics::new("karpenter_scheduler");
-    let service = karpenter_scheduler::service(metrics, karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES);
+    let service =
+        karpenter_scheduler::service(metrics, karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(karpenter_runtime::serve_with_shutdown(listeners, service, async move {
-        let _ = stopped.await;
-    }));
-    Running { grpc, http, stop, task }
+    let task = tokio::spawn(karpenter_runtime::serve_with_shutdown(
+        listeners,
+        service,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Running {
+        grpc,
+        http,
+        stop,
+        task,
+    }
 }
 
 fn request() -> pb::SolveRequest {
@@ -51,9 +61,13 @@ fn request() -> pb::SolveRequest {
             requirements: vec![],
         }],
         capacity: Some(pb::ResourceList {
-            quantities: [("cpu".to_owned(), 2000), ("memory".to_owned(), 8 << 30), ("pods".to_owned(), 29)]
-                .into_iter()
-                .collect(),
+            quantities: [
+                ("cpu".to_owned(), 2000),
+                ("memory".to_owned(), 8 << 30),
+                ("pods".to_owned(), 29),
+            ]
+            .into_iter()
+            .collect(),
         }),
         overhead: None,
     };
@@ -98,7 +112,11 @@ async fn solve_health_reflection_and_metrics_over_a_socket() {
     assert_eq!(claim.pods[0].name, "app-0");
     assert!((response.cost_per_hour - 0.096).abs() < 1e-9);
 
-    let channel = tonic::transport::Channel::from_shared(running.grpc.clone()).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(running.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let status = health
         .check(tonic_health::pb::HealthCheckRequest {
@@ -107,14 +125,19 @@ async fn solve_health_reflection_and_metrics_over_a_socket() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(status.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
     let mut reflection =
         tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(channel);
     let list = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
         message_request: Some(
-            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(String::new()),
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
         ),
     };
     let mut stream = reflection
@@ -123,17 +146,29 @@ async fn solve_health_reflection_and_metrics_over_a_socket() {
         .unwrap()
         .into_inner();
     let answer = stream.message().await.unwrap().unwrap();
-    let Some(tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(services)) =
-        answer.message_response
+    let Some(
+        tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(
+            services,
+        ),
+    ) = answer.message_response
     else {
         panic!("unexpected reflection answer");
     };
     let names: Vec<String> = services.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"karpenter.scheduler.v1.Scheduler".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"karpenter.scheduler.v1.Scheduler".to_owned()),
+        "{names:?}"
+    );
 
     let metrics = http_get(running.http, "/metrics").await;
-    assert!(metrics.contains("karpenter_scheduler_pods_placed_total 1"), "{metrics}");
-    assert!(metrics.contains("/karpenter.scheduler.v1.Scheduler/Solve"), "{metrics}");
+    assert!(
+        metrics.contains("karpenter_scheduler_pods_placed_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("/karpenter.scheduler.v1.Scheduler/Solve"),
+        "{metrics}"
+    );
     assert!(http_get(running.http, "/readyz").await.contains("ready"));
 
     running.stop.send(()).unwrap();
@@ -156,8 +191,15 @@ async fn a_bad_field_is_invalid_argument_naming_it() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     let details = status.get_error_details();
     let violation = &details.bad_request().unwrap().field_violations[0];
-    assert_eq!(violation.field, "cluster.node_pools[0].requirements[0].values");
-    assert!(status.message().contains("one integer value"), "{}", status.message());
+    assert_eq!(
+        violation.field,
+        "cluster.node_pools[0].requirements[0].values"
+    );
+    assert!(
+        status.message().contains("one integer value"),
+        "{}",
+        status.message()
+    );
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();
 }
@@ -176,7 +218,10 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
         .await
         .unwrap();
     let mut body = String::new();

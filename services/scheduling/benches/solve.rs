@@ -79,7 +79,11 @@ fn instance_types() -> Vec<pb::InstanceType> {
                     },
                 ],
                 offerings,
-                capacity: list(&[("cpu", cpu * 1000), ("memory", memory_gib << 30), ("pods", 10 * cpu)]),
+                capacity: list(&[
+                    ("cpu", cpu * 1000),
+                    ("memory", memory_gib << 30),
+                    ("pods", 10 * cpu),
+                ]),
                 overhead: Some(pb::InstanceTypeOverhead {
                     kube_reserved: list(&[("cpu", 100), ("memory", 10 << 20)]),
                     system_reserved: None,
@@ -105,7 +109,7 @@ fn pods(count: usize) -> Vec<pb::Pod> {
     let per_group = count / 5;
     (0..count)
         .map(|i| {
-            let group = if per_group == 0 { 0 } else { (i / per_group).min(4) };
+            let group = i.checked_div(per_group).map_or(0, |g| g.min(4));
             let cpu = *rng.pick(&cpus);
             let memory = *rng.pick(&memories) << 20;
             let value = *rng.pick(&label_values);
@@ -123,18 +127,21 @@ fn pods(count: usize) -> Vec<pb::Pod> {
             let spread = |key: &str| pb::TopologySpreadConstraint {
                 max_skew: 1,
                 topology_key: key.into(),
-                when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule as i32,
+                when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule
+                    as i32,
                 label_selector: selector("my-label", value),
                 ..Default::default()
             };
             match group {
                 1 => {
                     pod.labels.insert("my-label".into(), value.into());
-                    pod.topology_spread_constraints.push(spread("topology.kubernetes.io/zone"));
+                    pod.topology_spread_constraints
+                        .push(spread("topology.kubernetes.io/zone"));
                 }
                 2 => {
                     pod.labels.insert("my-label".into(), value.into());
-                    pod.topology_spread_constraints.push(spread("kubernetes.io/hostname"));
+                    pod.topology_spread_constraints
+                        .push(spread("kubernetes.io/hostname"));
                 }
                 3 => {
                     pod.labels.insert("my-affinity".into(), value.into());
@@ -234,7 +241,10 @@ fn main() {
         let text = String::from_utf8_lossy(&output.stdout);
         let fields: Vec<&str> = text.split_whitespace().collect();
         if fields.len() != 4 {
-            eprintln!("size {count} failed: {}", String::from_utf8_lossy(&output.stderr));
+            eprintln!(
+                "size {count} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
             continue;
         }
         let seconds: f64 = fields[0].parse().unwrap_or(f64::NAN);

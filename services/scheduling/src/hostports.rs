@@ -22,7 +22,11 @@ impl HostPort {
 
 impl std::fmt::Display for HostPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ip = if self.ip.is_empty() { "0.0.0.0" } else { &self.ip };
+        let ip = if self.ip.is_empty() {
+            "0.0.0.0"
+        } else {
+            &self.ip
+        };
         write!(f, "{ip}:{}/{}", self.port, self.protocol)
     }
 }

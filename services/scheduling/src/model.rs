@@ -180,7 +180,8 @@ impl<'a> OfferingFilter<'a> {
             && self
                 .capacity_type
                 .is_none_or(|capacity_type| capacity_type.has(&offering.capacity_type))
-            && (offering.requirements.is_empty() || self.all.intersects(&offering.requirements).is_ok())
+            && (offering.requirements.is_empty()
+                || self.all.intersects(&offering.requirements).is_ok())
     }
 }
 
@@ -286,10 +287,15 @@ pub fn duration_seconds(duration: Option<&prost_types::Duration>) -> Option<i64>
 }
 
 pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
-    list.map_or_else(Resources::default, |list| Resources::from_map(&list.quantities))
+    list.map_or_else(Resources::default, |list| {
+        Resources::from_map(&list.quantities)
+    })
 }
 
-fn check_resources(field: &str, list: Option<&pb::ResourceList>) -> Result<Resources, InvalidField> {
+fn check_resources(
+    field: &str,
+    list: Option<&pb::ResourceList>,
+) -> Result<Resources, InvalidField> {
     if let Some(list) = list {
         for (name, quantity) in &list.quantities {
             if *quantity < 0 {
@@ -324,7 +330,10 @@ pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
 
 pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, InvalidField> {
     if r.key.is_empty() {
-        return Err(InvalidField::new(format!("{field}.key"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.key"),
+            "must not be empty",
+        ));
     }
     let op = operator(field, r.operator)?;
     let requirement = Requirement::new(&r.key, op, r.values.iter().cloned())
@@ -381,7 +390,10 @@ pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidFiel
         .map(|(i, t)| {
             let field = format!("{field}[{i}]");
             if t.key.is_empty() {
-                return Err(InvalidField::new(format!("{field}.key"), "must not be empty"));
+                return Err(InvalidField::new(
+                    format!("{field}.key"),
+                    "must not be empty",
+                ));
             }
             Ok(Taint {
                 key: t.key.clone(),
@@ -416,7 +428,10 @@ fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleration>, 
         .collect()
 }
 
-pub fn label_selector(field: &str, selector: &pb::LabelSelector) -> Result<LabelSelector, InvalidField> {
+pub fn label_selector(
+    field: &str,
+    selector: &pb::LabelSelector,
+) -> Result<LabelSelector, InvalidField> {
     let mut result = LabelSelector::default();
     for (key, value) in &selector.match_labels {
         result.require(key, value);
@@ -473,7 +488,10 @@ fn affinity_term(
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<AffinityTerm, InvalidField> {
     if term.topology_key.is_empty() {
-        return Err(InvalidField::new(format!("{field}.topology_key"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.topology_key"),
+            "must not be empty",
+        ));
     }
     let mut selector = term
         .label_selector
@@ -499,8 +517,14 @@ fn affinity_term(
     })
 }
 
-fn node_selector_term(field: &str, term: &pb::NodeSelectorTerm) -> Result<Requirements, InvalidField> {
-    let mut result = requirements(&format!("{field}.match_expressions"), &term.match_expressions)?;
+fn node_selector_term(
+    field: &str,
+    term: &pb::NodeSelectorTerm,
+) -> Result<Requirements, InvalidField> {
+    let mut result = requirements(
+        &format!("{field}.match_expressions"),
+        &term.match_expressions,
+    )?;
     for (i, r) in term.match_fields.iter().enumerate() {
         // metadata.name pins the pod to one node: the node's hostname label
         // is the closest thing Karpenter can reason about.
@@ -561,11 +585,20 @@ pub fn pod(
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<Pod, InvalidField> {
     if p.name.is_empty() {
-        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.name"),
+            "must not be empty",
+        ));
     }
     for (i, c) in p.containers.iter().chain(&p.init_containers).enumerate() {
-        check_resources(&format!("{field}.containers[{i}].requests"), c.requests.as_ref())?;
-        check_resources(&format!("{field}.containers[{i}].limits"), c.limits.as_ref())?;
+        check_resources(
+            &format!("{field}.containers[{i}].requests"),
+            c.requests.as_ref(),
+        )?;
+        check_resources(
+            &format!("{field}.containers[{i}].limits"),
+            c.limits.as_ref(),
+        )?;
     }
     let namespace = if p.namespace.is_empty() {
         "default".to_owned()
@@ -582,7 +615,8 @@ pub fn pod(
     // must run where its volumes are.
     for (i, volume) in p.volumes.iter().enumerate() {
         if let Some(term) = volume.topology.first() {
-            let volume_requirements = node_selector_term(&format!("{field}.volumes[{i}].topology[0]"), term)?;
+            let volume_requirements =
+                node_selector_term(&format!("{field}.volumes[{i}].topology[0]"), term)?;
             if required_terms.is_empty() {
                 required_terms.push(volume_requirements);
             } else {
@@ -599,15 +633,27 @@ pub fn pod(
         .map(|(i, t)| {
             let field = format!("{field}.preferred_node_affinity[{i}]");
             let term = t.preference.clone().unwrap_or_default();
-            Ok((t.weight, node_selector_term(&format!("{field}.preference"), &term)?))
+            Ok((
+                t.weight,
+                node_selector_term(&format!("{field}.preference"), &term)?,
+            ))
         })
         .collect::<Result<Vec<_>, InvalidField>>()?;
-    let affinity = |name: &str, list: &[pb::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
-        list.iter()
-            .enumerate()
-            .map(|(i, t)| affinity_term(&format!("{field}.{name}[{i}]"), t, &namespace, &p.labels, namespaces))
-            .collect()
-    };
+    let affinity =
+        |name: &str, list: &[pb::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
+            list.iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    affinity_term(
+                        &format!("{field}.{name}[{i}]"),
+                        t,
+                        &namespace,
+                        &p.labels,
+                        namespaces,
+                    )
+                })
+                .collect()
+        };
     let weighted = |name: &str,
                     list: &[pb::WeightedPodAffinityTerm]|
      -> Result<Vec<(i32, AffinityTerm)>, InvalidField> {
@@ -617,7 +663,13 @@ pub fn pod(
                 let term = t.term.clone().unwrap_or_default();
                 Ok((
                     t.weight,
-                    affinity_term(&format!("{field}.{name}[{i}].term"), &term, &namespace, &p.labels, namespaces)?,
+                    affinity_term(
+                        &format!("{field}.{name}[{i}].term"),
+                        &term,
+                        &namespace,
+                        &p.labels,
+                        namespaces,
+                    )?,
                 ))
             })
             .collect()
@@ -635,7 +687,10 @@ pub fn pod(
                 ));
             }
             if c.topology_key.is_empty() {
-                return Err(InvalidField::new(format!("{field}.topology_key"), "must not be empty"));
+                return Err(InvalidField::new(
+                    format!("{field}.topology_key"),
+                    "must not be empty",
+                ));
             }
             let mut selector = c
                 .label_selector
@@ -704,7 +759,10 @@ pub fn pod(
         pod_affinity: affinity("required_pod_affinity", &p.required_pod_affinity)?,
         preferred_pod_affinity: weighted("preferred_pod_affinity", &p.preferred_pod_affinity)?,
         pod_anti_affinity: affinity("required_pod_anti_affinity", &p.required_pod_anti_affinity)?,
-        preferred_pod_anti_affinity: weighted("preferred_pod_anti_affinity", &p.preferred_pod_anti_affinity)?,
+        preferred_pod_anti_affinity: weighted(
+            "preferred_pod_anti_affinity",
+            &p.preferred_pod_anti_affinity,
+        )?,
         spread,
         tolerations: tolerations(&format!("{field}.tolerations"), &p.tolerations)?,
         host_ports,
@@ -720,7 +778,10 @@ pub fn pod(
 
 pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType, InvalidField> {
     if it.name.is_empty() {
-        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.name"),
+            "must not be empty",
+        ));
     }
     let mut reqs = requirements(&format!("{field}.requirements"), &it.requirements)?;
     if !reqs.has(labels::INSTANCE_TYPE) {
@@ -730,10 +791,16 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
     for (i, o) in it.offerings.iter().enumerate() {
         let field = format!("{field}.offerings[{i}]");
         if o.zone.is_empty() {
-            return Err(InvalidField::new(format!("{field}.zone"), "must not be empty"));
+            return Err(InvalidField::new(
+                format!("{field}.zone"),
+                "must not be empty",
+            ));
         }
         if o.capacity_type.is_empty() {
-            return Err(InvalidField::new(format!("{field}.capacity_type"), "must not be empty"));
+            return Err(InvalidField::new(
+                format!("{field}.capacity_type"),
+                "must not be empty",
+            ));
         }
         if !o.price.is_finite() || o.price < 0.0 {
             return Err(InvalidField::new(
@@ -750,7 +817,10 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
         });
     }
     if !reqs.has(labels::ZONE) {
-        reqs.add(Requirement::in_values(labels::ZONE, offerings.iter().map(|o| o.zone.as_str())));
+        reqs.add(Requirement::in_values(
+            labels::ZONE,
+            offerings.iter().map(|o| o.zone.as_str()),
+        ));
     }
     if !reqs.has(labels::CAPACITY_TYPE) {
         reqs.add(Requirement::in_values(
@@ -774,7 +844,10 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
     })
 }
 
-fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<pb::DisruptionReason>, InvalidField> {
+fn disruption_reasons(
+    field: &str,
+    reasons: &[i32],
+) -> Result<Vec<pb::DisruptionReason>, InvalidField> {
     reasons
         .iter()
         .enumerate()
@@ -782,7 +855,9 @@ fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<pb::Disruption
             pb::DisruptionReason::try_from(*r)
                 .ok()
                 .filter(|r| *r != pb::DisruptionReason::Unspecified)
-                .ok_or_else(|| InvalidField::new(format!("{field}[{i}]"), format!("unknown reason {r}")))
+                .ok_or_else(|| {
+                    InvalidField::new(format!("{field}[{i}]"), format!("unknown reason {r}"))
+                })
         })
         .collect()
 }
@@ -793,7 +868,10 @@ pub fn node_pool(
     catalog_names: &[String],
 ) -> Result<NodePool, InvalidField> {
     if np.name.is_empty() {
-        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.name"),
+            "must not be empty",
+        ));
     }
     if !(0..=100).contains(&np.weight) {
         return Err(InvalidField::new(
@@ -816,7 +894,10 @@ pub fn node_pool(
             .ok_or_else(|| {
                 InvalidField::new(
                     format!("{field}.instance_type_catalog"),
-                    format!("no instance type catalog named {:?}", np.instance_type_catalog),
+                    format!(
+                        "no instance type catalog named {:?}",
+                        np.instance_type_catalog
+                    ),
                 )
             })?
     };
@@ -832,7 +913,10 @@ pub fn node_pool(
         if !valid {
             return Err(InvalidField::new(
                 format!("{bfield}.nodes"),
-                format!("must be a count or a percentage such as \"10%\", got {:?}", b.nodes),
+                format!(
+                    "must be a count or a percentage such as \"10%\", got {:?}",
+                    b.nodes
+                ),
             ));
         }
         if b.schedule.is_empty() != b.duration.is_none() {
@@ -879,7 +963,10 @@ fn state_node(
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<StateNode, InvalidField> {
     if n.name.is_empty() {
-        return Err(InvalidField::new(format!("{field}.name"), "must not be empty"));
+        return Err(InvalidField::new(
+            format!("{field}.name"),
+            "must not be empty",
+        ));
     }
     let mut node_taints = taints(&format!("{field}.taints"), &n.taints)?;
     let startup = taints(&format!("{field}.startup_taints"), &n.startup_taints)?;
@@ -917,7 +1004,10 @@ fn state_node(
         .map(|(i, p)| pod(&format!("{field}.pods[{i}]"), p, namespaces))
         .collect::<Result<Vec<_>, _>>()?;
     let capacity_type = if n.capacity_type.is_empty() {
-        node_labels.get(labels::CAPACITY_TYPE).cloned().unwrap_or_default()
+        node_labels
+            .get(labels::CAPACITY_TYPE)
+            .cloned()
+            .unwrap_or_default()
     } else {
         n.capacity_type.clone()
     };
@@ -927,7 +1017,10 @@ fn state_node(
         n.zone.clone()
     };
     let instance_type = if n.instance_type.is_empty() {
-        node_labels.get(labels::INSTANCE_TYPE).cloned().unwrap_or_default()
+        node_labels
+            .get(labels::INSTANCE_TYPE)
+            .cloned()
+            .unwrap_or_default()
     } else {
         n.instance_type.clone()
     };
@@ -975,7 +1068,10 @@ impl Cluster {
                     .iter()
                     .enumerate()
                     .map(|(i, it)| {
-                        instance_type(&format!("cluster.instance_type_catalogs[{c}].instance_types[{i}]"), it)
+                        instance_type(
+                            &format!("cluster.instance_type_catalogs[{c}].instance_types[{i}]"),
+                            it,
+                        )
                     })
                     .collect::<Result<Vec<_>, _>>()
             })

@@ -104,11 +104,14 @@ impl Requirement {
         let values: Vec<String> = values.into_iter().map(Into::into).collect();
         let bound = |values: &[String]| -> Result<i64, RequirementError> {
             match values {
-                [one] => one.trim().parse::<i64>().map_err(|_| RequirementError::NotOneInteger {
-                    key: key.clone(),
-                    operator,
-                    values: values.to_vec(),
-                }),
+                [one] => one
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| RequirementError::NotOneInteger {
+                        key: key.clone(),
+                        operator,
+                        values: values.to_vec(),
+                    }),
                 _ => Err(RequirementError::NotOneInteger {
                     key: key.clone(),
                     operator,
@@ -270,7 +273,8 @@ impl Requirement {
         let Ok(number) = value.parse::<i64>() else {
             return false;
         };
-        self.greater_than.is_none_or(|gt| number > gt) && self.less_than.is_none_or(|lt| number < lt)
+        self.greater_than.is_none_or(|gt| number > gt)
+            && self.less_than.is_none_or(|lt| number < lt)
     }
 
     /// The values both requirements allow.
@@ -333,12 +337,14 @@ impl Requirement {
                 };
                 small.iter().any(|value| large.contains(value))
             }
-            (false, true) if other.greater_than.is_none() && other.less_than.is_none() => {
-                self.values.iter().any(|value| !other.values.contains(value))
-            }
-            (true, false) if self.greater_than.is_none() && self.less_than.is_none() => {
-                other.values.iter().any(|value| !self.values.contains(value))
-            }
+            (false, true) if other.greater_than.is_none() && other.less_than.is_none() => self
+                .values
+                .iter()
+                .any(|value| !other.values.contains(value)),
+            (true, false) if self.greater_than.is_none() && self.less_than.is_none() => other
+                .values
+                .iter()
+                .any(|value| !self.values.contains(value)),
             _ => !self.intersection(other).is_empty(),
         }
     }
@@ -447,7 +453,9 @@ impl Requirements {
     }
 
     /// `key In [value]` for every label.
-    pub fn from_labels<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> Requirements {
+    pub fn from_labels<'a>(
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Requirements {
         Requirements::from_requirements(
             labels
                 .into_iter()
@@ -537,12 +545,19 @@ impl Requirements {
     /// by a node with these requirements. A key the node side does not
     /// define is allowed only when it is well-known or the pod merely
     /// excludes values.
-    pub fn compatible(&self, incoming: &Requirements, well_known: &dyn WellKnown) -> Result<(), Incompatible> {
+    pub fn compatible(
+        &self,
+        incoming: &Requirements,
+        well_known: &dyn WellKnown,
+    ) -> Result<(), Incompatible> {
         for (key, requirement) in &incoming.by_key {
             if self.by_key.contains_key(key) || well_known.is_well_known(key) {
                 continue;
             }
-            if matches!(requirement.operator(), Operator::NotIn | Operator::DoesNotExist) {
+            if matches!(
+                requirement.operator(),
+                Operator::NotIn | Operator::DoesNotExist
+            ) {
                 continue;
             }
             return Err(Incompatible::UndefinedLabel { key: key.clone() });
@@ -593,20 +608,56 @@ mod tests {
     #[test]
     fn intersections_follow_set_algebra() {
         let cases = [
-            (req("k", "In", &["a", "b"]), req("k", "NotIn", &["b"]), "k In [a]"),
-            (req("k", "In", &["a"]), req("k", "In", &["b"]), "k DoesNotExist"),
-            (req("k", "NotIn", &["a"]), req("k", "NotIn", &["b"]), "k NotIn [a b]"),
+            (
+                req("k", "In", &["a", "b"]),
+                req("k", "NotIn", &["b"]),
+                "k In [a]",
+            ),
+            (
+                req("k", "In", &["a"]),
+                req("k", "In", &["b"]),
+                "k DoesNotExist",
+            ),
+            (
+                req("k", "NotIn", &["a"]),
+                req("k", "NotIn", &["b"]),
+                "k NotIn [a b]",
+            ),
             (req("k", "Exists", &[]), req("k", "In", &["a"]), "k In [a]"),
-            (req("k", "Exists", &[]), req("k", "DoesNotExist", &[]), "k DoesNotExist"),
-            (req("k", "Gt", &["2"]), req("k", "In", &["1", "3", "8", "x"]), "k In [3 8]"),
-            (req("k", "Gt", &["4"]), req("k", "Lt", &["5"]), "k DoesNotExist"),
-            (req("k", "Gt", &["4"]), req("k", "Lt", &["6"]), "k Exists >4 <6"),
-            (req("k", "Gte", &["4"]), req("k", "Lte", &["4"]), "k Exists >3 <5"),
+            (
+                req("k", "Exists", &[]),
+                req("k", "DoesNotExist", &[]),
+                "k DoesNotExist",
+            ),
+            (
+                req("k", "Gt", &["2"]),
+                req("k", "In", &["1", "3", "8", "x"]),
+                "k In [3 8]",
+            ),
+            (
+                req("k", "Gt", &["4"]),
+                req("k", "Lt", &["5"]),
+                "k DoesNotExist",
+            ),
+            (
+                req("k", "Gt", &["4"]),
+                req("k", "Lt", &["6"]),
+                "k Exists >4 <6",
+            ),
+            (
+                req("k", "Gte", &["4"]),
+                req("k", "Lte", &["4"]),
+                "k Exists >3 <5",
+            ),
         ];
         for (a, b, expected) in cases {
             assert_eq!(a.intersection(&b).to_string(), expected, "{a} ∩ {b}");
             assert_eq!(b.intersection(&a).to_string(), expected, "{b} ∩ {a}");
-            assert_eq!(a.intersects(&b), expected != "k DoesNotExist", "{a} intersects {b}");
+            assert_eq!(
+                a.intersects(&b),
+                expected != "k DoesNotExist",
+                "{a} intersects {b}"
+            );
         }
     }
 

@@ -142,9 +142,7 @@ impl Resources {
     /// Like [`fits`](Self::fits), but only over resources that `limits` names
     /// (for node pool limits, where an absent resource is unlimited).
     pub fn within_limits(&self, limits: &BTreeMap<String, i64>) -> bool {
-        limits
-            .iter()
-            .all(|(name, limit)| self.get(name) <= *limit)
+        limits.iter().all(|(name, limit)| self.get(name) <= *limit)
     }
 
     /// The first resource that does not fit, for error messages.
@@ -199,7 +197,8 @@ pub fn format_quantity(name: &str, quantity: i64) -> String {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ];
-    if quantity != 0 && (name == MEMORY || name == EPHEMERAL_STORAGE || name.starts_with("hugepages-"))
+    if quantity != 0
+        && (name == MEMORY || name == EPHEMERAL_STORAGE || name.starts_with("hugepages-"))
     {
         for (suffix, unit) in UNITS {
             if quantity % unit == 0 {

@@ -57,7 +57,9 @@ mod tests {
         let mut selector = LabelSelector::default();
         selector.require("app", "web");
         assert!(selector.matches(&labels));
-        selector.expressions.push(("tier".into(), SelectorOp::Exists));
+        selector
+            .expressions
+            .push(("tier".into(), SelectorOp::Exists));
         assert!(!selector.matches(&labels));
     }
 }

@@ -219,9 +219,7 @@ impl ClassMemo {
 
 fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
     let mut requirements = Requirements::from_labels(&pod.node_selector);
-    if include_preferred
-        && let Some((_, heaviest)) = heaviest(&pod.preferred_terms)
-    {
+    if include_preferred && let Some((_, heaviest)) = heaviest(&pod.preferred_terms) {
         requirements.add_all(heaviest);
     }
     if let Some(first) = pod.required_terms.first() {
@@ -316,13 +314,19 @@ fn restricted_label(key: &str, well_known: &dyn WellKnown) -> bool {
         return false;
     };
     let matches = |suffix: &str| domain == suffix || domain.ends_with(&format!(".{suffix}"));
-    if ["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"]
-        .into_iter()
-        .any(matches)
+    if [
+        "kops.k8s.io",
+        "node.kubernetes.io",
+        "node-restriction.kubernetes.io",
+    ]
+    .into_iter()
+    .any(matches)
     {
         return false;
     }
-    ["kubernetes.io", "k8s.io", "karpenter.sh"].into_iter().any(matches)
+    ["kubernetes.io", "k8s.io", "karpenter.sh"]
+        .into_iter()
+        .any(matches)
 }
 
 fn validate_pod(pod: &Pod, well_known: &dyn WellKnown) -> Result<(), String> {
@@ -510,8 +514,12 @@ struct Scheduler<'c> {
 }
 
 impl<'c> Scheduler<'c> {
-    fn new(cluster: &'c Cluster, options: &'c Options, well_known: WellKnownSet, pending: &[Cow<'_, Pod>]) -> Scheduler<'c> {
-
+    fn new(
+        cluster: &'c Cluster,
+        options: &'c Options,
+        well_known: WellKnownSet,
+        pending: &[Cow<'_, Pod>],
+    ) -> Scheduler<'c> {
         let mut pool_order: Vec<usize> = (0..cluster.node_pools.len())
             .filter(|i| cluster.node_pools[*i].ready)
             .collect();
@@ -524,7 +532,10 @@ impl<'c> Scheduler<'c> {
         let mut skipped_pools = Vec::new();
         for pool_index in pool_order {
             let pool = &cluster.node_pools[pool_index];
-            let catalog = cluster.catalogs.get(pool.catalog).map_or(&[][..], Vec::as_slice);
+            let catalog = cluster
+                .catalogs
+                .get(pool.catalog)
+                .map_or(&[][..], Vec::as_slice);
             let no_requests = Resources::default();
             let filtered = match filter_instance_types(
                 catalog,
@@ -553,7 +564,12 @@ impl<'c> Scheduler<'c> {
             let mut daemon_overhead = Resources::default();
             let mut daemon_ports = Vec::new();
             for ds in &cluster.daemon_sets {
-                if daemon_compatible_with_template(&ds.pod, &pool.requirements, &pool.taints, &well_known) {
+                if daemon_compatible_with_template(
+                    &ds.pod,
+                    &pool.requirements,
+                    &pool.taints,
+                    &well_known,
+                ) {
                     daemon_overhead.add(&ds.pod.requests);
                     daemon_ports.extend(ds.pod.host_ports.iter().cloned());
                 }
@@ -606,7 +622,9 @@ impl<'c> Scheduler<'c> {
             .collect();
         node_order.sort_by(|a, b| {
             let (a, b) = (&cluster.nodes[*a], &cluster.nodes[*b]);
-            b.initialized.cmp(&a.initialized).then_with(|| a.name.cmp(&b.name))
+            b.initialized
+                .cmp(&a.initialized)
+                .then_with(|| a.name.cmp(&b.name))
         });
         let mut scheduler = Scheduler {
             cluster,
@@ -643,7 +661,10 @@ impl<'c> Scheduler<'c> {
             for ds in &cluster.daemon_sets {
                 if first_untolerated(&node.taints, &ds.pod.tolerations).is_none()
                     && requirements
-                        .compatible(&pod_requirements(&ds.pod, false), &crate::requirements::NoneWellKnown)
+                        .compatible(
+                            &pod_requirements(&ds.pod, false),
+                            &crate::requirements::NoneWellKnown,
+                        )
                         .is_ok()
                 {
                     daemon_expected.add(&ds.pod.requests);
@@ -652,7 +673,10 @@ impl<'c> Scheduler<'c> {
             let mut daemon_missing = daemon_expected.minus(&daemon_used);
             floor_at_zero(&mut daemon_missing);
             let remaining = node.allocatable.minus(&used).minus(&daemon_missing);
-            scheduler.topology.register(labels::HOSTNAME, node.labels.get(labels::HOSTNAME).map_or(&node.name, |h| h));
+            scheduler.topology.register(
+                labels::HOSTNAME,
+                node.labels.get(labels::HOSTNAME).map_or(&node.name, |h| h),
+            );
             existing.push(ExistingNode {
                 node: index,
                 requirements,
@@ -668,7 +692,10 @@ impl<'c> Scheduler<'c> {
     fn catalog(&self, template: usize) -> &'c [InstanceType] {
         let cluster = self.cluster;
         let pool = &cluster.node_pools[self.templates[template].pool];
-        cluster.catalogs.get(pool.catalog).map_or(&[][..], Vec::as_slice)
+        cluster
+            .catalogs
+            .get(pool.catalog)
+            .map_or(&[][..], Vec::as_slice)
     }
 
     fn pool_taints(&self, template: usize) -> &'c [Taint] {
@@ -707,7 +734,14 @@ impl<'c> Scheduler<'c> {
     ) -> Result<Requirements, Reject> {
         let topology = self
             .topology
-            .add_requirements(pod, taints, &data.strict, &requirements, well_known, explain)
+            .add_requirements(
+                pod,
+                taints,
+                &data.strict,
+                &requirements,
+                well_known,
+                explain,
+            )
             .map_err(|blocked| Reject {
                 permanent: blocked.permanent,
                 until_affinity_changes: blocked.until_affinity_changes,
@@ -725,7 +759,12 @@ impl<'c> Scheduler<'c> {
         Ok(requirements)
     }
 
-    fn can_add_existing(&self, existing: &ExistingNode, pod: &Pod, data: &PodData) -> Result<Requirements, Reject> {
+    fn can_add_existing(
+        &self,
+        existing: &ExistingNode,
+        pod: &Pod,
+        data: &PodData,
+    ) -> Result<Requirements, Reject> {
         let node = &self.cluster.nodes[existing.node];
         if first_untolerated(&node.taints, &pod.tolerations).is_some() {
             return Err(Reject::permanent(None));
@@ -761,9 +800,9 @@ impl<'c> Scheduler<'c> {
             ));
         }
         if let Some(port) = claim.ports.conflict(&pod.host_ports) {
-            return Err(Reject::permanent(
-                explain.then(|| format!("checking host port usage, host port {port} is in use")),
-            ));
+            return Err(Reject::permanent(explain.then(|| {
+                format!("checking host port usage, host port {port} is in use")
+            })));
         }
         if !explain && !pod.requests.fits(&claim.headroom) {
             return Err(Reject::transient(None));
@@ -771,10 +810,13 @@ impl<'c> Scheduler<'c> {
         claim
             .requirements
             .compatible(&data.requirements, &self.well_known)
-            .map_err(|e| Reject::permanent(explain.then(|| format!("incompatible requirements, {e}"))))?;
+            .map_err(|e| {
+                Reject::permanent(explain.then(|| format!("incompatible requirements, {e}")))
+            })?;
         let merged = merge(&claim.requirements, &data.requirements);
         let changed = matches!(merged, Cow::Owned(_));
-        let mut requirements = self.add_topology(pod, taints, data, merged, &self.well_known, explain)?;
+        let mut requirements =
+            self.add_topology(pod, taints, data, merged, &self.well_known, explain)?;
         let changed = changed || requirements != claim.requirements;
         let total = claim.requests.plus(&pod.requests);
         let filtered = filter_instance_types(
@@ -795,7 +837,14 @@ impl<'c> Scheduler<'c> {
         Ok((requirements, filtered))
     }
 
-    fn commit_claim(&mut self, claim_index: usize, pod_index: usize, pod: &Pod, requirements: Requirements, filtered: Filtered) {
+    fn commit_claim(
+        &mut self,
+        claim_index: usize,
+        pod_index: usize,
+        pod: &Pod,
+        requirements: Requirements,
+        filtered: Filtered,
+    ) {
         let catalog = self.catalog(self.claims[claim_index].template);
         let taints = self.pool_taints(self.claims[claim_index].template);
         let claim = &mut self.claims[claim_index];
@@ -812,7 +861,8 @@ impl<'c> Scheduler<'c> {
         let hostname = claim.hostname.clone();
         self.topology.register(labels::HOSTNAME, &hostname);
         let claim = &self.claims[claim_index];
-        self.topology.record(pod, taints, &claim.requirements, &self.well_known);
+        self.topology
+            .record(pod, taints, &claim.requirements, &self.well_known);
     }
 
     fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
@@ -824,8 +874,12 @@ impl<'c> Scheduler<'c> {
                 existing.remaining.subtract(&pod.requests);
                 existing.ports.add(&pod.host_ports);
                 existing.requirements = requirements;
-                self.topology
-                    .record(pod, &node.taints, &self.existing[e].requirements, &crate::requirements::NoneWellKnown);
+                self.topology.record(
+                    pod,
+                    &node.taints,
+                    &self.existing[e].requirements,
+                    &crate::requirements::NoneWellKnown,
+                );
                 return Ok(());
             }
         }
@@ -880,7 +934,10 @@ impl<'c> Scheduler<'c> {
                     self.claim_order.remove(&count);
                 }
             }
-            self.claim_order.entry(count + 1).or_default().push_front(claim_index);
+            self.claim_order
+                .entry(count + 1)
+                .or_default()
+                .push_front(claim_index);
             self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
             return Ok(());
         }
@@ -891,7 +948,12 @@ impl<'c> Scheduler<'c> {
             } else if self.cluster.node_pools.is_empty() {
                 "no node pool exists".to_owned()
             } else {
-                let names: Vec<String> = self.cluster.node_pools.iter().map(|p| format!("{:?}", p.name)).collect();
+                let names: Vec<String> = self
+                    .cluster
+                    .node_pools
+                    .iter()
+                    .map(|p| format!("{:?}", p.name))
+                    .collect();
                 format!("no node pool is ready (not ready: {})", names.join(", "))
             });
         }
@@ -912,7 +974,10 @@ impl<'c> Scheduler<'c> {
                 })
                 .collect();
             if instance_types.is_empty() {
-                errors.push(format!("all available instance types exceed limits for nodepool: {:?}", pool.name));
+                errors.push(format!(
+                    "all available instance types exceed limits for nodepool: {:?}",
+                    pool.name
+                ));
                 continue;
             }
             let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
@@ -937,7 +1002,10 @@ impl<'c> Scheduler<'c> {
                 Ok((requirements, filtered)) => {
                     self.claims.push(claim);
                     let claim_index = self.claims.len() - 1;
-                    self.claim_order.entry(1).or_default().push_back(claim_index);
+                    self.claim_order
+                        .entry(1)
+                        .or_default()
+                        .push_back(claim_index);
                     self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
                     let claim = &self.claims[claim_index];
                     let mut max_capacity = Resources::default();
@@ -973,7 +1041,9 @@ impl<'c> Scheduler<'c> {
                 Ok(()) => return Ok(()),
                 Err(error) => error,
             };
-            if self.options.ignore_preferences || !relax(pod.to_mut(), self.tolerate_prefer_no_schedule) {
+            if self.options.ignore_preferences
+                || !relax(pod.to_mut(), self.tolerate_prefer_no_schedule)
+            {
                 return Err(error);
             }
             self.topology.update(&pod);
@@ -1119,13 +1189,19 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
         }
     }
     for (index, error) in errors {
-        solution.unschedulable.insert(pending[index].key.clone(), error);
+        solution
+            .unschedulable
+            .insert(pending[index].key.clone(), error);
     }
     for existing in &scheduler.existing {
         if existing.pods.is_empty() {
             continue;
         }
-        let mut pods: Vec<PodKey> = existing.pods.iter().map(|i| pending[*i].key.clone()).collect();
+        let mut pods: Vec<PodKey> = existing
+            .pods
+            .iter()
+            .map(|i| pending[*i].key.clone())
+            .collect();
         pods.sort();
         solution
             .existing
@@ -1154,7 +1230,11 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
 
 /// Orders a claim's options by price, cuts them to the launch maximum and
 /// narrows its requirements to what the launch will carry.
-fn finalize(scheduler: &Scheduler<'_>, claim: &Claim, options: &Options) -> Result<PlannedClaim, String> {
+fn finalize(
+    scheduler: &Scheduler<'_>,
+    claim: &Claim,
+    options: &Options,
+) -> Result<PlannedClaim, String> {
     let catalog = scheduler.catalog(claim.template);
     let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
     let mut requirements = claim.requirements.clone();
@@ -1186,19 +1266,35 @@ fn finalize(scheduler: &Scheduler<'_>, claim: &Claim, options: &Options) -> Resu
         }
     }
     let names: Vec<&str> = chosen.iter().map(|i| catalog[*i].name.as_str()).collect();
-    let instance_type_min = requirements.get(labels::INSTANCE_TYPE).and_then(Requirement::min_values);
-    requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, names.iter().copied()).with_min_values(instance_type_min));
+    let instance_type_min = requirements
+        .get(labels::INSTANCE_TYPE)
+        .and_then(Requirement::min_values);
+    requirements.add(
+        Requirement::in_values(labels::INSTANCE_TYPE, names.iter().copied())
+            .with_min_values(instance_type_min),
+    );
     let capacity_types: BTreeSet<&str> = chosen
         .iter()
         .flat_map(|i| catalog[*i].offerings.iter())
         .filter(|o| o.available && crate::model::offering_compatible(o, &requirements))
         .map(|o| o.capacity_type.as_str())
         .collect();
-    requirements.add(Requirement::in_values(labels::CAPACITY_TYPE, capacity_types));
+    requirements.add(Requirement::in_values(
+        labels::CAPACITY_TYPE,
+        capacity_types,
+    ));
     let cheapest = chosen
         .iter()
-        .filter_map(|i| catalog[*i].cheapest_offering(&requirements).map(|o| (&catalog[*i], o)))
-        .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.0.name.cmp(&b.0.name)))
+        .filter_map(|i| {
+            catalog[*i]
+                .cheapest_offering(&requirements)
+                .map(|o| (&catalog[*i], o))
+        })
+        .min_by(|a, b| {
+            a.1.price
+                .total_cmp(&b.1.price)
+                .then_with(|| a.0.name.cmp(&b.0.name))
+        })
         .map(|(it, o)| Cheapest {
             instance_type: it.name.clone(),
             zone: o.zone.clone(),
@@ -1215,13 +1311,15 @@ fn finalize(scheduler: &Scheduler<'_>, claim: &Claim, options: &Options) -> Resu
                 continue;
             }
             let mut values: BTreeSet<&str> = BTreeSet::new();
-            let all_listed = chosen.iter().all(|i| match catalog[*i].requirements.get(key) {
-                Some(r) if !r.is_complement() => {
-                    values.extend(r.values().iter().map(String::as_str));
-                    true
-                }
-                _ => false,
-            });
+            let all_listed = chosen
+                .iter()
+                .all(|i| match catalog[*i].requirements.get(key) {
+                    Some(r) if !r.is_complement() => {
+                        values.extend(r.values().iter().map(String::as_str));
+                        true
+                    }
+                    _ => false,
+                });
             if all_listed {
                 launch.add(Requirement::in_values(key, values));
             }

@@ -78,7 +78,12 @@ impl NodeFilter {
         }
     }
 
-    fn matches(&self, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) -> bool {
+    fn matches(
+        &self,
+        taints: &[Taint],
+        requirements: &Requirements,
+        well_known: &dyn WellKnown,
+    ) -> bool {
         let affinity = self.terms.is_empty()
             || self
                 .terms
@@ -134,7 +139,13 @@ impl Group {
                 .is_some_and(|selector| selector.matches(&pod.labels))
     }
 
-    fn counts_pod(&self, pod: &Pod, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) -> bool {
+    fn counts_pod(
+        &self,
+        pod: &Pod,
+        taints: &[Taint],
+        requirements: &Requirements,
+        well_known: &dyn WellKnown,
+    ) -> bool {
         self.selects(pod) && self.id.filter.matches(taints, requirements, well_known)
     }
 
@@ -183,7 +194,12 @@ impl Group {
         self.id.key == labels::HOSTNAME
     }
 
-    fn next_domains(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+    fn next_domains(
+        &self,
+        pod: &Pod,
+        pod_domains: &Requirement,
+        node_domains: &Requirement,
+    ) -> Requirement {
         match self.id.kind {
             Kind::Spread => self.next_spread(pod, pod_domains, node_domains),
             Kind::Affinity => self.next_affinity(pod, pod_domains, node_domains),
@@ -193,7 +209,10 @@ impl Group {
 
     /// The candidate domains of a node: its listed values when it names them,
     /// otherwise every domain the group knows that the node allows.
-    fn candidates<'a>(&'a self, node_domains: &'a Requirement) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+    fn candidates<'a>(
+        &'a self,
+        node_domains: &'a Requirement,
+    ) -> Box<dyn Iterator<Item = &'a str> + 'a> {
         if node_domains.operator() == Operator::In {
             Box::new(
                 node_domains
@@ -232,7 +251,12 @@ impl Group {
         min
     }
 
-    fn next_spread(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+    fn next_spread(
+        &self,
+        pod: &Pod,
+        pod_domains: &Requirement,
+        node_domains: &Requirement,
+    ) -> Requirement {
         let key = &self.id.key;
         let self_selecting = i32::from(self.selects(pod));
         if self.is_hostname()
@@ -249,7 +273,8 @@ impl Group {
         let mut best: Option<(&str, i32)> = None;
         for domain in self.candidates(node_domains) {
             let count = self.count(domain) + self_selecting;
-            if count.saturating_sub(min) <= self.id.max_skew && best.is_none_or(|(_, c)| count < c) {
+            if count.saturating_sub(min) <= self.id.max_skew && best.is_none_or(|(_, c)| count < c)
+            {
                 best = Some((domain, count));
             }
         }
@@ -265,7 +290,12 @@ impl Group {
             .any(|(domain, count)| *count > 0 && pod_domains.has(domain))
     }
 
-    fn next_affinity(&self, pod: &Pod, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+    fn next_affinity(
+        &self,
+        pod: &Pod,
+        pod_domains: &Requirement,
+        node_domains: &Requirement,
+    ) -> Requirement {
         let key = &self.id.key;
         let self_selecting = self.selects(pod);
         if self.is_hostname()
@@ -302,7 +332,11 @@ impl Group {
         Requirement::in_values(key, options)
     }
 
-    fn next_anti_affinity(&self, pod_domains: &Requirement, node_domains: &Requirement) -> Requirement {
+    fn next_anti_affinity(
+        &self,
+        pod_domains: &Requirement,
+        node_domains: &Requirement,
+    ) -> Requirement {
         let key = &self.id.key;
         if self.is_hostname()
             && let Some(host) = node_domains.single_value()
@@ -481,13 +515,20 @@ impl<'c> Topology<'c> {
         let cluster = self.cluster;
         for node in &cluster.nodes {
             for pod in &node.pods {
-                if pod.pod_anti_affinity.is_empty() || !counts_as_running(pod) || self.excluded.contains(&pod.uid) {
+                if pod.pod_anti_affinity.is_empty()
+                    || !counts_as_running(pod)
+                    || self.excluded.contains(&pod.uid)
+                {
                     continue;
                 }
                 for term in &pod.pod_anti_affinity {
                     let index = self.inverse_group(term);
                     self.inverse[index].owners.insert(pod.uid.clone());
-                    let domain = domain_of(node.labels.get(&term.topology_key), &term.topology_key, &node.name);
+                    let domain = domain_of(
+                        node.labels.get(&term.topology_key),
+                        &term.topology_key,
+                        &node.name,
+                    );
                     if let Some(domain) = domain {
                         let _ = self.inverse[index].record(domain);
                     }
@@ -544,7 +585,9 @@ impl<'c> Topology<'c> {
         }
         let mut ids = Vec::new();
         for constraint in &pod.spread {
-            if !self.respect_preferences && constraint.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway {
+            if !self.respect_preferences
+                && constraint.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway
+            {
                 continue;
             }
             ids.push(GroupId {
@@ -600,9 +643,7 @@ impl<'c> Topology<'c> {
         if let Some(domains) = self.universe.get(&id.key) {
             for (domain, taint_sets) in domains {
                 let open = taint_sets.is_empty()
-                    || taint_sets
-                        .iter()
-                        .any(|taints| id.filter.tolerates(taints));
+                    || taint_sets.iter().any(|taints| id.filter.tolerates(taints));
                 if open {
                     group.register(domain);
                 }
@@ -614,10 +655,11 @@ impl<'c> Topology<'c> {
         for index in nodes {
             let node = &cluster.nodes[index];
             let node_requirements = &self.node_requirements[index];
-            if !id
-                .filter
-                .matches(&node.taints, node_requirements, &crate::requirements::NoneWellKnown)
-            {
+            if !id.filter.matches(
+                &node.taints,
+                node_requirements,
+                &crate::requirements::NoneWellKnown,
+            ) {
                 continue;
             }
             let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
@@ -627,7 +669,8 @@ impl<'c> Topology<'c> {
                 group.register(domain);
             }
             for pod in &node.pods {
-                if counts_as_running(pod) && !self.excluded.contains(&pod.uid) && group.selects(pod) {
+                if counts_as_running(pod) && !self.excluded.contains(&pod.uid) && group.selects(pod)
+                {
                     let _ = group.record(domain);
                 }
             }
@@ -660,11 +703,13 @@ impl<'c> Topology<'c> {
     ) -> Result<Vec<Requirement>, Blocked> {
         let mut added: Vec<Requirement> = Vec::new();
         let owned = self.owned.get(&pod.uid).map_or(&[][..], Vec::as_slice);
-        let matching_inverse = self
-            .inverse
+        let matching_inverse = self.inverse.iter().filter(|group| {
+            !group.owners.is_empty() && group.counts_pod(pod, taints, node_requirements, well_known)
+        });
+        let groups = owned
             .iter()
-            .filter(|group| !group.owners.is_empty() && group.counts_pod(pod, taints, node_requirements, well_known));
-        let groups = owned.iter().map(|i| &self.groups[*i]).chain(matching_inverse);
+            .map(|i| &self.groups[*i])
+            .chain(matching_inverse);
         for group in groups {
             let key = &group.id.key;
             let exists;
@@ -705,8 +750,8 @@ impl<'c> Topology<'c> {
                 });
                 // An affinity answer depends only on which domains are
                 // populated, a set that only grows.
-                let until_affinity_changes = group.id.kind == Kind::Affinity
-                    && !added.iter().any(|r| r.key() == key);
+                let until_affinity_changes =
+                    group.id.kind == Kind::Affinity && !added.iter().any(|r| r.key() == key);
                 return Err(Blocked {
                     permanent,
                     until_affinity_changes,
@@ -722,7 +767,13 @@ impl<'c> Topology<'c> {
     }
 
     /// Counts a placed pod in every group that selects it.
-    pub fn record(&mut self, pod: &Pod, taints: &[Taint], requirements: &Requirements, well_known: &dyn WellKnown) {
+    pub fn record(
+        &mut self,
+        pod: &Pod,
+        taints: &[Taint],
+        requirements: &Requirements,
+        well_known: &dyn WellKnown,
+    ) {
         for group in &mut self.groups {
             if !group.counts_pod(pod, taints, requirements, well_known) {
                 continue;

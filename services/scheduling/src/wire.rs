@@ -87,7 +87,10 @@ fn pod_ref(key: &PodKey, uids: &std::collections::HashMap<&PodKey, &str>) -> pb:
     }
 }
 
-pub fn node_claim(claim: &PlannedClaim, uids: &std::collections::HashMap<&PodKey, &str>) -> pb::NodeClaimPlan {
+pub fn node_claim(
+    claim: &PlannedClaim,
+    uids: &std::collections::HashMap<&PodKey, &str>,
+) -> pb::NodeClaimPlan {
     pb::NodeClaimPlan {
         node_pool: claim.node_pool.clone(),
         instance_types: claim.instance_types.clone(),
@@ -124,7 +127,9 @@ pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> p
             .iter()
             .map(|c| {
                 let mut plan = node_claim(c, &uids);
-                plan.node_class_ref = node_class_refs.get(c.node_pool.as_str()).map(|r| (*r).clone());
+                plan.node_class_ref = node_class_refs
+                    .get(c.node_pool.as_str())
+                    .map(|r| (*r).clone());
                 plan
             })
             .collect(),
@@ -150,7 +155,9 @@ pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> p
 
 /// Validates and solves a wire request: what the gRPC service and the
 /// in-process `plan` command both call.
-pub fn solve_request(request: &pb::SolveRequest) -> Result<pb::SolveResponse, crate::model::InvalidField> {
+pub fn solve_request(
+    request: &pb::SolveRequest,
+) -> Result<pb::SolveResponse, crate::model::InvalidField> {
     let snapshot = request.cluster.clone().unwrap_or_default();
     let cluster = crate::model::Cluster::from_snapshot(&snapshot)?;
     let options = options(request.options.as_ref());

@@ -31,7 +31,8 @@ fn pool_labels_land_on_the_node() {
 fn selector_on_a_different_pool_label_value_is_not_scheduled() {
     let mut p = default_pool();
     p.labels.insert("test-key".into(), "test-value".into());
-    let outcome = Scenario::new(vec![p]).solve(vec![pod("a").selector("test-key", "different-value")]);
+    let outcome =
+        Scenario::new(vec![p]).solve(vec![pod("a").selector("test-key", "different-value")]);
     assert!(!outcome.scheduled("a"));
 }
 
@@ -40,7 +41,10 @@ fn selector_on_an_undefined_custom_label_is_not_scheduled() {
     let outcome = scenario().solve(vec![pod("a").selector("test-key", "test-value")]);
     assert!(!outcome.scheduled("a"));
     let reason = outcome.reason("a").unwrap();
-    assert!(reason.contains("label \"test-key\" does not have known values"), "{reason}");
+    assert!(
+        reason.contains("label \"test-key\" does not have known values"),
+        "{reason}"
+    );
     assert!(reason.contains("nodepool \"default\""), "{reason}");
 }
 
@@ -76,7 +80,11 @@ fn integer_bounds_select_instance_types() {
 fn unknown_zone_is_not_scheduled_and_not_in_excludes() {
     let outcome = scenario().solve(vec![
         pod("unknown").required(vec![in_(ZONE, &["unknown"])]),
-        pod("notin").required(vec![req(ZONE, NotIn, &["test-zone-1", "test-zone-2", "unknown"])]),
+        pod("notin").required(vec![req(
+            ZONE,
+            NotIn,
+            &["test-zone-1", "test-zone-2", "unknown"],
+        )]),
         pod("none").required(vec![req(
             ZONE,
             NotIn,
@@ -125,17 +133,29 @@ fn pool_requirement_against_pod_operators() {
     let s = Scenario::new(vec![p]);
     let cases: [(&str, Vec<pb::Requirement>, bool); 6] = [
         ("in", vec![in_("test-key", &["test-value"])], true),
-        ("notin", vec![req("test-key", NotIn, &["test-value"])], false),
+        (
+            "notin",
+            vec![req("test-key", NotIn, &["test-value"])],
+            false,
+        ),
         ("exists", vec![req("test-key", Exists, &[])], true),
         ("dne", vec![req("test-key", DoesNotExist, &[])], false),
         ("other", vec![in_("test-key", &["another-value"])], false),
-        ("notother", vec![req("test-key", NotIn, &["another-value"])], true),
+        (
+            "notother",
+            vec![req("test-key", NotIn, &["another-value"])],
+            true,
+        ),
     ];
     for (name, term, expected) in cases {
         let outcome = s.solve(vec![pod(name).required(term)]);
         assert_eq!(outcome.scheduled(name), expected, "{name}");
         if expected {
-            assert_eq!(outcome.label(name, "test-key"), Some("test-value"), "{name}");
+            assert_eq!(
+                outcome.label(name, "test-key"),
+                Some("test-value"),
+                "{name}"
+            );
         }
     }
 }
@@ -143,7 +163,8 @@ fn pool_requirement_against_pod_operators() {
 #[test]
 fn compatible_pods_share_a_node_and_conflicting_ones_do_not() {
     let mut p = default_pool();
-    p.requirements.push(in_("test-key", &["test-value", "another-value"]));
+    p.requirements
+        .push(in_("test-key", &["test-value", "another-value"]));
     let s = Scenario::new(vec![p]);
     let outcome = s.solve(vec![
         pod("a").required(vec![in_("test-key", &["test-value"])]),
@@ -167,16 +188,23 @@ fn restricted_labels_are_not_scheduled() {
     ]);
     for name in ["host", "k8s", "karpenter"] {
         assert!(!outcome.scheduled(name), "{name}");
-        assert!(outcome.reason(name).unwrap().contains("restricted"), "{name}");
+        assert!(
+            outcome.reason(name).unwrap().contains("restricted"),
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn exception_domains_may_be_pool_labels() {
     let mut p = default_pool();
-    p.requirements.push(in_("node.kubernetes.io/test", &["test-value"]));
+    p.requirements
+        .push(in_("node.kubernetes.io/test", &["test-value"]));
     let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
-    assert_eq!(outcome.label("a", "node.kubernetes.io/test"), Some("test-value"));
+    assert_eq!(
+        outcome.label("a", "node.kubernetes.io/test"),
+        Some("test-value")
+    );
 }
 
 #[test]
@@ -205,28 +233,34 @@ fn pools_that_are_not_ready_are_skipped() {
 fn the_last_required_term_is_never_relaxed() {
     let mut p = default_pool();
     p.requirements.push(in_(ZONE, &["test-zone-1"]));
-    let outcome = Scenario::new(vec![p]).solve(vec![pod("a").required(vec![in_(ZONE, &["invalid"])])]);
+    let outcome =
+        Scenario::new(vec![p]).solve(vec![pod("a").required(vec![in_(ZONE, &["invalid"])])]);
     assert!(!outcome.scheduled("a"));
 }
 
 #[test]
 fn required_terms_are_tried_in_order() {
-    let outcome = scenario().solve(vec![pod("a")
-        .required(vec![in_(ZONE, &["invalid"])])
-        .required(vec![in_(ZONE, &["invalid"])])
-        .required(vec![in_(ZONE, &["test-zone-1"])])
-        .required(vec![in_(ZONE, &["test-zone-2"])])]);
+    let outcome = scenario().solve(vec![
+        pod("a")
+            .required(vec![in_(ZONE, &["invalid"])])
+            .required(vec![in_(ZONE, &["invalid"])])
+            .required(vec![in_(ZONE, &["test-zone-1"])])
+            .required(vec![in_(ZONE, &["test-zone-2"])]),
+    ]);
     assert_eq!(outcome.label("a", ZONE), Some("test-zone-1"));
 }
 
 #[test]
 fn heavier_preferences_win_and_impossible_ones_are_dropped() {
     let mut p = default_pool();
-    p.requirements.push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
-    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")
-        .preferred(100, vec![in_(INSTANCE_TYPE, &["test-zone-3"])])
-        .preferred(50, vec![in_(ZONE, &["test-zone-2"])])
-        .preferred(1, vec![in_(ZONE, &["test-zone-1"])])]);
+    p.requirements
+        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![
+        pod("a")
+            .preferred(100, vec![in_(INSTANCE_TYPE, &["test-zone-3"])])
+            .preferred(50, vec![in_(ZONE, &["test-zone-2"])])
+            .preferred(1, vec![in_(ZONE, &["test-zone-1"])]),
+    ]);
     assert_eq!(outcome.label("a", ZONE), Some("test-zone-2"));
 }
 
@@ -238,9 +272,11 @@ fn prefer_no_schedule_taint_is_tolerated_only_after_relaxing() {
     let untainted = pool("b-clean");
     let outcome = Scenario::new(vec![tainted.clone(), untainted]).solve(vec![pod("p")]);
     assert_eq!(outcome.claim_of("p").unwrap().node_pool, "b-clean");
-    let outcome = Scenario::new(vec![tainted]).solve(vec![pod("p")
-        .preferred(1, vec![in_(ZONE, &["invalid"])])
-        .preferred(1, vec![in_(INSTANCE_TYPE, &["invalid"])])]);
+    let outcome = Scenario::new(vec![tainted]).solve(vec![
+        pod("p")
+            .preferred(1, vec![in_(ZONE, &["invalid"])])
+            .preferred(1, vec![in_(INSTANCE_TYPE, &["invalid"])]),
+    ]);
     assert!(outcome.scheduled("p"));
     assert_eq!(outcome.claim_of("p").unwrap().taints.len(), 1);
 }
@@ -252,13 +288,18 @@ fn pods_larger_than_any_instance_type_are_not_scheduled() {
     let outcome = scenario().solve(vec![pod("cpu").cpu(512_000), pod("mem").memory(2 << 40)]);
     assert!(!outcome.scheduled("cpu"));
     let reason = outcome.reason("cpu").unwrap();
-    assert!(reason.contains("no instance type has enough resources"), "{reason}");
+    assert!(
+        reason.contains("no instance type has enough resources"),
+        "{reason}"
+    );
     assert!(!outcome.scheduled("mem"));
 }
 
 #[test]
 fn small_pods_pack_onto_the_smallest_type() {
-    let pods: Vec<_> = (0..5).map(|i| pod(&format!("p{i}")).memory(10_000_000)).collect();
+    let pods: Vec<_> = (0..5)
+        .map(|i| pod(&format!("p{i}")).memory(10_000_000))
+        .collect();
     let outcome = scenario().solve(pods);
     assert_eq!(outcome.claims().len(), 1);
     assert_eq!(outcome.instance_type("p0"), Some("small-instance-type"));
@@ -267,24 +308,39 @@ fn small_pods_pack_onto_the_smallest_type() {
 #[test]
 fn forty_pods_of_1_8g_need_twenty_default_nodes() {
     let pods: Vec<_> = (0..40)
-        .map(|i| pod(&format!("p{i}")).memory(1_800_000_000).selector(ARCH, "amd64"))
+        .map(|i| {
+            pod(&format!("p{i}"))
+                .memory(1_800_000_000)
+                .selector(ARCH, "amd64")
+        })
         .collect();
     let outcome = scenario().solve(pods);
     assert_eq!(outcome.claims().len(), 20);
     for claim in outcome.claims() {
-        assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "default-instance-type");
+        assert_eq!(
+            claim.cheapest.as_ref().unwrap().instance_type,
+            "default-instance-type"
+        );
     }
 }
 
 #[test]
 fn pods_capacity_limits_packing() {
     let pods: Vec<_> = (0..25)
-        .map(|i| pod(&format!("p{i}")).cpu(1).memory(1 << 20).selector(ARCH, "amd64"))
+        .map(|i| {
+            pod(&format!("p{i}"))
+                .cpu(1)
+                .memory(1 << 20)
+                .selector(ARCH, "amd64")
+        })
         .collect();
     let outcome = scenario().solve(pods);
     assert_eq!(outcome.claims().len(), 5);
     for claim in outcome.claims() {
-        assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "small-instance-type");
+        assert_eq!(
+            claim.cheapest.as_ref().unwrap().instance_type,
+            "small-instance-type"
+        );
     }
 }
 
@@ -304,9 +360,15 @@ fn init_containers_and_overhead_count() {
     });
     let mut overhead = pod("c").cpu(1000);
     overhead.overhead = Some(list(&[("cpu", 2000)]));
-    assert_eq!(scenario().solve(vec![p]).instance_type("a"), Some("default-instance-type"));
+    assert_eq!(
+        scenario().solve(vec![p]).instance_type("a"),
+        Some("default-instance-type")
+    );
     assert!(!scenario().solve(vec![huge_init]).scheduled("b"));
-    assert_eq!(scenario().solve(vec![overhead]).instance_type("c"), Some("default-instance-type"));
+    assert_eq!(
+        scenario().solve(vec![overhead]).instance_type("c"),
+        Some("default-instance-type")
+    );
 }
 
 #[test]
@@ -316,7 +378,10 @@ fn extended_resources_select_the_matching_type() {
         pod("b").resource("fake.com/vendor-b", 1),
     ]);
     assert_eq!(outcome.instance_type("a"), Some("gpu-vendor-instance-type"));
-    assert_eq!(outcome.instance_type("b"), Some("gpu-vendor-b-instance-type"));
+    assert_eq!(
+        outcome.instance_type("b"),
+        Some("gpu-vendor-b-instance-type")
+    );
     let claim = outcome.claim_of("a").unwrap();
     assert_eq!(claim.instance_types, vec!["gpu-vendor-instance-type"]);
 }
@@ -324,7 +389,8 @@ fn extended_resources_select_the_matching_type() {
 #[test]
 fn single_pod_instance_type_needs_a_node_per_pod() {
     let mut p = default_pool();
-    p.requirements.push(in_(INSTANCE_TYPE, &["single-pod-instance-type"]));
+    p.requirements
+        .push(in_(INSTANCE_TYPE, &["single-pod-instance-type"]));
     let outcome = Scenario::new(vec![p]).solve((0..3).map(|i| pod(&format!("p{i}"))).collect());
     assert_eq!(outcome.claims().len(), 3);
 }
@@ -333,13 +399,24 @@ fn single_pod_instance_type_needs_a_node_per_pod() {
 fn options_are_ranked_by_price() {
     let outcome = scenario().solve(vec![pod("a").cpu(1000)]);
     let claim = outcome.claim_of("a").unwrap();
-    assert_eq!(claim.instance_types.first().map(String::as_str), Some("small-instance-type"));
-    assert_eq!(claim.cheapest.as_ref().unwrap().instance_type, "small-instance-type");
+    assert_eq!(
+        claim.instance_types.first().map(String::as_str),
+        Some("small-instance-type")
+    );
+    assert_eq!(
+        claim.cheapest.as_ref().unwrap().instance_type,
+        "small-instance-type"
+    );
 }
 
 // --- D. taints ---------------------------------------------------------------
 
-fn toleration(key: &str, op: pb::toleration::TolerationOperator, value: &str, effect: Option<pb::TaintEffect>) -> pb::Toleration {
+fn toleration(
+    key: &str,
+    op: pb::toleration::TolerationOperator,
+    value: &str,
+    effect: Option<pb::TaintEffect>,
+) -> pb::Toleration {
     pb::Toleration {
         key: key.into(),
         operator: op as i32,
@@ -356,11 +433,26 @@ fn pool_taints_need_tolerations_and_startup_taints_do_not() {
     p.taints = vec![taint("test-key", "test-value", pb::TaintEffect::NoSchedule)];
     let s = Scenario::new(vec![p]);
     let outcome = s.solve(vec![
-        pod("exists").tolerate(toleration("test-key", TExists, "", Some(pb::TaintEffect::NoSchedule))),
-        pod("equal").tolerate(toleration("test-key", Equal, "test-value", Some(pb::TaintEffect::NoSchedule))),
+        pod("exists").tolerate(toleration(
+            "test-key",
+            TExists,
+            "",
+            Some(pb::TaintEffect::NoSchedule),
+        )),
+        pod("equal").tolerate(toleration(
+            "test-key",
+            Equal,
+            "test-value",
+            Some(pb::TaintEffect::NoSchedule),
+        )),
         pod("none"),
         pod("wrong").tolerate(toleration("invalid", TExists, "", None)),
-        pod("empty-value").tolerate(toleration("test-key", Equal, "", Some(pb::TaintEffect::NoSchedule))),
+        pod("empty-value").tolerate(toleration(
+            "test-key",
+            Equal,
+            "",
+            Some(pb::TaintEffect::NoSchedule),
+        )),
     ]);
     assert!(outcome.scheduled("exists"));
     assert!(outcome.scheduled("equal"));
@@ -409,12 +501,19 @@ fn daemonsets_that_would_not_run_on_the_pool_are_ignored() {
     let mut s = Scenario::new(vec![p]);
     s.snapshot.daemon_sets = vec![
         daemonset(pod("untolerating").cpu(2000).memory(2 * GI)),
-        daemonset(pod("elsewhere").cpu(2000).memory(2 * GI).selector("node", "invalid")),
+        daemonset(
+            pod("elsewhere")
+                .cpu(2000)
+                .memory(2 * GI)
+                .selector("node", "invalid"),
+        ),
     ];
-    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI).tolerate(pb::Toleration {
-        operator: pb::toleration::TolerationOperator::Exists as i32,
-        ..Default::default()
-    })]);
+    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI).tolerate(
+        pb::Toleration {
+            operator: pb::toleration::TolerationOperator::Exists as i32,
+            ..Default::default()
+        },
+    )]);
     assert_eq!(outcome.instance_type("a"), Some("small-instance-type"));
 }
 
@@ -447,7 +546,11 @@ fn existing_capacity_is_used_first() {
 #[test]
 fn existing_nodes_must_carry_selected_labels() {
     let mut s = scenario();
-    s.snapshot.nodes = vec![node("existing", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]))];
+    s.snapshot.nodes = vec![node(
+        "existing",
+        &[],
+        list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]),
+    )];
     let outcome = s.solve(vec![pod("a").selector(ZONE, "test-zone-1")]);
     assert_eq!(outcome.existing_node_of("a"), None);
     assert_eq!(outcome.label("a", ZONE), Some("test-zone-1"));
@@ -456,8 +559,16 @@ fn existing_nodes_must_carry_selected_labels() {
 #[test]
 fn uninitialized_nodes_ignore_startup_taints_initialized_ones_do_not() {
     let tainted = |initialized: bool| {
-        let mut n = node("n", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]));
-        n.taints = vec![taint("foo.com/taint", "tainted", pb::TaintEffect::NoSchedule)];
+        let mut n = node(
+            "n",
+            &[],
+            list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]),
+        );
+        n.taints = vec![taint(
+            "foo.com/taint",
+            "tainted",
+            pb::TaintEffect::NoSchedule,
+        )];
         n.startup_taints = n.taints.clone();
         n.initialized = initialized;
         n
@@ -472,7 +583,11 @@ fn uninitialized_nodes_ignore_startup_taints_initialized_ones_do_not() {
 #[test]
 fn nodes_marked_for_deletion_take_no_pods() {
     let mut s = scenario();
-    let mut n = node("n", &[], list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]));
+    let mut n = node(
+        "n",
+        &[],
+        list(&[("cpu", 10_000), ("memory", 10 * GI), ("pods", 110)]),
+    );
     n.marked_for_deletion = true;
     s.snapshot.nodes = vec![n];
     let outcome = s.solve(vec![pod("a")]);
@@ -493,7 +608,10 @@ fn limits_bound_the_largest_instance_type() {
     p.limits = Some(list(&[("cpu", 1000)]));
     let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
     let reason = outcome.reason("a").unwrap();
-    assert!(reason.contains("all available instance types exceed limits for nodepool: \"default\""), "{reason}");
+    assert!(
+        reason.contains("all available instance types exceed limits for nodepool: \"default\""),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -502,7 +620,8 @@ fn limits_count_the_max_capacity_a_claim_might_launch() {
     p.limits = Some(list(&[("cpu", 3000)]));
     let anti = |name: &str| {
         let mut p = pod(name).cpu(1500).label("app", "x");
-        p.required_pod_anti_affinity.push(affinity_term(HOSTNAME, &[("app", "x")]));
+        p.required_pod_anti_affinity
+            .push(affinity_term(HOSTNAME, &[("app", "x")]));
         p
     };
     let outcome = Scenario::new(vec![p]).solve(vec![anti("a"), anti("b")]);
@@ -514,7 +633,11 @@ fn existing_usage_counts_against_limits() {
     let mut p = default_pool();
     p.limits = Some(list(&[("cpu", 20_000)]));
     let mut s = Scenario::new(vec![p]);
-    let mut n = node("n", &[("karpenter.sh/nodepool", "default")], list(&[("cpu", 100_000), ("pods", 0)]));
+    let mut n = node(
+        "n",
+        &[("karpenter.sh/nodepool", "default")],
+        list(&[("cpu", 100_000), ("pods", 0)]),
+    );
     n.node_pool = "default".into();
     s.snapshot.nodes = vec![n];
     assert!(!s.solve(vec![pod("a")]).scheduled("a"));
@@ -546,7 +669,10 @@ fn heaviest_pool_wins_unless_a_pod_selects_another() {
 #[test]
 fn min_values_strict_and_best_effort() {
     let mut p = default_pool();
-    let mut r = in_(INSTANCE_TYPE, &["default-instance-type", "small-instance-type", "missing"]);
+    let mut r = in_(
+        INSTANCE_TYPE,
+        &["default-instance-type", "small-instance-type", "missing"],
+    );
     r.min_values = Some(3);
     p.requirements.push(r);
     let mut s = Scenario::new(vec![p]);
@@ -555,22 +681,35 @@ fn min_values_strict_and_best_effort() {
     let outcome = s.solve(vec![pod("a")]);
     assert!(outcome.scheduled("a"));
     let claim = outcome.claim_of("a").unwrap();
-    let it = claim.requirements.iter().find(|r| r.key == INSTANCE_TYPE).unwrap();
+    let it = claim
+        .requirements
+        .iter()
+        .find(|r| r.key == INSTANCE_TYPE)
+        .unwrap();
     assert_eq!(it.min_values, Some(2));
 }
 
 #[test]
 fn min_values_over_numeric_bounds() {
     let its = vec![
-        ItSpec::new("it1", 1000, GI).label("karpenter/numerical-value", "2").build(),
-        ItSpec::new("it2", 1000, GI).label("karpenter/numerical-value", "3").build(),
-        ItSpec::new("it3", 4000, 4 * GI).label("karpenter/numerical-value", "4").build(),
+        ItSpec::new("it1", 1000, GI)
+            .label("karpenter/numerical-value", "2")
+            .build(),
+        ItSpec::new("it2", 1000, GI)
+            .label("karpenter/numerical-value", "3")
+            .build(),
+        ItSpec::new("it3", 4000, 4 * GI)
+            .label("karpenter/numerical-value", "4")
+            .build(),
     ];
     let mut p = default_pool();
     let mut r = req("karpenter/numerical-value", Gt, &["2"]);
     r.min_values = Some(2);
     p.requirements.push(r);
-    let pods = vec![pod("a").cpu(900).memory(900 << 20), pod("b").cpu(900).memory(900 << 20)];
+    let pods = vec![
+        pod("a").cpu(900).memory(900 << 20),
+        pod("b").cpu(900).memory(900 << 20),
+    ];
     let outcome = Scenario::with_instance_types(vec![p], its).solve(pods);
     assert_eq!(outcome.claims().len(), 2);
 }
@@ -580,9 +719,17 @@ fn min_values_over_numeric_bounds() {
 #[test]
 fn same_input_same_output() {
     let pods: Vec<_> = (0..30)
-        .map(|i| pod(&format!("p{i}")).cpu(100 * (i % 7 + 1)).spread(ZONE, 1, &[("app", "x")]).label("app", "x"))
+        .map(|i| {
+            pod(&format!("p{i}"))
+                .cpu(100 * (i % 7 + 1))
+                .spread(ZONE, 1, &[("app", "x")])
+                .label("app", "x")
+        })
         .collect();
     let a = scenario().solve(pods.clone()).response;
     let b = scenario().solve(pods).response;
-    assert_eq!(prost::Message::encode_to_vec(&a), prost::Message::encode_to_vec(&b));
+    assert_eq!(
+        prost::Message::encode_to_vec(&a),
+        prost::Message::encode_to_vec(&b)
+    );
 }

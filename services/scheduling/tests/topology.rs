@@ -13,7 +13,11 @@ fn topology_pool() -> pb::NodePool {
 
 fn spread_pods(count: usize, key: &str, max_skew: i32) -> Vec<pb::Pod> {
     (0..count)
-        .map(|i| pod(&format!("p{i}")).label("test", "test").spread(key, max_skew, &[("test", "test")]))
+        .map(|i| {
+            pod(&format!("p{i}"))
+                .label("test", "test")
+                .spread(key, max_skew, &[("test", "test")])
+        })
         .collect()
 }
 
@@ -29,7 +33,8 @@ fn zone_spread_balances_across_zones() {
 #[test]
 fn zone_spread_only_over_the_pools_zones() {
     let mut p = topology_pool();
-    p.requirements.push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    p.requirements
+        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
     let pods = spread_pods(4, ZONE, 1);
     let outcome = Scenario::new(vec![p]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![2, 2]);
@@ -60,7 +65,12 @@ fn unknown_topology_key_is_unschedulable() {
     pods.push(pod("plain"));
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
     assert!(!outcome.scheduled("p0"));
-    assert!(outcome.reason("p0").unwrap().contains("unsatisfiable topology constraint for topology spread"));
+    assert!(
+        outcome
+            .reason("p0")
+            .unwrap()
+            .contains("unsatisfiable topology constraint for topology spread")
+    );
     assert!(outcome.scheduled("plain"));
 }
 
@@ -84,25 +94,42 @@ fn capacity_type_spread() {
 #[test]
 fn existing_pods_are_counted_in_their_domains() {
     let mut s = Scenario::new(vec![topology_pool()]);
-    let mut n1 = node("n1", &[(ZONE, "test-zone-1")], list(&[("cpu", 100), ("pods", 10)]));
+    let mut n1 = node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        list(&[("cpu", 100), ("pods", 10)]),
+    );
     n1.pods = vec![
         pod("e1").label("test", "test").tap_node("n1"),
         pod("e2").label("test", "test").tap_node("n1"),
         pod("unlabelled").tap_node("n1"),
     ];
-    let mut n2 = node("n2", &[(ZONE, "test-zone-2")], list(&[("cpu", 100), ("pods", 10)]));
+    let mut n2 = node(
+        "n2",
+        &[(ZONE, "test-zone-2")],
+        list(&[("cpu", 100), ("pods", 10)]),
+    );
     n2.pods = vec![pod("e3").label("test", "test").tap_node("n2")];
     let mut failed = pod("failed").label("test", "test").tap_node("n2");
     failed.phase = "Failed".into();
     n2.pods.push(failed);
     s.snapshot.nodes = vec![n1, n2];
-    let pods: Vec<_> = spread_pods(2, ZONE, 1).into_iter().map(|p| p.cpu(1000)).collect();
+    let pods: Vec<_> = spread_pods(2, ZONE, 1)
+        .into_iter()
+        .map(|p| p.cpu(1000))
+        .collect();
     let outcome = s.solve(pods.clone());
     // Existing: z1=2, z2=1 (the unlabelled and failed pods do not count).
     // Upstream expects the totals (2, 2, 1) in some order.
-    let mut totals = std::collections::BTreeMap::from([("test-zone-1", 2), ("test-zone-2", 1), ("test-zone-3", 0)]);
+    let mut totals = std::collections::BTreeMap::from([
+        ("test-zone-1", 2),
+        ("test-zone-2", 1),
+        ("test-zone-3", 0),
+    ]);
     for p in &pods {
-        *totals.get_mut(outcome.label(&p.name, ZONE).unwrap()).unwrap() += 1;
+        *totals
+            .get_mut(outcome.label(&p.name, ZONE).unwrap())
+            .unwrap() += 1;
     }
     let mut skew: Vec<i32> = totals.into_values().collect();
     skew.sort_unstable();
@@ -112,7 +139,8 @@ fn existing_pods_are_counted_in_their_domains() {
 #[test]
 fn min_domains_forces_spreading_over_missing_domains() {
     let mut p = topology_pool();
-    p.requirements.push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    p.requirements
+        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
     let mut pods = spread_pods(3, ZONE, 1);
     for p in &mut pods {
         p.topology_spread_constraints[0].min_domains = Some(3);
@@ -125,7 +153,10 @@ fn min_domains_forces_spreading_over_missing_domains() {
 fn match_label_keys_split_groups() {
     let mut pods = Vec::new();
     for (i, value) in ["a", "a", "b", "b"].iter().enumerate() {
-        let mut p = pod(&format!("p{i}")).label("test", "test").label("test-label", value).spread(HOSTNAME, 1, &[("test", "test")]);
+        let mut p = pod(&format!("p{i}"))
+            .label("test", "test")
+            .label("test-label", value)
+            .spread(HOSTNAME, 1, &[("test", "test")]);
         p.topology_spread_constraints[0].match_label_keys = vec!["test-label".into()];
         pods.push(p);
     }
@@ -138,7 +169,8 @@ fn self_affinity_keeps_pods_together() {
     let pods: Vec<_> = (0..3)
         .map(|i| {
             let mut p = pod(&format!("p{i}")).label("security", "s2");
-            p.required_pod_affinity.push(affinity_term(ZONE, &[("security", "s2")]));
+            p.required_pod_affinity
+                .push(affinity_term(ZONE, &[("security", "s2")]));
             p
         })
         .collect();
@@ -151,7 +183,8 @@ fn affinity_to_a_pod_that_does_not_exist_never_schedules() {
     let pods: Vec<_> = (0..3)
         .map(|i| {
             let mut p = pod(&format!("p{i}"));
-            p.required_pod_affinity.push(affinity_term(ZONE, &[("security", "s2")]));
+            p.required_pod_affinity
+                .push(affinity_term(ZONE, &[("security", "s2")]));
             p
         })
         .collect();
@@ -164,7 +197,9 @@ fn affinity_to_a_pod_that_does_not_exist_never_schedules() {
 fn affinity_follows_the_target_to_its_node() {
     let target = pod("target").label("security", "s2").cpu(1000);
     let mut follower = pod("follower");
-    follower.required_pod_affinity.push(affinity_term(HOSTNAME, &[("security", "s2")]));
+    follower
+        .required_pod_affinity
+        .push(affinity_term(HOSTNAME, &[("security", "s2")]));
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![target, follower]);
     assert_eq!(outcome.claims().len(), 1);
     assert!(outcome.scheduled("follower"));
@@ -175,7 +210,8 @@ fn hostname_anti_affinity_needs_a_node_each() {
     let pods: Vec<_> = (0..5)
         .map(|i| {
             let mut p = pod(&format!("p{i}")).label("app", "nginx");
-            p.required_pod_anti_affinity.push(affinity_term(HOSTNAME, &[("app", "nginx")]));
+            p.required_pod_anti_affinity
+                .push(affinity_term(HOSTNAME, &[("app", "nginx")]));
             p
         })
         .collect();
@@ -185,9 +221,15 @@ fn hostname_anti_affinity_needs_a_node_each() {
 
 #[test]
 fn zone_anti_affinity_against_pods_in_every_zone_blocks() {
-    let pinned = |name: &str, zone: &str| pod(name).label("security", "s2").cpu(2000).selector(ZONE, zone);
+    let pinned = |name: &str, zone: &str| {
+        pod(name)
+            .label("security", "s2")
+            .cpu(2000)
+            .selector(ZONE, zone)
+    };
     let mut anti = pod("anti");
-    anti.required_pod_anti_affinity.push(affinity_term(ZONE, &[("security", "s2")]));
+    anti.required_pod_anti_affinity
+        .push(affinity_term(ZONE, &[("security", "s2")]));
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![
         pinned("z1", "test-zone-1"),
         pinned("z2", "test-zone-2"),
@@ -201,7 +243,8 @@ fn zone_anti_affinity_against_pods_in_every_zone_blocks() {
 #[test]
 fn undecided_anti_affinity_pod_blocks_every_zone_it_might_take() {
     let mut anti = pod("anti").cpu(2000);
-    anti.required_pod_anti_affinity.push(affinity_term(ZONE, &[("security", "s2")]));
+    anti.required_pod_anti_affinity
+        .push(affinity_term(ZONE, &[("security", "s2")]));
     let target = pod("target").label("security", "s2");
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![anti, target]);
     assert!(outcome.scheduled("anti"));
@@ -215,7 +258,8 @@ fn existing_pods_with_anti_affinity_keep_others_out_of_their_zone() {
     for zone in ["test-zone-1", "test-zone-2", "test-zone-3"] {
         let mut n = node(zone, &[(ZONE, zone)], list(&[("cpu", 100), ("pods", 10)]));
         let mut p = pod(&format!("anti-{zone}")).tap_node(zone);
-        p.required_pod_anti_affinity.push(affinity_term(ZONE, &[("security", "s2")]));
+        p.required_pod_anti_affinity
+            .push(affinity_term(ZONE, &[("security", "s2")]));
         n.pods = vec![p];
         nodes.push(n);
     }
@@ -229,10 +273,11 @@ fn preferred_anti_affinity_is_relaxed() {
     let pods: Vec<_> = (0..5)
         .map(|i| {
             let mut p = pod(&format!("p{i}")).label("app", "x");
-            p.preferred_pod_anti_affinity.push(pb::WeightedPodAffinityTerm {
-                weight: 10,
-                term: Some(affinity_term(ZONE, &[("app", "x")])),
-            });
+            p.preferred_pod_anti_affinity
+                .push(pb::WeightedPodAffinityTerm {
+                    weight: 10,
+                    term: Some(affinity_term(ZONE, &[("app", "x")])),
+                });
             p
         })
         .collect();

@@ -132,7 +132,11 @@ impl ItSpec {
         for (key, value) in &self.labels {
             requirements.push(in_(key, &[value]));
         }
-        let mut capacity = vec![("cpu", self.cpu), ("memory", self.memory), ("pods", self.pods)];
+        let mut capacity = vec![
+            ("cpu", self.cpu),
+            ("memory", self.memory),
+            ("pods", self.pods),
+        ];
         capacity.extend(self.extra.iter().copied());
         pb::InstanceType {
             name: self.name,
@@ -164,7 +168,9 @@ pub fn default_instance_types() -> Vec<pb::InstanceType> {
             arm.os = vec!["ios", "linux", "windows", "darwin"];
             arm.build()
         },
-        ItSpec::new("single-pod-instance-type", 4000, 4 * GI).pods(1).build(),
+        ItSpec::new("single-pod-instance-type", 4000, 4 * GI)
+            .pods(1)
+            .build(),
     ]
 }
 
@@ -204,19 +210,25 @@ pub trait PodExt {
 
 impl PodExt for pb::Pod {
     fn cpu(mut self, millis: i64) -> Self {
-        let requests = self.containers[0].requests.get_or_insert_with(Default::default);
+        let requests = self.containers[0]
+            .requests
+            .get_or_insert_with(Default::default);
         requests.quantities.insert("cpu".into(), millis);
         self
     }
 
     fn memory(mut self, bytes: i64) -> Self {
-        let requests = self.containers[0].requests.get_or_insert_with(Default::default);
+        let requests = self.containers[0]
+            .requests
+            .get_or_insert_with(Default::default);
         requests.quantities.insert("memory".into(), bytes);
         self
     }
 
     fn resource(mut self, name: &str, quantity: i64) -> Self {
-        let requests = self.containers[0].requests.get_or_insert_with(Default::default);
+        let requests = self.containers[0]
+            .requests
+            .get_or_insert_with(Default::default);
         requests.quantities.insert(name.into(), quantity);
         self
     }
@@ -240,13 +252,14 @@ impl PodExt for pb::Pod {
     }
 
     fn preferred(mut self, weight: i32, term: Vec<pb::Requirement>) -> Self {
-        self.preferred_node_affinity.push(pb::PreferredSchedulingTerm {
-            weight,
-            preference: Some(pb::NodeSelectorTerm {
-                match_expressions: term,
-                match_fields: vec![],
-            }),
-        });
+        self.preferred_node_affinity
+            .push(pb::PreferredSchedulingTerm {
+                weight,
+                preference: Some(pb::NodeSelectorTerm {
+                    match_expressions: term,
+                    match_fields: vec![],
+                }),
+            });
         self
     }
 
@@ -266,20 +279,25 @@ impl PodExt for pb::Pod {
     }
 
     fn spread(mut self, key: &str, max_skew: i32, labels: &[(&str, &str)]) -> Self {
-        self.topology_spread_constraints.push(pb::TopologySpreadConstraint {
-            max_skew,
-            topology_key: key.into(),
-            when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule as i32,
-            label_selector: Some(selector(labels)),
-            ..Default::default()
-        });
+        self.topology_spread_constraints
+            .push(pb::TopologySpreadConstraint {
+                max_skew,
+                topology_key: key.into(),
+                when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule
+                    as i32,
+                label_selector: Some(selector(labels)),
+                ..Default::default()
+            });
         self
     }
 }
 
 pub fn selector(labels: &[(&str, &str)]) -> pb::LabelSelector {
     pb::LabelSelector {
-        match_labels: labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+        match_labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect(),
         match_expressions: vec![],
     }
 }
@@ -304,7 +322,10 @@ pub fn taint(key: &str, value: &str, effect: pb::TaintEffect) -> pb::Taint {
 pub fn node(name: &str, labels: &[(&str, &str)], allocatable: pb::ResourceList) -> pb::StateNode {
     pb::StateNode {
         name: name.into(),
-        labels: labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect(),
         allocatable: Some(allocatable.clone()),
         capacity: Some(allocatable),
         has_node: true,
@@ -324,7 +345,10 @@ impl Scenario {
         Scenario::with_instance_types(pools, default_instance_types())
     }
 
-    pub fn with_instance_types(pools: Vec<pb::NodePool>, instance_types: Vec<pb::InstanceType>) -> Scenario {
+    pub fn with_instance_types(
+        pools: Vec<pb::NodePool>,
+        instance_types: Vec<pb::InstanceType>,
+    ) -> Scenario {
         Scenario {
             snapshot: pb::ClusterSnapshot {
                 node_pools: pools,
@@ -405,7 +429,11 @@ impl Outcome {
     pub fn skew(&self, key: &str, matching: &[(&str, &str)], pods: &[pb::Pod]) -> Vec<usize> {
         let wanted: Vec<&str> = pods
             .iter()
-            .filter(|p| matching.iter().all(|(k, v)| p.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|p| {
+                matching
+                    .iter()
+                    .all(|(k, v)| p.labels.get(*k).map(String::as_str) == Some(*v))
+            })
             .map(|p| p.name.as_str())
             .collect();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -418,7 +446,11 @@ impl Outcome {
                     None => continue,
                 }
             };
-            let n = claim.pods.iter().filter(|p| wanted.contains(&p.name.as_str())).count();
+            let n = claim
+                .pods
+                .iter()
+                .filter(|p| wanted.contains(&p.name.as_str()))
+                .count();
             if n > 0 {
                 *counts.entry(domain).or_default() += n;
             }

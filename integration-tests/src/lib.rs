@@ -1,0 +1,88 @@
+//! Harness for the cross-service tests in `tests/`: start a service on
+//! loopback ports the OS picks, hand its address to a real client (another
+//! language's gRPC stack, a CLI), and stop it at the end.
+//!
+//! ```text
+//!   test ──start──▶ service on 127.0.0.1:<free>  ◀──gRPC── python3 client
+//!        ──stop───▶ graceful shutdown
+//! ```
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use karpenter_runtime::{Listeners, Service, ServiceArgs};
+
+/// A service serving on loopback until dropped or stopped.
+pub struct RunningService {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl RunningService {
+    /// Binds free loopback ports and serves `service` on them.
+    pub async fn start(service: impl FnOnce() -> Service) -> anyhow::Result<Self> {
+        let args = ServiceArgs {
+            listen: "127.0.0.1:0".parse()?,
+            metrics_listen: "127.0.0.1:0".parse()?,
+            log_level: "warn".into(),
+            log_json: false,
+        };
+        let listeners = Listeners::bind(&args).await?;
+        let grpc = listeners.grpc_addr()?;
+        let http = listeners.http_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(karpenter_runtime::serve_with_shutdown(
+            listeners,
+            service(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self {
+            grpc,
+            http,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// Stops the service and reports how it ended.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The repository root (where `proto/` lives).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// `python3`, or what `PYTHON` names.
+pub fn python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
