@@ -9,6 +9,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod kube_test_server;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -119,6 +119,10 @@ pub struct Offering {
     pub price: f64,
     pub available: bool,
     pub requirements: Requirements,
+    /// Index of `zone` in the cluster's [`OfferingSpace`].
+    pub zone_id: usize,
+    /// Index of `capacity_type` in the cluster's [`OfferingSpace`].
+    pub capacity_type_id: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -131,14 +135,9 @@ pub struct InstanceType {
 }
 
 impl InstanceType {
-    /// The cheapest available offering compatible with `requirements`.
-    pub fn cheapest_offering(&self, requirements: &Requirements) -> Option<&Offering> {
-        self.cheapest_allowed(&OfferingFilter::new(requirements))
-    }
-
     /// The cheapest available offering the filter allows (ties: zone, then
     /// capacity type, by name).
-    pub fn cheapest_allowed(&self, filter: &OfferingFilter<'_>) -> Option<&Offering> {
+    pub fn cheapest_allowed(&self, filter: &OfferingFilter) -> Option<&Offering> {
         self.offerings
             .iter()
             .filter(|offering| offering.available && filter.allows(offering))
@@ -150,43 +149,89 @@ impl InstanceType {
             })
     }
 
-    pub fn has_compatible_offering(&self, requirements: &Requirements) -> bool {
-        let filter = OfferingFilter::new(requirements);
+    pub fn has_compatible_offering(&self, filter: &OfferingFilter) -> bool {
         self.offerings
             .iter()
             .any(|offering| offering.available && filter.allows(offering))
     }
 }
 
-/// The parts of a node's requirements offerings are checked against, looked
-/// up once per check rather than once per offering.
-pub struct OfferingFilter<'a> {
-    zone: Option<&'a Requirement>,
-    capacity_type: Option<&'a Requirement>,
-    all: &'a Requirements,
+/// Every zone and capacity type the request's offerings name, numbered, so
+/// an offering is checked against a node's requirements by two lookups.
+#[derive(Clone, Debug, Default)]
+pub struct OfferingSpace {
+    pub zones: Vec<String>,
+    pub capacity_types: Vec<String>,
+    /// Some offering carries requirements beyond zone and capacity type.
+    pub has_offering_requirements: bool,
 }
 
-impl<'a> OfferingFilter<'a> {
-    pub fn new(requirements: &'a Requirements) -> Self {
+impl OfferingSpace {
+    fn intern(names: &mut Vec<String>, name: &str) -> usize {
+        match names.iter().position(|n| n == name) {
+            Some(index) => index,
+            None => {
+                names.push(name.to_owned());
+                names.len() - 1
+            }
+        }
+    }
+
+    /// Numbers the offerings of every catalog.
+    fn number(catalogs: &mut [Vec<InstanceType>]) -> OfferingSpace {
+        let mut space = OfferingSpace::default();
+        for offering in catalogs
+            .iter_mut()
+            .flatten()
+            .flat_map(|it| it.offerings.iter_mut())
+        {
+            offering.zone_id = Self::intern(&mut space.zones, &offering.zone);
+            offering.capacity_type_id =
+                Self::intern(&mut space.capacity_types, &offering.capacity_type);
+            space.has_offering_requirements |= !offering.requirements.is_empty();
+        }
+        space
+    }
+}
+
+/// Which offerings a node's requirements allow, worked out once per node.
+pub struct OfferingFilter {
+    zones: Vec<bool>,
+    capacity_types: Vec<bool>,
+    /// Only kept when some offering has requirements of its own.
+    all: Option<Requirements>,
+}
+
+impl OfferingFilter {
+    pub fn new(requirements: &Requirements, space: &OfferingSpace) -> Self {
+        let allowed = |key: &str, names: &[String]| -> Vec<bool> {
+            match requirements.get(key) {
+                Some(requirement) => names.iter().map(|n| requirement.has(n)).collect(),
+                None => vec![true; names.len()],
+            }
+        };
         Self {
-            zone: requirements.get(labels::ZONE),
-            capacity_type: requirements.get(labels::CAPACITY_TYPE),
-            all: requirements,
+            zones: allowed(labels::ZONE, &space.zones),
+            capacity_types: allowed(labels::CAPACITY_TYPE, &space.capacity_types),
+            all: space
+                .has_offering_requirements
+                .then(|| requirements.clone()),
         }
     }
 
     pub fn allows(&self, offering: &Offering) -> bool {
-        self.zone.is_none_or(|zone| zone.has(&offering.zone))
+        self.zones.get(offering.zone_id).copied().unwrap_or(false)
             && self
-                .capacity_type
-                .is_none_or(|capacity_type| capacity_type.has(&offering.capacity_type))
+                .capacity_types
+                .get(offering.capacity_type_id)
+                .copied()
+                .unwrap_or(false)
             && (offering.requirements.is_empty()
-                || self.all.intersects(&offering.requirements).is_ok())
+                || self
+                    .all
+                    .as_ref()
+                    .is_none_or(|all| all.intersects(&offering.requirements).is_ok()))
     }
-}
-
-pub fn offering_compatible(offering: &Offering, requirements: &Requirements) -> bool {
-    OfferingFilter::new(requirements).allows(offering)
 }
 
 #[derive(Clone, Debug, Default)]
@@ -269,6 +314,7 @@ pub struct Cluster {
     pub nodes: Vec<StateNode>,
     pub node_pools: Vec<NodePool>,
     pub catalogs: Vec<Vec<InstanceType>>,
+    pub offering_space: OfferingSpace,
     pub daemon_sets: Vec<DaemonSet>,
     pub pdbs: Vec<Pdb>,
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
@@ -814,6 +860,8 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
             price: o.price,
             available: o.available,
             requirements: requirements(&format!("{field}.requirements"), &o.requirements)?,
+            zone_id: 0,
+            capacity_type_id: 0,
         });
     }
     if !reqs.has(labels::ZONE) {
@@ -1058,7 +1106,7 @@ impl Cluster {
             .iter()
             .map(|c| c.name.clone())
             .collect();
-        let catalogs = snapshot
+        let mut catalogs = snapshot
             .instance_type_catalogs
             .iter()
             .enumerate()
@@ -1082,6 +1130,7 @@ impl Cluster {
             .enumerate()
             .map(|(i, np)| node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names))
             .collect::<Result<Vec<_>, _>>()?;
+        let offering_space = OfferingSpace::number(&mut catalogs);
         if !node_pools.is_empty() && catalogs.is_empty() {
             return Err(InvalidField::new(
                 "cluster.instance_type_catalogs",
@@ -1158,6 +1207,7 @@ impl Cluster {
             nodes,
             node_pools,
             catalogs,
+            offering_space,
             daemon_sets,
             pdbs,
             namespaces,

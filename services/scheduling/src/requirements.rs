@@ -349,6 +349,14 @@ impl Requirement {
         }
     }
 
+    /// The per-key rule of [`Requirements::intersects`]: some common value,
+    /// or both sides only exclude values.
+    pub fn compatible_with(&self, incoming: &Requirement) -> bool {
+        let excluding =
+            |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
+        self.intersects(incoming) || (excluding(incoming) && excluding(self))
+    }
+
     /// One value, when the requirement pins the key to exactly one.
     pub fn single_value(&self) -> Option<&str> {
         if self.complement || self.values.len() != 1 {

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::hostports::{HostPort, HostPortUsage};
 use crate::labels;
-use crate::model::{Cluster, InstanceType, Pod, PodKey, WhenUnsatisfiable};
+use crate::model::{
+    Cluster, InstanceType, OfferingFilter, OfferingSpace, Pod, PodKey, WhenUnsatisfiable,
+};
 use crate::requirements::{Operator, Requirement, Requirements, WellKnown};
 use crate::resources::Resources;
 use crate::taints::{Effect, Taint, Toleration, first_untolerated};
@@ -382,30 +384,63 @@ fn min_values_shortfall(
     shortfall
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the instance types are checked against.
+struct FilterInput<'a> {
+    requirements: &'a Requirements,
+    /// The requirements `options` already passed: only keys that changed
+    /// since are checked again. None: check every key.
+    previous: Option<&'a Requirements>,
+    space: &'a OfferingSpace,
+    total: &'a Resources,
+    relax_min_values: bool,
+    explain: bool,
+}
+
 fn filter_instance_types(
     catalog: &[InstanceType],
     options: &[usize],
-    requirements: &Requirements,
-    requirements_changed: bool,
-    total: &Resources,
-    relax_min_values: bool,
-    explain: bool,
+    input: &FilterInput<'_>,
 ) -> Result<Filtered, Option<String>> {
+    let FilterInput {
+        requirements,
+        previous,
+        space,
+        total,
+        relax_min_values,
+        explain,
+    } = *input;
+    let changed: Option<Vec<&Requirement>> = previous.map(|previous| {
+        requirements
+            .iter()
+            .filter(|r| previous.get(r.key()) != Some(*r))
+            .collect()
+    });
+    let offerings_affected = match &changed {
+        None => true,
+        Some(keys) => {
+            keys.iter()
+                .any(|r| r.key() == labels::ZONE || r.key() == labels::CAPACITY_TYPE)
+                || (space.has_offering_requirements && !keys.is_empty())
+        }
+    };
+    let offering_filter = offerings_affected.then(|| OfferingFilter::new(requirements, space));
     let mut remaining = Vec::with_capacity(options.len());
     let (mut met, mut fits_any, mut offered) = (false, false, false);
     let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
     for index in options {
         let it = &catalog[*index];
         let fits = total.fits(&it.allocatable);
-        let (compatible, offering) = if requirements_changed {
-            (
-                it.requirements.intersects(requirements).is_ok(),
-                it.has_compatible_offering(requirements),
-            )
-        } else {
-            (true, true)
+        let compatible = match &changed {
+            None => it.requirements.intersects(requirements).is_ok(),
+            Some(keys) => keys.iter().all(|incoming| {
+                it.requirements
+                    .get(incoming.key())
+                    .is_none_or(|own| own.compatible_with(incoming))
+            }),
         };
+        let offering = offering_filter
+            .as_ref()
+            .is_none_or(|filter| it.has_compatible_offering(filter));
         met |= compatible;
         fits_any |= fits;
         offered |= offering;
@@ -540,11 +575,14 @@ impl<'c> Scheduler<'c> {
             let filtered = match filter_instance_types(
                 catalog,
                 &(0..catalog.len()).collect::<Vec<_>>(),
-                &pool.requirements,
-                true,
-                &no_requests,
-                options.min_values_policy == MinValuesPolicy::BestEffort,
-                true,
+                &FilterInput {
+                    requirements: &pool.requirements,
+                    previous: None,
+                    space: &cluster.offering_space,
+                    total: &no_requests,
+                    relax_min_values: options.min_values_policy == MinValuesPolicy::BestEffort,
+                    explain: true,
+                },
             ) {
                 Ok(filtered) => filtered,
                 Err(reason) => {
@@ -814,19 +852,20 @@ impl<'c> Scheduler<'c> {
                 Reject::permanent(explain.then(|| format!("incompatible requirements, {e}")))
             })?;
         let merged = merge(&claim.requirements, &data.requirements);
-        let changed = matches!(merged, Cow::Owned(_));
         let mut requirements =
             self.add_topology(pod, taints, data, merged, &self.well_known, explain)?;
-        let changed = changed || requirements != claim.requirements;
         let total = claim.requests.plus(&pod.requests);
         let filtered = filter_instance_types(
             self.catalog(claim.template),
             &claim.instance_types,
-            &requirements,
-            changed,
-            &total,
-            self.options.min_values_policy == MinValuesPolicy::BestEffort,
-            explain,
+            &FilterInput {
+                requirements: &requirements,
+                previous: Some(&claim.requirements),
+                space: &self.cluster.offering_space,
+                total: &total,
+                relax_min_values: self.options.min_values_policy == MinValuesPolicy::BestEffort,
+                explain,
+            },
         )
         .map_err(Reject::transient)?;
         for (key, count) in &filtered.relaxed_min_values {
@@ -1239,7 +1278,8 @@ fn finalize(
     let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
     let mut requirements = claim.requirements.clone();
     requirements.remove(labels::HOSTNAME);
-    let filter = crate::model::OfferingFilter::new(&requirements);
+    let space = &scheduler.cluster.offering_space;
+    let filter = OfferingFilter::new(&requirements, space);
     let mut ranked: Vec<(f64, usize)> = claim
         .instance_types
         .iter()
@@ -1273,10 +1313,11 @@ fn finalize(
         Requirement::in_values(labels::INSTANCE_TYPE, names.iter().copied())
             .with_min_values(instance_type_min),
     );
+    let filter = OfferingFilter::new(&requirements, space);
     let capacity_types: BTreeSet<&str> = chosen
         .iter()
         .flat_map(|i| catalog[*i].offerings.iter())
-        .filter(|o| o.available && crate::model::offering_compatible(o, &requirements))
+        .filter(|o| o.available && filter.allows(o))
         .map(|o| o.capacity_type.as_str())
         .collect();
     requirements.add(Requirement::in_values(
@@ -1287,7 +1328,7 @@ fn finalize(
         .iter()
         .filter_map(|i| {
             catalog[*i]
-                .cheapest_offering(&requirements)
+                .cheapest_allowed(&filter)
                 .map(|o| (&catalog[*i], o))
         })
         .min_by(|a, b| {
@@ -1328,7 +1369,7 @@ fn finalize(
     let zones: BTreeSet<&str> = chosen
         .iter()
         .flat_map(|i| catalog[*i].offerings.iter())
-        .filter(|o| o.available && crate::model::offering_compatible(o, &requirements))
+        .filter(|o| o.available && filter.allows(o))
         .map(|o| o.zone.as_str())
         .collect();
     launch.add(Requirement::in_values(labels::ZONE, zones.iter().copied()));

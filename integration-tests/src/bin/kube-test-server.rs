@@ -1,0 +1,66 @@
+//! `kube-test-server`: a Kubernetes API server in memory for tests and the
+//! local demo. Writes a kubeconfig that `kubectl` uses unchanged.
+//!
+//! ```sh
+//! kube-test-server --port 6443 --kubeconfig /tmp/kubeconfig
+//! kubectl --kubeconfig /tmp/kubeconfig apply -f deploy/crds/
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use integration_tests::kube_test_server::{Config, KubeTestServer};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kube-test-server",
+    about = "An in-memory Kubernetes API server for tests"
+)]
+struct Args {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    port: u16,
+    /// Where to write the kubeconfig.
+    #[arg(long, default_value = "kubeconfig")]
+    kubeconfig: PathBuf,
+    /// Load objects from this file on start, save them there on shutdown.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
+    /// Events kept for watches that resume from an older resourceVersion.
+    #[arg(long, default_value_t = 100_000)]
+    history: usize,
+    /// Seconds between bookmarks on idle watches.
+    #[arg(long, default_value_t = 5)]
+    bookmark_seconds: u64,
+    /// Log filter (RUST_LOG syntax).
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log_level))
+        .with_writer(std::io::stderr)
+        .init();
+    let server = KubeTestServer::start(Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], args.port)),
+        kubeconfig: Some(args.kubeconfig.clone()),
+        history: args.history,
+        bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
+        state_file: args.state_file.clone(),
+    })
+    .await
+    .context("starting kube-test-server")?;
+    tracing::info!(url = %server.url(), kubeconfig = %args.kubeconfig.display(), "serving");
+    println!("{}", server.url());
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for ctrl-c")?;
+    server.stop().await.context("stopping")?;
+    Ok(())
+}

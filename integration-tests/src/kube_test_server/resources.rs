@@ -1,0 +1,433 @@
+//! The kinds the server knows: the built-in ones the project touches, and
+//! every kind a `CustomResourceDefinition` registers.
+//!
+//! A resource is addressed by group + plural; its versions share one
+//! storage (built-ins here have one version each).
+
+use std::sync::Arc;
+
+use crd_validation::CrdValidator;
+use serde_json::{Value, json};
+
+/// One REST resource (`pods`, `nodepools.karpenter.sh`).
+#[derive(Debug, Clone)]
+pub struct ResourceInfo {
+    pub group: String,
+    /// Served versions; the first is the preferred one.
+    pub versions: Vec<String>,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    /// Subresources (`status`, `binding`, `eviction`, `scale`).
+    pub subresources: Vec<String>,
+    /// `metadata.generation` is kept and bumped on spec changes.
+    pub has_generation: bool,
+    /// The CRD that registered this resource, with its validator.
+    pub crd: Option<Arc<CrdResource>>,
+}
+
+/// What a CRD brings: its validator and printer columns per version.
+#[derive(Debug)]
+pub struct CrdResource {
+    pub validator: CrdValidator,
+    /// The CRD object as stored.
+    pub definition: Value,
+}
+
+impl ResourceInfo {
+    pub fn has_status(&self) -> bool {
+        self.subresources.iter().any(|s| s == "status")
+    }
+
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
+    }
+
+    /// `pods` or `nodepools.karpenter.sh`, as error messages name it.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The `APIResource` entries for discovery (the resource and its
+    /// subresources).
+    pub fn discovery(&self) -> Vec<Value> {
+        let mut out = vec![json!({
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "shortNames": self.short_names,
+            "categories": self.categories,
+        })];
+        for sub in &self.subresources {
+            let (kind, group, version, verbs) = match sub.as_str() {
+                "binding" => ("Binding", "", "v1", json!(["create"])),
+                "eviction" => ("Eviction", "policy", "v1", json!(["create"])),
+                "scale" => (
+                    "Scale",
+                    "autoscaling",
+                    "v1",
+                    json!(["get", "patch", "update"]),
+                ),
+                _ => (
+                    self.kind.as_str(),
+                    "",
+                    "",
+                    json!(["get", "patch", "update"]),
+                ),
+            };
+            let mut entry = json!({
+                "name": format!("{}/{sub}", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            });
+            if !group.is_empty() {
+                entry["group"] = json!(group);
+                entry["version"] = json!(version);
+            }
+            out.push(entry);
+        }
+        out
+    }
+}
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    subs: &'static [&'static str],
+    generation: bool,
+}
+
+const BUILTINS: &[Builtin] = &[
+    b(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        false,
+        &["ns"],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        true,
+        &["po"],
+        &["status", "binding", "eviction"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        false,
+        &["no"],
+        &["status"],
+        false,
+    ),
+    b("", "v1", "events", "Event", true, &["ev"], &[], false),
+    b(
+        "",
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        true,
+        &["cm"],
+        &[],
+        false,
+    ),
+    b("", "v1", "secrets", "Secret", true, &[], &[], false),
+    b(
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        &[],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        &["pv"],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "services",
+        "Service",
+        true,
+        &["svc"],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "replicationcontrollers",
+        "ReplicationController",
+        true,
+        &["rc"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "daemonsets",
+        "DaemonSet",
+        true,
+        &["ds"],
+        &["status"],
+        true,
+    ),
+    b("batch", "v1", "jobs", "Job", true, &[], &["status"], true),
+    b(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        &["status"],
+        true,
+    ),
+    b(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        true,
+        &["ev"],
+        &[],
+        false,
+    ),
+    b(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        false,
+        &["pc"],
+        &[],
+        false,
+    ),
+    b(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"],
+        &[],
+        false,
+    ),
+    b(
+        "storage.k8s.io",
+        "v1",
+        "csinodes",
+        "CSINode",
+        false,
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        &["status"],
+        true,
+    ),
+];
+
+#[allow(clippy::too_many_arguments)]
+const fn b(
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    subs: &'static [&'static str],
+    generation: bool,
+) -> Builtin {
+    Builtin {
+        group,
+        version,
+        plural,
+        kind,
+        namespaced,
+        short,
+        subs,
+        generation,
+    }
+}
+
+/// The built-in resources.
+pub fn builtins() -> Vec<ResourceInfo> {
+    BUILTINS
+        .iter()
+        .map(|b| ResourceInfo {
+            group: b.group.to_string(),
+            versions: vec![b.version.to_string()],
+            plural: b.plural.to_string(),
+            singular: b.kind.to_lowercase(),
+            kind: b.kind.to_string(),
+            namespaced: b.namespaced,
+            short_names: b.short.iter().map(|s| s.to_string()).collect(),
+            categories: if matches!(
+                b.plural,
+                "pods"
+                    | "deployments"
+                    | "replicasets"
+                    | "statefulsets"
+                    | "daemonsets"
+                    | "jobs"
+                    | "services"
+            ) {
+                vec!["all".to_string()]
+            } else {
+                Vec::new()
+            },
+            subresources: b.subs.iter().map(|s| s.to_string()).collect(),
+            has_generation: b.generation,
+            crd: None,
+        })
+        .collect()
+}
+
+/// The resource a CRD registers (served versions only).
+pub fn from_crd(validator: CrdValidator, definition: Value) -> ResourceInfo {
+    let names = validator.names().clone();
+    let versions: Vec<String> = validator
+        .versions()
+        .iter()
+        .filter(|v| v.served)
+        .map(|v| v.name.clone())
+        .collect();
+    let has_status = definition["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v["subresources"].get("status").is_some());
+    let has_scale = definition["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v["subresources"].get("scale").is_some());
+    let mut subresources = Vec::new();
+    if has_status {
+        subresources.push("status".to_string());
+    }
+    if has_scale {
+        subresources.push("scale".to_string());
+    }
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let names_json = &definition["spec"]["names"];
+    ResourceInfo {
+        group: validator.group().to_string(),
+        versions,
+        plural: names.plural.clone(),
+        singular: names_json["singular"]
+            .as_str()
+            .map_or_else(|| validator.kind().to_lowercase(), str::to_string),
+        kind: validator.kind().to_string(),
+        namespaced: definition["spec"]["scope"].as_str() == Some("Namespaced"),
+        short_names: strings(&names_json["shortNames"]),
+        categories: strings(&names_json["categories"]),
+        subresources,
+        has_generation: true,
+        crd: Some(Arc::new(CrdResource {
+            validator,
+            definition,
+        })),
+    }
+}

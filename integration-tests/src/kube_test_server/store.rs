@@ -1,0 +1,1567 @@
+//! In-memory storage with the apiserver's write semantics.
+//!
+//! ```text
+//!   write (create/update/patch/delete) ──lock──▶ State
+//!       ├─ resourceVersion = ++rv (one counter for everything, like etcd)
+//!       ├─ history ring (last N events) ──▶ watch from an old version, 410 past it
+//!       ├─ broadcast ──▶ live watchers
+//!       ├─ uid index + owner index ──▶ background garbage collection
+//!       └─ PDB status recomputed on pod / PDB writes (the disruption controller)
+//! ```
+//!
+//! Every write runs under one lock, so patches never see a stale object and
+//! events leave in resourceVersion order.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crd_validation::CrdValidator;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use super::patch::{Managers, changed_paths};
+use super::resources::{self, ResourceInfo};
+use super::selectors::{FieldSelector, LabelSelector};
+
+/// An error the API answers with, as a `metav1.Status`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason: reason.to_string(),
+            message: message.into(),
+            details: None,
+        }
+    }
+    pub fn not_found(res: &ResourceInfo, name: &str) -> Self {
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", res.group_resource()),
+        );
+        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e
+    }
+    pub fn not_found_path(msg: impl Into<String>) -> Self {
+        Self::new(404, "NotFound", msg)
+    }
+    pub fn already_exists(res: &ResourceInfo, name: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", res.group_resource()),
+        );
+        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e
+    }
+    pub fn conflict(res: &ResourceInfo, name: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                res.group_resource()
+            ),
+        );
+        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e
+    }
+    pub fn conflict_with_causes(message: String, causes: Vec<Value>) -> Self {
+        let mut e = Self::new(409, "Conflict", message);
+        e.details = Some(json!({"causes": causes}));
+        e
+    }
+    pub fn bad_request(msg: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", msg)
+    }
+    pub fn unprocessable(msg: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", msg)
+    }
+    pub fn invalid(
+        res: &ResourceInfo,
+        name: &str,
+        causes: Vec<(String, String)>,
+        text: Vec<String>,
+    ) -> Self {
+        let message = format!(
+            "{} \"{name}\" is invalid: {}",
+            res.kind_group(),
+            if text.len() == 1 {
+                text[0].clone()
+            } else {
+                format!("[{}]", text.join(", "))
+            }
+        );
+        let mut e = Self::new(422, "Invalid", message);
+        e.details = Some(json!({
+            "name": name, "group": res.group, "kind": res.kind,
+            "causes": causes.into_iter().map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field})).collect::<Vec<_>>(),
+        }));
+        e
+    }
+    pub fn gone(msg: impl Into<String>) -> Self {
+        Self::new(410, "Expired", msg)
+    }
+    pub fn method_not_allowed(msg: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", msg)
+    }
+    pub fn unsupported_media(msg: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", msg)
+    }
+    pub fn internal(msg: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", msg)
+    }
+
+    pub fn status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+}
+
+impl ResourceInfo {
+    /// `NodePool.karpenter.sh` (how validation errors name a kind).
+    pub fn kind_group(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+}
+
+/// ADDED / MODIFIED / DELETED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watchers see it.
+#[derive(Debug)]
+pub struct StoredEvent {
+    pub rv: u64,
+    pub resource: String,
+    pub namespace: String,
+    pub kind: EventType,
+    pub object: Arc<Value>,
+    /// The object before a modification (for selector watches).
+    pub old: Option<Arc<Value>>,
+}
+
+/// Identifies one stored object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// `group/plural`, the storage key of a resource.
+pub fn resource_key(group: &str, plural: &str) -> String {
+    format!("{group}/{plural}")
+}
+
+struct State {
+    rv: u64,
+    resources: BTreeMap<String, Arc<ResourceInfo>>,
+    objects: HashMap<String, BTreeMap<(String, String), Value>>,
+    history: VecDeque<Arc<StoredEvent>>,
+    /// The oldest resourceVersion a watch may start from.
+    compacted: u64,
+    uids: HashMap<String, ObjKey>,
+    dependents: HashMap<String, BTreeSet<ObjKey>>,
+    seed: u64,
+}
+
+/// Options of a list.
+#[derive(Debug, Default, Clone)]
+pub struct ListOptions {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+/// How a delete treats dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// The in-memory cluster state.
+pub struct Store {
+    state: Mutex<State>,
+    events: broadcast::Sender<Arc<StoredEvent>>,
+    history_limit: usize,
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl Store {
+    pub fn new(history_limit: usize) -> Arc<Self> {
+        let mut resources = BTreeMap::new();
+        for r in resources::builtins() {
+            resources.insert(resource_key(&r.group, &r.plural), Arc::new(r));
+        }
+        let seed = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(7) as u64 | 1;
+        let store = Arc::new(Store {
+            state: Mutex::new(State {
+                rv: 1,
+                resources,
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                compacted: 1,
+                uids: HashMap::new(),
+                dependents: HashMap::new(),
+                seed,
+            }),
+            events: broadcast::channel(65536).0,
+            history_limit: history_limit.max(1),
+        });
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let _ = store.create(
+                &store.resource("", "v1", "namespaces").expect("builtin"),
+                "",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                "kube-apiserver",
+            );
+        }
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// A served resource by group, version and plural.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.lock()
+            .resources
+            .get(&resource_key(group, plural))
+            .filter(|r| r.versions.iter().any(|v| v == version))
+            .cloned()
+    }
+
+    /// Every resource (discovery).
+    pub fn resources(&self) -> Vec<Arc<ResourceInfo>> {
+        self.lock().resources.values().cloned().collect()
+    }
+
+    /// Subscribes to events, replaying those after `rv` (None: from now).
+    pub fn subscribe(
+        &self,
+        res: &ResourceInfo,
+        from: Option<u64>,
+    ) -> Result<
+        (
+            Vec<Arc<StoredEvent>>,
+            broadcast::Receiver<Arc<StoredEvent>>,
+            u64,
+        ),
+        ApiError,
+    > {
+        let st = self.lock();
+        let key = resource_key(&res.group, &res.plural);
+        let rx = self.events.subscribe();
+        let mut replay = Vec::new();
+        if let Some(from) = from {
+            if from < st.compacted {
+                return Err(ApiError::gone(format!(
+                    "too old resource version: {from} ({})",
+                    st.compacted
+                )));
+            }
+            replay = st
+                .history
+                .iter()
+                .filter(|e| e.rv > from && e.resource == key)
+                .cloned()
+                .collect();
+        }
+        Ok((replay, rx, st.rv))
+    }
+
+    pub fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
+        let st = self.lock();
+        st.get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))
+    }
+
+    /// Lists objects (all namespaces when `ns` is None). Returns the items,
+    /// the list's resourceVersion and the continue token.
+    pub fn list(
+        &self,
+        res: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<(Vec<Value>, u64, Option<String>), ApiError> {
+        let st = self.lock();
+        let key = resource_key(&res.group, &res.plural);
+        let (start, list_rv) = match &opts.continue_token {
+            Some(tok) => decode_continue(tok)?,
+            None => ((String::new(), String::new()), st.rv),
+        };
+        let mut items = Vec::new();
+        let mut next = None;
+        if let Some(objs) = st.objects.get(&key) {
+            let range = objs.range((
+                if opts.continue_token.is_some() {
+                    std::ops::Bound::Excluded(start.clone())
+                } else {
+                    std::ops::Bound::Unbounded
+                },
+                std::ops::Bound::Unbounded,
+            ));
+            for ((ons, oname), obj) in range {
+                if ns.is_some_and(|n| n != ons) {
+                    continue;
+                }
+                if !opts.labels.matches(obj) || !opts.fields.matches(obj) {
+                    continue;
+                }
+                if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
+                    let (lns, lname) = last_key(&items);
+                    let _ = (ons, oname);
+                    next = Some(encode_continue(&lns, &lname, list_rv));
+                    break;
+                }
+                items.push(obj.clone());
+            }
+        }
+        Ok((items, list_rv, next))
+    }
+
+    /// Creates an object (POST).
+    pub fn create(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        mut obj: Value,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        st.prepare_create(res, ns, &mut obj)?;
+        if !res.has_status() || matches!(res.plural.as_str(), "nodes" | "namespaces") {
+            // Nodes and namespaces keep the status they are created with.
+        } else if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+        st.defaults_on_create(res, &mut obj);
+        st.validate(res, &mut obj, None)?;
+        let mut managers = Managers::default();
+        managers.record_update(
+            manager,
+            &res.api_version(&res.versions[0]),
+            "",
+            changed_paths(None, &obj, res.crd.is_none()),
+        );
+        managers.write(&mut obj, &now());
+        self.insert(&mut st, res, obj, None)
+    }
+
+    /// Inserts an object that passed validation (new or replacing).
+    fn insert(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        mut obj: Value,
+        old: Option<Value>,
+    ) -> Result<Value, ApiError> {
+        if res.plural == "customresourcedefinitions" {
+            st.register_crd(&mut obj)?;
+        }
+        st.rv += 1;
+        let rv = st.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let key = ObjKey {
+            resource: resource_key(&res.group, &res.plural),
+            namespace: ns.clone(),
+            name: name.clone(),
+        };
+        if let Some(old) = &old {
+            st.unindex(old, &key);
+        }
+        st.index(&obj, &key);
+        st.objects
+            .entry(key.resource.clone())
+            .or_default()
+            .insert((ns.clone(), name), obj.clone());
+        let kind = if old.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.emit(st, key.resource.clone(), ns.clone(), kind, obj.clone(), old);
+        if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
+            self.refresh_pdbs(st, &ns);
+        }
+        Ok(obj)
+    }
+
+    fn emit(
+        &self,
+        st: &mut State,
+        resource: String,
+        namespace: String,
+        kind: EventType,
+        object: Value,
+        old: Option<Value>,
+    ) {
+        let ev = Arc::new(StoredEvent {
+            rv: st.rv,
+            resource,
+            namespace,
+            kind,
+            object: Arc::new(object),
+            old: old.map(Arc::new),
+        });
+        st.history.push_back(ev.clone());
+        while st.history.len() > self.history_limit {
+            if let Some(e) = st.history.pop_front() {
+                st.compacted = e.rv;
+            }
+        }
+        let _ = self.events.send(ev);
+    }
+
+    /// Replaces an object (PUT), or its status (`sub == Some("status")`).
+    pub fn update(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        sub: Option<&str>,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        let old = st
+            .get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        if let Some(rv) = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+        {
+            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
+                return Err(ApiError::conflict(res, name));
+            }
+        }
+        if let Some(body_name) = obj["metadata"]["name"].as_str() {
+            if body_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        self.commit_update(&mut st, res, old, obj, sub, manager)
+    }
+
+    /// Changes an object with `f` under the lock (PATCH). `f` gets the
+    /// current object and returns the new one.
+    pub fn modify(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        manager: &str,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        let old = st
+            .get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let new = f(&old)?;
+        if let Some(rv) = new["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+        {
+            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
+                return Err(ApiError::conflict(res, name));
+            }
+        }
+        self.commit_update(&mut st, res, old, new, sub, manager)
+    }
+
+    /// Server-side apply: `f` gets the live object (None if absent) and
+    /// returns the merged one; creates when absent.
+    pub fn apply(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        f: impl FnOnce(Option<&Value>) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        match st.get(res, ns, name).cloned() {
+            Some(old) => {
+                let new = f(Some(&old))?;
+                self.commit_update(&mut st, res, old, new, sub, "")
+            }
+            None => {
+                if sub.is_some() {
+                    return Err(ApiError::not_found(res, name));
+                }
+                let mut obj = f(None)?;
+                obj["metadata"]["name"] = json!(name);
+                st.prepare_create(res, ns, &mut obj)?;
+                if res.has_status() && !matches!(res.plural.as_str(), "nodes" | "namespaces") {
+                    if let Some(m) = obj.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+                st.defaults_on_create(res, &mut obj);
+                st.validate(res, &mut obj, None)?;
+                self.insert(&mut st, res, obj, None)
+            }
+        }
+    }
+
+    fn commit_update(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        old: Value,
+        mut new: Value,
+        sub: Option<&str>,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        let name = old["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match sub {
+            Some("status") => {
+                let status = new.get("status").cloned();
+                let mut merged = old.clone();
+                match status {
+                    Some(s) => merged["status"] = s,
+                    None => {
+                        if let Some(m) = merged.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+                // Status writes may carry managedFields changes only.
+                merged["metadata"]["managedFields"] = new["metadata"]["managedFields"].clone();
+                new = merged;
+            }
+            Some(other) => {
+                return Err(ApiError::not_found_path(format!(
+                    "subresource {other} not supported"
+                )));
+            }
+            None => {
+                if res.has_status() {
+                    match old.get("status") {
+                        Some(s) => new["status"] = s.clone(),
+                        None => {
+                            if let Some(m) = new.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Fields the server owns.
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "name",
+            "generation",
+        ] {
+            match old["metadata"].get(f) {
+                Some(v) => new["metadata"][f] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(f);
+                    }
+                }
+            }
+        }
+        if new["metadata"]["managedFields"].is_null() {
+            new["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
+        }
+        new["apiVersion"] = old["apiVersion"].clone();
+        new["kind"] = old["kind"].clone();
+        if let Some(m) = new["metadata"].as_object_mut() {
+            if m.get("managedFields").is_some_and(Value::is_null) {
+                m.remove("managedFields");
+            }
+        }
+        if res.has_generation && spec_changed(&old, &new) {
+            let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
+            new["metadata"]["generation"] = json!(g + 1);
+        }
+        if old["metadata"].get("deletionTimestamp").is_some() {
+            // No new finalizers on an object being deleted.
+            let before: BTreeSet<String> = strings(&old["metadata"]["finalizers"]);
+            let after: BTreeSet<String> = strings(&new["metadata"]["finalizers"]);
+            if !after.is_subset(&before) {
+                return Err(ApiError::invalid(
+                    res,
+                    &name,
+                    vec![("metadata.finalizers".into(), "no new finalizers can be added if the object is being deleted".into())],
+                    vec!["metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into()],
+                ));
+            }
+        }
+        st.validate(res, &mut new, Some(&old))?;
+        if !manager.is_empty() {
+            let mut managers = Managers::from_object(&new);
+            let api_version = new["apiVersion"].as_str().unwrap_or_default().to_string();
+            managers.record_update(
+                manager,
+                &api_version,
+                sub.unwrap_or_default(),
+                changed_paths(Some(&old), &new, res.crd.is_none()),
+            );
+            managers.write(&mut new, &now());
+        }
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        if strip_times(&new) == strip_times(&old) {
+            return Ok(old);
+        }
+        if new["metadata"].get("deletionTimestamp").is_some()
+            && strings(&new["metadata"]["finalizers"]).is_empty()
+        {
+            let ns = old["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            return Ok(self.remove(st, res, &ns, &name, new, Propagation::Background));
+        }
+        self.insert(st, res, new, Some(old))
+    }
+
+    /// Deletes an object: marks it if finalizers remain, removes it otherwise.
+    pub fn delete(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        precondition_uid: Option<&str>,
+        precondition_rv: Option<&str>,
+        propagation: Propagation,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        let obj = st
+            .get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        if let Some(uid) = precondition_uid {
+            if obj["metadata"]["uid"].as_str() != Some(uid) {
+                return Err(ApiError::conflict_with_causes(
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        obj["metadata"]["uid"].as_str().unwrap_or_default()
+                    ),
+                    Vec::new(),
+                ));
+            }
+        }
+        if let Some(rv) = precondition_rv {
+            if obj["metadata"]["resourceVersion"].as_str() != Some(rv) {
+                return Err(ApiError::conflict(res, name));
+            }
+        }
+        Ok(self.delete_locked(&mut st, res, ns, name, obj, propagation))
+    }
+
+    fn delete_locked(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        propagation: Propagation,
+    ) -> Value {
+        if !strings(&obj["metadata"]["finalizers"]).is_empty() {
+            if obj["metadata"].get("deletionTimestamp").is_some() {
+                return obj;
+            }
+            let mut new = obj.clone();
+            new["metadata"]["deletionTimestamp"] = json!(now());
+            new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            return self
+                .insert(st, res, new, Some(obj))
+                .unwrap_or_else(|e| e.status());
+        }
+        self.remove(st, res, ns, name, obj, propagation)
+    }
+
+    /// Removes an object for good and collects its dependents.
+    fn remove(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        propagation: Propagation,
+    ) -> Value {
+        let key = ObjKey {
+            resource: resource_key(&res.group, &res.plural),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        };
+        if let Some(objs) = st.objects.get_mut(&key.resource) {
+            objs.remove(&(ns.to_string(), name.to_string()));
+        }
+        st.unindex(&obj, &key);
+        st.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        self.emit(
+            st,
+            key.resource.clone(),
+            ns.to_string(),
+            EventType::Deleted,
+            obj.clone(),
+            None,
+        );
+        if res.plural == "customresourcedefinitions" {
+            st.unregister_crd(&obj, self);
+        }
+        if res.plural == "namespaces" {
+            let keys: Vec<(Arc<ResourceInfo>, String)> = st
+                .resources
+                .values()
+                .filter(|r| r.namespaced)
+                .flat_map(|r| {
+                    st.objects
+                        .get(&resource_key(&r.group, &r.plural))
+                        .into_iter()
+                        .flat_map(|m| m.keys())
+                        .filter(|(n, _)| n == name)
+                        .map(|(_, o)| (r.clone(), o.clone()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for (r, o) in keys {
+                if let Some(child) = st.get(&r, name, &o).cloned() {
+                    self.delete_locked(st, &r, name, &o, child, Propagation::Background);
+                }
+            }
+        }
+        if let Some(uid) = obj["metadata"]["uid"].as_str() {
+            self.collect_dependents(st, uid, propagation);
+        }
+        if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
+            self.refresh_pdbs(st, ns);
+        }
+        obj
+    }
+
+    /// Background garbage collection: a dependent whose owners are all gone
+    /// is deleted (orphaned instead with `propagationPolicy=Orphan`).
+    fn collect_dependents(&self, st: &mut State, uid: &str, propagation: Propagation) {
+        let Some(deps) = st.dependents.remove(uid) else {
+            return;
+        };
+        for dep in deps {
+            let Some(res) = st.resources.get(&dep.resource).cloned() else {
+                continue;
+            };
+            let Some(obj) = st.get(&res, &dep.namespace, &dep.name).cloned() else {
+                continue;
+            };
+            if propagation == Propagation::Orphan {
+                let mut new = obj.clone();
+                if let Some(refs) = new["metadata"]["ownerReferences"].as_array_mut() {
+                    refs.retain(|r| r["uid"].as_str() != Some(uid));
+                }
+                let _ = self.insert(st, &res, new, Some(obj));
+                continue;
+            }
+            let alive = obj["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["uid"].as_str())
+                .any(|u| st.uids.contains_key(u));
+            if !alive {
+                self.delete_locked(
+                    st,
+                    &res,
+                    &dep.namespace,
+                    &dep.name,
+                    obj,
+                    Propagation::Background,
+                );
+            }
+        }
+    }
+
+    /// Creates a pod binding (POST pods/NAME/binding).
+    pub fn bind(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<(), ApiError> {
+        let mut st = self.lock();
+        let old = st
+            .get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        if let Some(current) = old["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            return Err(ApiError::conflict_with_causes(
+                format!(
+                    "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{current}\""
+                ),
+                Vec::new(),
+            ));
+        }
+        if old["metadata"].get("deletionTimestamp").is_some() {
+            return Err(ApiError::conflict_with_causes(
+                format!("pod {name} is being deleted, cannot be assigned to a host"),
+                Vec::new(),
+            ));
+        }
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = json!(node);
+        set_condition(&mut new, "PodScheduled", "True", "", "");
+        self.insert(&mut st, res, new, Some(old))?;
+        Ok(())
+    }
+
+    /// The Eviction API: deletes the pod unless a PodDisruptionBudget forbids it (429).
+    pub fn evict(&self, pods: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        let pod = st
+            .get(pods, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(pods, name))?;
+        let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        if pod["metadata"].get("deletionTimestamp").is_some() {
+            return Ok(ok);
+        }
+        let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+        if !matches!(phase, "Succeeded" | "Failed" | "Pending") {
+            let pdbs: Vec<Value> = st
+                .objects
+                .get(&resource_key("policy", "poddisruptionbudgets"))
+                .into_iter()
+                .flat_map(|m| m.iter())
+                .filter(|((n, _), _)| n == ns)
+                .map(|(_, v)| v.clone())
+                .filter(|pdb| {
+                    LabelSelector::from_object(&pdb["spec"]["selector"])
+                        .is_some_and(|s| !s.is_empty() && s.matches(&pod))
+                })
+                .collect();
+            if pdbs.len() > 1 {
+                return Err(ApiError::internal(
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                ));
+            }
+            if let Some(pdb) = pdbs.first() {
+                let status = st.pdb_status(pdb);
+                let healthy = is_ready(&pod);
+                let current = status["currentHealthy"].as_i64().unwrap_or(0);
+                let desired = status["desiredHealthy"].as_i64().unwrap_or(0);
+                let always =
+                    pdb["spec"]["unhealthyPodEvictionPolicy"].as_str() == Some("AlwaysAllow");
+                let allowed = if !healthy {
+                    always || current >= desired
+                } else {
+                    status["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
+                };
+                if !allowed {
+                    let pdb_name = pdb["metadata"]["name"].as_str().unwrap_or_default();
+                    let mut e = ApiError::new(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                    );
+                    e.details = Some(
+                        json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently")}]}),
+                    );
+                    return Err(e);
+                }
+            }
+        }
+        self.delete_locked(&mut st, pods, ns, name, pod, Propagation::Background);
+        Ok(ok)
+    }
+
+    /// The disruption controller: recomputes the status of the namespace's PDBs.
+    fn refresh_pdbs(&self, st: &mut State, ns: &str) {
+        let Some(pdb_res) = st
+            .resources
+            .get(&resource_key("policy", "poddisruptionbudgets"))
+            .cloned()
+        else {
+            return;
+        };
+        let pdbs: Vec<Value> = st
+            .objects
+            .get(&resource_key("policy", "poddisruptionbudgets"))
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(|((n, _), _)| n == ns)
+            .map(|(_, v)| v.clone())
+            .collect();
+        for pdb in pdbs {
+            let mut status = st.pdb_status(&pdb);
+            if let Some(extra) = pdb["status"]["disruptedPods"].as_object() {
+                status["disruptedPods"] = Value::Object(extra.clone());
+            }
+            status["conditions"] = json!([{
+                "type": "DisruptionAllowed",
+                "status": if status["disruptionsAllowed"].as_i64().unwrap_or(0) > 0 { "True" } else { "False" },
+                "reason": if status["disruptionsAllowed"].as_i64().unwrap_or(0) > 0 { "SufficientPods" } else { "InsufficientPods" },
+                "message": "",
+                "observedGeneration": pdb["metadata"]["generation"],
+                "lastTransitionTime": pdb["status"]["conditions"][0]["lastTransitionTime"].as_str().map_or_else(now, str::to_string),
+            }]);
+            if pdb["status"] != status {
+                let mut new = pdb.clone();
+                new["status"] = status;
+                let _ = self.insert_plain(st, &pdb_res, new, pdb);
+            }
+        }
+    }
+
+    /// Writes without the PDB refresh hook (used by the refresher itself).
+    fn insert_plain(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        mut obj: Value,
+        old: Value,
+    ) -> Result<(), ApiError> {
+        st.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let key = resource_key(&res.group, &res.plural);
+        st.objects
+            .entry(key.clone())
+            .or_default()
+            .insert((ns.clone(), name), obj.clone());
+        self.emit(st, key, ns, EventType::Modified, obj, Some(old));
+        Ok(())
+    }
+
+    /// Every stored object, for saving to a file.
+    pub fn snapshot(&self) -> Value {
+        let st = self.lock();
+        let mut crds = Vec::new();
+        let mut rest = Vec::new();
+        for (key, objs) in &st.objects {
+            for obj in objs.values() {
+                if key == "apiextensions.k8s.io/customresourcedefinitions" {
+                    crds.push(obj.clone());
+                } else {
+                    rest.push(obj.clone());
+                }
+            }
+        }
+        crds.extend(rest);
+        json!({"resourceVersion": st.rv, "items": crds})
+    }
+
+    /// Loads objects saved by [`snapshot`](Self::snapshot) (CRDs first).
+    pub fn restore(&self, snapshot: &Value) -> Result<usize, ApiError> {
+        let mut n = 0;
+        for obj in snapshot["items"].as_array().into_iter().flatten() {
+            let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let kind = obj["kind"].as_str().unwrap_or_default();
+            let Some(res) = self.resources().into_iter().find(|r| {
+                r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version)
+            }) else {
+                continue;
+            };
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let mut st = self.lock();
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            let old = st.get(&res, &ns, name).cloned();
+            self.insert(&mut st, &res, obj.clone(), old)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn strings(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+fn strip_times(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(mf) = v["metadata"]["managedFields"].as_array_mut() {
+        for e in mf {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    v
+}
+
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// Sets a status condition, keeping lastTransitionTime when the status holds.
+pub fn set_condition(obj: &mut Value, kind: &str, status: &str, reason: &str, message: &str) {
+    if !obj["status"].is_object() {
+        obj["status"] = json!({});
+    }
+    if !obj["status"]["conditions"].is_array() {
+        obj["status"]["conditions"] = json!([]);
+    }
+    let now = now();
+    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
+        match conds.iter_mut().find(|c| c["type"] == kind) {
+            Some(c) => {
+                if c["status"] != status {
+                    c["lastTransitionTime"] = json!(now);
+                }
+                c["status"] = json!(status);
+                c["reason"] = json!(reason);
+                c["message"] = json!(message);
+                c["lastProbeTime"] = Value::Null;
+            }
+            None => conds.push(json!({"type": kind, "status": status, "reason": reason, "message": message, "lastProbeTime": null, "lastTransitionTime": now})),
+        }
+    }
+}
+
+fn last_key(items: &[Value]) -> (String, String) {
+    items.last().map_or_else(Default::default, |o| {
+        (
+            o["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    })
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+fn encode_continue(ns: &str, name: &str, rv: u64) -> String {
+    format!("{rv}.{}.{}", hex(ns), hex(name))
+}
+
+fn decode_continue(tok: &str) -> Result<((String, String), u64), ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {tok}"));
+    let mut parts = tok.splitn(3, '.');
+    let rv = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+    let ns = parts.next().and_then(unhex).ok_or_else(bad)?;
+    let name = parts.next().and_then(unhex).ok_or_else(bad)?;
+    Ok(((ns, name), rv))
+}
+
+impl State {
+    fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Option<&Value> {
+        let ns = if res.namespaced { ns } else { "" };
+        self.objects
+            .get(&resource_key(&res.group, &res.plural))?
+            .get(&(ns.to_string(), name.to_string()))
+    }
+
+    fn random(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.seed;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.seed = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn uid(&mut self) -> String {
+        let a = self.random();
+        let b = self.random();
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            b >> 52,
+            b & 0xffff_ffff_ffff
+        )
+    }
+
+    fn prepare_create(
+        &mut self,
+        res: &ResourceInfo,
+        ns: &str,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request was not an object",
+            ));
+        }
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let api_version = res.api_version(&res.versions[0]);
+        if obj["apiVersion"].as_str().is_none_or(str::is_empty) {
+            obj["apiVersion"] = json!(api_version);
+        }
+        if obj["kind"].as_str().is_none_or(str::is_empty) {
+            obj["kind"] = json!(res.kind);
+        }
+        if obj["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            match obj["metadata"]["generateName"].as_str() {
+                Some(prefix) if !prefix.is_empty() => {
+                    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+                    let prefix = prefix.to_string();
+                    loop {
+                        let mut r = self.random();
+                        let suffix: String = (0..5)
+                            .map(|_| {
+                                let c = ALPHABET[(r % ALPHABET.len() as u64) as usize] as char;
+                                r /= ALPHABET.len() as u64;
+                                c
+                            })
+                            .collect();
+                        let name = format!("{prefix}{suffix}");
+                        if self.get(res, ns, &name).is_none() {
+                            obj["metadata"]["name"] = json!(name);
+                            break;
+                        }
+                    }
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        res,
+                        "",
+                        vec![(
+                            "metadata.name".into(),
+                            "Required value: name or generateName is required".into(),
+                        )],
+                        vec![
+                            "metadata.name: Required value: name or generateName is required"
+                                .into(),
+                        ],
+                    ));
+                }
+            }
+        }
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if res.namespaced {
+            if let Some(body_ns) = obj["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+            {
+                if body_ns != ns {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+            let ns_res = self.resources.get("/namespaces").cloned();
+            if let Some(ns_res) = ns_res {
+                match self.get(&ns_res, "", ns) {
+                    None => return Err(ApiError::not_found(&ns_res, ns)),
+                    Some(n) if n["metadata"].get("deletionTimestamp").is_some() => {
+                        return Err(ApiError::new(
+                            403,
+                            "Forbidden",
+                            format!(
+                                "unable to create new content in namespace {ns} because it is being terminated"
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        } else if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        if self.get(res, ns, &name).is_some() {
+            return Err(ApiError::already_exists(res, &name));
+        }
+        let uid = self.uid();
+        let meta = obj["metadata"]
+            .as_object_mut()
+            .expect("metadata is an object");
+        meta.insert("uid".into(), json!(uid));
+        meta.insert("creationTimestamp".into(), json!(now()));
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.remove("resourceVersion");
+        meta.remove("managedFields");
+        if res.has_generation {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
+        Ok(())
+    }
+
+    fn defaults_on_create(&self, res: &ResourceInfo, obj: &mut Value) {
+        match (res.group.as_str(), res.plural.as_str()) {
+            ("", "pods") => {
+                obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(obj)});
+                if obj["spec"]["schedulerName"].is_null() {
+                    obj["spec"]["schedulerName"] = json!("default-scheduler");
+                }
+                if obj["spec"]["priority"].is_null() {
+                    obj["spec"]["priority"] = json!(0);
+                }
+                if obj["spec"]["restartPolicy"].is_null() {
+                    obj["spec"]["restartPolicy"] = json!("Always");
+                }
+                if obj["spec"]["terminationGracePeriodSeconds"].is_null() {
+                    obj["spec"]["terminationGracePeriodSeconds"] = json!(30);
+                }
+            }
+            ("", "namespaces") => {
+                obj["status"] = json!({"phase": "Active"});
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] =
+                    obj["metadata"]["name"].clone();
+            }
+            ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets") => {
+                if obj["spec"]["replicas"].is_null() {
+                    obj["spec"]["replicas"] = json!(1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn validate(
+        &self,
+        res: &ResourceInfo,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if let Some(crd) = &res.crd {
+            let version = obj["apiVersion"]
+                .as_str()
+                .and_then(|a| a.rsplit_once('/'))
+                .map(|(_, v)| v.to_string())
+                .unwrap_or_else(|| res.versions[0].clone());
+            // The stored object keeps metadata apart from the schema.
+            let outcome = crd
+                .validator
+                .validate(&version, obj, old)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            if !outcome.is_valid() {
+                let causes = outcome
+                    .violations
+                    .iter()
+                    .map(|v| (v.path.clone(), v.body()))
+                    .collect();
+                let text = outcome.violations.iter().map(ToString::to_string).collect();
+                return Err(ApiError::invalid(res, &name, causes, text));
+            }
+        }
+        if res.plural == "customresourcedefinitions" {
+            let expected = format!(
+                "{}.{}",
+                obj["spec"]["names"]["plural"].as_str().unwrap_or_default(),
+                obj["spec"]["group"].as_str().unwrap_or_default()
+            );
+            if name != expected {
+                return Err(ApiError::invalid(
+                    res,
+                    &name,
+                    vec![(
+                        "metadata.name".into(),
+                        format!("must be spec.names.plural+\".\"+spec.group"),
+                    )],
+                    vec![format!(
+                        "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+                    )],
+                ));
+            }
+            if let Err(e) = CrdValidator::new(obj) {
+                return Err(ApiError::invalid(
+                    res,
+                    &name,
+                    vec![("spec".into(), e.to_string())],
+                    vec![e.to_string()],
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn register_crd(&mut self, obj: &mut Value) -> Result<(), ApiError> {
+        let validator =
+            CrdValidator::new(obj).map_err(|e| ApiError::unprocessable(e.to_string()))?;
+        let names = obj["spec"]["names"].clone();
+        let mut accepted = names.clone();
+        if accepted["singular"].is_null() {
+            accepted["singular"] = json!(validator.kind().to_lowercase());
+        }
+        if accepted["listKind"].is_null() {
+            accepted["listKind"] = json!(format!("{}List", validator.kind()));
+        }
+        let stored: Vec<String> = validator
+            .storage_version()
+            .map(|v| v.name.clone())
+            .into_iter()
+            .collect();
+        let t = now();
+        obj["status"] = json!({
+            "acceptedNames": accepted,
+            "storedVersions": stored,
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": t},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": t},
+            ],
+        });
+        let info = resources::from_crd(validator, obj.clone());
+        self.resources
+            .insert(resource_key(&info.group, &info.plural), Arc::new(info));
+        Ok(())
+    }
+
+    fn unregister_crd(&mut self, obj: &Value, store: &Store) {
+        let group = obj["spec"]["group"].as_str().unwrap_or_default();
+        let plural = obj["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let key = resource_key(group, plural);
+        if let Some(objs) = self.objects.remove(&key) {
+            for ((ns, _), o) in objs {
+                let k = ObjKey {
+                    resource: key.clone(),
+                    namespace: ns.clone(),
+                    name: o["metadata"]["name"].as_str().unwrap_or_default().into(),
+                };
+                self.unindex(&o, &k);
+                self.rv += 1;
+                store.emit(self, key.clone(), ns, EventType::Deleted, o, None);
+            }
+        }
+        self.resources.remove(&key);
+    }
+
+    fn index(&mut self, obj: &Value, key: &ObjKey) {
+        if let Some(uid) = obj["metadata"]["uid"].as_str() {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        for r in obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(owner) = r["uid"].as_str() {
+                self.dependents
+                    .entry(owner.to_string())
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
+    }
+
+    fn unindex(&mut self, obj: &Value, key: &ObjKey) {
+        if let Some(uid) = obj["metadata"]["uid"].as_str() {
+            self.uids.remove(uid);
+        }
+        for r in obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(owner) = r["uid"].as_str() {
+                if let Some(set) = self.dependents.get_mut(owner) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(owner);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A PDB's status from the pods it selects.
+    fn pdb_status(&self, pdb: &Value) -> Value {
+        let ns = pdb["metadata"]["namespace"].as_str().unwrap_or_default();
+        let selector = LabelSelector::from_object(&pdb["spec"]["selector"]);
+        let pods: Vec<&Value> = self
+            .objects
+            .get(&resource_key("", "pods"))
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(|((n, _), p)| {
+                n == ns
+                    && selector
+                        .as_ref()
+                        .is_some_and(|s| !s.is_empty() && s.matches(p))
+            })
+            .map(|(_, p)| p)
+            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+            .collect();
+        let expected = pods.len() as i64;
+        let healthy = pods.iter().filter(|p| is_ready(p)).count() as i64;
+        let scaled = |v: &Value| -> Option<i64> {
+            match v {
+                Value::Number(n) => n.as_i64(),
+                Value::String(s) => {
+                    let pct: f64 = s.strip_suffix('%')?.parse().ok()?;
+                    Some((pct * expected as f64 / 100.0).ceil() as i64)
+                }
+                _ => None,
+            }
+        };
+        let desired = if let Some(min) = scaled(&pdb["spec"]["minAvailable"]) {
+            min
+        } else if let Some(max) = scaled(&pdb["spec"]["maxUnavailable"]) {
+            (expected - max).max(0)
+        } else {
+            0
+        };
+        json!({
+            "observedGeneration": pdb["metadata"]["generation"],
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "disruptionsAllowed": (healthy - desired).max(0),
+        })
+    }
+}
+
+fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = &c["resources"]["requests"];
+        let lim = &c["resources"]["limits"];
+        if req.as_object().is_some_and(|m| !m.is_empty())
+            || lim.as_object().is_some_and(|m| !m.is_empty())
+        {
+            any = true;
+        }
+        for r in ["cpu", "memory"] {
+            let l = &lim[r];
+            let q = if req[r].is_null() { l } else { &req[r] };
+            if l.is_null() || q != l {
+                guaranteed = false;
+            }
+        }
+    }
+    if guaranteed {
+        "Guaranteed"
+    } else if any {
+        "Burstable"
+    } else {
+        "BestEffort"
+    }
+}
+
+/// Unused-variable guard for maps built on the fly.
+#[allow(dead_code)]
+fn empty() -> Map<String, Value> {
+    Map::new()
+}

@@ -1,0 +1,672 @@
+//! EC2NodeClass resolution: subnets, security groups, AMIs and the instance
+//! profile a spec selects, as the status and conditions Karpenter reports.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::Filter;
+use karpenter_api::common::{NodeSelectorOperator, NodeSelectorRequirement};
+use karpenter_api::ec2nodeclass::{
+    self as nc, AMIFamily, AMIStatus, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroupStatus,
+    SubnetStatus,
+};
+use karpenter_api::labels as l;
+use karpenter_proto::provider::v1 as pb;
+
+use crate::aws::{Clients, Settings};
+use crate::error::{Error, error_code};
+
+/// The version of the spec hash scheme.
+pub const HASH_VERSION: &str = "v1";
+
+/// A resolved subnet with what launches need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    pub zone: String,
+    pub zone_id: Option<String>,
+    pub free_ips: i64,
+}
+
+/// A parsed node class from the wire.
+#[derive(Debug, Clone)]
+pub struct NodeClass {
+    pub name: String,
+    pub spec: EC2NodeClassSpec,
+    pub status: EC2NodeClassStatus,
+}
+
+impl NodeClass {
+    /// Parses `spec_json` and `status_json`; `field` prefixes error paths.
+    pub fn from_wire(field: &str, wire: Option<&pb::NodeClass>) -> Result<Self, Error> {
+        let wire = wire.ok_or_else(|| Error::invalid(field, "a node class is required"))?;
+        let spec: EC2NodeClassSpec = serde_json::from_str(&wire.spec_json).map_err(|e| {
+            Error::invalid(
+                format!("{field}.spec_json"),
+                format!("not an EC2NodeClass spec: {e}"),
+            )
+        })?;
+        let status: EC2NodeClassStatus = if wire.status_json.trim().is_empty() {
+            EC2NodeClassStatus::default()
+        } else {
+            serde_json::from_str(&wire.status_json).map_err(|e| {
+                Error::invalid(
+                    format!("{field}.status_json"),
+                    format!("not an EC2NodeClass status: {e}"),
+                )
+            })?
+        };
+        Ok(Self {
+            name: wire.name.clone(),
+            spec,
+            status,
+        })
+    }
+
+    /// The AMI family: `amiFamily`, else the alias's, else Custom.
+    pub fn family(&self) -> AMIFamily {
+        if let Some(family) = self.spec.ami_family {
+            return family;
+        }
+        self.alias()
+            .map(|a| a.family)
+            .unwrap_or(AMIFamily::Custom)
+    }
+
+    pub fn alias(&self) -> Option<nc::AMIAlias> {
+        self.spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
+            .and_then(|a| a.parse().ok())
+    }
+}
+
+/// FNV-1a, 64 bits: stable across processes and releases.
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Hash of the static part of the spec (selector terms are dynamic: their
+/// drift is detected by resolution, not by the hash).
+pub fn spec_hash(spec: &EC2NodeClassSpec) -> String {
+    let mut value = serde_json::to_value(spec).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        for key in [
+            "subnetSelectorTerms",
+            "securityGroupSelectorTerms",
+            "amiSelectorTerms",
+            "capacityReservationSelectorTerms",
+        ] {
+            map.remove(key);
+        }
+    }
+    fnv64(value.to_string().as_bytes()).to_string()
+}
+
+fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
+    tags.iter()
+        .map(|(key, value)| {
+            if value == "*" {
+                Filter::builder().name("tag-key").values(key).build()
+            } else {
+                Filter::builder()
+                    .name(format!("tag:{key}"))
+                    .values(value)
+                    .build()
+            }
+        })
+        .collect()
+}
+
+/// Subnets of every term, most free IPs first.
+pub async fn resolve_subnets(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<Vec<Subnet>, Error> {
+    let mut found: BTreeMap<String, Subnet> = BTreeMap::new();
+    for term in &spec.subnet_selector_terms {
+        let mut filters = tag_filters(&term.tags);
+        if let Some(id) = &term.id {
+            filters.push(Filter::builder().name("subnet-id").values(id).build());
+        }
+        if let Some(cidr) = &term.cidr {
+            filters.push(Filter::builder().name("cidr-block").values(cidr).build());
+        }
+        if filters.is_empty() {
+            continue;
+        }
+        let out = clients
+            .ec2
+            .describe_subnets()
+            .set_filters(Some(filters))
+            .send()
+            .await
+            .map_err(|e| Error::aws("ec2:DescribeSubnets", &e))?;
+        for subnet in out.subnets() {
+            let (Some(id), Some(zone)) = (subnet.subnet_id(), subnet.availability_zone()) else {
+                continue;
+            };
+            found.insert(
+                id.to_string(),
+                Subnet {
+                    id: id.to_string(),
+                    zone: zone.to_string(),
+                    zone_id: subnet.availability_zone_id().map(str::to_string),
+                    free_ips: i64::from(subnet.available_ip_address_count().unwrap_or(0)),
+                },
+            );
+        }
+    }
+    let mut subnets: Vec<Subnet> = found.into_values().collect();
+    subnets.sort_by(|a, b| b.free_ips.cmp(&a.free_ips).then(a.id.cmp(&b.id)));
+    Ok(subnets)
+}
+
+/// Security groups of every term.
+pub async fn resolve_security_groups(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+) -> Result<Vec<SecurityGroupStatus>, Error> {
+    let mut found: BTreeMap<String, SecurityGroupStatus> = BTreeMap::new();
+    for term in &spec.security_group_selector_terms {
+        let mut filters = tag_filters(&term.tags);
+        if let Some(id) = &term.id {
+            filters.push(Filter::builder().name("group-id").values(id).build());
+        }
+        if let Some(name) = &term.name {
+            filters.push(Filter::builder().name("group-name").values(name).build());
+        }
+        if filters.is_empty() {
+            continue;
+        }
+        let out = clients
+            .ec2
+            .describe_security_groups()
+            .set_filters(Some(filters))
+            .send()
+            .await
+            .map_err(|e| Error::aws("ec2:DescribeSecurityGroups", &e))?;
+        for group in out.security_groups() {
+            if let Some(id) = group.group_id() {
+                found.insert(
+                    id.to_string(),
+                    SecurityGroupStatus {
+                        id: id.to_string(),
+                        name: group.group_name().map(str::to_string),
+                    },
+                );
+            }
+        }
+    }
+    Ok(found.into_values().collect())
+}
+
+/// An AMI variant: which instance types an EKS-optimized image serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Standard,
+    Nvidia,
+    Neuron,
+}
+
+impl Variant {
+    fn requirements(self, arch: &str) -> Vec<NodeSelectorRequirement> {
+        let mut out = vec![NodeSelectorRequirement {
+            key: l::ARCH.into(),
+            operator: NodeSelectorOperator::In,
+            values: vec![arch.into()],
+        }];
+        let (gpu, acc) = match self {
+            Variant::Standard => (
+                NodeSelectorOperator::DoesNotExist,
+                NodeSelectorOperator::DoesNotExist,
+            ),
+            Variant::Nvidia => (
+                NodeSelectorOperator::Exists,
+                NodeSelectorOperator::DoesNotExist,
+            ),
+            Variant::Neuron => (
+                NodeSelectorOperator::DoesNotExist,
+                NodeSelectorOperator::Exists,
+            ),
+        };
+        out.push(NodeSelectorRequirement {
+            key: l::AWS_INSTANCE_GPU_COUNT.into(),
+            operator: gpu,
+            values: Vec::new(),
+        });
+        out.push(NodeSelectorRequirement {
+            key: l::AWS_INSTANCE_ACCELERATOR_COUNT.into(),
+            operator: acc,
+            values: Vec::new(),
+        });
+        out
+    }
+}
+
+/// The public SSM parameters of an alias: `(parameter, arch, variant)`.
+pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'static str, Variant)> {
+    let latest = alias.is_latest();
+    let version = alias.version.trim_start_matches('v');
+    match alias.family {
+        AMIFamily::AL2023 => {
+            let mut out = Vec::new();
+            for (arch, ssm_arch, variants) in [
+                ("amd64", "x86_64", &[Variant::Standard, Variant::Nvidia, Variant::Neuron][..]),
+                ("arm64", "arm64", &[Variant::Standard, Variant::Nvidia][..]),
+            ] {
+                for variant in variants {
+                    let v = match variant {
+                        Variant::Standard => "standard",
+                        Variant::Nvidia => "nvidia",
+                        Variant::Neuron => "neuron",
+                    };
+                    let leaf = if latest {
+                        "recommended".to_string()
+                    } else {
+                        format!("amazon-eks-node-al2023-{ssm_arch}-{v}-{k8s}-{}", alias.version)
+                    };
+                    out.push((
+                        format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ssm_arch}/{v}/{leaf}/image_id"),
+                        arch,
+                        *variant,
+                    ));
+                }
+            }
+            out
+        }
+        AMIFamily::AL2 => {
+            let leaf = |kind: &str| {
+                if latest {
+                    "recommended".to_string()
+                } else {
+                    format!("amazon-eks-{kind}node-{k8s}-{}", alias.version)
+                }
+            };
+            vec![
+                (
+                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/{}/image_id", leaf("")),
+                    "amd64",
+                    Variant::Standard,
+                ),
+                (
+                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id", leaf("gpu-")),
+                    "amd64",
+                    Variant::Nvidia,
+                ),
+                (
+                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id", leaf("gpu-")),
+                    "amd64",
+                    Variant::Neuron,
+                ),
+                (
+                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-arm64/{}/image_id", leaf("arm64-")),
+                    "arm64",
+                    Variant::Standard,
+                ),
+            ]
+        }
+        AMIFamily::Bottlerocket => {
+            let v = if latest { "latest".to_string() } else { version.to_string() };
+            vec![
+                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"), "amd64", Variant::Standard),
+                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"), "arm64", Variant::Standard),
+                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/x86_64/{v}/image_id"), "amd64", Variant::Nvidia),
+                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/arm64/{v}/image_id"), "arm64", Variant::Nvidia),
+            ]
+        }
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 => {
+            let year = if alias.family == AMIFamily::Windows2019 { "2019" } else { "2022" };
+            vec![(
+                format!("/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}/image_id"),
+                "amd64",
+                Variant::Standard,
+            )]
+        }
+        AMIFamily::Custom => Vec::new(),
+    }
+}
+
+async fn ssm_parameter(clients: &Clients, name: &str) -> Result<Option<String>, Error> {
+    match clients.ssm.get_parameter().name(name).send().await {
+        Ok(out) => Ok(out.parameter().and_then(|p| p.value()).map(str::to_string)),
+        Err(e) if error_code(&e).as_deref() == Some("ParameterNotFound") => Ok(None),
+        Err(e) => Err(Error::aws("ssm:GetParameter", &e)),
+    }
+}
+
+struct Image {
+    id: String,
+    name: Option<String>,
+    arch: String,
+    created: String,
+    deprecated: bool,
+    root_device_name: Option<String>,
+}
+
+async fn describe_images(
+    clients: &Clients,
+    filters: Vec<Filter>,
+    owners: Vec<String>,
+) -> Result<Vec<Image>, Error> {
+    let mut request = clients
+        .ec2
+        .describe_images()
+        .set_filters(Some(filters))
+        .include_deprecated(true);
+    if !owners.is_empty() {
+        request = request.set_owners(Some(owners));
+    }
+    let out = request
+        .send()
+        .await
+        .map_err(|e| Error::aws("ec2:DescribeImages", &e))?;
+    let now = chrono::Utc::now().to_rfc3339();
+    Ok(out
+        .images()
+        .iter()
+        .filter_map(|image| {
+            let arch = match image.architecture()?.as_str() {
+                "x86_64" => "amd64",
+                "arm64" => "arm64",
+                _ => return None,
+            };
+            Some(Image {
+                id: image.image_id()?.to_string(),
+                name: image.name().map(str::to_string),
+                arch: arch.to_string(),
+                created: image.creation_date().unwrap_or_default().to_string(),
+                deprecated: image
+                    .deprecation_time()
+                    .is_some_and(|t| t < now.as_str()),
+                root_device_name: image.root_device_name().map(str::to_string),
+            })
+        })
+        .collect())
+}
+
+/// AMIs of every term, the newest per architecture and variant.
+pub async fn resolve_amis(
+    clients: &Clients,
+    settings: &Settings,
+    spec: &EC2NodeClassSpec,
+) -> Result<Vec<AMIStatus>, Error> {
+    // (image, variant) candidates
+    let mut candidates: Vec<(Image, Variant)> = Vec::new();
+    for term in &spec.ami_selector_terms {
+        if let Some(alias) = &term.alias {
+            let alias: nc::AMIAlias = alias
+                .parse()
+                .map_err(|e: nc::InvalidAMIAlias| Error::invalid("node_class.spec_json.amiSelectorTerms", e.to_string()))?;
+            for (parameter, arch, variant) in alias_parameters(&alias, &settings.kubernetes_version) {
+                let Some(id) = ssm_parameter(clients, &parameter).await? else {
+                    continue;
+                };
+                let images = describe_images(
+                    clients,
+                    vec![Filter::builder().name("image-id").values(&id).build()],
+                    Vec::new(),
+                )
+                .await?;
+                for image in images {
+                    if image.arch == arch {
+                        candidates.push((image, variant));
+                    }
+                }
+            }
+            continue;
+        }
+        let mut filters = tag_filters(&term.tags);
+        let mut owners = Vec::new();
+        if let Some(parameter) = &term.ssm_parameter {
+            match ssm_parameter(clients, parameter).await? {
+                Some(id) => filters.push(Filter::builder().name("image-id").values(id).build()),
+                None => continue,
+            }
+        }
+        if let Some(id) = &term.id {
+            filters.push(Filter::builder().name("image-id").values(id).build());
+        }
+        if let Some(name) = &term.name {
+            filters.push(Filter::builder().name("name").values(name).build());
+        }
+        if let Some(owner) = &term.owner {
+            owners.push(owner.clone());
+        } else if term.name.is_some() && term.id.is_none() {
+            owners.extend(["self".to_string(), "amazon".to_string()]);
+        }
+        if filters.is_empty() && owners.is_empty() {
+            continue;
+        }
+        for image in describe_images(clients, filters, owners).await? {
+            candidates.push((image, Variant::Standard));
+        }
+    }
+    // Newest per (arch, variant); non-alias images serve every variant of their arch.
+    let mut newest: BTreeMap<(String, u8), (Image, Variant)> = BTreeMap::new();
+    for (image, variant) in candidates {
+        let key = (image.arch.clone(), variant as u8);
+        let newer = newest.get(&key).is_none_or(|(seen, _)| {
+            (!image.deprecated, &image.created) > (!seen.deprecated, &seen.created)
+        });
+        if newer {
+            newest.insert(key, (image, variant));
+        }
+    }
+    let mut amis: Vec<(String, AMIStatus)> = newest
+        .into_values()
+        .map(|(image, variant)| {
+            let alias = spec.ami_selector_terms.iter().any(|t| t.alias.is_some());
+            let requirements = if alias {
+                variant.requirements(&image.arch)
+            } else {
+                vec![NodeSelectorRequirement {
+                    key: l::ARCH.into(),
+                    operator: NodeSelectorOperator::In,
+                    values: vec![image.arch.clone()],
+                }]
+            };
+            (
+                image.created.clone(),
+                AMIStatus {
+                    id: image.id,
+                    deprecated: image.deprecated,
+                    name: image.name,
+                    requirements,
+                    root_device_name: image.root_device_name,
+                    root_device_snapshot_id: None,
+                },
+            )
+        })
+        .collect();
+    amis.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    Ok(amis.into_iter().map(|(_, a)| a).collect())
+}
+
+/// The name of the instance profile managed for a node class.
+pub fn instance_profile_name(settings: &Settings, node_class: &str) -> String {
+    let hash = fnv64(format!("{}/{}", settings.region, node_class).as_bytes());
+    let mut name = format!("{}_{hash}", settings.cluster_name);
+    name.truncate(128);
+    name
+}
+
+fn role_name(role: &str) -> &str {
+    role.rsplit('/').next().unwrap_or(role)
+}
+
+/// Finds, creates or repairs the instance profile for `role`, or checks the
+/// given one exists.
+pub async fn resolve_instance_profile(
+    clients: &Clients,
+    settings: &Settings,
+    node_class: &NodeClass,
+) -> Result<Result<String, String>, Error> {
+    if let Some(profile) = &node_class.spec.instance_profile {
+        return match clients.iam.get_instance_profile().instance_profile_name(profile).send().await {
+            Ok(_) => Ok(Ok(profile.clone())),
+            Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(Err(format!(
+                "instance profile {profile:?} does not exist; create it or set spec.role instead"
+            ))),
+            Err(e) => Err(Error::aws("iam:GetInstanceProfile", &e)),
+        };
+    }
+    let Some(role) = node_class.spec.role.as_deref() else {
+        return Ok(Err("set spec.role or spec.instanceProfile".into()));
+    };
+    let role = role_name(role);
+    let name = instance_profile_name(settings, &node_class.name);
+    let existing = match clients.iam.get_instance_profile().instance_profile_name(&name).send().await {
+        Ok(out) => out.instance_profile().map(|p| {
+            p.roles()
+                .iter()
+                .map(|r| r.role_name().to_string())
+                .collect::<Vec<_>>()
+        }),
+        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => None,
+        Err(e) => return Err(Error::aws("iam:GetInstanceProfile", &e)),
+    };
+    let roles = match existing {
+        Some(roles) => roles,
+        None => {
+            let tags = [
+                (format!("kubernetes.io/cluster/{}", settings.cluster_name), "owned".to_string()),
+                (l::TOPOLOGY_REGION.to_string(), settings.region.clone()),
+                (l::AWS_EC2_NODE_CLASS.to_string(), node_class.name.clone()),
+                (l::TAG_EKS_CLUSTER_NAME.to_string(), settings.cluster_name.clone()),
+            ];
+            let mut request = clients.iam.create_instance_profile().instance_profile_name(&name);
+            for (key, value) in tags {
+                let tag = aws_sdk_iam::types::Tag::builder()
+                    .key(key)
+                    .value(value)
+                    .build()
+                    .map_err(|e| Error::Internal(format!("building an IAM tag: {e}")))?;
+                request = request.tags(tag);
+            }
+            match request.send().await {
+                Ok(_) => tracing::info!(instance_profile = %name, "created instance profile"),
+                // Made by an earlier attempt that died before adding the role: reuse it.
+                Err(e) if error_code(&e).as_deref() == Some("EntityAlreadyExists") => {}
+                Err(e) => return Err(Error::aws("iam:CreateInstanceProfile", &e)),
+            }
+            Vec::new()
+        }
+    };
+    if roles.iter().any(|r| r == role) {
+        return Ok(Ok(name));
+    }
+    for other in &roles {
+        clients
+            .iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(other)
+            .send()
+            .await
+            .map_err(|e| Error::aws("iam:RemoveRoleFromInstanceProfile", &e))?;
+    }
+    match clients
+        .iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(&name)
+        .role_name(role)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(Ok(name)),
+        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(Err(format!(
+            "role {role:?} does not exist; create it (with the node policies) or fix spec.role"
+        ))),
+        Err(e) => Err(Error::aws("iam:AddRoleToInstanceProfile", &e)),
+    }
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pb::Condition {
+    pb::Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: if ok { type_.into() } else { reason.into() },
+        message: if ok { String::new() } else { message },
+    }
+}
+
+/// Resolves everything and reports it as Karpenter does.
+pub async fn resolve(
+    clients: &Clients,
+    settings: &Settings,
+    node_class: &NodeClass,
+) -> Result<pb::ResolveNodeClassResponse, Error> {
+    let subnets = resolve_subnets(clients, &node_class.spec).await?;
+    let groups = resolve_security_groups(clients, &node_class.spec).await?;
+    let amis = resolve_amis(clients, settings, &node_class.spec).await?;
+    let profile = resolve_instance_profile(clients, settings, node_class).await?;
+    let mut conditions = vec![
+        condition(
+            nc::CONDITION_SUBNETS_READY,
+            !subnets.is_empty(),
+            "SubnetsNotFound",
+            "SubnetSelector did not match any subnets; check spec.subnetSelectorTerms (tags, ids) against the VPC's subnets".into(),
+        ),
+        condition(
+            nc::CONDITION_SECURITY_GROUPS_READY,
+            !groups.is_empty(),
+            "SecurityGroupsNotFound",
+            "SecurityGroupSelector did not match any SecurityGroups; check spec.securityGroupSelectorTerms (tags, ids, names)".into(),
+        ),
+        condition(
+            nc::CONDITION_AMIS_READY,
+            !amis.is_empty(),
+            "AMINotFound",
+            format!(
+                "AMISelector did not match any AMIs; check spec.amiSelectorTerms (for an alias, that the SSM parameters exist for Kubernetes {})",
+                settings.kubernetes_version
+            ),
+        ),
+        match &profile {
+            Ok(_) => condition(nc::CONDITION_INSTANCE_PROFILE_READY, true, "", String::new()),
+            Err(why) => condition(
+                nc::CONDITION_INSTANCE_PROFILE_READY,
+                false,
+                "InstanceProfileNotReady",
+                why.clone(),
+            ),
+        },
+    ];
+    let not_ready: Vec<String> = conditions
+        .iter()
+        .filter(|c| c.status != "True")
+        .map(|c| c.type_.clone())
+        .collect();
+    conditions.push(condition(
+        "Ready",
+        not_ready.is_empty(),
+        "NotReady",
+        format!("not ready: {} are False", not_ready.join(", ")),
+    ));
+    let status = EC2NodeClassStatus {
+        subnets: subnets
+            .iter()
+            .map(|s| SubnetStatus {
+                id: s.id.clone(),
+                zone: s.zone.clone(),
+                zone_id: s.zone_id.clone(),
+            })
+            .collect(),
+        security_groups: groups,
+        capacity_reservations: Vec::new(),
+        amis,
+        instance_profile: profile.ok(),
+        conditions: Vec::new(),
+    };
+    let status_json = serde_json::to_string(&status)
+        .map_err(|e| Error::Internal(format!("encoding the status: {e}")))?;
+    Ok(pb::ResolveNodeClassResponse {
+        status_json,
+        conditions,
+        hash: spec_hash(&node_class.spec),
+        hash_version: HASH_VERSION.into(),
+    })
+}
