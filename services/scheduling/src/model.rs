@@ -110,6 +110,19 @@ impl Pod {
     pub fn is_terminal(&self) -> bool {
         self.phase == "Succeeded" || self.phase == "Failed"
     }
+
+    pub fn is_active(&self) -> bool {
+        !self.is_terminal() && !self.terminating
+    }
+
+    /// A pod that must find another node when its node goes away
+    /// (Karpenter's IsReschedulable): running, or a StatefulSet pod still
+    /// terminating; never a daemon or static pod.
+    pub fn is_reschedulable(&self) -> bool {
+        (self.is_active() || (self.owner_kind == "StatefulSet" && self.terminating))
+            && !self.is_daemon()
+            && self.owner_kind != "Node"
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -305,6 +318,19 @@ pub struct Pdb {
     pub selector: Option<LabelSelector>,
     pub disruptions_allowed: i32,
     pub always_allow_unhealthy: bool,
+    /// maxUnavailable 0 / "0%" or minAvailable "100%": no pod it selects may
+    /// ever be evicted.
+    pub fully_blocking: bool,
+}
+
+impl Pdb {
+    pub fn selects(&self, pod: &Pod) -> bool {
+        self.key.namespace == pod.key.namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&pod.labels))
+    }
 }
 
 /// A whole request, parsed.
@@ -1199,6 +1225,8 @@ impl Cluster {
                         .transpose()?,
                     disruptions_allowed: pdb.disruptions_allowed,
                     always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
+                    fully_blocking: matches!(pdb.max_unavailable.trim(), "0" | "0%")
+                        || pdb.min_available.trim() == "100%",
                 })
             })
             .collect::<Result<Vec<_>, InvalidField>>()?;

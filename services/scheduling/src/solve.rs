@@ -1188,7 +1188,21 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
         }
         WellKnownSet(set)
     };
-    for pod in &cluster.pending {
+    // Pods of nodes on their way out need a place too (unless a PDB forbids
+    // ever evicting them, in which case they stay until it changes).
+    let leaving = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.marked_for_deletion)
+        .flat_map(|n| n.pods.iter())
+        .filter(|p| {
+            p.is_reschedulable()
+                && !cluster
+                    .pdbs
+                    .iter()
+                    .any(|pdb| pdb.fully_blocking && pdb.selects(p))
+        });
+    for pod in cluster.pending.iter().chain(leaving) {
         if let Err(reason) = validate_pod(pod, &well_known) {
             solution.unschedulable.insert(pod.key.clone(), reason);
             continue;
