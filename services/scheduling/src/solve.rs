@@ -18,7 +18,7 @@ use crate::model::{
 use crate::requirements::{Operator, Requirement, Requirements, WellKnown};
 use crate::resources::Resources;
 use crate::taints::{Effect, Taint, Toleration, first_untolerated};
-use crate::topology::{PoolDomains, Topology};
+use crate::topology::{PoolDomains, Topology, TopologyBase};
 
 /// Karpenter's cap on the instance types a launch carries.
 pub const MAX_INSTANCE_TYPES: usize = 60;
@@ -95,12 +95,56 @@ struct Template {
     daemon_ports: Vec<HostPort>,
 }
 
-struct ExistingNode {
-    node: usize,
+/// An existing node as a run starts: shared by every run on the snapshot.
+struct NodeBase {
     requirements: Requirements,
     remaining: Resources,
     ports: HostPortUsage,
+}
+
+/// What a run changed on an existing node.
+#[derive(Clone)]
+struct NodeState {
+    requirements: Requirements,
+    remaining: Resources,
+    ports: HostPortUsage,
+}
+
+/// An existing node in one run: its shared base until a pod lands on it.
+struct ExistingNode<'a> {
+    node: usize,
+    base: &'a NodeBase,
+    state: Option<Box<NodeState>>,
     pods: Vec<usize>,
+}
+
+impl ExistingNode<'_> {
+    fn requirements(&self) -> &Requirements {
+        self.state
+            .as_ref()
+            .map_or(&self.base.requirements, |s| &s.requirements)
+    }
+
+    fn remaining(&self) -> &Resources {
+        self.state
+            .as_ref()
+            .map_or(&self.base.remaining, |s| &s.remaining)
+    }
+
+    fn ports(&self) -> &HostPortUsage {
+        self.state.as_ref().map_or(&self.base.ports, |s| &s.ports)
+    }
+
+    fn state_mut(&mut self) -> &mut NodeState {
+        let base = self.base;
+        self.state.get_or_insert_with(|| {
+            Box::new(NodeState {
+                requirements: base.requirements.clone(),
+                remaining: base.remaining.clone(),
+                ports: base.ports.clone(),
+            })
+        })
+    }
 }
 
 struct Claim {
@@ -529,32 +573,38 @@ fn max_allocatable(catalog: &[InstanceType], options: &[usize]) -> Resources {
     max
 }
 
-struct Scheduler<'c> {
+/// Everything about a snapshot that does not change between scheduling runs
+/// on it: templates per ready pool, existing nodes as they stand, limits,
+/// the topology universe. Disruption simulates many runs on one snapshot;
+/// each starts from this instead of rebuilding it.
+pub struct Prepared<'c> {
     cluster: &'c Cluster,
     options: &'c Options,
     well_known: WellKnownSet,
     templates: Vec<Template>,
-    existing: Vec<ExistingNode>,
-    claims: Vec<Claim>,
-    /// Claims in Karpenter's try order: fewest pods first, and among equals
-    /// the one that came first in the previous order.
-    claim_order: BTreeMap<usize, VecDeque<usize>>,
-    remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
-    topology: Topology<'c>,
-    tolerate_prefer_no_schedule: bool,
-    /// Claims that refuse a pod class for good, by class.
-    blocked: HashMap<u64, ClassMemo>,
-    /// Why each ready pool that offers nothing was skipped.
     skipped_pools: Vec<String>,
+    tolerate_prefer_no_schedule: bool,
+    /// Pool index -> limits left, counting every node not being deleted.
+    limits: HashMap<usize, BTreeMap<String, i64>>,
+    /// Per cluster node; None for nodes being deleted.
+    nodes: Vec<Option<NodeBase>>,
+    /// Existing nodes in the order pods try them: initialized first, then
+    /// by name.
+    node_order: Vec<usize>,
+    topology: TopologyBase,
 }
 
-impl<'c> Scheduler<'c> {
-    fn new(
-        cluster: &'c Cluster,
-        options: &'c Options,
-        well_known: WellKnownSet,
-        pending: &[Cow<'_, Pod>],
-    ) -> Scheduler<'c> {
+impl<'c> Prepared<'c> {
+    pub fn new(cluster: &'c Cluster, options: &'c Options) -> Prepared<'c> {
+        let mut well_known: HashSet<String> =
+            labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
+        well_known.extend(options.well_known_labels.iter().cloned());
+        for catalog in &cluster.catalogs {
+            for it in catalog {
+                well_known.extend(it.requirements.keys().map(str::to_owned));
+            }
+        }
+        let well_known = WellKnownSet(well_known);
         let mut pool_order: Vec<usize> = (0..cluster.node_pools.len())
             .filter(|i| cluster.node_pools[*i].ready)
             .collect();
@@ -628,7 +678,7 @@ impl<'c> Scheduler<'c> {
                 .any(|taint| taint.effect == Effect::PreferNoSchedule)
         });
 
-        let mut remaining_limits: HashMap<usize, BTreeMap<String, i64>> = HashMap::new();
+        let mut limits: HashMap<usize, BTreeMap<String, i64>> = HashMap::new();
         for template in &templates {
             let pool = &cluster.node_pools[template.pool];
             let mut remaining = pool.limits.clone();
@@ -649,12 +699,11 @@ impl<'c> Scheduler<'c> {
             for (name, limit) in remaining.iter_mut() {
                 *limit -= used.get(name);
             }
-            remaining_limits.insert(template.pool, remaining);
+            limits.insert(template.pool, remaining);
         }
 
-        let topology = Topology::new(cluster, &pool_domains, pending, !options.ignore_preferences);
+        let topology = TopologyBase::new(cluster, &pool_domains);
 
-        let mut existing = Vec::new();
         let mut node_order: Vec<usize> = (0..cluster.nodes.len())
             .filter(|i| !cluster.nodes[*i].marked_for_deletion)
             .collect();
@@ -664,67 +713,158 @@ impl<'c> Scheduler<'c> {
                 .cmp(&a.initialized)
                 .then_with(|| a.name.cmp(&b.name))
         });
-        let mut scheduler = Scheduler {
+        let nodes = cluster
+            .nodes
+            .iter()
+            .map(|node| (!node.marked_for_deletion).then(|| node_base(cluster, node)))
+            .collect();
+        Prepared {
             cluster,
             options,
             well_known,
             templates,
-            existing: Vec::new(),
-            claims: Vec::new(),
-            claim_order: BTreeMap::new(),
-            remaining_limits,
-            topology,
-            tolerate_prefer_no_schedule,
-            blocked: HashMap::new(),
             skipped_pools,
-        };
-        for index in node_order {
-            let node = &cluster.nodes[index];
-            let requirements = Requirements::from_labels(&node.labels);
-            let mut used = Resources::default();
-            let mut ports = HostPortUsage::default();
-            let mut daemon_used = Resources::default();
-            for pod in &node.pods {
-                if pod.is_terminal() {
-                    continue;
-                }
-                used.add(&pod.requests);
-                ports.add(&pod.host_ports);
-                if pod.is_daemon() {
-                    daemon_used.add(&pod.requests);
-                }
+            tolerate_prefer_no_schedule,
+            limits,
+            nodes,
+            node_order,
+            topology,
+        }
+    }
+}
+
+fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> NodeBase {
+    let requirements = Requirements::from_labels(&node.labels);
+    let mut used = Resources::default();
+    let mut ports = HostPortUsage::default();
+    let mut daemon_used = Resources::default();
+    for pod in &node.pods {
+        if pod.is_terminal() {
+            continue;
+        }
+        used.add(&pod.requests);
+        ports.add(&pod.host_ports);
+        if pod.is_daemon() {
+            daemon_used.add(&pod.requests);
+        }
+    }
+    // Daemonsets that will land on the node but have not yet.
+    let mut daemon_expected = Resources::default();
+    for ds in &cluster.daemon_sets {
+        if first_untolerated(&node.taints, &ds.pod.tolerations).is_none()
+            && requirements
+                .compatible(
+                    &pod_requirements(&ds.pod, false),
+                    &crate::requirements::NoneWellKnown,
+                )
+                .is_ok()
+        {
+            daemon_expected.add(&ds.pod.requests);
+        }
+    }
+    let mut daemon_missing = daemon_expected.minus(&daemon_used);
+    floor_at_zero(&mut daemon_missing);
+    NodeBase {
+        remaining: node.allocatable.minus(&used).minus(&daemon_missing),
+        requirements,
+        ports,
+    }
+}
+
+struct Scheduler<'c> {
+    cluster: &'c Cluster,
+    options: &'c Options,
+    well_known: &'c WellKnownSet,
+    templates: &'c [Template],
+    existing: Vec<ExistingNode<'c>>,
+    claims: Vec<Claim>,
+    /// Claims in Karpenter's try order: fewest pods first, and among equals
+    /// the one that came first in the previous order.
+    claim_order: BTreeMap<usize, VecDeque<usize>>,
+    remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
+    topology: Topology<'c>,
+    tolerate_prefer_no_schedule: bool,
+    /// Claims that refuse a pod class for good, by class.
+    blocked: HashMap<u64, ClassMemo>,
+    /// Why each ready pool that offers nothing was skipped.
+    skipped_pools: &'c [String],
+}
+
+impl<'c> Scheduler<'c> {
+    /// A run on the prepared snapshot with the `removed` nodes gone (their
+    /// capacity no longer counts against limits) and `pending` to place.
+    fn new(
+        prepared: &'c Prepared<'c>,
+        removed: &[usize],
+        pending: &[Cow<'_, Pod>],
+    ) -> Scheduler<'c> {
+        let cluster = prepared.cluster;
+        let mut removed_mask = vec![false; cluster.nodes.len()];
+        for index in removed {
+            if let Some(slot) = removed_mask.get_mut(*index) {
+                *slot = true;
             }
-            // Daemonsets that will land on the node but have not yet.
-            let mut daemon_expected = Resources::default();
-            for ds in &cluster.daemon_sets {
-                if first_untolerated(&node.taints, &ds.pod.tolerations).is_none()
-                    && requirements
-                        .compatible(
-                            &pod_requirements(&ds.pod, false),
-                            &crate::requirements::NoneWellKnown,
-                        )
-                        .is_ok()
+        }
+        let mut remaining_limits = prepared.limits.clone();
+        for index in removed {
+            let Some(node) = cluster.nodes.get(*index) else {
+                continue;
+            };
+            if node.marked_for_deletion {
+                continue;
+            }
+            for template in &prepared.templates {
+                let pool = &cluster.node_pools[template.pool];
+                if pool.name == node.node_pool
+                    && let Some(limits) = remaining_limits.get_mut(&template.pool)
                 {
-                    daemon_expected.add(&ds.pod.requests);
+                    for (name, limit) in limits.iter_mut() {
+                        *limit += node.capacity.get(name);
+                    }
                 }
             }
-            let mut daemon_missing = daemon_expected.minus(&daemon_used);
-            floor_at_zero(&mut daemon_missing);
-            let remaining = node.allocatable.minus(&used).minus(&daemon_missing);
-            scheduler.topology.register(
+        }
+        let mut topology = Topology::new(
+            cluster,
+            &prepared.topology,
+            removed_mask.clone(),
+            pending,
+            !prepared.options.ignore_preferences,
+        );
+        let mut existing = Vec::with_capacity(prepared.node_order.len());
+        for &index in &prepared.node_order {
+            if removed_mask[index] {
+                continue;
+            }
+            let Some(base) = prepared.nodes[index].as_ref() else {
+                continue;
+            };
+            let node = &cluster.nodes[index];
+            topology.register(
                 labels::HOSTNAME,
                 node.labels.get(labels::HOSTNAME).map_or(&node.name, |h| h),
             );
             existing.push(ExistingNode {
                 node: index,
-                requirements,
-                remaining,
-                ports,
+                base,
+                state: None,
                 pods: Vec::new(),
             });
         }
-        scheduler.existing = existing;
-        scheduler
+        Scheduler {
+            cluster,
+            options: prepared.options,
+            well_known: &prepared.well_known,
+            templates: &prepared.templates,
+            existing,
+            claims: Vec::new(),
+            claim_order: BTreeMap::new(),
+            remaining_limits,
+            topology,
+            tolerate_prefer_no_schedule: prepared.tolerate_prefer_no_schedule,
+            blocked: HashMap::new(),
+            skipped_pools: &prepared.skipped_pools,
+        }
     }
 
     fn catalog(&self, template: usize) -> &'c [InstanceType] {
@@ -807,18 +947,18 @@ impl<'c> Scheduler<'c> {
         if first_untolerated(&node.taints, &pod.tolerations).is_some() {
             return Err(Reject::permanent(None));
         }
-        if existing.ports.conflict(&pod.host_ports).is_some() {
+        if existing.ports().conflict(&pod.host_ports).is_some() {
             return Err(Reject::permanent(None));
         }
-        if !pod.requests.fits(&existing.remaining) {
+        if !pod.requests.fits(existing.remaining()) {
             return Err(Reject::transient(None));
         }
         let none = crate::requirements::NoneWellKnown;
         existing
-            .requirements
+            .requirements()
             .compatible(&data.requirements, &none)
             .map_err(|_| Reject::permanent(None))?;
-        let requirements = merge(&existing.requirements, &data.requirements);
+        let requirements = merge(existing.requirements(), &data.requirements);
         self.add_topology(pod, &node.taints, data, requirements, &none, false)
     }
 
@@ -847,13 +987,13 @@ impl<'c> Scheduler<'c> {
         }
         claim
             .requirements
-            .compatible(&data.requirements, &self.well_known)
+            .compatible(&data.requirements, self.well_known)
             .map_err(|e| {
                 Reject::permanent(explain.then(|| format!("incompatible requirements, {e}")))
             })?;
         let merged = merge(&claim.requirements, &data.requirements);
         let mut requirements =
-            self.add_topology(pod, taints, data, merged, &self.well_known, explain)?;
+            self.add_topology(pod, taints, data, merged, self.well_known, explain)?;
         let total = claim.requests.plus(&pod.requests);
         let filtered = filter_instance_types(
             self.catalog(claim.template),
@@ -901,7 +1041,7 @@ impl<'c> Scheduler<'c> {
         self.topology.register(labels::HOSTNAME, &hostname);
         let claim = &self.claims[claim_index];
         self.topology
-            .record(pod, taints, &claim.requirements, &self.well_known);
+            .record(pod, taints, &claim.requirements, self.well_known);
     }
 
     fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
@@ -910,13 +1050,14 @@ impl<'c> Scheduler<'c> {
                 let node = &self.cluster.nodes[self.existing[e].node];
                 let existing = &mut self.existing[e];
                 existing.pods.push(pod_index);
-                existing.remaining.subtract(&pod.requests);
-                existing.ports.add(&pod.host_ports);
-                existing.requirements = requirements;
+                let state = existing.state_mut();
+                state.remaining.subtract(&pod.requests);
+                state.ports.add(&pod.host_ports);
+                state.requirements = requirements;
                 self.topology.record(
                     pod,
                     &node.taints,
-                    &self.existing[e].requirements,
+                    self.existing[e].requirements(),
                     &crate::requirements::NoneWellKnown,
                 );
                 return Ok(());
@@ -1176,18 +1317,7 @@ impl Queue {
 
 /// Solves one provisioning round.
 pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
-    let mut solution = Solution::default();
-    let mut pending: Vec<Cow<'_, Pod>> = Vec::with_capacity(cluster.pending.len());
-    let well_known = {
-        let mut set: HashSet<String> = labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
-        set.extend(options.well_known_labels.iter().cloned());
-        for catalog in &cluster.catalogs {
-            for it in catalog {
-                set.extend(it.requirements.keys().map(str::to_owned));
-            }
-        }
-        WellKnownSet(set)
-    };
+    let prepared = Prepared::new(cluster, options);
     // Pods of nodes on their way out need a place too (unless a PDB forbids
     // ever evicting them, in which case they stay until it changes).
     let leaving = cluster
@@ -1202,83 +1332,95 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
                     .iter()
                     .any(|pdb| pdb.fully_blocking && pdb.selects(p))
         });
-    for pod in cluster.pending.iter().chain(leaving) {
-        if let Err(reason) = validate_pod(pod, &well_known) {
-            solution.unschedulable.insert(pod.key.clone(), reason);
-            continue;
-        }
-        let mut pod = Cow::Borrowed(pod);
-        if options.ignore_preferences {
-            strip_preferences(pod.to_mut());
-        }
-        pending.push(pod);
-    }
-    let mut order: Vec<usize> = (0..pending.len()).collect();
-    order.sort_by(|a, b| {
-        let (a, b) = (&pending[*a], &pending[*b]);
-        b.requests
-            .cpu
-            .cmp(&a.requests.cpu)
-            .then_with(|| b.requests.memory.cmp(&a.requests.memory))
-            .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
-            .then_with(|| a.uid.cmp(&b.uid))
-    });
-    let mut scheduler = Scheduler::new(cluster, options, well_known, &pending);
-    let mut queue = Queue {
-        pods: order.into_iter().collect(),
-        last_len: HashMap::new(),
-    };
-    let mut errors: BTreeMap<usize, String> = BTreeMap::new();
-    while let Some(index) = queue.pop() {
-        match scheduler.try_schedule(index, &pending[index]) {
-            Ok(()) => {
-                errors.remove(&index);
+    prepared.run(&[], cluster.pending.iter().chain(leaving))
+}
+
+impl Prepared<'_> {
+    /// One scheduling run: `pods` placed on the snapshot with the `removed`
+    /// nodes gone.
+    pub fn run<'p>(&self, removed: &[usize], pods: impl Iterator<Item = &'p Pod>) -> Solution {
+        let cluster = self.cluster;
+        let options = self.options;
+        let mut solution = Solution::default();
+        let mut pending: Vec<Cow<'_, Pod>> = Vec::new();
+        for pod in pods {
+            if let Err(reason) = validate_pod(pod, &self.well_known) {
+                solution.unschedulable.insert(pod.key.clone(), reason);
+                continue;
             }
-            Err(error) => {
-                errors.insert(index, error);
-                scheduler.topology.update(&pending[index]);
-                queue.push(index);
+            let mut pod = Cow::Borrowed(pod);
+            if options.ignore_preferences {
+                strip_preferences(pod.to_mut());
             }
+            pending.push(pod);
         }
-    }
-    for (index, error) in errors {
-        solution
-            .unschedulable
-            .insert(pending[index].key.clone(), error);
-    }
-    for existing in &scheduler.existing {
-        if existing.pods.is_empty() {
-            continue;
-        }
-        let mut pods: Vec<PodKey> = existing
-            .pods
-            .iter()
-            .map(|i| pending[*i].key.clone())
-            .collect();
-        pods.sort();
-        solution
-            .existing
-            .insert(cluster.nodes[existing.node].name.clone(), pods);
-    }
-    for claim in &scheduler.claims {
-        match finalize(&scheduler, claim, options) {
-            Ok(planned) => {
-                let mut planned = planned;
-                planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
-                planned.pods.sort();
-                solution.new_claims.push(planned);
-            }
-            Err(error) => {
-                for index in &claim.pods {
-                    solution.unschedulable.insert(
-                        pending[*index].key.clone(),
-                        format!("pod didn't schedule because NodePool couldn't meet minValues requirements, {error}"),
-                    );
+        let mut order: Vec<usize> = (0..pending.len()).collect();
+        order.sort_by(|a, b| {
+            let (a, b) = (&pending[*a], &pending[*b]);
+            b.requests
+                .cpu
+                .cmp(&a.requests.cpu)
+                .then_with(|| b.requests.memory.cmp(&a.requests.memory))
+                .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
+                .then_with(|| a.uid.cmp(&b.uid))
+        });
+        let mut scheduler = Scheduler::new(self, removed, &pending);
+        let mut queue = Queue {
+            pods: order.into_iter().collect(),
+            last_len: HashMap::new(),
+        };
+        let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+        while let Some(index) = queue.pop() {
+            match scheduler.try_schedule(index, &pending[index]) {
+                Ok(()) => {
+                    errors.remove(&index);
+                }
+                Err(error) => {
+                    errors.insert(index, error);
+                    scheduler.topology.update(&pending[index]);
+                    queue.push(index);
                 }
             }
         }
+        for (index, error) in errors {
+            solution
+                .unschedulable
+                .insert(pending[index].key.clone(), error);
+        }
+        for existing in &scheduler.existing {
+            if existing.pods.is_empty() {
+                continue;
+            }
+            let mut pods: Vec<PodKey> = existing
+                .pods
+                .iter()
+                .map(|i| pending[*i].key.clone())
+                .collect();
+            pods.sort();
+            solution
+                .existing
+                .insert(cluster.nodes[existing.node].name.clone(), pods);
+        }
+        for claim in &scheduler.claims {
+            match finalize(&scheduler, claim, options) {
+                Ok(planned) => {
+                    let mut planned = planned;
+                    planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
+                    planned.pods.sort();
+                    solution.new_claims.push(planned);
+                }
+                Err(error) => {
+                    for index in &claim.pods {
+                        solution.unschedulable.insert(
+                        pending[*index].key.clone(),
+                        format!("pod didn't schedule because NodePool couldn't meet minValues requirements, {error}"),
+                    );
+                    }
+                }
+            }
+        }
+        solution
     }
-    solution
 }
 
 /// Orders a claim's options by price, cuts them to the launch maximum and

@@ -418,29 +418,17 @@ pub struct PoolDomains<'a> {
     pub instance_types: &'a [InstanceType],
 }
 
-pub struct Topology<'c> {
-    cluster: &'c Cluster,
-    node_requirements: Vec<Requirements>,
+/// What every topology of one cluster shares: the domain universe and each
+/// node's labels as requirements, built once for many scheduling runs.
+pub struct TopologyBase {
     universe: Universe,
-    groups: Vec<Group>,
-    group_index: HashMap<GroupId, usize>,
-    inverse: Vec<Group>,
-    inverse_index: HashMap<GroupId, usize>,
-    owned: HashMap<String, Vec<usize>>,
-    inverse_owned: HashMap<String, Vec<usize>>,
-    /// Pods being scheduled: not counted from the cluster, recorded as placed.
-    excluded: HashSet<String>,
-    respect_preferences: bool,
-    affinity_epoch: u64,
+    node_requirements: Vec<Requirements>,
+    /// Node indices in name order (existing pods are counted in this order).
+    nodes_by_name: Vec<usize>,
 }
 
-impl<'c> Topology<'c> {
-    pub fn new(
-        cluster: &'c Cluster,
-        pools: &[PoolDomains<'_>],
-        pending: &[impl std::ops::Deref<Target = Pod>],
-        respect_preferences: bool,
-    ) -> Topology<'c> {
+impl TopologyBase {
+    pub fn new(cluster: &Cluster, pools: &[PoolDomains<'_>]) -> TopologyBase {
         let mut universe: Universe = HashMap::new();
         let mut insert = |key: &str, domain: &str, taints: &[Taint]| {
             let sets = universe
@@ -488,10 +476,46 @@ impl<'c> Topology<'c> {
             .iter()
             .map(|node| Requirements::from_labels(&node.labels))
             .collect();
+        let mut nodes_by_name: Vec<usize> = (0..cluster.nodes.len()).collect();
+        nodes_by_name.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
+        TopologyBase {
+            universe,
+            node_requirements,
+            nodes_by_name,
+        }
+    }
+}
+
+pub struct Topology<'c> {
+    cluster: &'c Cluster,
+    base: &'c TopologyBase,
+    /// Nodes that are gone in this run (disruption candidates): their pods
+    /// are neither counted nor reserve domains.
+    removed: Vec<bool>,
+    groups: Vec<Group>,
+    group_index: HashMap<GroupId, usize>,
+    inverse: Vec<Group>,
+    inverse_index: HashMap<GroupId, usize>,
+    owned: HashMap<String, Vec<usize>>,
+    inverse_owned: HashMap<String, Vec<usize>>,
+    /// Pods being scheduled: not counted from the cluster, recorded as placed.
+    excluded: HashSet<String>,
+    respect_preferences: bool,
+    affinity_epoch: u64,
+}
+
+impl<'c> Topology<'c> {
+    pub fn new(
+        cluster: &'c Cluster,
+        base: &'c TopologyBase,
+        removed: Vec<bool>,
+        pending: &[impl std::ops::Deref<Target = Pod>],
+        respect_preferences: bool,
+    ) -> Topology<'c> {
         let mut topology = Topology {
             cluster,
-            node_requirements,
-            universe,
+            base,
+            removed,
             groups: Vec::new(),
             group_index: HashMap::new(),
             inverse: Vec::new(),
@@ -509,11 +533,18 @@ impl<'c> Topology<'c> {
         topology
     }
 
+    fn is_removed(&self, node: usize) -> bool {
+        self.removed.get(node).copied().unwrap_or(false)
+    }
+
     /// Pods already running with required anti-affinity keep the pods they
     /// select out of their domains.
     fn add_existing_anti_affinities(&mut self) {
         let cluster = self.cluster;
-        for node in &cluster.nodes {
+        for (index, node) in cluster.nodes.iter().enumerate() {
+            if self.is_removed(index) {
+                continue;
+            }
             for pod in &node.pods {
                 if pod.pod_anti_affinity.is_empty()
                     || !counts_as_running(pod)
@@ -551,7 +582,7 @@ impl<'c> Topology<'c> {
             return *index;
         }
         let mut group = Group::new(id.clone());
-        if let Some(domains) = self.universe.get(&term.topology_key) {
+        if let Some(domains) = self.base.universe.get(&term.topology_key) {
             for domain in domains.keys() {
                 group.register(domain);
             }
@@ -640,7 +671,7 @@ impl<'c> Topology<'c> {
 
     fn create_group(&mut self, id: GroupId, _first_owner: &Pod) -> usize {
         let mut group = Group::new(id.clone());
-        if let Some(domains) = self.universe.get(&id.key) {
+        if let Some(domains) = self.base.universe.get(&id.key) {
             for (domain, taint_sets) in domains {
                 let open = taint_sets.is_empty()
                     || taint_sets.iter().any(|taints| id.filter.tolerates(taints));
@@ -650,11 +681,13 @@ impl<'c> Topology<'c> {
             }
         }
         let cluster = self.cluster;
-        let mut nodes: Vec<usize> = (0..cluster.nodes.len()).collect();
-        nodes.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
-        for index in nodes {
+        let base = self.base;
+        for &index in &base.nodes_by_name {
+            if self.is_removed(index) {
+                continue;
+            }
             let node = &cluster.nodes[index];
-            let node_requirements = &self.node_requirements[index];
+            let node_requirements = &base.node_requirements[index];
             if !id.filter.matches(
                 &node.taints,
                 node_requirements,
