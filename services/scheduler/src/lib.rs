@@ -27,6 +27,7 @@ pub struct SchedulerMetrics {
     pub pods_scheduled: Counter,
     pub pods_unschedulable: Counter,
     pub node_claims_planned: Counter,
+    pub disruption_commands: Counter,
 }
 
 #[derive(Clone)]
@@ -52,6 +53,11 @@ impl SchedulerService {
                 "node_claims_planned",
                 "Node claims the scheduler planned",
                 own.node_claims_planned.clone(),
+            );
+            registry.register(
+                "disruption_commands",
+                "Disruption commands the scheduler planned",
+                own.disruption_commands.clone(),
             );
         });
         Self {
@@ -122,14 +128,33 @@ impl Scheduler for SchedulerService {
         Ok(Response::new(response))
     }
 
-    #[tracing::instrument(name = "PlanDisruption", skip_all)]
+    #[tracing::instrument(name = "PlanDisruption", skip_all, fields(
+        nodes = tracing::field::Empty,
+        commands = tracing::field::Empty,
+        blocked = tracing::field::Empty,
+    ))]
     async fn plan_disruption(
         &self,
-        _request: Request<pb::PlanDisruptionRequest>,
+        request: Request<pb::PlanDisruptionRequest>,
     ) -> Result<Response<pb::PlanDisruptionResponse>, Status> {
-        Err(Status::unimplemented(
-            "PlanDisruption is not served by this version of the scheduler",
-        ))
+        let request = request.into_inner();
+        let span = tracing::Span::current();
+        if let Some(cluster) = &request.cluster {
+            span.record("nodes", cluster.nodes.len());
+        }
+        let result = tokio::task::spawn_blocking(move || {
+            karpenter_scheduling::wire::plan_disruption_request(&request)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("disruption planner task failed: {e}")))?;
+        let response = result.map_err(|error| invalid_argument(&error))?;
+        span.record("commands", response.commands.len());
+        span.record("blocked", response.blocked.len());
+        self.metrics
+            .disruption_commands
+            .inc_by(response.commands.len() as u64);
+        tracing::info!("planned disruption");
+        Ok(Response::new(response))
     }
 }
 

@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod disruption;
 pub mod hostports;
 pub mod labels;
 pub mod model;

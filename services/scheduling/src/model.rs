@@ -298,6 +298,9 @@ pub struct StateNode {
     pub capacity_type: String,
     pub zone: String,
     pub instance_type: String,
+    /// A node the disruption planner itself added (a replacement): never a
+    /// candidate in the same plan.
+    pub planned: bool,
 }
 
 impl StateNode {
@@ -1117,6 +1120,7 @@ fn state_node(
         capacity_type,
         zone,
         instance_type,
+        planned: false,
     })
 }
 

@@ -164,3 +164,97 @@ pub fn solve_request(
     let solution = crate::solve::solve(&cluster, &options);
     Ok(solve_response(&solution, &cluster))
 }
+
+fn disruption_reason(reason: crate::disruption::Reason) -> pb::DisruptionReason {
+    use crate::disruption::Reason;
+    match reason {
+        Reason::Empty => pb::DisruptionReason::Empty,
+        Reason::Underutilized => pb::DisruptionReason::Underutilized,
+        Reason::Drifted => pb::DisruptionReason::Drifted,
+        Reason::Expired => pb::DisruptionReason::Expired,
+    }
+}
+
+fn disruption_method(method: crate::disruption::Method) -> pb::DisruptionMethod {
+    use crate::disruption::Method;
+    match method {
+        Method::Emptiness => pb::DisruptionMethod::Emptiness,
+        Method::Drift => pb::DisruptionMethod::Drift,
+        Method::Expiration => pb::DisruptionMethod::Expiration,
+        Method::MultiNodeConsolidation => pb::DisruptionMethod::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation => pb::DisruptionMethod::SingleNodeConsolidation,
+    }
+}
+
+/// Validates and plans a wire disruption request: what the gRPC service and
+/// the in-process `disrupt` command both call.
+pub fn plan_disruption_request(
+    request: &pb::PlanDisruptionRequest,
+) -> Result<pb::PlanDisruptionResponse, crate::model::InvalidField> {
+    let snapshot = request.cluster.clone().unwrap_or_default();
+    let cluster = crate::model::Cluster::from_snapshot(&snapshot)?;
+    let scheduling = options(request.options.as_ref());
+    let disruption = crate::disruption::DisruptionOptions {
+        spot_to_spot: request
+            .options
+            .as_ref()
+            .and_then(|o| o.feature_gates.get("SpotToSpotConsolidation").copied())
+            .unwrap_or(false),
+    };
+    let plan = crate::disruption::plan(&cluster, &scheduling, &disruption);
+    let uids: std::collections::HashMap<&PodKey, &str> = cluster
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .chain(cluster.pending.iter())
+        .map(|p| (&p.key, p.uid.as_str()))
+        .collect();
+    let node_class_refs: std::collections::HashMap<&str, &pb::NodeClassReference> = cluster
+        .node_pools
+        .iter()
+        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
+        .collect();
+    Ok(pb::PlanDisruptionResponse {
+        commands: plan
+            .commands
+            .iter()
+            .map(|command| pb::DisruptionCommand {
+                reason: disruption_reason(command.reason) as i32,
+                method: disruption_method(command.method) as i32,
+                candidates: command.candidates.clone(),
+                replacements: command
+                    .replacements
+                    .iter()
+                    .map(|c| {
+                        let mut plan = node_claim(c, &uids);
+                        plan.node_class_ref = node_class_refs.get(c.node_pool.as_str()).map(|r| (*r).clone());
+                        plan
+                    })
+                    .collect(),
+                savings_per_hour: command.savings_per_hour,
+                placements: command
+                    .placements
+                    .iter()
+                    .map(|(node, pods)| pb::NodePlacement {
+                        node: node.clone(),
+                        pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        blocked: plan
+            .blocked
+            .iter()
+            .map(|(node, reason)| pb::BlockedCandidate {
+                node: node.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        cost: Some(pb::ClusterCost {
+            before: plan.cost_before,
+            after: plan.cost_after,
+            lower_bound: plan.lower_bound,
+        }),
+        candidates_evaluated: i32::try_from(plan.candidates_evaluated).unwrap_or(i32::MAX),
+    })
+}

@@ -1,0 +1,1194 @@
+//! Disruption: which nodes to remove or replace, Karpenter's way, as one
+//! pure call over a snapshot.
+//!
+//! ```text
+//!   expired nodes ──────────────────────────────▶ Expired (forceful, no budget)
+//!   candidates (managed, initialized, not blocked by do-not-disrupt / PDBs)
+//!     round: Emptiness ─▶ Drift ─▶ Multi-node ─▶ Single-node   (first that acts)
+//!            each command is simulated with the scheduler (its pods must fit
+//!            on the rest of the cluster plus at most one cheaper replacement),
+//!            checked against the pool's budgets, then applied to a working
+//!            copy of the cluster; the next round starts from that copy
+//!     until no method acts
+//!   cost: before, after, and a lower bound (fractional bin packing)
+//! ```
+//!
+//! Karpenter takes one command per loop and searches multi-node sets by
+//! prefix. Here single-node consolidation evaluates every candidate in a
+//! round and accepts every command whose simulation stays valid next to the
+//! ones already accepted, so the plan reaches the state Karpenter's
+//! successive loops would, and sets that are not a prefix are found too.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::labels;
+use crate::model::{Cluster, InstanceType, OfferingFilter, Pod, PodKey, StateNode};
+use crate::requirements::{Requirement, Requirements};
+use crate::resources::Resources;
+use crate::solve::{Cheapest, Options, PlannedClaim, Prepared, Solution};
+use crate::taints::{Effect, Taint};
+
+/// Karpenter caps a multi-node command at this many candidates.
+pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
+/// Spot-to-spot consolidation needs at least this many cheaper options.
+pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    Empty,
+    Underutilized,
+    Drifted,
+    Expired,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Empty => "Empty",
+            Reason::Underutilized => "Underutilized",
+            Reason::Drifted => "Drifted",
+            Reason::Expired => "Expired",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Emptiness,
+    Drift,
+    Expiration,
+    MultiNodeConsolidation,
+    SingleNodeConsolidation,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DisruptionOptions {
+    /// The SpotToSpotConsolidation feature gate (off by default).
+    pub spot_to_spot: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Command {
+    pub reason: Reason,
+    pub method: Method,
+    /// Node names.
+    pub candidates: Vec<String>,
+    pub replacements: Vec<PlannedClaim>,
+    pub savings_per_hour: f64,
+    /// Existing node -> the candidates' pods the simulation moved there.
+    pub placements: BTreeMap<String, Vec<PodKey>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DisruptionPlan {
+    pub commands: Vec<Command>,
+    /// Node name -> why it may not be disrupted.
+    pub blocked: BTreeMap<String, String>,
+    pub cost_before: f64,
+    pub cost_after: f64,
+    pub lower_bound: f64,
+    pub candidates_evaluated: usize,
+}
+
+/// A node that may be disrupted, with what disrupting it costs.
+#[derive(Clone, Debug)]
+struct Candidate {
+    node: usize,
+    pool: usize,
+    /// Indices into the node's pods of those that must move.
+    reschedulable: Vec<usize>,
+    disruption_cost: f64,
+    price: f64,
+    consolidatable: bool,
+}
+
+fn eviction_cost(pod: &Pod) -> f64 {
+    let cost = 1.0 + f64::from(pod.deletion_cost) / 2f64.powi(27) + f64::from(pod.priority) / 2f64.powi(25);
+    cost.clamp(-10.0, 10.0)
+}
+
+fn tolerates_disrupted_taint(pod: &Pod) -> bool {
+    let taint = Taint {
+        key: labels::DISRUPTED_TAINT.to_owned(),
+        value: String::new(),
+        effect: Effect::NoSchedule,
+    };
+    pod.tolerations.iter().any(|t| t.tolerates(&taint))
+}
+
+/// Pods the eviction API would be asked to evict (Karpenter's IsEvictable).
+fn is_evictable(pod: &Pod) -> bool {
+    pod.is_active() && !tolerates_disrupted_taint(pod) && pod.owner_kind != "Node" && !pod.do_not_disrupt
+}
+
+/// The price of a node per hour: as given, or its offering's.
+fn node_price(cluster: &Cluster, node: &StateNode) -> f64 {
+    if node.price > 0.0 {
+        return node.price;
+    }
+    let Some(pool) = cluster.node_pools.iter().find(|p| p.name == node.node_pool) else {
+        return 0.0;
+    };
+    let Some(it) = cluster
+        .catalogs
+        .get(pool.catalog)
+        .and_then(|c| c.iter().find(|it| it.name == node.instance_type))
+    else {
+        return 0.0;
+    };
+    it.offerings
+        .iter()
+        .filter(|o| {
+            (node.zone.is_empty() || o.zone == node.zone)
+                && (node.capacity_type.is_empty() || o.capacity_type == node.capacity_type)
+        })
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+        .unwrap_or(0.0)
+}
+
+fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
+    let Some(after) = cluster.node_pools[pool].consolidate_after_seconds else {
+        return false;
+    };
+    if node.disruption.consolidatable {
+        return true;
+    }
+    let start = node
+        .disruption
+        .last_pod_event_time
+        .as_ref()
+        .or(node.disruption.initialized_time.as_ref())
+        .map_or(node.creation_seconds, |t| t.seconds);
+    cluster.now_seconds - start >= after
+}
+
+/// Why a managed node cannot be a candidate at all, if it cannot.
+fn candidate_block(cluster: &Cluster, node: &StateNode, pool: Option<usize>, eventual: bool) -> Option<String> {
+    if !node.has_node {
+        return Some("nodeclaim does not have an associated node".to_owned());
+    }
+    if !node.initialized {
+        return Some("node isn't initialized".to_owned());
+    }
+    if node.marked_for_deletion || node.disruption.disrupting {
+        return Some("node is deleting or marked for deletion".to_owned());
+    }
+    if node.disruption.nominated {
+        return Some("node is nominated for a pending pod".to_owned());
+    }
+    if node.disruption.do_not_disrupt {
+        return Some(format!(
+            "disruption is blocked through the {:?} annotation",
+            labels::DO_NOT_DISRUPT
+        ));
+    }
+    if pool.is_none() {
+        return Some(format!("NodePool {:?} not found", node.node_pool));
+    }
+    // A termination grace period lets drift proceed past pods that block
+    // eviction: they are removed when the period ends.
+    let ignore_pod_blocks = eventual && node.disruption.termination_grace_period.is_some();
+    if ignore_pod_blocks {
+        return None;
+    }
+    for pod in &node.pods {
+        if pod.is_active() && pod.do_not_disrupt {
+            return Some(format!(
+                "pod {:?} has {:?} annotation",
+                pod.key.to_string(),
+                labels::DO_NOT_DISRUPT
+            ));
+        }
+    }
+    for pod in node.pods.iter().filter(|p| is_evictable(p)) {
+        let matching: Vec<_> = cluster.pdbs.iter().filter(|pdb| pdb.selects(pod)).collect();
+        if matching.len() > 1 {
+            let names: Vec<String> = matching.iter().map(|p| p.key.to_string()).collect();
+            return Some(format!(
+                "pod {:?} is selected by more than one PDB ({}); eviction does not support multiple PDBs",
+                pod.key.to_string(),
+                names.join(", ")
+            ));
+        }
+        if let Some(pdb) = matching.first()
+            && pdb.disruptions_allowed <= 0
+        {
+            return Some(format!("pdb {:?} prevents pod evictions", pdb.key.to_string()));
+        }
+    }
+    None
+}
+
+fn build_candidates(cluster: &Cluster, eventual: bool, blocked: &mut BTreeMap<String, String>) -> Vec<Candidate> {
+    let mut candidates = Vec::new();
+    let mut order: Vec<usize> = (0..cluster.nodes.len()).collect();
+    order.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
+    for index in order {
+        let node = &cluster.nodes[index];
+        if !node.is_managed() || node.planned {
+            continue;
+        }
+        let pool = cluster.node_pools.iter().position(|p| p.name == node.node_pool);
+        if let Some(reason) = candidate_block(cluster, node, pool, eventual) {
+            blocked.entry(node.name.clone()).or_insert(reason);
+            continue;
+        }
+        let Some(pool) = pool else {
+            continue;
+        };
+        let lifetime = match cluster.node_pools[pool].expire_after_seconds {
+            Some(total) if total > 0 => {
+                let age = (cluster.now_seconds - node.creation_seconds) as f64;
+                ((total as f64 - age) / total as f64).clamp(0.0, 1.0)
+            }
+            _ => 1.0,
+        };
+        let cost: f64 = node.pods.iter().map(eviction_cost).sum::<f64>() * lifetime;
+        candidates.push(Candidate {
+            node: index,
+            pool,
+            reschedulable: node
+                .pods
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_reschedulable())
+                .map(|(i, _)| i)
+                .collect(),
+            disruption_cost: cost,
+            price: node_price(cluster, node),
+            consolidatable: is_consolidatable(cluster, node, pool),
+        });
+    }
+    candidates.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| cluster.nodes[a.node].name.cmp(&cluster.nodes[b.node].name))
+    });
+    candidates
+}
+
+// ---------------------------------------------------------------------------
+// Budgets
+
+/// A standard five-field cron schedule (or a @-shortcut), evaluated in UTC.
+struct Cron {
+    minutes: Vec<bool>,
+    hours: Vec<bool>,
+    days: Vec<bool>,
+    months: Vec<bool>,
+    weekdays: Vec<bool>,
+    day_restricted: bool,
+    weekday_restricted: bool,
+}
+
+fn parse_cron_field(field: &str, min: u32, max: u32, names: &[&str]) -> Option<(Vec<bool>, bool)> {
+    let mut allowed = vec![false; max as usize + 1];
+    let restricted = !field.starts_with('*');
+    let value = |text: &str| -> Option<u32> {
+        if let Ok(n) = text.parse::<u32>() {
+            return Some(n);
+        }
+        let lower = text.to_ascii_lowercase();
+        names.iter().position(|n| *n == lower).map(|p| p as u32 + min)
+    };
+    for part in field.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((range, step)) => (range, step.parse::<u32>().ok().filter(|s| *s > 0)?),
+            None => (part, 1),
+        };
+        let (start, end) = if range == "*" {
+            (min, max)
+        } else if let Some((a, b)) = range.split_once('-') {
+            (value(a)?, value(b)?)
+        } else {
+            let v = value(range)?;
+            (v, if part.contains('/') { max } else { v })
+        };
+        if start < min || end > max || start > end {
+            return None;
+        }
+        let mut v = start;
+        while v <= end {
+            allowed[v as usize] = true;
+            v += step;
+        }
+    }
+    Some((allowed, restricted))
+}
+
+impl Cron {
+    fn parse(schedule: &str) -> Option<Cron> {
+        let expanded = match schedule.trim() {
+            "@yearly" | "@annually" => "0 0 1 1 *",
+            "@monthly" => "0 0 1 * *",
+            "@weekly" => "0 0 * * 0",
+            "@daily" | "@midnight" => "0 0 * * *",
+            "@hourly" => "0 * * * *",
+            other => other,
+        };
+        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        let [minute, hour, day, month, weekday] = fields.as_slice() else {
+            return None;
+        };
+        const MONTHS: &[&str] = &["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+        const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+        let (minutes, _) = parse_cron_field(minute, 0, 59, &[])?;
+        let (hours, _) = parse_cron_field(hour, 0, 23, &[])?;
+        let (days, day_restricted) = parse_cron_field(day, 1, 31, &[])?;
+        let (months, _) = parse_cron_field(month, 1, 12, MONTHS)?;
+        let (mut weekdays, weekday_restricted) = parse_cron_field(weekday, 0, 7, DAYS)?;
+        if weekdays[7] {
+            weekdays[0] = true;
+        }
+        Some(Cron {
+            minutes,
+            hours,
+            days,
+            months,
+            weekdays,
+            day_restricted,
+            weekday_restricted,
+        })
+    }
+
+    /// Whether the schedule fires at the minute starting at `unix_minute`.
+    fn fires(&self, unix_minute: i64) -> bool {
+        let seconds = unix_minute * 60;
+        let days_since_epoch = seconds.div_euclid(86_400);
+        let second_of_day = seconds.rem_euclid(86_400);
+        let (hour, minute) = ((second_of_day / 3600) as usize, ((second_of_day % 3600) / 60) as usize);
+        let (year_day_month, day) = civil_from_days(days_since_epoch);
+        let weekday = (days_since_epoch + 4).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+        let day_ok = self.days[day as usize];
+        let weekday_ok = self.weekdays[weekday];
+        // Cron's rule: when both day fields are restricted, either may match.
+        let date_ok = if self.day_restricted && self.weekday_restricted {
+            day_ok || weekday_ok
+        } else {
+            day_ok && weekday_ok
+        };
+        self.minutes[minute] && self.hours[hour] && self.months[year_day_month as usize] && date_ok
+    }
+}
+
+/// (month 1-12, day 1-31) of a day count since 1970-01-01.
+fn civil_from_days(days: i64) -> (u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (month, day)
+}
+
+/// Whether a budget's window is open now: the schedule fired within the last
+/// `duration`. A budget without a schedule is always active. An invalid
+/// schedule closes every window (Karpenter fails closed).
+fn budget_active(budget: &crate::model::Budget, now: i64) -> Result<bool, String> {
+    let Some(duration) = budget.duration_seconds else {
+        return Ok(budget.schedule.is_empty());
+    };
+    if budget.schedule.is_empty() {
+        return Ok(true);
+    }
+    let cron = Cron::parse(&budget.schedule).ok_or_else(|| format!("invalid schedule {:?}", budget.schedule))?;
+    let now_minute = now.div_euclid(60);
+    let first = (now - duration).div_euclid(60) + 1;
+    Ok((first..=now_minute).rev().any(|minute| cron.fires(minute)))
+}
+
+/// How many more nodes of each pool may be disrupted for `reason` now.
+fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
+    let mut mapping = HashMap::new();
+    for (pool_index, pool) in cluster.node_pools.iter().enumerate() {
+        let nodes: Vec<&StateNode> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.node_pool == pool.name && n.initialized)
+            .collect();
+        let total = nodes.len() as i64;
+        let disrupting = nodes
+            .iter()
+            .filter(|n| n.marked_for_deletion || n.disruption.disrupting || n.disruption.node_not_ready)
+            .count() as i64;
+        let mut allowed = i64::MAX;
+        let mut failed = false;
+        for budget in &pool.budgets {
+            let applies = budget.reasons.is_empty()
+                || budget.reasons.iter().any(|r| match r {
+                    karpenter_proto::scheduler::v1::DisruptionReason::Empty => reason == Reason::Empty,
+                    karpenter_proto::scheduler::v1::DisruptionReason::Underutilized => reason == Reason::Underutilized,
+                    karpenter_proto::scheduler::v1::DisruptionReason::Drifted => reason == Reason::Drifted,
+                    karpenter_proto::scheduler::v1::DisruptionReason::Expired => reason == Reason::Expired,
+                    karpenter_proto::scheduler::v1::DisruptionReason::Unspecified => true,
+                });
+            let value = match budget_active(budget, cluster.now_seconds) {
+                Err(_) => {
+                    failed = true;
+                    0
+                }
+                Ok(false) => i64::MAX,
+                Ok(true) => match budget.nodes.strip_suffix('%') {
+                    Some(percent) => {
+                        let percent: i64 = percent.parse().unwrap_or(0);
+                        (percent * total + 99) / 100
+                    }
+                    None => budget.nodes.parse().unwrap_or(0),
+                },
+            };
+            if applies {
+                allowed = allowed.min(value);
+            }
+        }
+        if failed {
+            allowed = 0;
+        }
+        mapping.insert(pool_index, allowed.saturating_sub(disrupting).max(0));
+    }
+    mapping
+}
+
+// ---------------------------------------------------------------------------
+// Simulation
+
+/// The outcome of moving the candidates' pods elsewhere.
+enum Outcome {
+    /// Every pod fits on the rest of the cluster.
+    Delete(Solution),
+    /// The pods need exactly these new claims.
+    Replace(Solution),
+    /// Some pod has no place, or more than one claim is needed.
+    Impossible(String),
+}
+
+fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'c Pod> {
+    candidates
+        .iter()
+        .flat_map(|c| {
+            let node = &cluster.nodes[c.node];
+            c.reschedulable.iter().map(move |i| &node.pods[*i])
+        })
+        .filter(|pod| !pod.do_not_disrupt && !cluster.pdbs.iter().any(|pdb| pdb.fully_blocking && pdb.selects(pod)))
+        .collect()
+}
+
+fn simulate(prepared: &Prepared<'_>, cluster: &Cluster, candidates: &[&Candidate]) -> Outcome {
+    let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
+    let moving = candidate_pods(cluster, candidates);
+    let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
+    let solution = prepared.run(&removed, cluster.pending.iter().chain(moving.iter().copied()));
+    if let Some((pod, reason)) = solution.unschedulable.iter().find(|(pod, _)| moving_keys.contains(pod)) {
+        return Outcome::Impossible(format!("not all pods would schedule, {pod} => {reason}"));
+    }
+    // Never count on a node that is still starting.
+    for (node_name, pods) in &solution.existing {
+        let starting = cluster
+            .nodes
+            .iter()
+            .find(|n| &n.name == node_name)
+            .is_some_and(|n| !n.initialized);
+        if starting && pods.iter().any(|p| moving_keys.contains(p)) {
+            return Outcome::Impossible(format!("would schedule against uninitialized node {node_name}"));
+        }
+    }
+    let replacements = solution
+        .new_claims
+        .iter()
+        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
+        .count();
+    match replacements {
+        0 => Outcome::Delete(solution),
+        1 => Outcome::Replace(solution),
+        n => Outcome::Impossible(format!("can't remove without creating {n} nodes")),
+    }
+}
+
+/// The most a claim could cost to launch: the priciest compatible offering
+/// of the first capacity type it could get (reserved, then spot, then
+/// on-demand), as Karpenter prices a replacement.
+fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
+    for capacity_type in [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND] {
+        if requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_some_and(|r| !r.has(capacity_type))
+        {
+            continue;
+        }
+        let prices = it.offerings.iter().filter(|o| {
+            o.available
+                && o.capacity_type == capacity_type
+                && requirements.get(labels::ZONE).is_none_or(|z| z.has(&o.zone))
+        });
+        if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
+            return max;
+        }
+    }
+    f64::INFINITY
+}
+
+/// Keeps the claim's options that pass `keep` and recomputes its cheapest
+/// offering. None when nothing is left.
+fn restrict_claim(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    extra: Option<Requirement>,
+    keep: impl Fn(&InstanceType, &Requirements) -> bool,
+) -> Option<PlannedClaim> {
+    let pool = cluster.node_pools.iter().find(|p| p.name == claim.node_pool)?;
+    let catalog = cluster.catalogs.get(pool.catalog)?;
+    let mut requirements = claim.requirements.clone();
+    if let Some(extra) = extra {
+        requirements.add(extra);
+    }
+    let filter = OfferingFilter::new(&requirements, &cluster.offering_space);
+    let mut kept: Vec<(&InstanceType, f64)> = claim
+        .instance_types
+        .iter()
+        .filter_map(|name| catalog.iter().find(|it| &it.name == name))
+        .filter(|it| it.has_compatible_offering(&filter) && keep(it, &requirements))
+        .map(|it| (it, it.cheapest_allowed(&filter).map_or(f64::MAX, |o| o.price)))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    kept.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    let names: Vec<String> = kept.iter().map(|(it, _)| it.name.clone()).collect();
+    requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, names.iter().map(String::as_str)));
+    let (it, _) = kept[0];
+    let offering = it.cheapest_allowed(&filter)?;
+    let mut labels = claim.labels.clone();
+    for key in [labels::INSTANCE_TYPE, labels::ZONE, labels::CAPACITY_TYPE] {
+        match requirements.get(key).and_then(Requirement::single_value) {
+            Some(value) => {
+                labels.insert(key.to_owned(), value.to_owned());
+            }
+            None => {
+                labels.remove(key);
+            }
+        }
+    }
+    Some(PlannedClaim {
+        instance_types: names,
+        cheapest: Some(Cheapest {
+            instance_type: it.name.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type.clone(),
+            price: offering.price,
+        }),
+        requirements,
+        labels,
+        ..claim.clone()
+    })
+}
+
+/// Karpenter's computeConsolidation: delete when everything fits elsewhere,
+/// replace when one strictly cheaper node holds what does not.
+fn consolidate(
+    prepared: &Prepared<'_>,
+    cluster: &Cluster,
+    candidates: &[&Candidate],
+    options: &DisruptionOptions,
+    method: Method,
+) -> Result<Command, String> {
+    let names: Vec<String> = candidates.iter().map(|c| cluster.nodes[c.node].name.clone()).collect();
+    let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
+    let placements = |solution: &Solution| -> BTreeMap<String, Vec<PodKey>> {
+        let moving: HashSet<PodKey> = candidate_pods(cluster, candidates).iter().map(|p| p.key.clone()).collect();
+        solution
+            .existing
+            .iter()
+            .filter_map(|(node, pods)| {
+                let moved: Vec<PodKey> = pods.iter().filter(|p| moving.contains(p)).cloned().collect();
+                (!moved.is_empty()).then(|| (node.clone(), moved))
+            })
+            .collect()
+    };
+    let solution = match simulate(prepared, cluster, candidates) {
+        Outcome::Impossible(reason) => return Err(reason),
+        Outcome::Delete(solution) => {
+            return Ok(Command {
+                reason: Reason::Underutilized,
+                method,
+                candidates: names,
+                replacements: Vec::new(),
+                savings_per_hour: candidate_price,
+                placements: placements(&solution),
+            });
+        }
+        Outcome::Replace(solution) => solution,
+    };
+    let moving: HashSet<PodKey> = candidate_pods(cluster, candidates).iter().map(|p| p.key.clone()).collect();
+    let Some(claim) = solution.new_claims.iter().find(|c| c.pods.iter().any(|p| moving.contains(p))) else {
+        return Err("no replacement was planned".to_owned());
+    };
+    let all_spot = candidates
+        .iter()
+        .all(|c| cluster.nodes[c.node].capacity_type == labels::CAPACITY_TYPE_SPOT);
+    let allows_spot = claim
+        .requirements
+        .get(labels::CAPACITY_TYPE)
+        .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
+    let cheaper = |it: &InstanceType, requirements: &Requirements| worst_launch_price(it, requirements) < candidate_price;
+    let replacement = if all_spot && allows_spot {
+        if !options.spot_to_spot {
+            return Err("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node".to_owned());
+        }
+        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+        let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
+            return Err("Can't replace with a cheaper node".to_owned());
+        };
+        if candidates.len() == 1 {
+            if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
+                return Err(format!(
+                    "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
+                    replacement.instance_types.len()
+                ));
+            }
+            replacement.instance_types.truncate(MIN_SPOT_TO_SPOT_OPTIONS);
+            let kept: Vec<&str> = replacement.instance_types.iter().map(String::as_str).collect();
+            replacement
+                .requirements
+                .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
+        }
+        replacement
+    } else {
+        let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
+            return Err("Can't replace with a cheaper node".to_owned());
+        };
+        // On-demand may become spot, but never a pricier on-demand fallback.
+        if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
+            && capacity.has(labels::CAPACITY_TYPE_SPOT)
+            && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
+        {
+            let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+            if let Some(spot_only) = restrict_claim(cluster, &replacement, Some(spot), cheaper) {
+                replacement = spot_only;
+            }
+        }
+        replacement
+    };
+    if method == Method::MultiNodeConsolidation {
+        // Replacing nodes with one of the same type saves nothing real.
+        let types: HashSet<&str> = candidates.iter().map(|c| cluster.nodes[c.node].instance_type.as_str()).collect();
+        if replacement.instance_types.iter().all(|t| types.contains(t.as_str())) {
+            return Err("the replacement would be the same instance type".to_owned());
+        }
+    }
+    let price = replacement.cheapest.as_ref().map_or(f64::INFINITY, |c| c.price);
+    Ok(Command {
+        reason: Reason::Underutilized,
+        method,
+        candidates: names,
+        savings_per_hour: candidate_price - price,
+        placements: placements(&solution),
+        replacements: vec![replacement],
+    })
+}
+
+/// Drift replaces without a price check, with as many claims as it takes.
+fn drift_command(prepared: &Prepared<'_>, cluster: &Cluster, candidate: &Candidate) -> Result<Command, String> {
+    let removed = [candidate.node];
+    let moving = candidate_pods(cluster, &[candidate]);
+    let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
+    let solution = prepared.run(&removed, cluster.pending.iter().chain(moving.iter().copied()));
+    if let Some((pod, reason)) = solution.unschedulable.iter().find(|(pod, _)| moving_keys.contains(pod)) {
+        return Err(format!("not all pods would schedule, {pod} => {reason}"));
+    }
+    let replacements: Vec<PlannedClaim> = solution
+        .new_claims
+        .iter()
+        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
+        .cloned()
+        .collect();
+    let price: f64 = replacements.iter().filter_map(|r| r.cheapest.as_ref()).map(|c| c.price).sum();
+    let placements = solution
+        .existing
+        .iter()
+        .filter_map(|(node, pods)| {
+            let moved: Vec<PodKey> = pods.iter().filter(|p| moving_keys.contains(p)).cloned().collect();
+            (!moved.is_empty()).then(|| (node.clone(), moved))
+        })
+        .collect();
+    Ok(Command {
+        reason: Reason::Drifted,
+        method: Method::Drift,
+        candidates: vec![cluster.nodes[candidate.node].name.clone()],
+        replacements,
+        savings_per_hour: candidate.price - price,
+        placements,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Applying commands to the working copy
+
+/// Carries a command out on the working copy: candidates marked for
+/// deletion (they count against budgets until gone), their pods moved where
+/// the simulation put them, replacements added as starting nodes.
+fn apply(cluster: &mut Cluster, command: &Command) {
+    let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
+    let mut moved: HashMap<PodKey, Pod> = HashMap::new();
+    for node in cluster.nodes.iter_mut().filter(|n| candidates.contains(n.name.as_str())) {
+        node.marked_for_deletion = true;
+        for pod in node.pods.drain(..) {
+            if pod.is_reschedulable() {
+                moved.insert(pod.key.clone(), pod);
+            }
+        }
+    }
+    for (target, pods) in &command.placements {
+        if let Some(node) = cluster.nodes.iter_mut().find(|n| &n.name == target) {
+            for key in pods {
+                if let Some(mut pod) = moved.remove(key) {
+                    pod.node_name = node.name.clone();
+                    node.pods.push(pod);
+                }
+            }
+        }
+    }
+    for (i, claim) in command.replacements.iter().enumerate() {
+        let Some(cheapest) = &claim.cheapest else {
+            continue;
+        };
+        let pool = cluster.node_pools.iter().find(|p| p.name == claim.node_pool);
+        let it = pool
+            .and_then(|p| cluster.catalogs.get(p.catalog))
+            .and_then(|c| c.iter().find(|it| it.name == cheapest.instance_type))
+            .cloned();
+        let name = format!("{}-replacement-{}-{i}", command.candidates.first().map_or("node", String::as_str), claim.node_pool);
+        let mut node_labels = claim.labels.clone();
+        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), cheapest.instance_type.clone());
+        node_labels.insert(labels::ZONE.to_owned(), cheapest.zone.clone());
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), cheapest.capacity_type.clone());
+        node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+        let pods = claim
+            .pods
+            .iter()
+            .filter_map(|key| moved.remove(key))
+            .map(|mut pod| {
+                pod.node_name = name.clone();
+                pod
+            })
+            .collect();
+        cluster.nodes.push(StateNode {
+            name: name.clone(),
+            node_claim_name: name,
+            node_pool: claim.node_pool.clone(),
+            labels: node_labels,
+            taints: claim.taints.clone(),
+            allocatable: it.as_ref().map(|it| it.allocatable.clone()).unwrap_or_default(),
+            capacity: it.as_ref().map(|it| it.capacity.clone()).unwrap_or_default(),
+            pods,
+            has_node: false,
+            initialized: false,
+            marked_for_deletion: false,
+            unschedulable: false,
+            price: cheapest.price,
+            creation_seconds: cluster.now_seconds,
+            disruption: karpenter_proto::scheduler::v1::NodeClaimDisruptionState::default(),
+            planned: true,
+            capacity_type: cheapest.capacity_type.clone(),
+            zone: cheapest.zone.clone(),
+            instance_type: cheapest.instance_type.clone(),
+        });
+    }
+}
+
+fn managed_cost(cluster: &Cluster) -> f64 {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.is_managed() && !n.marked_for_deletion)
+        .map(|n| node_price(cluster, n))
+        .sum()
+}
+
+// ---------------------------------------------------------------------------
+// The plan
+
+/// Plans every disruption Karpenter would carry out, from this snapshot on.
+pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions) -> DisruptionPlan {
+    let mut state = cluster.clone();
+    let mut plan = DisruptionPlan {
+        cost_before: managed_cost(cluster),
+        lower_bound: lower_bound(cluster),
+        ..DisruptionPlan::default()
+    };
+
+    // Expiration is forceful: no budgets, no do-not-disrupt, no PDBs.
+    let expired: Vec<usize> = (0..state.nodes.len())
+        .filter(|i| {
+            let n = &state.nodes[*i];
+            n.is_managed()
+                && !n.marked_for_deletion
+                && n.disruption
+                    .expiration_time
+                    .as_ref()
+                    .is_some_and(|t| t.seconds <= state.now_seconds)
+        })
+        .collect();
+    if !expired.is_empty() {
+        let prepared = Prepared::new(&state, scheduling);
+        for index in expired {
+            let node = &state.nodes[index];
+            let moving: Vec<&Pod> = node.pods.iter().filter(|p| p.is_reschedulable()).collect();
+            let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
+            let solution = prepared.run(&[index], state.pending.iter().chain(moving.iter().copied()));
+            let replacements: Vec<PlannedClaim> = solution
+                .new_claims
+                .iter()
+                .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
+                .cloned()
+                .collect();
+            let price: f64 = replacements.iter().filter_map(|r| r.cheapest.as_ref()).map(|c| c.price).sum();
+            plan.commands.push(Command {
+                reason: Reason::Expired,
+                method: Method::Expiration,
+                candidates: vec![node.name.clone()],
+                savings_per_hour: node_price(&state, node) - price,
+                placements: solution
+                    .existing
+                    .iter()
+                    .filter_map(|(n, pods)| {
+                        let moved: Vec<PodKey> = pods.iter().filter(|p| moving_keys.contains(p)).cloned().collect();
+                        (!moved.is_empty()).then(|| (n.clone(), moved))
+                    })
+                    .collect(),
+                replacements,
+            });
+        }
+        for command in plan.commands.clone() {
+            apply(&mut state, &command);
+        }
+    }
+
+    let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    loop {
+        let Some(commands) = round(&state, scheduling, options, &mut blocked, &mut plan.candidates_evaluated) else {
+            break;
+        };
+        for command in &commands {
+            apply(&mut state, command);
+        }
+        plan.commands.extend(commands);
+    }
+    let disrupted: HashSet<&str> = plan.commands.iter().flat_map(|c| c.candidates.iter().map(String::as_str)).collect();
+    blocked.retain(|node, _| !disrupted.contains(node.as_str()));
+    plan.blocked = blocked;
+    plan.cost_after = managed_cost(&state);
+    plan
+}
+
+/// One pass of Karpenter's disruption loop: the first method that acts.
+fn round(
+    state: &Cluster,
+    scheduling: &Options,
+    options: &DisruptionOptions,
+    blocked: &mut BTreeMap<String, String>,
+    evaluated: &mut usize,
+) -> Option<Vec<Command>> {
+    let graceful = build_candidates(state, false, blocked);
+    if graceful.is_empty() && !state.nodes.iter().any(|n| !n.disruption.drifted_reason.is_empty()) {
+        return None;
+    }
+
+    // Emptiness: every empty, consolidatable node in one command.
+    let mut budgets = budget_mapping(state, Reason::Empty);
+    let mut empty = Vec::new();
+    for candidate in &graceful {
+        if !candidate.reschedulable.is_empty() || !candidate.consolidatable {
+            continue;
+        }
+        let budget = budgets.entry(candidate.pool).or_insert(0);
+        if *budget == 0 {
+            blocked.insert(
+                state.nodes[candidate.node].name.clone(),
+                format!("disruption budget of nodepool {:?} allows no more Empty disruptions", state.node_pools[candidate.pool].name),
+            );
+            continue;
+        }
+        *budget -= 1;
+        empty.push(candidate);
+    }
+    *evaluated += empty.len();
+    if !empty.is_empty() {
+        return Some(vec![Command {
+            reason: Reason::Empty,
+            method: Method::Emptiness,
+            candidates: empty.iter().map(|c| state.nodes[c.node].name.clone()).collect(),
+            replacements: Vec::new(),
+            savings_per_hour: empty.iter().map(|c| c.price).sum(),
+            placements: BTreeMap::new(),
+        }]);
+    }
+
+    let prepared = Prepared::new(state, scheduling);
+
+    // Drift: the oldest drift first, one node per command, no price check.
+    let mut eventual_blocked = BTreeMap::new();
+    let mut drifted: Vec<Candidate> = build_candidates(state, true, &mut eventual_blocked)
+        .into_iter()
+        .filter(|c| !state.nodes[c.node].disruption.drifted_reason.is_empty() && !c.reschedulable.is_empty())
+        .collect();
+    for (node, reason) in eventual_blocked {
+        if !state.nodes.iter().any(|n| n.name == node && n.disruption.drifted_reason.is_empty()) {
+            blocked.entry(node).or_insert(reason);
+        }
+    }
+    drifted.sort_by_key(|c| {
+        let node = &state.nodes[c.node];
+        (node.disruption.drifted_time.as_ref().map_or(0, |t| t.seconds), node.name.clone())
+    });
+    let budgets = budget_mapping(state, Reason::Drifted);
+    for candidate in &drifted {
+        if budgets.get(&candidate.pool).copied().unwrap_or(0) == 0 {
+            blocked.insert(
+                state.nodes[candidate.node].name.clone(),
+                format!("disruption budget of nodepool {:?} allows no more Drifted disruptions", state.node_pools[candidate.pool].name),
+            );
+            continue;
+        }
+        *evaluated += 1;
+        match drift_command(&prepared, state, candidate) {
+            Ok(command) => return Some(vec![command]),
+            Err(reason) => {
+                blocked.insert(state.nodes[candidate.node].name.clone(), reason);
+            }
+        }
+    }
+
+    // Consolidation candidates: consolidatable nodes of pools that allow it.
+    let consolidatable: Vec<&Candidate> = graceful
+        .iter()
+        .filter(|c| {
+            let pool = &state.node_pools[c.pool];
+            let node = &state.nodes[c.node];
+            c.consolidatable
+                && !pool.consolidation_when_empty_only
+                && pool.consolidate_after_seconds.is_some()
+                && !c.reschedulable.is_empty()
+                && !node.instance_type.is_empty()
+                && !node.capacity_type.is_empty()
+                && !node.zone.is_empty()
+        })
+        .collect();
+    if consolidatable.is_empty() {
+        return None;
+    }
+
+    // Multi-node: Karpenter's binary search over prefixes of the cheapest
+    // candidates to disrupt.
+    let mut budgets = budget_mapping(state, Reason::Underutilized);
+    let mut within_budget = Vec::new();
+    for candidate in &consolidatable {
+        let budget = budgets.entry(candidate.pool).or_insert(0);
+        if *budget == 0 {
+            blocked.insert(
+                state.nodes[candidate.node].name.clone(),
+                format!("disruption budget of nodepool {:?} allows no more Underutilized disruptions", state.node_pools[candidate.pool].name),
+            );
+            continue;
+        }
+        *budget -= 1;
+        within_budget.push(*candidate);
+    }
+    if within_budget.len() >= 2 {
+        let mut high = within_budget.len().min(MAX_MULTI_NODE_CANDIDATES + 1) - 1;
+        let mut low = 1;
+        let mut best = None;
+        while low <= high {
+            let mid = (low + high) / 2;
+            let batch = &within_budget[..=mid];
+            *evaluated += batch.len();
+            match consolidate(&prepared, state, batch, options, Method::MultiNodeConsolidation) {
+                Ok(command) if command.savings_per_hour > 0.0 => {
+                    best = Some(command);
+                    low = mid + 1;
+                }
+                _ => {
+                    if mid == 0 {
+                        break;
+                    }
+                    high = mid - 1;
+                }
+            }
+        }
+        if let Some(command) = best {
+            return Some(vec![command]);
+        }
+    }
+
+    // Single-node: every candidate evaluated; every command that stays valid
+    // next to the ones taken before it is taken (Karpenter would take them
+    // one loop at a time).
+    let budgets = budget_mapping(state, Reason::Underutilized);
+    let mut remaining_budget = budgets.clone();
+    let mut taken: Vec<Command> = Vec::new();
+    let mut removed: HashSet<String> = HashSet::new();
+    let mut touched: HashSet<String> = HashSet::new();
+    for candidate in &consolidatable {
+        let name = &state.nodes[candidate.node].name;
+        if remaining_budget.get(&candidate.pool).copied().unwrap_or(0) == 0 || touched.contains(name) {
+            continue;
+        }
+        *evaluated += 1;
+        match consolidate(&prepared, state, &[*candidate], options, Method::SingleNodeConsolidation) {
+            Ok(command) => {
+                let conflicts = command
+                    .placements
+                    .keys()
+                    .any(|target| removed.contains(target) || touched.contains(target));
+                if conflicts {
+                    continue;
+                }
+                removed.insert(name.clone());
+                touched.extend(command.placements.keys().cloned());
+                if let Some(budget) = remaining_budget.get_mut(&candidate.pool) {
+                    *budget -= 1;
+                }
+                taken.push(command);
+            }
+            // No saving, or the pods have nowhere else to go: the node stays.
+            Err(_) => {}
+        }
+    }
+    (!taken.is_empty()).then_some(taken)
+}
+
+// ---------------------------------------------------------------------------
+// Lower bound
+
+/// The cheapest any set of nodes from the pools could hold the managed
+/// nodes' pods for, if pods could be split across nodes: the optimum of the
+/// linear relaxation of bin packing over CPU, memory and pod count. No real
+/// plan can beat it.
+pub fn lower_bound(cluster: &Cluster) -> f64 {
+    let mut demand = Resources::default();
+    for node in cluster.nodes.iter().filter(|n| n.is_managed() && !n.marked_for_deletion) {
+        for pod in node.pods.iter().filter(|p| p.is_active() && !p.is_daemon()) {
+            demand.add(&pod.requests);
+        }
+    }
+    if demand.is_zero() {
+        return 0.0;
+    }
+    let demand = [demand.cpu as f64, demand.memory as f64, demand.pods as f64];
+    let mut columns: Vec<([f64; 3], f64)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for pool in cluster.node_pools.iter().filter(|p| p.ready) {
+        let Some(catalog) = cluster.catalogs.get(pool.catalog) else {
+            continue;
+        };
+        let filter = OfferingFilter::new(&pool.requirements, &cluster.offering_space);
+        for it in catalog {
+            if it.requirements.intersects(&pool.requirements).is_err() || !seen.insert(it.name.clone()) {
+                continue;
+            }
+            let Some(offering) = it.cheapest_allowed(&filter) else {
+                continue;
+            };
+            let a = &it.allocatable;
+            columns.push(([a.cpu.max(0) as f64, a.memory.max(0) as f64, a.pods.max(0) as f64], offering.price));
+        }
+    }
+    covering_lp(&demand, &columns).unwrap_or(0.0)
+}
+
+/// min Σ price_j x_j subject to Σ a_j x_j ≥ demand, x ≥ 0, solved through
+/// its dual (max demand·y subject to a_j·y ≤ price_j, y ≥ 0) with a dense
+/// simplex: three variables, one constraint per instance type.
+fn covering_lp(demand: &[f64; 3], columns: &[([f64; 3], f64)]) -> Option<f64> {
+    // Scale each resource so the numbers stay near 1.
+    let scale: Vec<f64> = (0..3)
+        .map(|r| {
+            let max = columns.iter().map(|(a, _)| a[r]).fold(0.0_f64, f64::max);
+            if max > 0.0 { max } else { 1.0 }
+        })
+        .collect();
+    let m = columns.len();
+    if m == 0 {
+        return None;
+    }
+    // Tableau rows: constraints a_j·y + s_j = price_j; objective row last.
+    let width = 3 + m + 1;
+    let mut tableau = vec![vec![0.0; width]; m + 1];
+    for (j, (a, price)) in columns.iter().enumerate() {
+        for r in 0..3 {
+            tableau[j][r] = a[r] / scale[r];
+        }
+        tableau[j][3 + j] = 1.0;
+        tableau[j][width - 1] = *price;
+    }
+    for r in 0..3 {
+        tableau[m][r] = -demand[r] / scale[r];
+    }
+    for _ in 0..(10 * (m + 3)) {
+        // Entering: most negative reduced cost.
+        let (entering, value) = (0..width - 1)
+            .map(|c| (c, tableau[m][c]))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        if value >= -1e-12 {
+            return Some(tableau[m][width - 1]);
+        }
+        let leaving = (0..m)
+            .filter(|row| tableau[*row][entering] > 1e-12)
+            .min_by(|a, b| {
+                (tableau[*a][width - 1] / tableau[*a][entering]).total_cmp(&(tableau[*b][width - 1] / tableau[*b][entering]))
+            })?;
+        let pivot = tableau[leaving][entering];
+        for value in tableau[leaving].iter_mut() {
+            *value /= pivot;
+        }
+        let pivot_row = tableau[leaving].clone();
+        for (row, values) in tableau.iter_mut().enumerate() {
+            if row == leaving {
+                continue;
+            }
+            let factor = values[entering];
+            if factor != 0.0 {
+                for (value, p) in values.iter_mut().zip(&pivot_row) {
+                    *value -= factor * p;
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covering_lp_mixes_types_fractionally() {
+        // Need 8 CPU and 8 GiB: a CPU-heavy type (4 CPU, 1 GiB, $1) and a
+        // memory-heavy one (1 CPU, 4 GiB, $1): 1.6 of each = $3.2.
+        let columns = [([4.0, 1.0, 100.0], 1.0), ([1.0, 4.0, 100.0], 1.0)];
+        let cost = covering_lp(&[8.0, 8.0, 1.0], &columns).unwrap();
+        assert!((cost - 3.2).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn cron_windows_are_utc_and_inclusive_of_the_duration() {
+        let budget = |schedule: &str, duration: i64| crate::model::Budget {
+            nodes: "0".into(),
+            schedule: schedule.into(),
+            duration_seconds: Some(duration),
+            reasons: vec![],
+        };
+        // 2000-06-15 12:30:30 UTC (a Thursday).
+        let now = 961_072_230;
+        assert!(budget_active(&budget("* * * * *", 3600), now).unwrap());
+        assert!(budget_active(&budget("0 12 * * *", 3600), now).unwrap());
+        assert!(!budget_active(&budget("0 13 * * *", 3600), now).unwrap());
+        assert!(!budget_active(&budget("0 12 * * *", 60 * 20), now).unwrap());
+        assert!(budget_active(&budget("0 12 * * thu", 3600), now).unwrap());
+        assert!(!budget_active(&budget("0 12 * * fri", 3600), now).unwrap());
+        assert!(budget_active(&budget("@daily", 13 * 3600), now).unwrap());
+        assert!(budget_active(&budget("not a schedule", 60), now).is_err());
+    }
+}
