@@ -103,7 +103,9 @@ struct Candidate {
 }
 
 fn eviction_cost(pod: &Pod) -> f64 {
-    let cost = 1.0 + f64::from(pod.deletion_cost) / 2f64.powi(27) + f64::from(pod.priority) / 2f64.powi(25);
+    let cost = 1.0
+        + f64::from(pod.deletion_cost) / 2f64.powi(27)
+        + f64::from(pod.priority) / 2f64.powi(25);
     cost.clamp(-10.0, 10.0)
 }
 
@@ -118,7 +120,10 @@ fn tolerates_disrupted_taint(pod: &Pod) -> bool {
 
 /// Pods the eviction API would be asked to evict (Karpenter's IsEvictable).
 fn is_evictable(pod: &Pod) -> bool {
-    pod.is_active() && !tolerates_disrupted_taint(pod) && pod.owner_kind != "Node" && !pod.do_not_disrupt
+    pod.is_active()
+        && !tolerates_disrupted_taint(pod)
+        && pod.owner_kind != "Node"
+        && !pod.do_not_disrupt
 }
 
 /// The price of a node per hour: as given, or its offering's.
@@ -164,7 +169,12 @@ fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
 }
 
 /// Why a managed node cannot be a candidate at all, if it cannot.
-fn candidate_block(cluster: &Cluster, node: &StateNode, pool: Option<usize>, eventual: bool) -> Option<String> {
+fn candidate_block(
+    cluster: &Cluster,
+    node: &StateNode,
+    pool: Option<usize>,
+    eventual: bool,
+) -> Option<String> {
     if !node.has_node {
         return Some("nodeclaim does not have an associated node".to_owned());
     }
@@ -214,13 +224,20 @@ fn candidate_block(cluster: &Cluster, node: &StateNode, pool: Option<usize>, eve
         if let Some(pdb) = matching.first()
             && pdb.disruptions_allowed <= 0
         {
-            return Some(format!("pdb {:?} prevents pod evictions", pdb.key.to_string()));
+            return Some(format!(
+                "pdb {:?} prevents pod evictions",
+                pdb.key.to_string()
+            ));
         }
     }
     None
 }
 
-fn build_candidates(cluster: &Cluster, eventual: bool, blocked: &mut BTreeMap<String, String>) -> Vec<Candidate> {
+fn build_candidates(
+    cluster: &Cluster,
+    eventual: bool,
+    blocked: &mut BTreeMap<String, String>,
+) -> Vec<Candidate> {
     let mut candidates = Vec::new();
     let mut order: Vec<usize> = (0..cluster.nodes.len()).collect();
     order.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
@@ -229,7 +246,10 @@ fn build_candidates(cluster: &Cluster, eventual: bool, blocked: &mut BTreeMap<St
         if !node.is_managed() || node.planned {
             continue;
         }
-        let pool = cluster.node_pools.iter().position(|p| p.name == node.node_pool);
+        let pool = cluster
+            .node_pools
+            .iter()
+            .position(|p| p.name == node.node_pool);
         if let Some(reason) = candidate_block(cluster, node, pool, eventual) {
             blocked.entry(node.name.clone()).or_insert(reason);
             continue;
@@ -290,7 +310,10 @@ fn parse_cron_field(field: &str, min: u32, max: u32, names: &[&str]) -> Option<(
             return Some(n);
         }
         let lower = text.to_ascii_lowercase();
-        names.iter().position(|n| *n == lower).map(|p| p as u32 + min)
+        names
+            .iter()
+            .position(|n| *n == lower)
+            .map(|p| p as u32 + min)
     };
     for part in field.split(',') {
         let (range, step) = match part.split_once('/') {
@@ -331,7 +354,9 @@ impl Cron {
         let [minute, hour, day, month, weekday] = fields.as_slice() else {
             return None;
         };
-        const MONTHS: &[&str] = &["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+        const MONTHS: &[&str] = &[
+            "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+        ];
         const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
         let (minutes, _) = parse_cron_field(minute, 0, 59, &[])?;
         let (hours, _) = parse_cron_field(hour, 0, 23, &[])?;
@@ -357,7 +382,10 @@ impl Cron {
         let seconds = unix_minute * 60;
         let days_since_epoch = seconds.div_euclid(86_400);
         let second_of_day = seconds.rem_euclid(86_400);
-        let (hour, minute) = ((second_of_day / 3600) as usize, ((second_of_day % 3600) / 60) as usize);
+        let (hour, minute) = (
+            (second_of_day / 3600) as usize,
+            ((second_of_day % 3600) / 60) as usize,
+        );
         let (year_day_month, day) = civil_from_days(days_since_epoch);
         let weekday = (days_since_epoch + 4).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
         let day_ok = self.days[day as usize];
@@ -395,7 +423,8 @@ fn budget_active(budget: &crate::model::Budget, now: i64) -> Result<bool, String
     if budget.schedule.is_empty() {
         return Ok(true);
     }
-    let cron = Cron::parse(&budget.schedule).ok_or_else(|| format!("invalid schedule {:?}", budget.schedule))?;
+    let cron = Cron::parse(&budget.schedule)
+        .ok_or_else(|| format!("invalid schedule {:?}", budget.schedule))?;
     let now_minute = now.div_euclid(60);
     let first = (now - duration).div_euclid(60) + 1;
     Ok((first..=now_minute).rev().any(|minute| cron.fires(minute)))
@@ -413,17 +442,27 @@ fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
         let total = nodes.len() as i64;
         let disrupting = nodes
             .iter()
-            .filter(|n| n.marked_for_deletion || n.disruption.disrupting || n.disruption.node_not_ready)
+            .filter(|n| {
+                n.marked_for_deletion || n.disruption.disrupting || n.disruption.node_not_ready
+            })
             .count() as i64;
         let mut allowed = i64::MAX;
         let mut failed = false;
         for budget in &pool.budgets {
             let applies = budget.reasons.is_empty()
                 || budget.reasons.iter().any(|r| match r {
-                    karpenter_proto::scheduler::v1::DisruptionReason::Empty => reason == Reason::Empty,
-                    karpenter_proto::scheduler::v1::DisruptionReason::Underutilized => reason == Reason::Underutilized,
-                    karpenter_proto::scheduler::v1::DisruptionReason::Drifted => reason == Reason::Drifted,
-                    karpenter_proto::scheduler::v1::DisruptionReason::Expired => reason == Reason::Expired,
+                    karpenter_proto::scheduler::v1::DisruptionReason::Empty => {
+                        reason == Reason::Empty
+                    }
+                    karpenter_proto::scheduler::v1::DisruptionReason::Underutilized => {
+                        reason == Reason::Underutilized
+                    }
+                    karpenter_proto::scheduler::v1::DisruptionReason::Drifted => {
+                        reason == Reason::Drifted
+                    }
+                    karpenter_proto::scheduler::v1::DisruptionReason::Expired => {
+                        reason == Reason::Expired
+                    }
                     karpenter_proto::scheduler::v1::DisruptionReason::Unspecified => true,
                 });
             let value = match budget_active(budget, cluster.now_seconds) {
@@ -472,7 +511,13 @@ fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'
             let node = &cluster.nodes[c.node];
             c.reschedulable.iter().map(move |i| &node.pods[*i])
         })
-        .filter(|pod| !pod.do_not_disrupt && !cluster.pdbs.iter().any(|pdb| pdb.fully_blocking && pdb.selects(pod)))
+        .filter(|pod| {
+            !pod.do_not_disrupt
+                && !cluster
+                    .pdbs
+                    .iter()
+                    .any(|pdb| pdb.fully_blocking && pdb.selects(pod))
+        })
         .collect()
 }
 
@@ -480,8 +525,15 @@ fn simulate(prepared: &Prepared<'_>, cluster: &Cluster, candidates: &[&Candidate
     let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
     let moving = candidate_pods(cluster, candidates);
     let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-    let solution = prepared.run(&removed, cluster.pending.iter().chain(moving.iter().copied()));
-    if let Some((pod, reason)) = solution.unschedulable.iter().find(|(pod, _)| moving_keys.contains(pod)) {
+    let solution = prepared.run(
+        &removed,
+        cluster.pending.iter().chain(moving.iter().copied()),
+    );
+    if let Some((pod, reason)) = solution
+        .unschedulable
+        .iter()
+        .find(|(pod, _)| moving_keys.contains(pod))
+    {
         return Outcome::Impossible(format!("not all pods would schedule, {pod} => {reason}"));
     }
     // Never count on a node that is still starting.
@@ -492,7 +544,9 @@ fn simulate(prepared: &Prepared<'_>, cluster: &Cluster, candidates: &[&Candidate
             .find(|n| &n.name == node_name)
             .is_some_and(|n| !n.initialized);
         if starting && pods.iter().any(|p| moving_keys.contains(p)) {
-            return Outcome::Impossible(format!("would schedule against uninitialized node {node_name}"));
+            return Outcome::Impossible(format!(
+                "would schedule against uninitialized node {node_name}"
+            ));
         }
     }
     let replacements = solution
@@ -511,7 +565,11 @@ fn simulate(prepared: &Prepared<'_>, cluster: &Cluster, candidates: &[&Candidate
 /// of the first capacity type it could get (reserved, then spot, then
 /// on-demand), as Karpenter prices a replacement.
 fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
-    for capacity_type in [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND] {
+    for capacity_type in [
+        labels::CAPACITY_TYPE_RESERVED,
+        labels::CAPACITY_TYPE_SPOT,
+        labels::CAPACITY_TYPE_ON_DEMAND,
+    ] {
         if requirements
             .get(labels::CAPACITY_TYPE)
             .is_some_and(|r| !r.has(capacity_type))
@@ -521,7 +579,9 @@ fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
         let prices = it.offerings.iter().filter(|o| {
             o.available
                 && o.capacity_type == capacity_type
-                && requirements.get(labels::ZONE).is_none_or(|z| z.has(&o.zone))
+                && requirements
+                    .get(labels::ZONE)
+                    .is_none_or(|z| z.has(&o.zone))
         });
         if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
             return max;
@@ -538,7 +598,10 @@ fn restrict_claim(
     extra: Option<Requirement>,
     keep: impl Fn(&InstanceType, &Requirements) -> bool,
 ) -> Option<PlannedClaim> {
-    let pool = cluster.node_pools.iter().find(|p| p.name == claim.node_pool)?;
+    let pool = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)?;
     let catalog = cluster.catalogs.get(pool.catalog)?;
     let mut requirements = claim.requirements.clone();
     if let Some(extra) = extra {
@@ -550,14 +613,22 @@ fn restrict_claim(
         .iter()
         .filter_map(|name| catalog.iter().find(|it| &it.name == name))
         .filter(|it| it.has_compatible_offering(&filter) && keep(it, &requirements))
-        .map(|it| (it, it.cheapest_allowed(&filter).map_or(f64::MAX, |o| o.price)))
+        .map(|it| {
+            (
+                it,
+                it.cheapest_allowed(&filter).map_or(f64::MAX, |o| o.price),
+            )
+        })
         .collect();
     if kept.is_empty() {
         return None;
     }
     kept.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
     let names: Vec<String> = kept.iter().map(|(it, _)| it.name.clone()).collect();
-    requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, names.iter().map(String::as_str)));
+    requirements.add(Requirement::in_values(
+        labels::INSTANCE_TYPE,
+        names.iter().map(String::as_str),
+    ));
     let (it, _) = kept[0];
     let offering = it.cheapest_allowed(&filter)?;
     let mut labels = claim.labels.clone();
@@ -594,15 +665,25 @@ fn consolidate(
     options: &DisruptionOptions,
     method: Method,
 ) -> Result<Command, String> {
-    let names: Vec<String> = candidates.iter().map(|c| cluster.nodes[c.node].name.clone()).collect();
+    let names: Vec<String> = candidates
+        .iter()
+        .map(|c| cluster.nodes[c.node].name.clone())
+        .collect();
     let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
     let placements = |solution: &Solution| -> BTreeMap<String, Vec<PodKey>> {
-        let moving: HashSet<PodKey> = candidate_pods(cluster, candidates).iter().map(|p| p.key.clone()).collect();
+        let moving: HashSet<PodKey> = candidate_pods(cluster, candidates)
+            .iter()
+            .map(|p| p.key.clone())
+            .collect();
         solution
             .existing
             .iter()
             .filter_map(|(node, pods)| {
-                let moved: Vec<PodKey> = pods.iter().filter(|p| moving.contains(p)).cloned().collect();
+                let moved: Vec<PodKey> = pods
+                    .iter()
+                    .filter(|p| moving.contains(p))
+                    .cloned()
+                    .collect();
                 (!moved.is_empty()).then(|| (node.clone(), moved))
             })
             .collect()
@@ -621,8 +702,15 @@ fn consolidate(
         }
         Outcome::Replace(solution) => solution,
     };
-    let moving: HashSet<PodKey> = candidate_pods(cluster, candidates).iter().map(|p| p.key.clone()).collect();
-    let Some(claim) = solution.new_claims.iter().find(|c| c.pods.iter().any(|p| moving.contains(p))) else {
+    let moving: HashSet<PodKey> = candidate_pods(cluster, candidates)
+        .iter()
+        .map(|p| p.key.clone())
+        .collect();
+    let Some(claim) = solution
+        .new_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|p| moving.contains(p)))
+    else {
         return Err("no replacement was planned".to_owned());
     };
     let all_spot = candidates
@@ -632,10 +720,15 @@ fn consolidate(
         .requirements
         .get(labels::CAPACITY_TYPE)
         .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
-    let cheaper = |it: &InstanceType, requirements: &Requirements| worst_launch_price(it, requirements) < candidate_price;
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
     let replacement = if all_spot && allows_spot {
         if !options.spot_to_spot {
-            return Err("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node".to_owned());
+            return Err(
+                "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+                    .to_owned(),
+            );
         }
         let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
         let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
@@ -648,8 +741,14 @@ fn consolidate(
                     replacement.instance_types.len()
                 ));
             }
-            replacement.instance_types.truncate(MIN_SPOT_TO_SPOT_OPTIONS);
-            let kept: Vec<&str> = replacement.instance_types.iter().map(String::as_str).collect();
+            replacement
+                .instance_types
+                .truncate(MIN_SPOT_TO_SPOT_OPTIONS);
+            let kept: Vec<&str> = replacement
+                .instance_types
+                .iter()
+                .map(String::as_str)
+                .collect();
             replacement
                 .requirements
                 .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
@@ -673,12 +772,22 @@ fn consolidate(
     };
     if method == Method::MultiNodeConsolidation {
         // Replacing nodes with one of the same type saves nothing real.
-        let types: HashSet<&str> = candidates.iter().map(|c| cluster.nodes[c.node].instance_type.as_str()).collect();
-        if replacement.instance_types.iter().all(|t| types.contains(t.as_str())) {
+        let types: HashSet<&str> = candidates
+            .iter()
+            .map(|c| cluster.nodes[c.node].instance_type.as_str())
+            .collect();
+        if replacement
+            .instance_types
+            .iter()
+            .all(|t| types.contains(t.as_str()))
+        {
             return Err("the replacement would be the same instance type".to_owned());
         }
     }
-    let price = replacement.cheapest.as_ref().map_or(f64::INFINITY, |c| c.price);
+    let price = replacement
+        .cheapest
+        .as_ref()
+        .map_or(f64::INFINITY, |c| c.price);
     Ok(Command {
         reason: Reason::Underutilized,
         method,
@@ -690,12 +799,23 @@ fn consolidate(
 }
 
 /// Drift replaces without a price check, with as many claims as it takes.
-fn drift_command(prepared: &Prepared<'_>, cluster: &Cluster, candidate: &Candidate) -> Result<Command, String> {
+fn drift_command(
+    prepared: &Prepared<'_>,
+    cluster: &Cluster,
+    candidate: &Candidate,
+) -> Result<Command, String> {
     let removed = [candidate.node];
     let moving = candidate_pods(cluster, &[candidate]);
     let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-    let solution = prepared.run(&removed, cluster.pending.iter().chain(moving.iter().copied()));
-    if let Some((pod, reason)) = solution.unschedulable.iter().find(|(pod, _)| moving_keys.contains(pod)) {
+    let solution = prepared.run(
+        &removed,
+        cluster.pending.iter().chain(moving.iter().copied()),
+    );
+    if let Some((pod, reason)) = solution
+        .unschedulable
+        .iter()
+        .find(|(pod, _)| moving_keys.contains(pod))
+    {
         return Err(format!("not all pods would schedule, {pod} => {reason}"));
     }
     let replacements: Vec<PlannedClaim> = solution
@@ -704,12 +824,20 @@ fn drift_command(prepared: &Prepared<'_>, cluster: &Cluster, candidate: &Candida
         .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
         .cloned()
         .collect();
-    let price: f64 = replacements.iter().filter_map(|r| r.cheapest.as_ref()).map(|c| c.price).sum();
+    let price: f64 = replacements
+        .iter()
+        .filter_map(|r| r.cheapest.as_ref())
+        .map(|c| c.price)
+        .sum();
     let placements = solution
         .existing
         .iter()
         .filter_map(|(node, pods)| {
-            let moved: Vec<PodKey> = pods.iter().filter(|p| moving_keys.contains(p)).cloned().collect();
+            let moved: Vec<PodKey> = pods
+                .iter()
+                .filter(|p| moving_keys.contains(p))
+                .cloned()
+                .collect();
             (!moved.is_empty()).then(|| (node.clone(), moved))
         })
         .collect();
@@ -732,7 +860,11 @@ fn drift_command(prepared: &Prepared<'_>, cluster: &Cluster, candidate: &Candida
 fn apply(cluster: &mut Cluster, command: &Command) {
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
     let mut moved: HashMap<PodKey, Pod> = HashMap::new();
-    for node in cluster.nodes.iter_mut().filter(|n| candidates.contains(n.name.as_str())) {
+    for node in cluster
+        .nodes
+        .iter_mut()
+        .filter(|n| candidates.contains(n.name.as_str()))
+    {
         node.marked_for_deletion = true;
         for pod in node.pods.drain(..) {
             if pod.is_reschedulable() {
@@ -754,16 +886,29 @@ fn apply(cluster: &mut Cluster, command: &Command) {
         let Some(cheapest) = &claim.cheapest else {
             continue;
         };
-        let pool = cluster.node_pools.iter().find(|p| p.name == claim.node_pool);
+        let pool = cluster
+            .node_pools
+            .iter()
+            .find(|p| p.name == claim.node_pool);
         let it = pool
             .and_then(|p| cluster.catalogs.get(p.catalog))
             .and_then(|c| c.iter().find(|it| it.name == cheapest.instance_type))
             .cloned();
-        let name = format!("{}-replacement-{}-{i}", command.candidates.first().map_or("node", String::as_str), claim.node_pool);
+        let name = format!(
+            "{}-replacement-{}-{i}",
+            command.candidates.first().map_or("node", String::as_str),
+            claim.node_pool
+        );
         let mut node_labels = claim.labels.clone();
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), cheapest.instance_type.clone());
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            cheapest.instance_type.clone(),
+        );
         node_labels.insert(labels::ZONE.to_owned(), cheapest.zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), cheapest.capacity_type.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            cheapest.capacity_type.clone(),
+        );
         node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
         let pods = claim
             .pods
@@ -780,8 +925,14 @@ fn apply(cluster: &mut Cluster, command: &Command) {
             node_pool: claim.node_pool.clone(),
             labels: node_labels,
             taints: claim.taints.clone(),
-            allocatable: it.as_ref().map(|it| it.allocatable.clone()).unwrap_or_default(),
-            capacity: it.as_ref().map(|it| it.capacity.clone()).unwrap_or_default(),
+            allocatable: it
+                .as_ref()
+                .map(|it| it.allocatable.clone())
+                .unwrap_or_default(),
+            capacity: it
+                .as_ref()
+                .map(|it| it.capacity.clone())
+                .unwrap_or_default(),
             pods,
             has_node: false,
             initialized: false,
@@ -811,7 +962,11 @@ fn managed_cost(cluster: &Cluster) -> f64 {
 // The plan
 
 /// Plans every disruption Karpenter would carry out, from this snapshot on.
-pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions) -> DisruptionPlan {
+pub fn plan(
+    cluster: &Cluster,
+    scheduling: &Options,
+    options: &DisruptionOptions,
+) -> DisruptionPlan {
     let mut state = cluster.clone();
     let mut plan = DisruptionPlan {
         cost_before: managed_cost(cluster),
@@ -837,14 +992,19 @@ pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions
             let node = &state.nodes[index];
             let moving: Vec<&Pod> = node.pods.iter().filter(|p| p.is_reschedulable()).collect();
             let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-            let solution = prepared.run(&[index], state.pending.iter().chain(moving.iter().copied()));
+            let solution =
+                prepared.run(&[index], state.pending.iter().chain(moving.iter().copied()));
             let replacements: Vec<PlannedClaim> = solution
                 .new_claims
                 .iter()
                 .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
                 .cloned()
                 .collect();
-            let price: f64 = replacements.iter().filter_map(|r| r.cheapest.as_ref()).map(|c| c.price).sum();
+            let price: f64 = replacements
+                .iter()
+                .filter_map(|r| r.cheapest.as_ref())
+                .map(|c| c.price)
+                .sum();
             plan.commands.push(Command {
                 reason: Reason::Expired,
                 method: Method::Expiration,
@@ -854,7 +1014,11 @@ pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions
                     .existing
                     .iter()
                     .filter_map(|(n, pods)| {
-                        let moved: Vec<PodKey> = pods.iter().filter(|p| moving_keys.contains(p)).cloned().collect();
+                        let moved: Vec<PodKey> = pods
+                            .iter()
+                            .filter(|p| moving_keys.contains(p))
+                            .cloned()
+                            .collect();
                         (!moved.is_empty()).then(|| (n.clone(), moved))
                     })
                     .collect(),
@@ -868,7 +1032,13 @@ pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions
 
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
     loop {
-        let Some(commands) = round(&state, scheduling, options, &mut blocked, &mut plan.candidates_evaluated) else {
+        let Some(commands) = round(
+            &state,
+            scheduling,
+            options,
+            &mut blocked,
+            &mut plan.candidates_evaluated,
+        ) else {
             break;
         };
         for command in &commands {
@@ -876,7 +1046,11 @@ pub fn plan(cluster: &Cluster, scheduling: &Options, options: &DisruptionOptions
         }
         plan.commands.extend(commands);
     }
-    let disrupted: HashSet<&str> = plan.commands.iter().flat_map(|c| c.candidates.iter().map(String::as_str)).collect();
+    let disrupted: HashSet<&str> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.candidates.iter().map(String::as_str))
+        .collect();
     blocked.retain(|node, _| !disrupted.contains(node.as_str()));
     plan.blocked = blocked;
     plan.cost_after = managed_cost(&state);
@@ -892,7 +1066,12 @@ fn round(
     evaluated: &mut usize,
 ) -> Option<Vec<Command>> {
     let graceful = build_candidates(state, false, blocked);
-    if graceful.is_empty() && !state.nodes.iter().any(|n| !n.disruption.drifted_reason.is_empty()) {
+    if graceful.is_empty()
+        && !state
+            .nodes
+            .iter()
+            .any(|n| !n.disruption.drifted_reason.is_empty())
+    {
         return None;
     }
 
@@ -907,7 +1086,10 @@ fn round(
         if *budget == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!("disruption budget of nodepool {:?} allows no more Empty disruptions", state.node_pools[candidate.pool].name),
+                format!(
+                    "disruption budget of nodepool {:?} allows no more Empty disruptions",
+                    state.node_pools[candidate.pool].name
+                ),
             );
             continue;
         }
@@ -919,7 +1101,10 @@ fn round(
         return Some(vec![Command {
             reason: Reason::Empty,
             method: Method::Emptiness,
-            candidates: empty.iter().map(|c| state.nodes[c.node].name.clone()).collect(),
+            candidates: empty
+                .iter()
+                .map(|c| state.nodes[c.node].name.clone())
+                .collect(),
             replacements: Vec::new(),
             savings_per_hour: empty.iter().map(|c| c.price).sum(),
             placements: BTreeMap::new(),
@@ -932,23 +1117,38 @@ fn round(
     let mut eventual_blocked = BTreeMap::new();
     let mut drifted: Vec<Candidate> = build_candidates(state, true, &mut eventual_blocked)
         .into_iter()
-        .filter(|c| !state.nodes[c.node].disruption.drifted_reason.is_empty() && !c.reschedulable.is_empty())
+        .filter(|c| {
+            !state.nodes[c.node].disruption.drifted_reason.is_empty() && !c.reschedulable.is_empty()
+        })
         .collect();
     for (node, reason) in eventual_blocked {
-        if !state.nodes.iter().any(|n| n.name == node && n.disruption.drifted_reason.is_empty()) {
+        if !state
+            .nodes
+            .iter()
+            .any(|n| n.name == node && n.disruption.drifted_reason.is_empty())
+        {
             blocked.entry(node).or_insert(reason);
         }
     }
     drifted.sort_by_key(|c| {
         let node = &state.nodes[c.node];
-        (node.disruption.drifted_time.as_ref().map_or(0, |t| t.seconds), node.name.clone())
+        (
+            node.disruption
+                .drifted_time
+                .as_ref()
+                .map_or(0, |t| t.seconds),
+            node.name.clone(),
+        )
     });
     let budgets = budget_mapping(state, Reason::Drifted);
     for candidate in &drifted {
         if budgets.get(&candidate.pool).copied().unwrap_or(0) == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!("disruption budget of nodepool {:?} allows no more Drifted disruptions", state.node_pools[candidate.pool].name),
+                format!(
+                    "disruption budget of nodepool {:?} allows no more Drifted disruptions",
+                    state.node_pools[candidate.pool].name
+                ),
             );
             continue;
         }
@@ -989,7 +1189,10 @@ fn round(
         if *budget == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!("disruption budget of nodepool {:?} allows no more Underutilized disruptions", state.node_pools[candidate.pool].name),
+                format!(
+                    "disruption budget of nodepool {:?} allows no more Underutilized disruptions",
+                    state.node_pools[candidate.pool].name
+                ),
             );
             continue;
         }
@@ -1004,7 +1207,13 @@ fn round(
             let mid = (low + high) / 2;
             let batch = &within_budget[..=mid];
             *evaluated += batch.len();
-            match consolidate(&prepared, state, batch, options, Method::MultiNodeConsolidation) {
+            match consolidate(
+                &prepared,
+                state,
+                batch,
+                options,
+                Method::MultiNodeConsolidation,
+            ) {
                 Ok(command) if command.savings_per_hour > 0.0 => {
                     best = Some(command);
                     low = mid + 1;
@@ -1032,11 +1241,19 @@ fn round(
     let mut touched: HashSet<String> = HashSet::new();
     for candidate in &consolidatable {
         let name = &state.nodes[candidate.node].name;
-        if remaining_budget.get(&candidate.pool).copied().unwrap_or(0) == 0 || touched.contains(name) {
+        if remaining_budget.get(&candidate.pool).copied().unwrap_or(0) == 0
+            || touched.contains(name)
+        {
             continue;
         }
         *evaluated += 1;
-        match consolidate(&prepared, state, &[*candidate], options, Method::SingleNodeConsolidation) {
+        match consolidate(
+            &prepared,
+            state,
+            &[*candidate],
+            options,
+            Method::SingleNodeConsolidation,
+        ) {
             Ok(command) => {
                 let conflicts = command
                     .placements
@@ -1068,7 +1285,11 @@ fn round(
 /// plan can beat it.
 pub fn lower_bound(cluster: &Cluster) -> f64 {
     let mut demand = Resources::default();
-    for node in cluster.nodes.iter().filter(|n| n.is_managed() && !n.marked_for_deletion) {
+    for node in cluster
+        .nodes
+        .iter()
+        .filter(|n| n.is_managed() && !n.marked_for_deletion)
+    {
         for pod in node.pods.iter().filter(|p| p.is_active() && !p.is_daemon()) {
             demand.add(&pod.requests);
         }
@@ -1085,14 +1306,23 @@ pub fn lower_bound(cluster: &Cluster) -> f64 {
         };
         let filter = OfferingFilter::new(&pool.requirements, &cluster.offering_space);
         for it in catalog {
-            if it.requirements.intersects(&pool.requirements).is_err() || !seen.insert(it.name.clone()) {
+            if it.requirements.intersects(&pool.requirements).is_err()
+                || !seen.insert(it.name.clone())
+            {
                 continue;
             }
             let Some(offering) = it.cheapest_allowed(&filter) else {
                 continue;
             };
             let a = &it.allocatable;
-            columns.push(([a.cpu.max(0) as f64, a.memory.max(0) as f64, a.pods.max(0) as f64], offering.price));
+            columns.push((
+                [
+                    a.cpu.max(0) as f64,
+                    a.memory.max(0) as f64,
+                    a.pods.max(0) as f64,
+                ],
+                offering.price,
+            ));
         }
     }
     covering_lp(&demand, &columns).unwrap_or(0.0)
@@ -1137,7 +1367,8 @@ fn covering_lp(demand: &[f64; 3], columns: &[([f64; 3], f64)]) -> Option<f64> {
         let leaving = (0..m)
             .filter(|row| tableau[*row][entering] > 1e-12)
             .min_by(|a, b| {
-                (tableau[*a][width - 1] / tableau[*a][entering]).total_cmp(&(tableau[*b][width - 1] / tableau[*b][entering]))
+                (tableau[*a][width - 1] / tableau[*a][entering])
+                    .total_cmp(&(tableau[*b][width - 1] / tableau[*b][entering]))
             })?;
         let pivot = tableau[leaving][entering];
         for value in tableau[leaving].iter_mut() {

@@ -227,7 +227,9 @@ pub fn plan_disruption_request(
                     .iter()
                     .map(|c| {
                         let mut plan = node_claim(c, &uids);
-                        plan.node_class_ref = node_class_refs.get(c.node_pool.as_str()).map(|r| (*r).clone());
+                        plan.node_class_ref = node_class_refs
+                            .get(c.node_pool.as_str())
+                            .map(|r| (*r).clone());
                         plan
                     })
                     .collect(),

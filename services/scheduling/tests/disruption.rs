@@ -1,0 +1,726 @@
+//! Karpenter's disruption scenarios (its disruption suites), ported: the
+//! same cluster, the same command.
+
+mod support;
+
+use karpenter_proto::scheduler::v1 as pb;
+use karpenter_scheduling::wire::plan_disruption_request;
+use support::*;
+
+const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
+
+/// One offering per zone and capacity type; spot at 70% of on-demand.
+fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> pb::InstanceType {
+    let mut offerings = Vec::new();
+    for zone in ZONES {
+        for (capacity_type, price) in [("on-demand", on_demand), ("spot", on_demand * 0.7)] {
+            offerings.push(pb::Offering {
+                zone: zone.into(),
+                capacity_type: capacity_type.into(),
+                price,
+                available: true,
+                requirements: vec![],
+            });
+        }
+    }
+    pb::InstanceType {
+        name: name.into(),
+        requirements: vec![in_(ARCH, &["amd64"]), in_("kubernetes.io/os", &["linux"])],
+        offerings,
+        capacity: Some(list(&[("cpu", cpu), ("memory", memory), ("pods", 100)])),
+        overhead: None,
+    }
+}
+
+fn catalog() -> Vec<pb::InstanceType> {
+    vec![
+        it("small", 2000, 4 * GI, 0.1),
+        it("medium", 4000, 8 * GI, 0.2),
+        it("large", 8000, 16 * GI, 0.4),
+        it("xlarge", 32_000, 64 * GI, 1.6),
+    ]
+}
+
+fn budget(nodes: &str) -> pb::Budget {
+    pb::Budget {
+        nodes: nodes.into(),
+        ..Default::default()
+    }
+}
+
+fn np(name: &str) -> pb::NodePool {
+    let mut p = pool(name);
+    p.disruption = Some(pb::Disruption {
+        consolidation_policy: pb::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized as i32,
+        consolidate_after: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 0,
+        }),
+        budgets: vec![budget("100%")],
+    });
+    p
+}
+
+const NOW: i64 = 1_700_000_000;
+
+fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> pb::StateNode {
+    let it = catalog()
+        .into_iter()
+        .find(|i| i.name == instance_type)
+        .expect("known type");
+    let price = it
+        .offerings
+        .iter()
+        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        .map_or(0.0, |o| o.price);
+    pb::StateNode {
+        name: name.into(),
+        node_claim_name: format!("{name}-claim"),
+        node_pool: "np".into(),
+        labels: [
+            ("karpenter.sh/nodepool", "np"),
+            (INSTANCE_TYPE, instance_type),
+            (ZONE, zone),
+            (CAPACITY_TYPE, capacity_type),
+            (ARCH, "amd64"),
+            ("kubernetes.io/os", "linux"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect(),
+        allocatable: it.capacity.clone(),
+        capacity: it.capacity.clone(),
+        has_node: true,
+        registered: true,
+        initialized: true,
+        price,
+        creation_timestamp: Some(prost_types::Timestamp {
+            seconds: NOW - 86_400,
+            nanos: 0,
+        }),
+        capacity_type: capacity_type.into(),
+        zone: zone.into(),
+        instance_type: instance_type.into(),
+        disruption: Some(pb::NodeClaimDisruptionState {
+            consolidatable: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn running(name: &str, node: &str, cpu: i64) -> pb::Pod {
+    let mut p = pod(name).cpu(cpu);
+    p.node_name = node.into();
+    p.phase = "Running".into();
+    p.owner_kind = "ReplicaSet".into();
+    p
+}
+
+fn on(mut node: pb::StateNode, pods: Vec<pb::Pod>) -> pb::StateNode {
+    node.pods = pods;
+    node
+}
+
+struct Cluster {
+    snapshot: pb::ClusterSnapshot,
+    options: pb::SchedulingOptions,
+}
+
+impl Cluster {
+    fn new(nodes: Vec<pb::StateNode>) -> Cluster {
+        Cluster {
+            snapshot: pb::ClusterSnapshot {
+                nodes,
+                node_pools: vec![np("np")],
+                instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+                    name: "default".into(),
+                    instance_types: catalog(),
+                }],
+                now: Some(prost_types::Timestamp {
+                    seconds: NOW,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            },
+            options: pb::SchedulingOptions::default(),
+        }
+    }
+
+    fn pool(&mut self) -> &mut pb::NodePool {
+        &mut self.snapshot.node_pools[0]
+    }
+
+    fn plan(&self) -> pb::PlanDisruptionResponse {
+        plan_disruption_request(&pb::PlanDisruptionRequest {
+            cluster: Some(self.snapshot.clone()),
+            options: Some(self.options.clone()),
+        })
+        .expect("valid request")
+    }
+}
+
+fn reason(response: &pb::PlanDisruptionResponse, command: usize) -> pb::DisruptionReason {
+    pb::DisruptionReason::try_from(response.commands[command].reason).unwrap()
+}
+
+fn disrupted(response: &pb::PlanDisruptionResponse) -> Vec<String> {
+    let mut nodes: Vec<String> = response
+        .commands
+        .iter()
+        .flat_map(|c| c.candidates.clone())
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+fn blocked<'a>(response: &'a pb::PlanDisruptionResponse, node: &str) -> Option<&'a str> {
+    response
+        .blocked
+        .iter()
+        .find(|b| b.node == node)
+        .map(|b| b.reason.as_str())
+}
+
+// --- emptiness ----------------------------------------------------------------
+
+#[test]
+fn empty_nodes_are_deleted_together() {
+    let cluster = Cluster::new(vec![
+        managed("a", "medium", "on-demand", "test-zone-1"),
+        managed("b", "medium", "on-demand", "test-zone-2"),
+    ]);
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Empty);
+    assert_eq!(response.commands[0].candidates, vec!["a", "b"]);
+    assert!(response.commands[0].replacements.is_empty());
+    assert!((response.commands[0].savings_per_hour - 0.4).abs() < 1e-9);
+    let cost = response.cost.unwrap();
+    assert!((cost.before - 0.4).abs() < 1e-9 && cost.after.abs() < 1e-9);
+}
+
+#[test]
+fn consolidate_after_never_disables_emptiness() {
+    let mut cluster = Cluster::new(vec![managed("a", "medium", "on-demand", "test-zone-1")]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn consolidate_after_counts_from_the_last_pod_event() {
+    let mut node = managed("a", "medium", "on-demand", "test-zone-1");
+    let state = node.disruption.as_mut().unwrap();
+    state.consolidatable = false;
+    state.last_pod_event_time = Some(prost_types::Timestamp {
+        seconds: NOW - 300,
+        nanos: 0,
+    });
+    let mut cluster = Cluster::new(vec![node]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = Some(prost_types::Duration {
+        seconds: 600,
+        nanos: 0,
+    });
+    assert!(cluster.plan().commands.is_empty());
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = Some(prost_types::Duration {
+        seconds: 300,
+        nanos: 0,
+    });
+    assert_eq!(disrupted(&cluster.plan()), vec!["a"]);
+}
+
+#[test]
+fn node_do_not_disrupt_blocks_with_a_reason() {
+    let mut node = managed("a", "medium", "on-demand", "test-zone-1");
+    node.disruption.as_mut().unwrap().do_not_disrupt = true;
+    let response = Cluster::new(vec![node]).plan();
+    assert!(response.commands.is_empty());
+    assert_eq!(
+        blocked(&response, "a"),
+        Some("disruption is blocked through the \"karpenter.sh/do-not-disrupt\" annotation")
+    );
+}
+
+#[test]
+fn budgets_limit_empty_deletions_rounding_up() {
+    let nodes: Vec<_> = (0..10)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    let mut cluster = Cluster::new(nodes);
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("30%")];
+    assert_eq!(disrupted(&cluster.plan()).len(), 3);
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("0%")];
+    assert!(cluster.plan().commands.is_empty());
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("25%")];
+    assert_eq!(
+        disrupted(&cluster.plan()).len(),
+        3,
+        "25% of 10 rounds up to 3"
+    );
+}
+
+#[test]
+fn nodes_already_disrupting_count_against_the_budget() {
+    let mut nodes: Vec<_> = (0..10)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    nodes[0].marked_for_deletion = true;
+    nodes[1].disruption.as_mut().unwrap().node_not_ready = true;
+    let mut cluster = Cluster::new(nodes);
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("3")];
+    // Two of three are already unavailable. The not-ready node is itself a
+    // candidate (it sorts first) and deleting it costs no more budget, so
+    // two nodes go and three are unavailable at once: the budget.
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["n1", "n2"]);
+}
+
+#[test]
+fn budget_windows_and_reasons_apply() {
+    let nodes: Vec<_> = (0..4)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    let mut cluster = Cluster::new(nodes);
+    // A zero budget for Empty during a window that is open right now
+    // (every minute, for an hour) stops emptiness; one for Drifted does not.
+    let window = |reasons: Vec<pb::DisruptionReason>| pb::Budget {
+        nodes: "0".into(),
+        schedule: "* * * * *".into(),
+        duration: Some(prost_types::Duration {
+            seconds: 3600,
+            nanos: 0,
+        }),
+        reasons: reasons.into_iter().map(|r| r as i32).collect(),
+    };
+    cluster.pool().disruption.as_mut().unwrap().budgets =
+        vec![budget("100%"), window(vec![pb::DisruptionReason::Empty])];
+    assert!(cluster.plan().commands.is_empty());
+    cluster.pool().disruption.as_mut().unwrap().budgets =
+        vec![budget("100%"), window(vec![pb::DisruptionReason::Drifted])];
+    assert_eq!(disrupted(&cluster.plan()).len(), 4);
+    // A window that opened yesterday for ten minutes is closed.
+    let mut closed = window(vec![]);
+    closed.schedule = "@yearly".into();
+    closed.duration = Some(prost_types::Duration {
+        seconds: 600,
+        nanos: 0,
+    });
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![closed];
+    assert_eq!(disrupted(&cluster.plan()).len(), 4);
+}
+
+#[test]
+fn daemon_pods_do_not_make_a_node_busy_but_a_terminating_statefulset_pod_does() {
+    let mut daemon = running("ds-a", "a", 100);
+    daemon.owner_kind = "DaemonSet".into();
+    let mut stateful = running("db-0", "b", 100);
+    stateful.owner_kind = "StatefulSet".into();
+    stateful.terminating = true;
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("a", "medium", "on-demand", "test-zone-1"),
+            vec![daemon],
+        ),
+        on(
+            managed("b", "medium", "on-demand", "test-zone-1"),
+            vec![stateful],
+        ),
+    ]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidation_policy = pb::disruption::ConsolidationPolicy::WhenEmpty as i32;
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(response.commands[0].candidates, vec!["a"]);
+}
+
+// --- consolidation: delete --------------------------------------------------------
+
+#[test]
+fn the_cheapest_to_disrupt_node_is_deleted_when_its_pods_fit_elsewhere() {
+    // Spot nodes of the cheapest type (as upstream's leastExpensive fixture):
+    // no replacement is cheaper, so only deleting helps.
+    let cluster = Cluster::new(vec![
+        on(
+            managed("node0", "small", "spot", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "small", "spot", "test-zone-1"),
+            vec![running("p2", "node1", 500)],
+        ),
+    ]);
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Underutilized);
+    assert_eq!(
+        pb::DisruptionMethod::try_from(response.commands[0].method).unwrap(),
+        pb::DisruptionMethod::SingleNodeConsolidation
+    );
+    assert_eq!(response.commands[0].candidates, vec!["node1"]);
+    assert!(response.commands[0].replacements.is_empty());
+    assert_eq!(response.commands[0].placements[0].node, "node0");
+}
+
+#[test]
+fn a_pdb_that_allows_no_disruption_protects_its_node() {
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![running("p2", "node1", 500).label("app", "db")],
+        ),
+    ]);
+    cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+        namespace: "default".into(),
+        name: "db".into(),
+        selector: Some(selector(&[("app", "db")])),
+        max_unavailable: "0".into(),
+        disruptions_allowed: 0,
+        ..Default::default()
+    }];
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["node0"]);
+    assert_eq!(
+        blocked(&response, "node1"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
+#[test]
+fn a_do_not_disrupt_pod_protects_its_node() {
+    let mut protected = running("p2", "node1", 500);
+    protected.do_not_disrupt = true;
+    let cluster = Cluster::new(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![protected],
+        ),
+    ]);
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["node0"]);
+    assert_eq!(
+        blocked(&response, "node1"),
+        Some("pod \"default/p2\" has \"karpenter.sh/do-not-disrupt\" annotation")
+    );
+}
+
+#[test]
+fn pods_pinned_by_selectors_keep_their_nodes() {
+    let pinned =
+        |name: &str, node: &str, value: &str| running(name, node, 500).selector("foo", value);
+    let mut n0 = managed("node0", "medium", "on-demand", "test-zone-1");
+    n0.labels.insert("foo".into(), "1".into());
+    let mut n1 = managed("node1", "medium", "on-demand", "test-zone-1");
+    n1.labels.insert("foo".into(), "2".into());
+    let cluster = Cluster::new(vec![
+        on(
+            n0,
+            vec![pinned("a", "node0", "1"), pinned("b", "node0", "1")],
+        ),
+        on(n1, vec![pinned("c", "node1", "2")]),
+    ]);
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn hostname_anti_affinity_keeps_one_pod_per_node() {
+    let anti = |name: &str, node: &str| {
+        let mut p = running(name, node, 100).label("app", "x");
+        p.required_pod_anti_affinity
+            .push(affinity_term(HOSTNAME, &[("app", "x")]));
+        p
+    };
+    // Spot nodes of the cheapest type: nothing is cheaper to move to.
+    let cluster = Cluster::new(vec![
+        on(
+            managed("a", "small", "spot", "test-zone-1"),
+            vec![anti("p0", "a")],
+        ),
+        on(
+            managed("b", "small", "spot", "test-zone-2"),
+            vec![anti("p1", "b")],
+        ),
+        on(
+            managed("c", "small", "spot", "test-zone-3"),
+            vec![anti("p2", "c")],
+        ),
+    ]);
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn when_empty_policy_leaves_underutilized_nodes() {
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![running("p1", "node1", 500)],
+        ),
+    ]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidation_policy = pb::disruption::ConsolidationPolicy::WhenEmpty as i32;
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn a_pending_pod_is_never_left_worse_off() {
+    // The small node's pod could move to the big one, but then a pending pod
+    // that fits only there would need a new node: Karpenter still deletes the
+    // small node (pending pods never block a decision), and the pending pod
+    // stays pending exactly as before.
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("big", "large", "on-demand", "test-zone-1"),
+            vec![running("p0", "big", 1000)],
+        ),
+        on(
+            managed("small", "small", "on-demand", "test-zone-1"),
+            vec![running("p1", "small", 1000)],
+        ),
+    ]);
+    cluster.snapshot.pending_pods = vec![pod("stuck").selector("missing", "label")];
+    let response = cluster.plan();
+    assert!(!response.commands.is_empty());
+    assert!(response.commands.iter().all(|c| c.replacements.len() <= 1));
+}
+
+// --- consolidation: replace ------------------------------------------------------------
+
+#[test]
+fn an_expensive_on_demand_node_is_replaced_by_a_cheaper_spot_node() {
+    let mut cluster = Cluster::new(vec![on(
+        managed("big", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("p0", "big", 1000)],
+    )]);
+    cluster.pool().requirements = vec![in_(CAPACITY_TYPE, &["spot", "on-demand"])];
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    let command = &response.commands[0];
+    assert_eq!(command.candidates, vec!["big"]);
+    assert_eq!(command.replacements.len(), 1);
+    let replacement = &command.replacements[0];
+    // Every option's worst launch price (spot) is below the node's 1.6/h.
+    assert_eq!(
+        replacement.cheapest.as_ref().unwrap().instance_type,
+        "small"
+    );
+    assert_eq!(replacement.cheapest.as_ref().unwrap().capacity_type, "spot");
+    assert!(command.savings_per_hour > 0.0);
+    let capacity = replacement
+        .requirements
+        .iter()
+        .find(|r| r.key == CAPACITY_TYPE)
+        .unwrap();
+    assert_eq!(capacity.values, vec!["spot"]);
+}
+
+#[test]
+fn an_on_demand_node_is_replaced_only_by_a_strictly_cheaper_on_demand_node() {
+    let mut cluster = Cluster::new(vec![on(
+        managed("mid", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "mid", 3500)],
+    )]);
+    cluster.pool().requirements = vec![in_(CAPACITY_TYPE, &["on-demand"])];
+    // 3.5 CPU needs a medium: nothing cheaper holds it.
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn spot_to_spot_needs_the_feature_gate_and_fifteen_cheaper_options() {
+    let mut cluster = Cluster::new(vec![on(
+        managed("big", "xlarge", "spot", "test-zone-1"),
+        vec![running("p0", "big", 1000)],
+    )]);
+    let response = cluster.plan();
+    assert!(response.commands.is_empty());
+    cluster
+        .options
+        .feature_gates
+        .insert("SpotToSpotConsolidation".into(), true);
+    // Only three cheaper types exist.
+    assert!(cluster.plan().commands.is_empty());
+}
+
+// --- multi-node ------------------------------------------------------------------------------
+
+#[test]
+fn three_under_used_nodes_become_one() {
+    let cluster = Cluster::new(vec![
+        on(
+            managed("a", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p0", "a", 1000)],
+        ),
+        on(
+            managed("b", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p1", "b", 1000)],
+        ),
+        on(
+            managed("c", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p2", "c", 1000)],
+        ),
+    ]);
+    let response = cluster.plan();
+    let first = &response.commands[0];
+    assert_eq!(
+        pb::DisruptionMethod::try_from(first.method).unwrap(),
+        pb::DisruptionMethod::MultiNodeConsolidation
+    );
+    assert_eq!(first.candidates.len(), 3);
+    assert!(first.replacements.len() <= 1);
+    let cost = response.cost.unwrap();
+    assert!(cost.after < cost.before);
+    assert!(cost.lower_bound <= cost.after + 1e-9, "{cost:?}");
+}
+
+// --- drift ------------------------------------------------------------------------------------
+
+#[test]
+fn a_drifted_node_is_replaced_without_a_price_check() {
+    let mut node = on(
+        managed("old", "small", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    node.disruption.as_mut().unwrap().drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = Cluster::new(vec![node]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(response.commands[0].replacements.len(), 1);
+}
+
+#[test]
+fn a_drifted_node_whose_pods_fit_elsewhere_is_deleted() {
+    let mut drifted = on(
+        managed("old", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    drifted.disruption.as_mut().unwrap().drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = Cluster::new(vec![
+        drifted,
+        managed("spare", "xlarge", "on-demand", "test-zone-1"),
+    ]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    let response = cluster.plan();
+    assert_eq!(response.commands[0].candidates, vec!["old"]);
+    assert!(response.commands[0].replacements.is_empty());
+}
+
+#[test]
+fn the_oldest_drift_goes_first() {
+    let drifted = |name: &str, at: i64| {
+        let mut node = on(
+            managed(name, "medium", "on-demand", "test-zone-1"),
+            vec![running(&format!("{name}-p"), name, 3000)],
+        );
+        let state = node.disruption.as_mut().unwrap();
+        state.drifted_reason = "AMIDrift".into();
+        state.drifted_time = Some(prost_types::Timestamp {
+            seconds: at,
+            nanos: 0,
+        });
+        node
+    };
+    let mut cluster = Cluster::new(vec![drifted("n1", NOW - 60), drifted("n2", NOW - 3600)]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("1")];
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(response.commands[0].candidates, vec!["n2"]);
+}
+
+// --- expiration -----------------------------------------------------------------------------
+
+#[test]
+fn expiration_is_forceful() {
+    let mut node = on(
+        managed("old", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    let state = node.disruption.as_mut().unwrap();
+    state.expiration_time = Some(prost_types::Timestamp {
+        seconds: NOW - 1,
+        nanos: 0,
+    });
+    state.do_not_disrupt = true;
+    let mut cluster = Cluster::new(vec![node]);
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("0")];
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Expired);
+    assert_eq!(
+        response.commands[0].replacements.len(),
+        1,
+        "its pod needs a new home"
+    );
+}
+
+#[test]
+fn the_plan_is_deterministic() {
+    let nodes: Vec<_> = (0..12)
+        .map(|i| {
+            let name = format!("n{i:02}");
+            on(
+                managed(
+                    &name,
+                    if i % 2 == 0 { "large" } else { "medium" },
+                    "on-demand",
+                    ZONES[i % 3],
+                ),
+                vec![running(&format!("p{i}"), &name, 300 + 100 * i as i64)],
+            )
+        })
+        .collect();
+    let cluster = Cluster::new(nodes);
+    let a = prost::Message::encode_to_vec(&cluster.plan());
+    let b = prost::Message::encode_to_vec(&cluster.plan());
+    assert_eq!(a, b);
+}
