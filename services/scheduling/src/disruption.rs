@@ -211,23 +211,42 @@ fn candidate_block(
             ));
         }
     }
-    for pod in node.pods.iter().filter(|p| is_evictable(p)) {
-        let matching: Vec<_> = cluster.pdbs.iter().filter(|pdb| pdb.selects(pod)).collect();
-        if matching.len() > 1 {
-            let names: Vec<String> = matching.iter().map(|p| p.key.to_string()).collect();
-            return Some(format!(
-                "pod {:?} is selected by more than one PDB ({}); eviction does not support multiple PDBs",
-                pod.key.to_string(),
-                names.join(", ")
-            ));
-        }
-        if let Some(pdb) = matching.first()
-            && pdb.disruptions_allowed <= 0
-        {
-            return Some(format!(
-                "pdb {:?} prevents pod evictions",
-                pdb.key.to_string()
-            ));
+    pdb_room(cluster, [node])
+}
+
+/// Whether evicting every evictable pod of `nodes` stays within each PDB's
+/// allowed disruptions (the eviction API refuses what would not).
+fn pdb_room<'a>(
+    cluster: &Cluster,
+    nodes: impl IntoIterator<Item = &'a StateNode>,
+) -> Option<String> {
+    let mut evictions: Vec<u32> = vec![0; cluster.pdbs.len()];
+    for node in nodes {
+        for pod in node.pods.iter().filter(|p| is_evictable(p)) {
+            let matching: Vec<usize> = (0..cluster.pdbs.len())
+                .filter(|i| cluster.pdbs[*i].selects(pod))
+                .collect();
+            if matching.len() > 1 {
+                let names: Vec<String> = matching
+                    .iter()
+                    .map(|i| cluster.pdbs[*i].key.to_string())
+                    .collect();
+                return Some(format!(
+                    "pod {:?} is selected by more than one PDB ({}); eviction does not support multiple PDBs",
+                    pod.key.to_string(),
+                    names.join(", ")
+                ));
+            }
+            if let Some(&index) = matching.first() {
+                evictions[index] += 1;
+                let pdb = &cluster.pdbs[index];
+                if i64::from(evictions[index]) > i64::from(pdb.disruptions_allowed.max(0)) {
+                    return Some(format!(
+                        "pdb {:?} prevents pod evictions",
+                        pdb.key.to_string()
+                    ));
+                }
+            }
         }
     }
     None
@@ -859,6 +878,18 @@ fn drift_command(
 /// the simulation put them, replacements added as starting nodes.
 fn apply(cluster: &mut Cluster, command: &Command) {
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
+    // Evictions use up the PDBs' allowances for the rest of the plan.
+    let evicted: Vec<Pod> = cluster
+        .nodes
+        .iter()
+        .filter(|n| candidates.contains(n.name.as_str()))
+        .flat_map(|n| n.pods.iter().filter(|p| is_evictable(p)).cloned())
+        .collect();
+    for pod in &evicted {
+        if let Some(pdb) = cluster.pdbs.iter_mut().find(|pdb| pdb.selects(pod)) {
+            pdb.disruptions_allowed -= 1;
+        }
+    }
     let mut moved: HashMap<PodKey, Pod> = HashMap::new();
     for node in cluster
         .nodes
@@ -1093,6 +1124,15 @@ fn round(
             );
             continue;
         }
+        let with: Vec<&StateNode> = empty
+            .iter()
+            .chain(std::iter::once(&candidate))
+            .map(|c| &state.nodes[c.node])
+            .collect();
+        if let Some(reason) = pdb_room(state, with) {
+            blocked.insert(state.nodes[candidate.node].name.clone(), reason);
+            continue;
+        }
         *budget -= 1;
         empty.push(candidate);
     }
@@ -1207,6 +1247,7 @@ fn round(
             let mid = (low + high) / 2;
             let batch = &within_budget[..=mid];
             *evaluated += batch.len();
+            let pdbs_allow = pdb_room(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
             match consolidate(
                 &prepared,
                 state,
@@ -1214,7 +1255,7 @@ fn round(
                 options,
                 Method::MultiNodeConsolidation,
             ) {
-                Ok(command) if command.savings_per_hour > 0.0 => {
+                Ok(command) if command.savings_per_hour > 0.0 && pdbs_allow => {
                     best = Some(command);
                     low = mid + 1;
                 }
@@ -1259,7 +1300,11 @@ fn round(
                     .placements
                     .keys()
                     .any(|target| removed.contains(target) || touched.contains(target));
-                if conflicts {
+                let with = removed
+                    .iter()
+                    .filter_map(|n| state.nodes.iter().find(|node| &node.name == n))
+                    .chain(std::iter::once(&state.nodes[candidate.node]));
+                if conflicts || pdb_room(state, with).is_some() {
                     continue;
                 }
                 removed.insert(name.clone());
