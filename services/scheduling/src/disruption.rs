@@ -875,7 +875,7 @@ fn drift_command(
 
 /// Carries a command out on the working copy: candidates marked for
 /// deletion (they count against budgets until gone), their pods moved where
-/// the simulation put them, replacements added as starting nodes.
+/// the simulation put them, replacements added as running nodes.
 fn apply(cluster: &mut Cluster, command: &Command) {
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
     // Evictions use up the PDBs' allowances for the rest of the plan.
@@ -965,8 +965,10 @@ fn apply(cluster: &mut Cluster, command: &Command) {
                 .map(|it| it.capacity.clone())
                 .unwrap_or_default(),
             pods,
-            has_node: false,
-            initialized: false,
+            // Later rounds of the plan run after the replacement is up (as
+            // Karpenter's later loops do); it is never a candidate itself.
+            has_node: true,
+            initialized: true,
             marked_for_deletion: false,
             unschedulable: false,
             price: cheapest.price,
@@ -1279,6 +1281,7 @@ fn round(
     let mut remaining_budget = budgets.clone();
     let mut taken: Vec<Command> = Vec::new();
     let mut removed: HashSet<String> = HashSet::new();
+    let mut removed_nodes: Vec<usize> = Vec::new();
     let mut touched: HashSet<String> = HashSet::new();
     for candidate in &consolidatable {
         let name = &state.nodes[candidate.node].name;
@@ -1300,14 +1303,15 @@ fn round(
                     .placements
                     .keys()
                     .any(|target| removed.contains(target) || touched.contains(target));
-                let with = removed
+                let with = removed_nodes
                     .iter()
-                    .filter_map(|n| state.nodes.iter().find(|node| &node.name == n))
+                    .map(|i| &state.nodes[*i])
                     .chain(std::iter::once(&state.nodes[candidate.node]));
                 if conflicts || pdb_room(state, with).is_some() {
                     continue;
                 }
                 removed.insert(name.clone());
+                removed_nodes.push(candidate.node);
                 touched.extend(command.placements.keys().cloned());
                 if let Some(budget) = remaining_budget.get_mut(&candidate.pool) {
                     *budget -= 1;

@@ -114,7 +114,7 @@ struct GroupId {
     filter: NodeFilter,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Group {
     id: GroupId,
     owners: HashSet<String>,
@@ -160,6 +160,11 @@ impl Group {
     }
 
     fn register(&mut self, domain: &str) {
+        // Hostname domains are looked up one at a time (every node has its
+        // own), never listed: an unknown hostname simply counts zero.
+        if self.is_hostname() {
+            return;
+        }
         if !self.counts.contains_key(domain) {
             self.counts.insert(domain.to_owned(), 0);
             self.domains.insert(domain.to_owned());
@@ -182,6 +187,19 @@ impl Group {
                 self.counts.insert(domain.to_owned(), 1);
                 self.domains.insert(domain.to_owned());
                 true
+            }
+        }
+    }
+
+    /// Takes back a pod counted in `domain`.
+    fn unrecord(&mut self, domain: &str) {
+        if let Some(count) = self.counts.get_mut(domain) {
+            *count -= 1;
+            if *count <= 0 {
+                *count = 0;
+                if !self.is_hostname() {
+                    self.empty.insert(domain.to_owned());
+                }
             }
         }
     }
@@ -425,6 +443,12 @@ pub struct TopologyBase {
     node_requirements: Vec<Requirements>,
     /// Node indices in name order (existing pods are counted in this order).
     nodes_by_name: Vec<usize>,
+    /// Where running pods with required anti-affinity are, counted once for
+    /// every run (a run takes back the pods of the nodes it removes).
+    inverse: Vec<Group>,
+    inverse_index: HashMap<GroupId, usize>,
+    /// Groups counted over the whole snapshot, by id, filled as runs ask.
+    whole_cluster: std::cell::RefCell<HashMap<GroupId, Group>>,
 }
 
 impl TopologyBase {
@@ -478,12 +502,128 @@ impl TopologyBase {
             .collect();
         let mut nodes_by_name: Vec<usize> = (0..cluster.nodes.len()).collect();
         nodes_by_name.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));
-        TopologyBase {
+        let mut base = TopologyBase {
             universe,
             node_requirements,
             nodes_by_name,
+            inverse: Vec::new(),
+            inverse_index: HashMap::new(),
+            whole_cluster: std::cell::RefCell::new(HashMap::new()),
+        };
+        for node in cluster.nodes.iter().filter(|n| !n.marked_for_deletion) {
+            for pod in node.pods.iter().filter(|p| counts_as_running(p)) {
+                for term in &pod.pod_anti_affinity {
+                    let index = inverse_group(
+                        &base.universe,
+                        &mut base.inverse,
+                        &mut base.inverse_index,
+                        term,
+                    );
+                    base.inverse[index].owners.insert(pod.uid.clone());
+                    if let Some(domain) = domain_of(
+                        node.labels.get(&term.topology_key),
+                        &term.topology_key,
+                        &node.name,
+                    ) {
+                        let _ = base.inverse[index].record(domain);
+                    }
+                }
+            }
+        }
+        base
+    }
+}
+
+/// A group with its domains (the universe's, and those of nodes it counts)
+/// and the running pods it selects counted, skipping `removed` nodes and
+/// `excluded` pods.
+fn count_group(
+    cluster: &Cluster,
+    base: &TopologyBase,
+    id: &GroupId,
+    removed: &[bool],
+    excluded: &HashSet<String>,
+) -> Group {
+    let mut group = Group::new(id.clone());
+    if let Some(domains) = base.universe.get(&id.key) {
+        for (domain, taint_sets) in domains {
+            let open = taint_sets.is_empty()
+                || taint_sets.iter().any(|taints| id.filter.tolerates(taints));
+            if open {
+                group.register(domain);
+            }
         }
     }
+    for &index in &base.nodes_by_name {
+        if removed.get(index).copied().unwrap_or(false) {
+            continue;
+        }
+        let node = &cluster.nodes[index];
+        if !id.filter.matches(
+            &node.taints,
+            &base.node_requirements[index],
+            &crate::requirements::NoneWellKnown,
+        ) {
+            continue;
+        }
+        let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
+            continue;
+        };
+        if node.has_node {
+            group.register(domain);
+        }
+        for pod in &node.pods {
+            if counts_as_running(pod) && !excluded.contains(&pod.uid) && group.selects(pod) {
+                let _ = group.record(domain);
+            }
+        }
+    }
+    group
+}
+
+impl TopologyBase {
+    /// The group counted over every node and pod of the snapshot, kept for
+    /// the runs that follow.
+    fn whole_cluster_group(&self, cluster: &Cluster, id: &GroupId) -> Group {
+        if let Some(group) = self.whole_cluster.borrow().get(id) {
+            return group.clone();
+        }
+        let group = count_group(cluster, self, id, &[], &HashSet::new());
+        self.whole_cluster
+            .borrow_mut()
+            .insert(id.clone(), group.clone());
+        group
+    }
+}
+
+/// The inverse group of an anti-affinity term, created on first use.
+fn inverse_group(
+    universe: &Universe,
+    groups: &mut Vec<Group>,
+    index: &mut HashMap<GroupId, usize>,
+    term: &AffinityTerm,
+) -> usize {
+    let id = GroupId {
+        kind: Kind::AntiAffinity,
+        key: term.topology_key.clone(),
+        namespaces: term.namespaces.clone(),
+        selector: term.selector.clone(),
+        max_skew: i32::MAX,
+        min_domains: None,
+        filter: NodeFilter::default(),
+    };
+    if let Some(existing) = index.get(&id) {
+        return *existing;
+    }
+    let mut group = Group::new(id.clone());
+    if let Some(domains) = universe.get(&term.topology_key) {
+        for domain in domains.keys() {
+            group.register(domain);
+        }
+    }
+    groups.push(group);
+    index.insert(id, groups.len() - 1);
+    groups.len() - 1
 }
 
 pub struct Topology<'c> {
@@ -518,15 +658,15 @@ impl<'c> Topology<'c> {
             removed,
             groups: Vec::new(),
             group_index: HashMap::new(),
-            inverse: Vec::new(),
-            inverse_index: HashMap::new(),
+            inverse: base.inverse.clone(),
+            inverse_index: base.inverse_index.clone(),
             owned: HashMap::new(),
             inverse_owned: HashMap::new(),
             excluded: pending.iter().map(|p| p.uid.clone()).collect(),
             respect_preferences,
             affinity_epoch: 0,
         };
-        topology.add_existing_anti_affinities();
+        topology.forget_removed_anti_affinities();
         for pod in pending {
             topology.update(pod);
         }
@@ -537,31 +677,24 @@ impl<'c> Topology<'c> {
         self.removed.get(node).copied().unwrap_or(false)
     }
 
-    /// Pods already running with required anti-affinity keep the pods they
-    /// select out of their domains.
-    fn add_existing_anti_affinities(&mut self) {
+    /// The base counts every running pod with required anti-affinity; pods
+    /// of nodes this run removes are no longer there.
+    fn forget_removed_anti_affinities(&mut self) {
         let cluster = self.cluster;
         for (index, node) in cluster.nodes.iter().enumerate() {
-            if self.is_removed(index) {
+            if !self.is_removed(index) || node.marked_for_deletion {
                 continue;
             }
-            for pod in &node.pods {
-                if pod.pod_anti_affinity.is_empty()
-                    || !counts_as_running(pod)
-                    || self.excluded.contains(&pod.uid)
-                {
-                    continue;
-                }
+            for pod in node.pods.iter().filter(|p| counts_as_running(p)) {
                 for term in &pod.pod_anti_affinity {
-                    let index = self.inverse_group(term);
-                    self.inverse[index].owners.insert(pod.uid.clone());
-                    let domain = domain_of(
+                    let group = self.inverse_group(term);
+                    self.inverse[group].owners.remove(&pod.uid);
+                    if let Some(domain) = domain_of(
                         node.labels.get(&term.topology_key),
                         &term.topology_key,
                         &node.name,
-                    );
-                    if let Some(domain) = domain {
-                        let _ = self.inverse[index].record(domain);
+                    ) {
+                        self.inverse[group].unrecord(domain);
                     }
                 }
             }
@@ -569,27 +702,12 @@ impl<'c> Topology<'c> {
     }
 
     fn inverse_group(&mut self, term: &AffinityTerm) -> usize {
-        let id = GroupId {
-            kind: Kind::AntiAffinity,
-            key: term.topology_key.clone(),
-            namespaces: term.namespaces.clone(),
-            selector: term.selector.clone(),
-            max_skew: i32::MAX,
-            min_domains: None,
-            filter: NodeFilter::default(),
-        };
-        if let Some(index) = self.inverse_index.get(&id) {
-            return *index;
-        }
-        let mut group = Group::new(id.clone());
-        if let Some(domains) = self.base.universe.get(&term.topology_key) {
-            for domain in domains.keys() {
-                group.register(domain);
-            }
-        }
-        self.inverse.push(group);
-        self.inverse_index.insert(id, self.inverse.len() - 1);
-        self.inverse.len() - 1
+        inverse_group(
+            &self.base.universe,
+            &mut self.inverse,
+            &mut self.inverse_index,
+            term,
+        )
     }
 
     /// (Re-)registers the pod's constraints, as they are now (preferences may
@@ -670,44 +788,37 @@ impl<'c> Topology<'c> {
     }
 
     fn create_group(&mut self, id: GroupId, _first_owner: &Pod) -> usize {
-        let mut group = Group::new(id.clone());
-        if let Some(domains) = self.base.universe.get(&id.key) {
-            for (domain, taint_sets) in domains {
-                let open = taint_sets.is_empty()
-                    || taint_sets.iter().any(|taints| id.filter.tolerates(taints));
-                if open {
-                    group.register(domain);
-                }
-            }
-        }
         let cluster = self.cluster;
         let base = self.base;
-        for &index in &base.nodes_by_name {
-            if self.is_removed(index) {
-                continue;
-            }
-            let node = &cluster.nodes[index];
-            let node_requirements = &base.node_requirements[index];
-            if !id.filter.matches(
-                &node.taints,
-                node_requirements,
-                &crate::requirements::NoneWellKnown,
-            ) {
-                continue;
-            }
-            let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
-                continue;
-            };
-            if node.has_node {
-                group.register(domain);
-            }
-            for pod in &node.pods {
-                if counts_as_running(pod) && !self.excluded.contains(&pod.uid) && group.selects(pod)
+        let group = if self.removed.iter().any(|r| *r) {
+            // A simulation with nodes taken away: start from the counts over
+            // the whole cluster (computed once per snapshot) and take back
+            // the pods of the removed nodes, which include every pod this
+            // run places.
+            let mut group = base.whole_cluster_group(cluster, &id);
+            for (index, node) in cluster.nodes.iter().enumerate() {
+                if !self.is_removed(index)
+                    || !id.filter.matches(
+                        &node.taints,
+                        &base.node_requirements[index],
+                        &crate::requirements::NoneWellKnown,
+                    )
                 {
-                    let _ = group.record(domain);
+                    continue;
+                }
+                let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
+                    continue;
+                };
+                for pod in &node.pods {
+                    if counts_as_running(pod) && group.selects(pod) {
+                        group.unrecord(domain);
+                    }
                 }
             }
-        }
+            group
+        } else {
+            count_group(cluster, base, &id, &self.removed, &self.excluded)
+        };
         self.groups.push(group);
         self.group_index.insert(id, self.groups.len() - 1);
         self.groups.len() - 1
