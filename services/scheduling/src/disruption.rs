@@ -1064,16 +1064,13 @@ pub fn plan(
     }
 
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
-    loop {
-        let Some(commands) = round(
-            &state,
-            scheduling,
-            options,
-            &mut blocked,
-            &mut plan.candidates_evaluated,
-        ) else {
-            break;
-        };
+    while let Some(commands) = round(
+        &state,
+        scheduling,
+        options,
+        &mut blocked,
+        &mut plan.candidates_evaluated,
+    ) {
         for command in &commands {
             apply(&mut state, command);
         }
@@ -1291,35 +1288,33 @@ fn round(
             continue;
         }
         *evaluated += 1;
-        match consolidate(
+        // An error means no saving, or the pods have nowhere else to go: the
+        // node stays.
+        if let Ok(command) = consolidate(
             &prepared,
             state,
             &[*candidate],
             options,
             Method::SingleNodeConsolidation,
         ) {
-            Ok(command) => {
-                let conflicts = command
-                    .placements
-                    .keys()
-                    .any(|target| removed.contains(target) || touched.contains(target));
-                let with = removed_nodes
-                    .iter()
-                    .map(|i| &state.nodes[*i])
-                    .chain(std::iter::once(&state.nodes[candidate.node]));
-                if conflicts || pdb_room(state, with).is_some() {
-                    continue;
-                }
-                removed.insert(name.clone());
-                removed_nodes.push(candidate.node);
-                touched.extend(command.placements.keys().cloned());
-                if let Some(budget) = remaining_budget.get_mut(&candidate.pool) {
-                    *budget -= 1;
-                }
-                taken.push(command);
+            let conflicts = command
+                .placements
+                .keys()
+                .any(|target| removed.contains(target) || touched.contains(target));
+            let with = removed_nodes
+                .iter()
+                .map(|i| &state.nodes[*i])
+                .chain(std::iter::once(&state.nodes[candidate.node]));
+            if conflicts || pdb_room(state, with).is_some() {
+                continue;
             }
-            // No saving, or the pods have nowhere else to go: the node stays.
-            Err(_) => {}
+            removed.insert(name.clone());
+            removed_nodes.push(candidate.node);
+            touched.extend(command.placements.keys().cloned());
+            if let Some(budget) = remaining_budget.get_mut(&candidate.pool) {
+                *budget -= 1;
+            }
+            taken.push(command);
         }
     }
     (!taken.is_empty()).then_some(taken)
