@@ -1446,11 +1446,16 @@ fn finalize(
             (price, *i)
         })
         .collect();
-    ranked.sort_by(|a, b| {
+    let by_price = |a: &(f64, usize), b: &(f64, usize)| {
         a.0.total_cmp(&b.0)
             .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
-    });
-    ranked.truncate(MAX_INSTANCE_TYPES);
+    };
+    // Only the cheapest few are launch options: select them, then sort them.
+    if ranked.len() > MAX_INSTANCE_TYPES {
+        ranked.select_nth_unstable_by(MAX_INSTANCE_TYPES - 1, by_price);
+        ranked.truncate(MAX_INSTANCE_TYPES);
+    }
+    ranked.sort_by(by_price);
     let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
     if requirements.has_min_values() && options.min_values_policy == MinValuesPolicy::Strict {
         let shortfall = min_values_shortfall(catalog, &chosen, &requirements);
