@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::disrupt::DisruptArgs;
 use crate::input::{self, InputError};
 use crate::plan::PlanArgs;
-use crate::{CliError, convert, crds, plan, validate};
+use crate::{CliError, convert, crds, disrupt, plan, validate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,6 +29,10 @@ pub enum Command {
     /// What the scheduler would do with these manifests: new node claims,
     /// placements on existing nodes, unschedulable pods, cost.
     Plan(PlanArgs),
+    /// What Karpenter's disruption controller would do with these
+    /// manifests: empty, under-used, drifted and expired nodes it would
+    /// remove or replace, the candidates it may not touch, and the cost.
+    Disrupt(DisruptArgs),
     /// Print the generated CRDs (NodePool, NodeClaim, EC2NodeClass).
     Crds(CrdsArgs),
     /// Convert v1alpha5/v1alpha1/v1beta1 Karpenter manifests to v1.
@@ -96,18 +101,28 @@ fn out(text: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::Other(anyhow::anyhow!("writing standard output: {e}")))
 }
 
+fn print_warnings(warnings: Vec<String>) {
+    for w in warnings {
+        if w.starts_with("notice:") {
+            eprintln!("{w}");
+        } else {
+            eprintln!("warning: {w}");
+        }
+    }
+}
+
 /// Runs one command; `Ok` carries the exit status.
 pub fn run(command: Command) -> Result<u8, CliError> {
     match command {
         Command::Plan(args) => {
             let (text, warnings) = plan::run(&args, std::io::stdout().is_terminal())?;
-            for w in warnings {
-                if w.starts_with("notice:") {
-                    eprintln!("{w}");
-                } else {
-                    eprintln!("warning: {w}");
-                }
-            }
+            print_warnings(warnings);
+            out(&text)?;
+            Ok(0)
+        }
+        Command::Disrupt(args) => {
+            let (text, warnings) = disrupt::run(&args, std::io::stdout().is_terminal())?;
+            print_warnings(warnings);
             out(&text)?;
             Ok(0)
         }

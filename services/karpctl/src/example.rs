@@ -1,10 +1,11 @@
-//! Manifest sets embedded in the binary (`karpctl plan --example NAME`),
-//! kept under `deploy/examples/` in the repository.
+//! Manifest sets embedded in the binary (`karpctl plan --example NAME`,
+//! `karpctl disrupt --example NAME`), kept under `deploy/examples/` in the
+//! repository.
 
 use crate::input::{self, Document, InputError, Source};
 
 /// Names accepted by `--example`.
-pub const NAMES: &[&str] = &["seed-001"];
+pub const NAMES: &[&str] = &["seed-001", "consolidation"];
 
 /// The files of an example: (path shown in messages, text).
 pub fn files(name: &str) -> Option<Vec<(&'static str, &'static str)>> {
@@ -29,6 +30,24 @@ pub fn files(name: &str) -> Option<Vec<(&'static str, &'static str)>> {
             (
                 "deploy/examples/seed-001/app.yaml",
                 include_str!("../../../deploy/examples/seed-001/app.yaml"),
+            ),
+        ]),
+        "consolidation" => Some(vec![
+            (
+                "deploy/examples/consolidation/catalog.yaml",
+                include_str!("../../../deploy/examples/consolidation/catalog.yaml"),
+            ),
+            (
+                "deploy/examples/consolidation/nodepool.yaml",
+                include_str!("../../../deploy/examples/consolidation/nodepool.yaml"),
+            ),
+            (
+                "deploy/examples/consolidation/nodes.yaml",
+                include_str!("../../../deploy/examples/consolidation/nodes.yaml"),
+            ),
+            (
+                "deploy/examples/consolidation/pods.yaml",
+                include_str!("../../../deploy/examples/consolidation/pods.yaml"),
             ),
         ]),
         _ => None,

@@ -16,6 +16,12 @@
 //!   `InstanceTypeCatalog` documents, `--instance-types`, a running provider
 //!   (`--provider`), or else the kwok-shaped [`builtin_catalog`].
 //!   `--example NAME` plans an embedded manifest set ([`example`]).
+//! * `disrupt` ([`disrupt`]) reads the same manifests into a snapshot
+//!   for disruption (NodeClaim conditions, expiry, do-not-disrupt, PDBs
+//!   with `disruptionsAllowed` computed when the manifest has no status),
+//!   taken at `--now` or the wall clock, asks the scheduling core's
+//!   disruption planner (in-process or `--scheduler`) and prints its
+//!   commands, blocked candidates and cost ([`output::disrupt_value`]).
 //! * `crds` prints, writes or checks the generated CRDs ([`crds`]).
 //! * `convert` upgrades older Karpenter manifests to v1 ([`mod@convert`]).
 //! * `validate` checks Karpenter v1 documents against the generated CRDs
@@ -26,6 +32,7 @@ pub mod catalog;
 pub mod cli;
 pub mod convert;
 pub mod crds;
+pub mod disrupt;
 pub mod example;
 pub mod fields;
 pub mod input;

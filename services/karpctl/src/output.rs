@@ -130,6 +130,15 @@ pub fn plan_value(response: &pb::SolveResponse) -> Value {
 
 /// Renders the plan in `format`, ending with a newline.
 pub fn render(value: &Value, format: Format) -> Result<String, String> {
+    render_as(value, format, table)
+}
+
+/// Renders a command's document in `format`, with `table` for people.
+pub fn render_as(
+    value: &Value,
+    format: Format,
+    table: fn(&Value) -> String,
+) -> Result<String, String> {
     match format {
         Format::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
@@ -137,6 +146,138 @@ pub fn render(value: &Value, format: Format) -> Result<String, String> {
         Format::Yaml => serde_yaml::to_string(value).map_err(|e| e.to_string()),
         Format::Table => Ok(table(value)),
     }
+}
+
+/// Karpenter's name of a disruption reason.
+pub fn reason_name(reason: i32) -> &'static str {
+    match pb::DisruptionReason::try_from(reason) {
+        Ok(pb::DisruptionReason::Empty) => "Empty",
+        Ok(pb::DisruptionReason::Underutilized) => "Underutilized",
+        Ok(pb::DisruptionReason::Drifted) => "Drifted",
+        Ok(pb::DisruptionReason::Expired) => "Expired",
+        Ok(pb::DisruptionReason::Unspecified) | Err(_) => "Unspecified",
+    }
+}
+
+/// Karpenter's name of a disruption method.
+pub fn method_name(method: i32) -> &'static str {
+    match pb::DisruptionMethod::try_from(method) {
+        Ok(pb::DisruptionMethod::Emptiness) => "Emptiness",
+        Ok(pb::DisruptionMethod::Drift) => "Drift",
+        Ok(pb::DisruptionMethod::Expiration) => "Expiration",
+        Ok(pb::DisruptionMethod::MultiNodeConsolidation) => "MultiNodeConsolidation",
+        Ok(pb::DisruptionMethod::SingleNodeConsolidation) => "SingleNodeConsolidation",
+        Ok(pb::DisruptionMethod::Unspecified) | Err(_) => "Unspecified",
+    }
+}
+
+/// The `disrupt -o json` document: commands and blocked candidates in the
+/// planner's order, replacements in the shape of `plan`'s node claims, and
+/// the cluster's cost.
+pub fn disrupt_value(response: &pb::PlanDisruptionResponse) -> Value {
+    let commands: Vec<Value> = response
+        .commands
+        .iter()
+        .map(|c| {
+            json!({
+                "reason": reason_name(c.reason),
+                "method": method_name(c.method),
+                "candidates": c.candidates,
+                "replacements": c.replacements.iter().map(node_claim).collect::<Vec<_>>(),
+                "savingsPerHour": round_price(c.savings_per_hour),
+            })
+        })
+        .collect();
+    let blocked: Vec<Value> = response
+        .blocked
+        .iter()
+        .map(|b| json!({"node": b.node, "reason": b.reason}))
+        .collect();
+    let cost = response.cost.unwrap_or_default();
+    json!({
+        "commands": commands,
+        "blocked": blocked,
+        "cost": {
+            "beforePerHour": round_price(cost.before),
+            "afterPerHour": round_price(cost.after),
+            "lowerBoundPerHour": round_price(cost.lower_bound),
+        },
+        "candidatesEvaluated": response.candidates_evaluated,
+    })
+}
+
+/// A table for people: one row per command, the blocked candidates, and the
+/// cost before, after and at best.
+pub fn disrupt_table(value: &Value) -> String {
+    let empty = Vec::new();
+    let arr = |v: &Value, key: &str| -> Vec<String> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .unwrap_or(&empty)
+            .iter()
+            .map(s)
+            .collect()
+    };
+    let mut out = String::new();
+    let commands = value
+        .get("commands")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    if commands.is_empty() {
+        out.push_str("No disruption.\n");
+    } else {
+        let mut rows = vec![vec![
+            "REASON".to_string(),
+            "METHOD".to_string(),
+            "CANDIDATES".to_string(),
+            "REPLACEMENTS".to_string(),
+            "SAVINGS/H".to_string(),
+        ]];
+        for c in commands {
+            let replacements: Vec<String> = c
+                .get("replacements")
+                .and_then(Value::as_array)
+                .unwrap_or(&empty)
+                .iter()
+                .map(|r| s(&r["cheapest"]["instanceType"]))
+                .collect();
+            rows.push(vec![
+                s(&c["reason"]),
+                s(&c["method"]),
+                arr(c, "candidates").join(", "),
+                if replacements.is_empty() {
+                    "-".to_string()
+                } else {
+                    replacements.join(", ")
+                },
+                format!("{:.4}", c["savingsPerHour"].as_f64().unwrap_or(0.0)),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let blocked = value
+        .get("blocked")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    if !blocked.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["BLOCKED NODE".to_string(), "REASON".to_string()]];
+        for b in blocked {
+            rows.push(vec![s(&b["node"]), s(&b["reason"])]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let cost = &value["cost"];
+    let _ = writeln!(
+        out,
+        "\nCommands: {}   Cost per hour: before {:.4}   after {:.4}   lower bound {:.4}   ({} candidates evaluated)",
+        commands.len(),
+        cost["beforePerHour"].as_f64().unwrap_or(0.0),
+        cost["afterPerHour"].as_f64().unwrap_or(0.0),
+        cost["lowerBoundPerHour"].as_f64().unwrap_or(0.0),
+        value["candidatesEvaluated"].as_i64().unwrap_or(0),
+    );
+    out
 }
 
 fn columns(rows: &[Vec<String>]) -> String {

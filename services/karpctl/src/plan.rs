@@ -41,7 +41,7 @@ pub struct PlanArgs {
     /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads standard input.
     #[arg(short = 'f', long = "filename", required_unless_present = "example")]
     pub files: Vec<PathBuf>,
-    /// Run on an embedded example manifest set instead (e.g. seed-001).
+    /// Run on an embedded example manifest set instead (seed-001, consolidation).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(example::NAMES))]
     pub example: Option<String>,
     /// An InstanceTypeCatalog file (instead of catalogs among the manifests).
@@ -93,7 +93,7 @@ pub fn feature_gates(text: &str) -> Result<BTreeMap<String, bool>, InputError> {
     Ok(gates)
 }
 
-fn options(
+pub fn options(
     args: &PlanArgs,
     well_known_labels: Vec<String>,
 ) -> Result<pb::SchedulingOptions, InputError> {
@@ -131,10 +131,31 @@ pub struct Prepared {
     pub well_known_labels: Vec<String>,
 }
 
-/// Reads the manifests and the instance types into a snapshot.
+/// The wall clock as a protobuf timestamp (whole seconds).
+pub fn wall_clock() -> prost_types::Timestamp {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: i64::try_from(now.as_secs()).unwrap_or(0),
+        nanos: 0,
+    }
+}
+
+/// Reads the manifests and the instance types into a snapshot taken at the
+/// wall clock.
 pub fn build_snapshot(
     args: &PlanArgs,
     runtime: &tokio::runtime::Runtime,
+) -> Result<Prepared, CliError> {
+    build_snapshot_at(args, runtime, wall_clock())
+}
+
+/// Reads the manifests and the instance types into a snapshot taken at `now`.
+pub fn build_snapshot_at(
+    args: &PlanArgs,
+    runtime: &tokio::runtime::Runtime,
+    now: prost_types::Timestamp,
 ) -> Result<Prepared, CliError> {
     let mut warnings = Vec::new();
     let docs = load_documents(args)?;
@@ -181,13 +202,7 @@ pub fn build_snapshot(
             .push(builtin_catalog::catalog());
     }
     snapshot::fill_from_catalogs(&mut built.snapshot);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    built.snapshot.now = Some(prost_types::Timestamp {
-        seconds: i64::try_from(now.as_secs()).unwrap_or(0),
-        nanos: 0,
-    });
+    built.snapshot.now = Some(now);
     Ok(Prepared {
         built,
         warnings,
@@ -286,60 +301,85 @@ pub fn solve(
         cluster: Some(built.snapshot.clone()),
         options: Some(options(args, well_known)?),
     };
-    let rejected = |field: &str, message: &str| -> CliError {
-        let location = built
-            .origins
-            .locate(field)
-            .map(str::to_string)
-            .unwrap_or_else(|| "the scheduler".to_string());
-        CliError::Input(InputError {
-            location,
-            field: field.to_string(),
-            message: format!("rejected by the scheduler: {message}"),
-        })
-    };
     match &args.scheduler {
         None => karpenter_scheduling::wire::solve_request(&request)
-            .map_err(|e| rejected(&e.field, &e.message)),
+            .map_err(|e| rejected(built, &e.field, &e.message)),
         Some(url) => runtime.block_on(async {
-            use pb::scheduler_client::SchedulerClient;
-            let mut client = SchedulerClient::connect(url.clone()).await.map_err(|e| {
-                CliError::Other(anyhow::anyhow!("connecting to scheduler {url}: {e}"))
-            })?;
-            match client.solve(request).await {
-                Ok(response) => Ok(response.into_inner()),
-                Err(status) if status.code() == tonic::Code::InvalidArgument => {
-                    let message = status.message();
-                    // The service answers "<field>: <message>".
-                    match message.split_once(": ") {
-                        Some((field, rest)) if !field.contains(' ') => Err(rejected(field, rest)),
-                        _ => Err(rejected("", message)),
-                    }
-                }
-                Err(status) => Err(CliError::Other(anyhow::anyhow!(
-                    "scheduler {url}: Solve: {}: {}",
-                    status.code(),
-                    status.message()
-                ))),
-            }
+            let mut client = connect_scheduler(url).await?;
+            client
+                .solve(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| status_error(built, url, "Solve", &status))
         }),
     }
 }
 
-/// Runs `plan` and returns the rendered output.
-pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<String>), CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// Bad input the scheduler rejected, located in the manifest it came from
+/// when the field names a snapshot entry.
+pub fn rejected(built: &Built, field: &str, message: &str) -> CliError {
+    let location = built
+        .origins
+        .locate(field)
+        .map(str::to_string)
+        .unwrap_or_else(|| "the scheduler".to_string());
+    CliError::Input(InputError {
+        location,
+        field: field.to_string(),
+        message: format!("rejected by the scheduler: {message}"),
+    })
+}
+
+/// Connects to `--scheduler`.
+pub async fn connect_scheduler(
+    url: &str,
+) -> Result<pb::scheduler_client::SchedulerClient<tonic::transport::Channel>, CliError> {
+    pb::scheduler_client::SchedulerClient::connect(url.to_string())
+        .await
+        .map_err(|e| CliError::Other(anyhow::anyhow!("connecting to scheduler {url}: {e}")))
+}
+
+/// A failed call to `--scheduler`: `InvalidArgument` is bad input (the
+/// service answers `"<field>: <message>"`), anything else a failure.
+pub fn status_error(built: &Built, url: &str, method: &str, status: &tonic::Status) -> CliError {
+    if status.code() == tonic::Code::InvalidArgument {
+        let message = status.message();
+        return match message.split_once(": ") {
+            Some((field, rest)) if !field.contains(' ') => rejected(built, field, rest),
+            _ => rejected(built, "", message),
+        };
+    }
+    CliError::Other(anyhow::anyhow!(
+        "scheduler {url}: {method}: {}: {}",
+        status.code(),
+        status.message()
+    ))
+}
+
+/// The single-threaded runtime the commands' remote calls run on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::Other(anyhow::anyhow!("starting the async runtime: {e}")))?;
-    let prepared = build_snapshot(args, &runtime)?;
-    let response = solve(args, &prepared.built, prepared.well_known_labels, &runtime)?;
-    let value = output::plan_value(&response);
-    let format = args.output.unwrap_or(if stdout_is_terminal {
+        .map_err(|e| CliError::Other(anyhow::anyhow!("starting the async runtime: {e}")))
+}
+
+/// `-o`, defaulting to a table on a terminal and JSON otherwise.
+pub fn format(output: Option<Format>, stdout_is_terminal: bool) -> Format {
+    output.unwrap_or(if stdout_is_terminal {
         Format::Table
     } else {
         Format::Json
-    });
+    })
+}
+
+/// Runs `plan` and returns the rendered output.
+pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<String>), CliError> {
+    let runtime = runtime()?;
+    let prepared = build_snapshot(args, &runtime)?;
+    let response = solve(args, &prepared.built, prepared.well_known_labels, &runtime)?;
+    let value = output::plan_value(&response);
+    let format = format(args.output, stdout_is_terminal);
     let text = output::render(&value, format).map_err(|e| CliError::Other(anyhow::anyhow!(e)))?;
     Ok((text, prepared.warnings))
 }

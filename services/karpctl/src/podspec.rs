@@ -299,7 +299,9 @@ pub fn pod(r: &Reader<'_>, src: &PodSource<'_>, ctx: &PodContext) -> Result<pb::
             &join(mp, "creationTimestamp"),
         )?,
         phase: String::new(),
-        terminating: r.get(&meta, "deletionTimestamp").is_some(),
+        terminating: r
+            .get(&meta, "deletionTimestamp")
+            .is_some_and(|t| !t.is_null()),
         nominated_node_name: String::new(),
         termination_grace_period_seconds: r.int(
             r.get(spec, "terminationGracePeriodSeconds"),

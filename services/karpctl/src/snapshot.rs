@@ -9,8 +9,16 @@
 //! | NodeClaim | an in-flight state node, unless a Node has its `status.nodeName` |
 //! | NodePool (v1; older versions converted first) | a node pool |
 //! | EC2NodeClass | only its readiness (a pool whose class is not ready is not ready) |
-//! | PodDisruptionBudget, Namespace, PriorityClass, PVC/PV/StorageClass | as Kubernetes uses them |
+//! | PodDisruptionBudget | a budget; without `status.disruptionsAllowed`, computed from the input's pods ([`disruptions_allowed`]) |
+//! | Namespace, PriorityClass, PVC/PV/StorageClass | as Kubernetes uses them |
 //! | InstanceTypeCatalog | instance types and offerings |
+//!
+//! Nodes and NodeClaims carry what disruption needs: the claim's name, pool,
+//! readiness, price (from the catalogs), and a [`pb::NodeClaimDisruptionState`]
+//! from the claim's conditions (`Drifted`, `Consolidatable`, `Initialized`),
+//! `status.lastPodEventTime`, expiry (`spec.expireAfter`, else the pool's),
+//! `karpenter.sh/do-not-disrupt` on the node or claim, the node's `Ready`
+//! condition and the `karpenter.sh/disrupted` taint.
 //!
 //! Other kinds are skipped with a warning.
 
@@ -26,6 +34,9 @@ use crate::podspec::{self, PodContext, PodSource};
 
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
+pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Name of the catalog made from InstanceTypeCatalog documents.
 pub const MANIFEST_CATALOG: &str = "manifests";
 
@@ -216,6 +227,7 @@ pub fn build(docs: &[Document]) -> Result<Built, InputError> {
 
     // Pass 2: nodes first, so that bound pods find them.
     let mut node_index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut pool_expiries: Vec<PoolExpiry> = Vec::new();
     let mut provider_index: BTreeMap<String, usize> = BTreeMap::new();
     for doc in docs
         .iter()
@@ -239,10 +251,16 @@ pub fn build(docs: &[Document]) -> Result<Built, InputError> {
         .iter()
         .filter(|d| d.group() == "karpenter.sh" && d.kind() == "NodeClaim")
     {
-        node_claim(doc, &mut built, &mut node_index, &provider_index)?;
+        pool_expiries.extend(node_claim(
+            doc,
+            &mut built,
+            &mut node_index,
+            &provider_index,
+        )?);
     }
 
     // Pass 3: everything else.
+    let mut pdb_status: Vec<PdbStatus> = Vec::new();
     let mut seen_pods: BTreeSet<(String, String)> = BTreeSet::new();
     for doc in docs {
         let r = Reader::new(doc);
@@ -336,7 +354,9 @@ pub fn build(docs: &[Document]) -> Result<Built, InputError> {
                 built.origins.daemon_sets.push(doc.origin.to_string());
             }
             ("policy", "PodDisruptionBudget") => {
-                built.snapshot.pod_disruption_budgets.push(pdb(&r)?);
+                let (budget, status) = pdb(&r)?;
+                pdb_status.push(status);
+                built.snapshot.pod_disruption_budgets.push(budget);
                 built
                     .origins
                     .pod_disruption_budgets
@@ -354,6 +374,40 @@ pub fn build(docs: &[Document]) -> Result<Built, InputError> {
                     doc.api_version()
                 ));
             }
+        }
+    }
+
+    for expiry in pool_expiries {
+        let expire_after = built
+            .snapshot
+            .node_pools
+            .iter()
+            .find(|p| p.name == expiry.pool)
+            .and_then(|p| p.expire_after);
+        if let (Some(d), Some(disruption)) = (
+            expire_after,
+            built.snapshot.nodes[expiry.node].disruption.as_mut(),
+        ) {
+            disruption.expiration_time = Some(plus(&expiry.created, &d));
+        }
+    }
+    for (budget, status) in built
+        .snapshot
+        .pod_disruption_budgets
+        .iter_mut()
+        .zip(pdb_status)
+    {
+        let pods = built
+            .snapshot
+            .pending_pods
+            .iter()
+            .chain(built.snapshot.nodes.iter().flat_map(|n| n.pods.iter()));
+        let (allowed, expected) = disruptions_allowed(budget, pods);
+        if !status.allowed_given {
+            budget.disruptions_allowed = allowed;
+        }
+        if !status.expected_given {
+            budget.expected_pods = expected;
         }
     }
 
@@ -554,7 +608,27 @@ fn workload(r: &Reader<'_>, ctx: &PodContext) -> Result<Vec<pb::Pod>, InputError
     Ok(pods)
 }
 
-fn pdb(r: &Reader<'_>) -> Result<pb::PodDisruptionBudget, InputError> {
+/// Which PodDisruptionBudget status fields the manifest gave (the others
+/// are computed from the pods of the input).
+struct PdbStatus {
+    allowed_given: bool,
+    expected_given: bool,
+}
+
+/// `N` or `P%` of `total`, a percentage rounded up (as the disruption
+/// controller does); `None` when the text is neither.
+pub fn int_or_percent(text: &str, total: i32) -> Option<i32> {
+    match text.strip_suffix('%') {
+        Some(p) => {
+            let p: i64 = p.trim().parse().ok().filter(|p| *p >= 0)?;
+            let scaled = (p * i64::from(total.max(0)) + 99) / 100;
+            i32::try_from(scaled).ok()
+        }
+        None => text.trim().parse().ok().filter(|n: &i32| *n >= 0),
+    }
+}
+
+fn pdb(r: &Reader<'_>) -> Result<(pb::PodDisruptionBudget, PdbStatus), InputError> {
     let v = &r.doc.value;
     let spec = v.get("spec").cloned().unwrap_or(Value::Null);
     let min_available = r.string_or_empty(r.get(&spec, "minAvailable"), "spec.minAvailable")?;
@@ -566,28 +640,93 @@ fn pdb(r: &Reader<'_>) -> Result<pb::PodDisruptionBudget, InputError> {
             "minAvailable and maxUnavailable are mutually exclusive",
         ));
     }
-    Ok(pb::PodDisruptionBudget {
+    for (field, text) in [
+        ("spec.minAvailable", &min_available),
+        ("spec.maxUnavailable", &max_unavailable),
+    ] {
+        if !text.is_empty() && int_or_percent(text, 100).is_none() {
+            return Err(r.err(
+                field,
+                format!("must be a non-negative integer or a percentage, got {text:?}"),
+            ));
+        }
+    }
+    let allowed = r.int32(
+        v.pointer("/status/disruptionsAllowed"),
+        "status.disruptionsAllowed",
+    )?;
+    let expected = r.int32(v.pointer("/status/expectedPods"), "status.expectedPods")?;
+    let budget = pb::PodDisruptionBudget {
         namespace: r.namespace(),
         name: r.require_name()?,
         selector: r.label_selector(r.get(&spec, "selector"), "spec.selector")?,
         min_available,
         max_unavailable,
-        disruptions_allowed: r
-            .int32(
-                v.pointer("/status/disruptionsAllowed"),
-                "status.disruptionsAllowed",
-            )?
-            .unwrap_or(0),
-        expected_pods: r
-            .int32(v.pointer("/status/expectedPods"), "status.expectedPods")?
-            .unwrap_or(0),
+        disruptions_allowed: allowed.unwrap_or(0),
+        expected_pods: expected.unwrap_or(0),
         unhealthy_pod_eviction_policy: r
             .string(
                 r.get(&spec, "unhealthyPodEvictionPolicy"),
                 "spec.unhealthyPodEvictionPolicy",
             )?
             .unwrap_or_else(|| "IfHealthyBudget".into()),
-    })
+    };
+    Ok((
+        budget,
+        PdbStatus {
+            allowed_given: allowed.is_some(),
+            expected_given: expected.is_some(),
+        },
+    ))
+}
+
+/// What the disruption controller would put in a budget's status, from the
+/// pods of the input: `(disruptionsAllowed, expectedPods)`.
+///
+/// The budget covers the pods of its namespace its selector matches (none
+/// without a selector). Expected are those not being deleted (for the pods
+/// a workload was expanded into, its replicas); healthy are those bound to
+/// a node, running (or with no phase) and not being deleted.
+/// `minAvailable` (a percentage of the expected pods, rounded up) must stay
+/// healthy; `maxUnavailable` (likewise) may be missing from the expected
+/// pods. Never below 0.
+pub fn disruptions_allowed<'a>(
+    budget: &pb::PodDisruptionBudget,
+    pods: impl IntoIterator<Item = &'a pb::Pod>,
+) -> (i32, i32) {
+    let Some(selector) = budget
+        .selector
+        .as_ref()
+        .and_then(|s| karpenter_scheduling::model::label_selector("selector", s).ok())
+    else {
+        return (0, 0);
+    };
+    let (mut expected, mut healthy) = (0i32, 0i32);
+    for pod in pods {
+        if pod.namespace != budget.namespace || pod.terminating {
+            continue;
+        }
+        let labels: BTreeMap<String, String> = pod
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !selector.matches(&labels) {
+            continue;
+        }
+        expected = expected.saturating_add(1);
+        if !pod.node_name.is_empty() && matches!(pod.phase.as_str(), "Running" | "") {
+            healthy = healthy.saturating_add(1);
+        }
+    }
+    let desired_healthy = if !budget.min_available.is_empty() {
+        int_or_percent(&budget.min_available, expected).unwrap_or(expected)
+    } else if !budget.max_unavailable.is_empty() {
+        expected.saturating_sub(int_or_percent(&budget.max_unavailable, expected).unwrap_or(0))
+    } else {
+        0
+    };
+    (healthy.saturating_sub(desired_healthy).max(0), expected)
 }
 
 fn label(labels: &BTreeMap<String, String>, key: &str) -> String {
@@ -599,6 +738,7 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
     let v = &doc.value;
     let name = r.require_name()?;
     let labels = r.hash_map(v.pointer("/metadata/labels"), "metadata.labels")?;
+    let annotations = r.string_map(v.pointer("/metadata/annotations"), "metadata.annotations")?;
     let all_taints = r.taints(v.pointer("/spec/taints"), "spec.taints")?;
     let (startup_taints, taints): (Vec<_>, Vec<_>) = all_taints
         .into_iter()
@@ -608,6 +748,19 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
     let allocatable = r
         .resources(v.pointer("/status/allocatable"), "status.allocatable")?
         .or_else(|| capacity.clone());
+    // Without the karpenter.sh/initialized label (and, later, a NodeClaim
+    // condition) a registered node counts as initialized: manifests
+    // straight from a user's repository rarely carry either.
+    let initialized = match labels.get(INITIALIZED_LABEL).map(String::as_str) {
+        Some(value) => value == "true",
+        None => registered,
+    };
+    let disruption = pb::NodeClaimDisruptionState {
+        do_not_disrupt: annotations.get(DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+        disrupting: taints.iter().any(|t| t.key == DISRUPTED_TAINT),
+        node_not_ready: node_not_ready(v),
+        ..Default::default()
+    };
     Ok(pb::StateNode {
         node_claim_name: String::new(),
         provider_id: r.string_or_empty(v.pointer("/spec/providerID"), "spec.providerID")?,
@@ -623,10 +776,8 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
         pods: Vec::new(),
         has_node: true,
         registered,
-        initialized: registered,
-        marked_for_deletion: v
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null()),
+        initialized,
+        marked_for_deletion: deleting(v),
         unschedulable: r
             .bool(v.pointer("/spec/unschedulable"), "spec.unschedulable")?
             .unwrap_or(false),
@@ -635,9 +786,25 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
             v.pointer("/metadata/creationTimestamp"),
             "metadata.creationTimestamp",
         )?,
-        disruption: None,
+        disruption: Some(disruption),
         name,
     })
+}
+
+/// Whether the object has a (non-null) `metadata.deletionTimestamp`.
+fn deleting(v: &Value) -> bool {
+    v.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// A node's `Ready` condition is not `True`. A node that reports no
+/// conditions at all (no status in the manifest) counts as ready.
+fn node_not_ready(v: &Value) -> bool {
+    match v.pointer("/status/conditions").and_then(Value::as_array) {
+        None => false,
+        Some(conditions) if conditions.is_empty() => false,
+        Some(_) => condition_status(v, "Ready") != Some("True"),
+    }
 }
 
 fn condition<'v>(v: &'v Value, kind: &str) -> Option<&'v Value> {
@@ -647,12 +814,34 @@ fn condition<'v>(v: &'v Value, kind: &str) -> Option<&'v Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
 }
 
+fn condition_status<'v>(v: &'v Value, kind: &str) -> Option<&'v str> {
+    condition(v, kind)?.get("status")?.as_str()
+}
+
+/// A NodeClaim whose expiry comes from its NodePool's template (the claim
+/// sets no `spec.expireAfter`): resolved once the pools are read.
+struct PoolExpiry {
+    node: usize,
+    created: prost_types::Timestamp,
+    pool: String,
+}
+
+fn plus(t: &prost_types::Timestamp, d: &prost_types::Duration) -> prost_types::Timestamp {
+    let mut seconds = t.seconds.saturating_add(d.seconds);
+    let mut nanos = t.nanos.saturating_add(d.nanos);
+    if nanos >= 1_000_000_000 {
+        nanos -= 1_000_000_000;
+        seconds = seconds.saturating_add(1);
+    }
+    prost_types::Timestamp { seconds, nanos }
+}
+
 fn node_claim(
     doc: &Document,
     built: &mut Built,
     node_index: &mut BTreeMap<String, usize>,
     provider_index: &BTreeMap<String, usize>,
-) -> Result<(), InputError> {
+) -> Result<Option<PoolExpiry>, InputError> {
     let r = Reader::new(doc);
     let v = &doc.value;
     let name = r.require_name()?;
@@ -674,39 +863,51 @@ fn node_claim(
         v.pointer("/metadata/creationTimestamp"),
         "metadata.creationTimestamp",
     )?;
+    let expire_after_set = v.pointer("/spec/expireAfter").is_some_and(|e| !e.is_null());
     let expire_after =
         r.nillable_duration(v.pointer("/spec/expireAfter"), "spec.expireAfter", None)?;
-    let condition_true = |kind: &str| {
-        condition(v, kind)
-            .and_then(|c| c.get("status"))
-            .and_then(Value::as_str)
-            == Some("True")
+    let conditions = r.array(v.pointer("/status/conditions"), "status.conditions")?;
+    let mut transition_times = BTreeMap::new();
+    for (i, c) in conditions.iter().enumerate() {
+        let p = format!("status.conditions[{i}]");
+        let kind = r.string_or_empty(r.get(c, "type"), &join(&p, "type"))?;
+        r.string(r.get(c, "status"), &join(&p, "status"))?;
+        let time = r.timestamp(
+            r.get(c, "lastTransitionTime"),
+            &join(&p, "lastTransitionTime"),
+        )?;
+        transition_times.insert(kind, time);
+    }
+    let since = |kind: &str| {
+        if condition_status(v, kind) == Some("True") {
+            transition_times.get(kind).cloned().flatten()
+        } else {
+            None
+        }
     };
-    let drifted_reason = if condition_true("Drifted") {
+    let drifted_reason = if condition_status(v, "Drifted") == Some("True") {
         condition(v, "Drifted")
             .and_then(|c| c.get("reason"))
             .and_then(Value::as_str)
+            .filter(|reason| !reason.is_empty())
             .unwrap_or("Drifted")
             .to_string()
     } else {
         String::new()
     };
+    let claim_initialized = condition_status(v, "Initialized").map(|s| s == "True");
     let disruption = pb::NodeClaimDisruptionState {
         drifted_reason,
-        consolidatable: condition_true("Consolidatable"),
+        drifted_time: since("Drifted"),
+        consolidatable: condition_status(v, "Consolidatable") == Some("True"),
         last_pod_event_time: r.timestamp(
             v.pointer("/status/lastPodEventTime"),
             "status.lastPodEventTime",
         )?,
-        do_not_disrupt: annotations
-            .get("karpenter.sh/do-not-disrupt")
-            .map(String::as_str)
-            == Some("true"),
+        initialized_time: since("Initialized"),
+        do_not_disrupt: annotations.get(DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
         expiration_time: match (&creation, &expire_after) {
-            (Some(c), Some(d)) => Some(prost_types::Timestamp {
-                seconds: c.seconds.saturating_add(d.seconds),
-                nanos: c.nanos,
-            }),
+            (Some(c), Some(d)) => Some(plus(c, d)),
             _ => None,
         },
         node_pool_hash: annotations
@@ -714,6 +915,21 @@ fn node_claim(
             .cloned()
             .unwrap_or_default(),
         disrupting: false,
+        node_not_ready: false,
+        nominated: false,
+        termination_grace_period: r.duration(
+            v.pointer("/spec/terminationGracePeriod"),
+            "spec.terminationGracePeriod",
+        )?,
+    };
+    let pool_expiry = |node: usize, pool: &str| {
+        creation
+            .filter(|_| !expire_after_set && !pool.is_empty())
+            .map(|created| PoolExpiry {
+                node,
+                created,
+                pool: pool.to_string(),
+            })
     };
     let existing = node_index.get(&node_name).copied().or_else(|| {
         provider_index
@@ -727,16 +943,24 @@ fn node_claim(
         if node.node_pool.is_empty() {
             node.node_pool = label(&labels, NODEPOOL_LABEL);
         }
-        if node.creation_timestamp.is_none() {
+        if creation.is_some() {
             node.creation_timestamp = creation;
         }
-        let mut disruption = disruption;
-        disruption.disrupting = node
-            .taints
-            .iter()
-            .any(|t| t.key == "karpenter.sh/disrupted");
-        node.disruption = Some(disruption);
-        return Ok(());
+        let labelled = node.labels.get(INITIALIZED_LABEL).map(String::as_str);
+        node.initialized = match (labelled, claim_initialized) {
+            (Some("true"), _) | (_, Some(true)) => true,
+            (None, None) => node.initialized,
+            _ => false,
+        };
+        node.marked_for_deletion |= deleting(v);
+        let from_node = node.disruption.take().unwrap_or_default();
+        node.disruption = Some(pb::NodeClaimDisruptionState {
+            do_not_disrupt: disruption.do_not_disrupt || from_node.do_not_disrupt,
+            disrupting: from_node.disrupting,
+            node_not_ready: from_node.node_not_ready,
+            ..disruption
+        });
+        return Ok(pool_expiry(i, &node.node_pool.clone()));
     }
     if node_index.contains_key(&name) {
         return Err(r.err(
@@ -753,11 +977,14 @@ fn node_claim(
     let allocatable = r
         .resources(v.pointer("/status/allocatable"), "status.allocatable")?
         .or_else(|| capacity.clone());
+    let node_pool = label(&labels, NODEPOOL_LABEL);
+    let index = built.snapshot.nodes.len();
+    let expiry = pool_expiry(index, &node_pool);
     let state = pb::StateNode {
         name: name.clone(),
         node_claim_name: name.clone(),
         provider_id,
-        node_pool: label(&labels, NODEPOOL_LABEL),
+        node_pool,
         capacity_type: label(&labels, "karpenter.sh/capacity-type"),
         zone: label(&labels, "topology.kubernetes.io/zone"),
         instance_type: label(&labels, "node.kubernetes.io/instance-type"),
@@ -769,19 +996,17 @@ fn node_claim(
         pods: Vec::new(),
         has_node: false,
         registered: false,
-        initialized: false,
-        marked_for_deletion: v
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null()),
+        initialized: claim_initialized == Some(true),
+        marked_for_deletion: deleting(v),
         unschedulable: false,
         price: 0.0,
         creation_timestamp: creation,
         disruption: Some(disruption),
     };
-    node_index.insert(name, built.snapshot.nodes.len());
+    node_index.insert(name, index);
     built.snapshot.nodes.push(state);
     built.origins.nodes.push(doc.origin.to_string());
-    Ok(())
+    Ok(expiry)
 }
 
 fn node_pool(
