@@ -1317,7 +1317,60 @@ fn round(
             taken.push(command);
         }
     }
-    (!taken.is_empty()).then_some(taken)
+    if !taken.is_empty() {
+        return Some(taken);
+    }
+
+    // Beyond Karpenter: a set of candidates that only pays off together but
+    // is not a prefix of the cost order (a pinned or full node in front of
+    // it fails every prefix). Grow it greedily, skipping candidates that
+    // make it invalid, within the multi-node cap.
+    let mut set: Vec<&Candidate> = Vec::new();
+    let mut best: Option<Command> = None;
+    let budget = budget_mapping(state, Reason::Underutilized);
+    let within_budget = |trial: &[&Candidate]| {
+        let mut per_pool: HashMap<usize, i64> = HashMap::new();
+        for c in trial {
+            *per_pool.entry(c.pool).or_default() += 1;
+        }
+        per_pool
+            .iter()
+            .all(|(pool, n)| *n <= budget.get(pool).copied().unwrap_or(0))
+    };
+    for candidate in consolidatable.iter().take(2 * MAX_MULTI_NODE_CANDIDATES) {
+        if set.len() >= MAX_MULTI_NODE_CANDIDATES {
+            break;
+        }
+        let mut trial = set.clone();
+        trial.push(candidate);
+        if !within_budget(&trial) {
+            continue;
+        }
+        if trial.len() < 2 {
+            set = trial;
+            continue;
+        }
+        *evaluated += 1;
+        if pdb_room(state, trial.iter().map(|c| &state.nodes[c.node])).is_some() {
+            continue;
+        }
+        if let Ok(command) = consolidate(
+            &prepared,
+            state,
+            &trial,
+            options,
+            Method::MultiNodeConsolidation,
+        ) && command.savings_per_hour > best.as_ref().map_or(0.0, |b| b.savings_per_hour)
+        {
+            set = trial;
+            best = Some(command);
+        } else if set.len() == 1 && best.is_none() {
+            // The first member cannot pair with anything so far: let the
+            // next candidate start the set instead.
+            set = vec![*candidate];
+        }
+    }
+    best.map(|command| vec![command])
 }
 
 // ---------------------------------------------------------------------------

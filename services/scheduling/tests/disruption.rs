@@ -724,3 +724,85 @@ fn the_plan_is_deterministic() {
     let b = prost::Message::encode_to_vec(&cluster.plan());
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_set_that_is_no_prefix_is_still_found() {
+    // In cost order the pinned full node comes first, so every prefix
+    // Karpenter tries fails; alone, neither half-full node can go (the other
+    // has no room, nothing cheaper holds it). Together their pods fit one
+    // large node, cheaper than two mediums.
+    let mut catalog_with_scale = catalog();
+    for it in &mut catalog_with_scale {
+        if it.name == "large" {
+            for offering in &mut it.offerings {
+                offering.price *= 0.75;
+            }
+        }
+    }
+    let mut pinned_node = managed("a-pinned", "medium", "on-demand", "test-zone-1");
+    pinned_node.labels.insert("pin".into(), "yes".into());
+    let pinned = running("pinned", "a-pinned", 3900).selector("pin", "yes");
+    let half = |node: &str, prefix: &str| -> Vec<pb::Pod> {
+        vec![running(&format!("{prefix}0"), node, 2600)]
+    };
+    let mut cluster = Cluster::new(vec![
+        on(pinned_node, vec![pinned]),
+        on(
+            managed("b", "medium", "on-demand", "test-zone-1"),
+            half("b", "b"),
+        ),
+        on(
+            managed("c", "medium", "on-demand", "test-zone-1"),
+            half("c", "c"),
+        ),
+    ]);
+    cluster.snapshot.instance_type_catalogs[0].instance_types = catalog_with_scale;
+    cluster.pool().requirements = vec![in_(CAPACITY_TYPE, &["on-demand"])];
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1, "{response:#?}");
+    let command = &response.commands[0];
+    assert_eq!(command.candidates, vec!["b", "c"], "{command:#?}");
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(
+        command.replacements[0]
+            .cheapest
+            .as_ref()
+            .unwrap()
+            .instance_type,
+        "large"
+    );
+}
+
+#[test]
+fn a_zonal_spread_keeps_its_zone_when_replaced() {
+    let spread = |name: &str, node: &str| {
+        running(name, node, 1000)
+            .label("app", "web")
+            .spread(ZONE, 1, &[("app", "web")])
+    };
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("z1", "small", "on-demand", "test-zone-1"),
+            vec![spread("w1", "z1")],
+        ),
+        on(
+            managed("z2", "xlarge", "on-demand", "test-zone-2"),
+            vec![spread("w2", "z2")],
+        ),
+        on(
+            managed("z3", "small", "on-demand", "test-zone-3"),
+            vec![spread("w3", "z3")],
+        ),
+    ]);
+    cluster.pool().requirements = vec![in_(CAPACITY_TYPE, &["on-demand"])];
+    let response = cluster.plan();
+    let command = response
+        .commands
+        .iter()
+        .find(|c| c.candidates == vec!["z2".to_owned()])
+        .expect("the expensive node is replaced");
+    assert_eq!(
+        command.replacements[0].labels.get(ZONE).map(String::as_str),
+        Some("test-zone-2")
+    );
+}
