@@ -25,7 +25,7 @@ use crate::labels;
 use crate::model::{Cluster, InstanceType, OfferingFilter, Pod, PodKey, StateNode};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
-use crate::solve::{Cheapest, Options, PlannedClaim, Prepared, Solution};
+use crate::solve::{Cheapest, Options, PlannedClaim, Prepared};
 use crate::taints::{Effect, Taint};
 
 /// Karpenter caps a multi-node command at this many candidates.
@@ -513,14 +513,77 @@ fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
 // ---------------------------------------------------------------------------
 // Simulation
 
-/// The outcome of moving the candidates' pods elsewhere.
-enum Outcome {
-    /// Every pod fits on the rest of the cluster.
-    Delete(Solution),
-    /// The pods need exactly these new claims.
-    Replace(Solution),
-    /// Some pod has no place, or more than one claim is needed.
-    Impossible(String),
+/// Where pods go when their nodes are removed: a scheduling run with the
+/// nodes gone and the pods pending.
+struct Moved {
+    /// The first moving pod that found no place, and why.
+    stranded: Option<String>,
+    /// A moving pod landed on a node that is still starting.
+    on_starting_node: Option<String>,
+    /// New claims holding moving pods.
+    replacements: Vec<PlannedClaim>,
+    /// Existing node -> the moving pods placed there.
+    placements: BTreeMap<String, Vec<PodKey>>,
+}
+
+impl Moved {
+    fn replacement_price(&self) -> f64 {
+        self.replacements
+            .iter()
+            .filter_map(|r| r.cheapest.as_ref())
+            .map(|c| c.price)
+            .sum()
+    }
+}
+
+fn move_pods(
+    prepared: &Prepared<'_>,
+    cluster: &Cluster,
+    removed: &[usize],
+    moving: &[&Pod],
+) -> Moved {
+    let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
+    let solution = prepared.run(
+        removed,
+        cluster.pending.iter().chain(moving.iter().copied()),
+    );
+    let stranded = solution
+        .unschedulable
+        .iter()
+        .find(|(pod, _)| moving_keys.contains(pod))
+        .map(|(pod, reason)| format!("not all pods would schedule, {pod} => {reason}"));
+    let mut placements = BTreeMap::new();
+    let mut on_starting_node = None;
+    for (node_name, pods) in &solution.existing {
+        let moved: Vec<PodKey> = pods
+            .iter()
+            .filter(|p| moving_keys.contains(p))
+            .cloned()
+            .collect();
+        if moved.is_empty() {
+            continue;
+        }
+        let starting = cluster
+            .nodes
+            .iter()
+            .find(|n| &n.name == node_name)
+            .is_some_and(|n| !n.initialized);
+        if starting && on_starting_node.is_none() {
+            on_starting_node = Some(node_name.clone());
+        }
+        placements.insert(node_name.clone(), moved);
+    }
+    let replacements = solution
+        .new_claims
+        .into_iter()
+        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
+        .collect();
+    Moved {
+        stranded,
+        on_starting_node,
+        replacements,
+        placements,
+    }
 }
 
 fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'c Pod> {
@@ -538,46 +601,6 @@ fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'
                     .any(|pdb| pdb.fully_blocking && pdb.selects(pod))
         })
         .collect()
-}
-
-fn simulate(prepared: &Prepared<'_>, cluster: &Cluster, candidates: &[&Candidate]) -> Outcome {
-    let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
-    let moving = candidate_pods(cluster, candidates);
-    let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-    let solution = prepared.run(
-        &removed,
-        cluster.pending.iter().chain(moving.iter().copied()),
-    );
-    if let Some((pod, reason)) = solution
-        .unschedulable
-        .iter()
-        .find(|(pod, _)| moving_keys.contains(pod))
-    {
-        return Outcome::Impossible(format!("not all pods would schedule, {pod} => {reason}"));
-    }
-    // Never count on a node that is still starting.
-    for (node_name, pods) in &solution.existing {
-        let starting = cluster
-            .nodes
-            .iter()
-            .find(|n| &n.name == node_name)
-            .is_some_and(|n| !n.initialized);
-        if starting && pods.iter().any(|p| moving_keys.contains(p)) {
-            return Outcome::Impossible(format!(
-                "would schedule against uninitialized node {node_name}"
-            ));
-        }
-    }
-    let replacements = solution
-        .new_claims
-        .iter()
-        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
-        .count();
-    match replacements {
-        0 => Outcome::Delete(solution),
-        1 => Outcome::Replace(solution),
-        n => Outcome::Impossible(format!("can't remove without creating {n} nodes")),
-    }
 }
 
 /// The most a claim could cost to launch: the priciest compatible offering
@@ -689,48 +712,38 @@ fn consolidate(
         .map(|c| cluster.nodes[c.node].name.clone())
         .collect();
     let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
-    let placements = |solution: &Solution| -> BTreeMap<String, Vec<PodKey>> {
-        let moving: HashSet<PodKey> = candidate_pods(cluster, candidates)
-            .iter()
-            .map(|p| p.key.clone())
-            .collect();
-        solution
-            .existing
-            .iter()
-            .filter_map(|(node, pods)| {
-                let moved: Vec<PodKey> = pods
-                    .iter()
-                    .filter(|p| moving.contains(p))
-                    .cloned()
-                    .collect();
-                (!moved.is_empty()).then(|| (node.clone(), moved))
-            })
-            .collect()
-    };
-    let solution = match simulate(prepared, cluster, candidates) {
-        Outcome::Impossible(reason) => return Err(reason),
-        Outcome::Delete(solution) => {
+    let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
+    let moved = move_pods(
+        prepared,
+        cluster,
+        &removed,
+        &candidate_pods(cluster, candidates),
+    );
+    if let Some(reason) = moved.stranded {
+        return Err(reason);
+    }
+    // Never count on a node that is still starting.
+    if let Some(node) = moved.on_starting_node {
+        return Err(format!("would schedule against uninitialized node {node}"));
+    }
+    let claim = match moved.replacements.as_slice() {
+        [] => {
             return Ok(Command {
                 reason: Reason::Underutilized,
                 method,
                 candidates: names,
                 replacements: Vec::new(),
                 savings_per_hour: candidate_price,
-                placements: placements(&solution),
+                placements: moved.placements,
             });
         }
-        Outcome::Replace(solution) => solution,
-    };
-    let moving: HashSet<PodKey> = candidate_pods(cluster, candidates)
-        .iter()
-        .map(|p| p.key.clone())
-        .collect();
-    let Some(claim) = solution
-        .new_claims
-        .iter()
-        .find(|c| c.pods.iter().any(|p| moving.contains(p)))
-    else {
-        return Err("no replacement was planned".to_owned());
+        [claim] => claim,
+        more => {
+            return Err(format!(
+                "can't remove without creating {} nodes",
+                more.len()
+            ));
+        }
     };
     let all_spot = candidates
         .iter()
@@ -812,7 +825,7 @@ fn consolidate(
         method,
         candidates: names,
         savings_per_hour: candidate_price - price,
-        placements: placements(&solution),
+        placements: moved.placements,
         replacements: vec![replacement],
     })
 }
@@ -823,50 +836,22 @@ fn drift_command(
     cluster: &Cluster,
     candidate: &Candidate,
 ) -> Result<Command, String> {
-    let removed = [candidate.node];
-    let moving = candidate_pods(cluster, &[candidate]);
-    let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-    let solution = prepared.run(
-        &removed,
-        cluster.pending.iter().chain(moving.iter().copied()),
+    let moved = move_pods(
+        prepared,
+        cluster,
+        &[candidate.node],
+        &candidate_pods(cluster, &[candidate]),
     );
-    if let Some((pod, reason)) = solution
-        .unschedulable
-        .iter()
-        .find(|(pod, _)| moving_keys.contains(pod))
-    {
-        return Err(format!("not all pods would schedule, {pod} => {reason}"));
+    if let Some(reason) = moved.stranded {
+        return Err(reason);
     }
-    let replacements: Vec<PlannedClaim> = solution
-        .new_claims
-        .iter()
-        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
-        .cloned()
-        .collect();
-    let price: f64 = replacements
-        .iter()
-        .filter_map(|r| r.cheapest.as_ref())
-        .map(|c| c.price)
-        .sum();
-    let placements = solution
-        .existing
-        .iter()
-        .filter_map(|(node, pods)| {
-            let moved: Vec<PodKey> = pods
-                .iter()
-                .filter(|p| moving_keys.contains(p))
-                .cloned()
-                .collect();
-            (!moved.is_empty()).then(|| (node.clone(), moved))
-        })
-        .collect();
     Ok(Command {
         reason: Reason::Drifted,
         method: Method::Drift,
         candidates: vec![cluster.nodes[candidate.node].name.clone()],
-        replacements,
-        savings_per_hour: candidate.price - price,
-        placements,
+        savings_per_hour: candidate.price - moved.replacement_price(),
+        replacements: moved.replacements,
+        placements: moved.placements,
     })
 }
 
@@ -1024,38 +1009,14 @@ pub fn plan(
         for index in expired {
             let node = &state.nodes[index];
             let moving: Vec<&Pod> = node.pods.iter().filter(|p| p.is_reschedulable()).collect();
-            let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-            let solution =
-                prepared.run(&[index], state.pending.iter().chain(moving.iter().copied()));
-            let replacements: Vec<PlannedClaim> = solution
-                .new_claims
-                .iter()
-                .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
-                .cloned()
-                .collect();
-            let price: f64 = replacements
-                .iter()
-                .filter_map(|r| r.cheapest.as_ref())
-                .map(|c| c.price)
-                .sum();
+            let moved = move_pods(&prepared, &state, &[index], &moving);
             plan.commands.push(Command {
                 reason: Reason::Expired,
                 method: Method::Expiration,
                 candidates: vec![node.name.clone()],
-                savings_per_hour: node_price(&state, node) - price,
-                placements: solution
-                    .existing
-                    .iter()
-                    .filter_map(|(n, pods)| {
-                        let moved: Vec<PodKey> = pods
-                            .iter()
-                            .filter(|p| moving_keys.contains(p))
-                            .cloned()
-                            .collect();
-                        (!moved.is_empty()).then(|| (n.clone(), moved))
-                    })
-                    .collect(),
-                replacements,
+                savings_per_hour: node_price(&state, node) - moved.replacement_price(),
+                replacements: moved.replacements,
+                placements: moved.placements,
             });
         }
         for command in plan.commands.clone() {

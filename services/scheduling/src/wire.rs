@@ -110,6 +110,19 @@ pub fn node_claim(
     }
 }
 
+/// A planned claim on the wire, with its pool's node class.
+fn node_claim_with_class(
+    claim: &PlannedClaim,
+    uids: &std::collections::HashMap<&PodKey, &str>,
+    node_class_refs: &std::collections::HashMap<&str, &pb::NodeClassReference>,
+) -> pb::NodeClaimPlan {
+    let mut plan = node_claim(claim, uids);
+    plan.node_class_ref = node_class_refs
+        .get(claim.node_pool.as_str())
+        .map(|r| (*r).clone());
+    plan
+}
+
 pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> pb::SolveResponse {
     let uids: std::collections::HashMap<&PodKey, &str> = cluster
         .pending
@@ -125,13 +138,7 @@ pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> p
         node_claims: solution
             .new_claims
             .iter()
-            .map(|c| {
-                let mut plan = node_claim(c, &uids);
-                plan.node_class_ref = node_class_refs
-                    .get(c.node_pool.as_str())
-                    .map(|r| (*r).clone());
-                plan
-            })
+            .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
             .collect(),
         existing_nodes: solution
             .existing
@@ -225,13 +232,7 @@ pub fn plan_disruption_request(
                 replacements: command
                     .replacements
                     .iter()
-                    .map(|c| {
-                        let mut plan = node_claim(c, &uids);
-                        plan.node_class_ref = node_class_refs
-                            .get(c.node_pool.as_str())
-                            .map(|r| (*r).clone());
-                        plan
-                    })
+                    .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
                     .collect(),
                 savings_per_hour: command.savings_per_hour,
                 placements: command
