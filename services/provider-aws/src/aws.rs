@@ -42,6 +42,10 @@ pub struct Settings {
     pub interruption_wait_seconds: i32,
     /// Attempts per AWS call (throttling and 5xx are retried with backoff).
     pub max_attempts: u32,
+    /// A launch template unused this long is deleted.
+    pub launch_template_ttl: Duration,
+    /// How often unused launch templates are looked for.
+    pub janitor_interval: Duration,
 }
 
 impl Settings {
@@ -64,6 +68,8 @@ impl Settings {
             pricing_region: "us-east-1".into(),
             interruption_wait_seconds: 20,
             max_attempts: 5,
+            launch_template_ttl: Duration::from_secs(10 * 60),
+            janitor_interval: Duration::from_secs(60),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,9 @@ pub struct Catalog {
     prices: RwLock<Arc<Prices>>,
     prices_refresh: tokio::sync::Mutex<()>,
     unavailable: Mutex<HashMap<(String, String, String), Instant>>,
+    /// Bumped whenever types, prices or unavailable offerings change, so
+    /// catalogs built from them can be reused until then.
+    generation: AtomicU64,
 }
 
 /// A snapshot of what offerings depend on, for one catalog build.
@@ -101,7 +105,18 @@ impl Catalog {
             prices: RwLock::new(Arc::new(Prices::default())),
             prices_refresh: tokio::sync::Mutex::new(()),
             unavailable: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Changes whenever anything a built catalog depends on changes (an
+    /// unavailable offering expiring included, via `offering_view`).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The instance types, from cache while fresh.
@@ -114,6 +129,7 @@ impl Catalog {
         }
         let types = Arc::new(self.fetch_types().await?);
         *guard = Some((Instant::now(), types.clone()));
+        self.bump();
         Ok(types)
     }
 
@@ -214,6 +230,7 @@ impl Catalog {
             Ok(mut p) => *p = prices.clone(),
             Err(poisoned) => *poisoned.into_inner() = prices.clone(),
         }
+        self.bump();
         Ok(prices)
     }
 
@@ -311,14 +328,25 @@ impl Catalog {
             ),
             now + UNAVAILABLE_TTL,
         );
+        drop(map);
+        self.bump();
     }
 
     /// Prices and unavailable offerings as of now.
     pub async fn offering_view(&self) -> Result<OfferingView, Error> {
         let prices = self.prices().await?;
-        let unavailable = match self.unavailable.lock() {
-            Ok(m) => m.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+        let unavailable = {
+            let mut map = match self.unavailable.lock() {
+                Ok(m) => m,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let now = Instant::now();
+            let before = map.len();
+            map.retain(|_, until| *until > now);
+            if map.len() != before {
+                self.bump();
+            }
+            map.clone()
         };
         Ok(OfferingView {
             prices,

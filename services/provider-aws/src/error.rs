@@ -33,7 +33,10 @@ pub enum Error {
     NoCompatibleInstanceTypes(String),
     /// An AWS call failed (after the SDK's retries).
     #[error("AWS {action} failed: {message}")]
-    Aws { action: &'static str, message: String },
+    Aws {
+        action: &'static str,
+        message: String,
+    },
     /// Anything else that is our fault.
     #[error("{0}")]
     Internal(String),
@@ -59,9 +62,7 @@ impl Error {
 }
 
 /// `code: message` of an SDK error, or its display chain when AWS said nothing.
-pub fn describe_sdk_error<E>(
-    error: &aws_sdk_ec2::error::SdkError<E>,
-) -> String
+pub fn describe_sdk_error<E>(error: &aws_sdk_ec2::error::SdkError<E>) -> String
 where
     E: std::error::Error + aws_sdk_ec2::error::ProvideErrorMetadata + 'static,
 {
@@ -83,9 +84,7 @@ where
 }
 
 /// The AWS error code of an SDK error, if the service answered with one.
-pub fn error_code<E>(
-    error: &aws_sdk_ec2::error::SdkError<E>,
-) -> Option<String>
+pub fn error_code<E>(error: &aws_sdk_ec2::error::SdkError<E>) -> Option<String>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata,
 {
@@ -97,7 +96,10 @@ impl From<Error> for Status {
     fn from(error: Error) -> Self {
         let message = error.to_string();
         match error {
-            Error::InvalidArgument { field, message: why } => {
+            Error::InvalidArgument {
+                field,
+                message: why,
+            } => {
                 let details = ErrorDetails::with_bad_request_violation(field, why);
                 Status::with_error_details(Code::InvalidArgument, message, details)
             }

@@ -71,8 +71,15 @@ impl TypeInfo {
             Some(Device {
                 name: first.name()?.to_lowercase(),
                 manufacturer: first.manufacturer()?.to_lowercase(),
-                count: g.gpus().iter().map(|d| i64::from(d.count().unwrap_or(0))).sum(),
-                memory_mib: first.memory_info().and_then(|m| m.size_in_mib()).map(i64::from),
+                count: g
+                    .gpus()
+                    .iter()
+                    .map(|d| i64::from(d.count().unwrap_or(0)))
+                    .sum(),
+                memory_mib: first
+                    .memory_info()
+                    .and_then(|m| m.size_in_mib())
+                    .map(i64::from),
             })
         });
         let accelerator = info
@@ -259,10 +266,8 @@ pub fn pods(info: &TypeInfo, ctx: &Context) -> i64 {
     let kubelet = ctx.kubelet.as_ref();
     let mut pods = match kubelet.and_then(|k| k.max_pods) {
         Some(max) => i64::from(max),
-        None => match ctx.family {
-            // Bottlerocket and Windows also follow the ENI limit by default.
-            _ => info.eni_limited_pods(ctx.reserved_enis),
-        },
+        // Every family (AL2, AL2023, Bottlerocket, Windows) follows the ENI limit by default.
+        None => info.eni_limited_pods(ctx.reserved_enis),
     };
     if let Some(per_core) = kubelet.and_then(|k| k.pods_per_core).filter(|p| *p > 0) {
         pods = pods.min(i64::from(per_core) * info.vcpus);
@@ -324,10 +329,7 @@ pub fn capacity(info: &TypeInfo, ctx: &Context) -> BTreeMap<String, i64> {
         "memory".to_string(),
         memory_capacity_bytes(info, ctx.vm_memory_overhead_percent),
     );
-    capacity.insert(
-        "ephemeral-storage".to_string(),
-        ctx.ephemeral_storage_bytes,
-    );
+    capacity.insert("ephemeral-storage".to_string(), ctx.ephemeral_storage_bytes);
     capacity.insert("pods".to_string(), pods(info, ctx));
     if let Some(gpu) = &info.gpu {
         let resource = match gpu.manufacturer.as_str() {
@@ -340,10 +342,12 @@ pub fn capacity(info: &TypeInfo, ctx: &Context) -> BTreeMap<String, i64> {
             capacity.insert(resource.to_string(), gpu.count);
         }
     }
-    if let Some(acc) = &info.accelerator {
-        if acc.name.contains("inferentia") || acc.name.contains("trainium") || acc.manufacturer == "aws" {
-            capacity.insert(l::RESOURCE_AWS_NEURON.to_string(), acc.count);
-        }
+    if let Some(acc) = &info.accelerator
+        && (acc.name.contains("inferentia")
+            || acc.name.contains("trainium")
+            || acc.manufacturer == "aws")
+    {
+        capacity.insert(l::RESOURCE_AWS_NEURON.to_string(), acc.count);
     }
     if info.efa_interfaces > 0 {
         capacity.insert(l::RESOURCE_EFA.to_string(), info.efa_interfaces);
@@ -413,37 +417,66 @@ pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requireme
             [info.encryption_in_transit.to_string()],
         ),
     ];
+    match ctx.family {
+        AMIFamily::Windows2019 => out.push(req_in(l::WINDOWS_BUILD, ["10.0.17763"])),
+        AMIFamily::Windows2022 => out.push(req_in(l::WINDOWS_BUILD, ["10.0.20348"])),
+        _ => {}
+    }
     let mut optional = |key: &str, value: Option<String>| {
         out.push(match value {
             Some(v) if !v.is_empty() => req_in(key, [v]),
             _ => req_absent(key),
         });
     };
-    optional(l::AWS_INSTANCE_GENERATION, info.generation().map(str::to_string));
+    optional(
+        l::AWS_INSTANCE_GENERATION,
+        info.generation().map(str::to_string),
+    );
     optional(l::AWS_INSTANCE_HYPERVISOR, info.hypervisor.clone());
-    optional(l::AWS_INSTANCE_CPU_MANUFACTURER, info.cpu_manufacturer.clone());
+    optional(
+        l::AWS_INSTANCE_CPU_MANUFACTURER,
+        info.cpu_manufacturer.clone(),
+    );
     optional(
         l::AWS_INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
         info.clock_mhz.map(|m| m.to_string()),
     );
-    optional(l::AWS_INSTANCE_NETWORK_BANDWIDTH, info.network_mbps.map(|m| m.to_string()));
-    optional(l::AWS_INSTANCE_EBS_BANDWIDTH, info.ebs_mbps.map(|m| m.to_string()));
-    optional(l::AWS_INSTANCE_LOCAL_NVME, info.local_nvme_gib.map(|g| g.to_string()));
+    optional(
+        l::AWS_INSTANCE_NETWORK_BANDWIDTH,
+        info.network_mbps.map(|m| m.to_string()),
+    );
+    optional(
+        l::AWS_INSTANCE_EBS_BANDWIDTH,
+        info.ebs_mbps.map(|m| m.to_string()),
+    );
+    optional(
+        l::AWS_INSTANCE_LOCAL_NVME,
+        info.local_nvme_gib.map(|g| g.to_string()),
+    );
     let gpu = info.gpu.as_ref();
     optional(l::AWS_INSTANCE_GPU_NAME, gpu.map(|g| g.name.clone()));
-    optional(l::AWS_INSTANCE_GPU_MANUFACTURER, gpu.map(|g| g.manufacturer.clone()));
+    optional(
+        l::AWS_INSTANCE_GPU_MANUFACTURER,
+        gpu.map(|g| g.manufacturer.clone()),
+    );
     optional(l::AWS_INSTANCE_GPU_COUNT, gpu.map(|g| g.count.to_string()));
     optional(
         l::AWS_INSTANCE_GPU_MEMORY,
         gpu.and_then(|g| g.memory_mib).map(|m| m.to_string()),
     );
     let acc = info.accelerator.as_ref();
-    optional(l::AWS_INSTANCE_ACCELERATOR_NAME, acc.map(|a| a.name.clone()));
+    optional(
+        l::AWS_INSTANCE_ACCELERATOR_NAME,
+        acc.map(|a| a.name.clone()),
+    );
     optional(
         l::AWS_INSTANCE_ACCELERATOR_MANUFACTURER,
         acc.map(|a| a.manufacturer.clone()),
     );
-    optional(l::AWS_INSTANCE_ACCELERATOR_COUNT, acc.map(|a| a.count.to_string()));
+    optional(
+        l::AWS_INSTANCE_ACCELERATOR_COUNT,
+        acc.map(|a| a.count.to_string()),
+    );
     optional(
         l::AWS_INSTANCE_CAPABILITY_FLEX,
         info.family().contains("flex").then(|| "true".to_string()),

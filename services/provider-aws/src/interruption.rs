@@ -29,8 +29,8 @@ pub enum ParseError {
     NotJson(String),
     #[error("missing field {0}")]
     Missing(&'static str),
-    #[error("not an event Karpenter handles: source {source:?}, detail-type {detail_type:?}")]
-    Unhandled { source: String, detail_type: String },
+    #[error("not an event Karpenter handles: source {origin:?}, detail-type {detail_type:?}")]
+    Unhandled { origin: String, detail_type: String },
 }
 
 /// State changes that interrupt a node.
@@ -38,7 +38,8 @@ const INTERRUPTING_STATES: &[&str] = &["stopping", "stopped", "shutting-down", "
 
 /// Parses an EventBridge message body.
 pub fn parse(body: &str) -> Result<Parsed, ParseError> {
-    let value: Value = serde_json::from_str(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
+    let value: Value =
+        serde_json::from_str(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
     let source = value
         .get("source")
         .and_then(Value::as_str)
@@ -88,7 +89,7 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                 .ok_or(ParseError::Missing("detail.state"))?;
             if !INTERRUPTING_STATES.contains(&state) {
                 return Err(ParseError::Unhandled {
-                    source: source.into(),
+                    origin: source.into(),
                     detail_type: format!("{detail_type} ({state})"),
                 });
             }
@@ -101,14 +102,17 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
             })
         }
         ("aws.health", "AWS Health Event") => {
-            let service = detail.get("service").and_then(Value::as_str).unwrap_or_default();
+            let service = detail
+                .get("service")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let category = detail
                 .get("eventTypeCategory")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if service != "EC2" || category != "scheduledChange" {
                 return Err(ParseError::Unhandled {
-                    source: source.into(),
+                    origin: source.into(),
                     detail_type: format!("{detail_type} ({service}/{category})"),
                 });
             }
@@ -137,12 +141,15 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                 time,
                 detail: format!(
                     "{}: {description}",
-                    detail.get("eventTypeCode").and_then(Value::as_str).unwrap_or("AWS Health")
+                    detail
+                        .get("eventTypeCode")
+                        .and_then(Value::as_str)
+                        .unwrap_or("AWS Health")
                 ),
             })
         }
         _ => Err(ParseError::Unhandled {
-            source: source.into(),
+            origin: source.into(),
             detail_type: detail_type.into(),
         }),
     }

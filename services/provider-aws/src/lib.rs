@@ -1,1 +1,408 @@
-//! placeholder
+//! The AWS cloud provider service: Karpenter's AWS CloudProvider over gRPC.
+//!
+//! ```text
+//!                      ┌──────────────── provider-aws ─────────────────┐
+//!   GetInstanceTypes ─▶│ Catalog (types TTL, prices timer, ICE 3 min)  │─▶ ec2:DescribeInstanceTypes/-Offerings
+//!                      │                                               │   ec2:DescribeSpotPriceHistory, pricing:GetProducts
+//!   ResolveNodeClass ─▶│ nodeclass: subnets, SGs, AMIs (SSM aliases),  │─▶ ec2:Describe*, ssm:GetParameter,
+//!                      │            instance profile, conditions, hash │   iam:*InstanceProfile
+//!   Create ──────────▶ │ provider: filter → 60 cheapest → capacity type│─▶ ec2:CreateLaunchTemplate, ec2:CreateFleet(instant)
+//!   Get/List/Delete ─▶ │           → launch templates → one fleet      │─▶ ec2:DescribeInstances, ec2:TerminateInstances
+//!   WatchInterruptions▶│ interruption: SQS long poll → events          │─▶ sqs:ReceiveMessage / DeleteMessage
+//!                      └───────────────────────────────────────────────┘
+//! ```
+//!
+//! The node class travels as JSON with each call; the provider keeps only
+//! caches (catalog, prices, unavailable offerings), so replicas may come and
+//! go. Every AWS action it calls is in the project's IAM policy (seed 003);
+//! throttling and 5xx answers are retried by the SDK with backoff.
+
+#![forbid(unsafe_code)]
+
+pub mod aws;
+pub mod catalog;
+pub mod error;
+pub mod instancetype;
+pub mod interruption;
+pub mod nodeclass;
+pub mod provider;
+pub mod quantity;
+pub mod userdata;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use karpenter_api::labels as l;
+use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::OnceCell;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+pub use aws::{Clients, Settings};
+pub use error::Error;
+use nodeclass::NodeClass;
+use provider::Provider;
+
+/// Counters the provider adds to the service's registry.
+#[derive(Clone, Default)]
+pub struct ProviderMetrics {
+    pub instances_launched: Counter,
+    pub insufficient_capacity: Counter,
+    pub interruption_events: Counter,
+    pub interruption_messages_malformed: Counter,
+}
+
+/// The gRPC service.
+#[derive(Clone)]
+pub struct AwsProvider {
+    provider: Arc<Provider>,
+    metrics: Arc<ProviderMetrics>,
+    queue_url: Arc<OnceCell<String>>,
+}
+
+impl AwsProvider {
+    /// Builds the SDK clients and starts the price refresher.
+    pub async fn new(settings: Settings, metrics: &karpenter_runtime::Metrics) -> Self {
+        let clients = Clients::new(&settings).await;
+        let own = ProviderMetrics::default();
+        metrics.with_registry(|registry| {
+            registry.register(
+                "instances_launched",
+                "Instances launched by CreateFleet",
+                own.instances_launched.clone(),
+            );
+            registry.register(
+                "insufficient_capacity",
+                "Create calls that ended with insufficient capacity",
+                own.insufficient_capacity.clone(),
+            );
+            registry.register(
+                "interruption_events",
+                "Interruption events streamed",
+                own.interruption_events.clone(),
+            );
+            registry.register(
+                "interruption_messages_malformed",
+                "Interruption queue messages that were malformed or not handled (deleted)",
+                own.interruption_messages_malformed.clone(),
+            );
+        });
+        let provider = Arc::new(Provider::new(clients, settings));
+        provider.catalog.spawn_price_refresher();
+        provider.spawn_launch_template_janitor();
+        Self {
+            provider,
+            metrics: Arc::new(own),
+            queue_url: Arc::new(OnceCell::new()),
+        }
+    }
+
+    pub fn into_server(self) -> CloudProviderServer<Self> {
+        CloudProviderServer::new(self)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(256 * 1024 * 1024)
+    }
+
+    async fn queue_url(&self) -> Result<String, Error> {
+        let queue = self
+            .provider
+            .settings
+            .interruption_queue
+            .clone()
+            .ok_or_else(|| {
+                Error::NotReady("no interruption queue is configured (INTERRUPTION_QUEUE)".into())
+            })?;
+        let sqs = self.provider.clients.sqs.clone();
+        self.queue_url
+            .get_or_try_init(|| async move {
+                if queue.starts_with("http://") || queue.starts_with("https://") {
+                    return Ok(queue);
+                }
+                let out = sqs
+                    .get_queue_url()
+                    .queue_name(&queue)
+                    .send()
+                    .await
+                    .map_err(|e| Error::aws("sqs:GetQueueUrl", &e))?;
+                out.queue_url()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::Internal(format!("no URL for queue {queue:?}")))
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// Labels the AWS provider adds to Karpenter's well-known set.
+pub fn well_known_labels() -> Vec<String> {
+    let mut labels: Vec<String> = l::AWS_WELL_KNOWN_LABELS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    labels.push(l::AWS_TOPOLOGY_ZONE_ID.to_string());
+    labels
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::InterruptionEvent, Status>> + Send>>;
+
+async fn delete_message(sqs: &aws_sdk_sqs::Client, url: &str, receipt: &str) -> Result<(), Error> {
+    sqs.delete_message()
+        .queue_url(url)
+        .receipt_handle(receipt)
+        .send()
+        .await
+        .map_err(|e| Error::aws("sqs:DeleteMessage", &e))?;
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl CloudProvider for AwsProvider {
+    #[tracing::instrument(name = "Info", skip_all)]
+    async fn info(
+        &self,
+        _request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
+        Ok(Response::new(pb::InfoResponse {
+            provider_name: "aws".into(),
+            node_class: Some(pb::GroupVersionKind {
+                group: l::AWS_GROUP.into(),
+                version: "v1".into(),
+                kind: "EC2NodeClass".into(),
+            }),
+            node_class_resource: "ec2nodeclasses".into(),
+            well_known_labels: well_known_labels(),
+            drift_reasons: vec![
+                provider::DRIFT_AMI.into(),
+                provider::DRIFT_SUBNET.into(),
+                provider::DRIFT_SECURITY_GROUP.into(),
+                provider::DRIFT_NODE_CLASS.into(),
+            ],
+            provider_id_prefix: "aws://".into(),
+        }))
+    }
+
+    #[tracing::instrument(name = "GetInstanceTypes", skip_all, fields(node_pool, types))]
+    async fn get_instance_types(
+        &self,
+        request: Request<pb::GetInstanceTypesRequest>,
+    ) -> Result<Response<pb::GetInstanceTypesResponse>, Status> {
+        let request = request.into_inner();
+        tracing::Span::current().record("node_pool", request.node_pool.as_str());
+        let nc = match &request.node_class {
+            Some(wire) if !wire.spec_json.trim().is_empty() => {
+                Some(NodeClass::from_wire("node_class", Some(wire))?)
+            }
+            _ => None,
+        };
+        let types = self.provider.instance_types(nc.as_ref()).await?;
+        tracing::Span::current().record("types", types.len());
+        Ok(Response::new(pb::GetInstanceTypesResponse {
+            instance_types: types.iter().map(|(_, it)| it.clone()).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "Create", skip_all, fields(node_claim, instance))]
+    async fn create(
+        &self,
+        request: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        let claim = request.into_inner().node_claim.ok_or_else(|| {
+            Status::from(Error::invalid("node_claim", "a node claim is required"))
+        })?;
+        tracing::Span::current().record("node_claim", claim.name.as_str());
+        match self.provider.create(&claim).await {
+            Ok(instance) => {
+                tracing::Span::current().record("instance", instance.provider_id.as_str());
+                self.metrics.instances_launched.inc();
+                tracing::info!(
+                    instance_type = %instance.instance_type,
+                    zone = %instance.zone,
+                    capacity_type = %instance.capacity_type,
+                    "launched"
+                );
+                Ok(Response::new(pb::CreateResponse {
+                    instance: Some(instance),
+                }))
+            }
+            Err(error) => {
+                if matches!(error, Error::InsufficientCapacity { .. }) {
+                    self.metrics.insufficient_capacity.inc();
+                }
+                tracing::warn!(%error, "create failed");
+                Err(error.into())
+            }
+        }
+    }
+
+    #[tracing::instrument(name = "Delete", skip_all, fields(provider_id))]
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let request = request.into_inner();
+        tracing::Span::current().record("provider_id", request.provider_id.as_str());
+        self.provider.delete(&request.provider_id).await?;
+        Ok(Response::new(pb::DeleteResponse {}))
+    }
+
+    #[tracing::instrument(name = "Get", skip_all, fields(provider_id))]
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let request = request.into_inner();
+        tracing::Span::current().record("provider_id", request.provider_id.as_str());
+        let instance = self.provider.get(&request.provider_id).await?;
+        Ok(Response::new(pb::GetResponse {
+            instance: Some(instance),
+        }))
+    }
+
+    #[tracing::instrument(name = "List", skip_all)]
+    async fn list(
+        &self,
+        _request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let instances = self.provider.list().await?;
+        Ok(Response::new(pb::ListResponse { instances }))
+    }
+
+    #[tracing::instrument(name = "IsDrifted", skip_all, fields(provider_id))]
+    async fn is_drifted(
+        &self,
+        request: Request<pb::IsDriftedRequest>,
+    ) -> Result<Response<pb::IsDriftedResponse>, Status> {
+        let request = request.into_inner();
+        tracing::Span::current().record("provider_id", request.provider_id.as_str());
+        let reason = self.provider.is_drifted(&request).await?;
+        Ok(Response::new(pb::IsDriftedResponse { reason }))
+    }
+
+    #[tracing::instrument(name = "ResolveNodeClass", skip_all, fields(node_class))]
+    async fn resolve_node_class(
+        &self,
+        request: Request<pb::ResolveNodeClassRequest>,
+    ) -> Result<Response<pb::ResolveNodeClassResponse>, Status> {
+        let request = request.into_inner();
+        let nc = NodeClass::from_wire("node_class", request.node_class.as_ref())?;
+        tracing::Span::current().record("node_class", nc.name.as_str());
+        let response =
+            nodeclass::resolve(&self.provider.clients, &self.provider.settings, &nc).await?;
+        Ok(Response::new(response))
+    }
+
+    type WatchInterruptionsStream = EventStream;
+
+    #[tracing::instrument(name = "WatchInterruptions", skip_all)]
+    async fn watch_interruptions(
+        &self,
+        _request: Request<pb::WatchInterruptionsRequest>,
+    ) -> Result<Response<Self::WatchInterruptionsStream>, Status> {
+        let url = self.queue_url().await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::InterruptionEvent, Status>>(64);
+        let provider = self.provider.clone();
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let sqs = provider.clients.sqs.clone();
+            let wait = provider.settings.interruption_wait_seconds.clamp(0, 20);
+            loop {
+                let received = tokio::select! {
+                    () = tx.closed() => return,
+                    r = sqs
+                        .receive_message()
+                        .queue_url(&url)
+                        .max_number_of_messages(10)
+                        .wait_time_seconds(wait)
+                        .send() => r,
+                };
+                let out = match received {
+                    Ok(out) => out,
+                    Err(e) => {
+                        let error = Error::aws("sqs:ReceiveMessage", &e);
+                        tracing::warn!(%error, "receiving interruption messages failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                for message in out.messages() {
+                    let Some(receipt) = message.receipt_handle() else {
+                        continue;
+                    };
+                    let parsed = interruption::parse(message.body().unwrap_or_default());
+                    let parsed = match parsed {
+                        Ok(parsed) => parsed,
+                        Err(error) => {
+                            metrics.interruption_messages_malformed.inc();
+                            tracing::warn!(%error, message_id = message.message_id().unwrap_or_default(), "dropping interruption message");
+                            if let Err(error) = delete_message(&sqs, &url, receipt).await {
+                                tracing::warn!(%error, "deleting a dropped message failed");
+                            }
+                            continue;
+                        }
+                    };
+                    let mut provider_ids = Vec::new();
+                    for id in &parsed.instance_ids {
+                        let zone = match provider.describe(id).await {
+                            Ok(Some(i)) => i
+                                .placement()
+                                .and_then(|p| p.availability_zone())
+                                .map(str::to_string),
+                            _ => None,
+                        };
+                        provider_ids.push(match zone {
+                            Some(zone) => format!("aws:///{zone}/{id}"),
+                            None => format!("aws:///{id}"),
+                        });
+                    }
+                    let event = pb::InterruptionEvent {
+                        id: receipt.to_string(),
+                        kind: parsed.kind as i32,
+                        provider_ids,
+                        state: parsed.state,
+                        time: parsed.time.map(|t| prost_types::Timestamp {
+                            seconds: t.timestamp(),
+                            nanos: t.timestamp_subsec_nanos() as i32,
+                        }),
+                        detail: parsed.detail,
+                    };
+                    metrics.interruption_events.inc();
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    #[tracing::instrument(name = "AcknowledgeInterruption", skip_all)]
+    async fn acknowledge_interruption(
+        &self,
+        request: Request<pb::AcknowledgeInterruptionRequest>,
+    ) -> Result<Response<pb::AcknowledgeInterruptionResponse>, Status> {
+        let request = request.into_inner();
+        if request.id.is_empty() {
+            return Err(Error::invalid("id", "the event id to acknowledge is required").into());
+        }
+        let url = self.queue_url().await?;
+        delete_message(&self.provider.clients.sqs, &url, &request.id).await?;
+        Ok(Response::new(pb::AcknowledgeInterruptionResponse {}))
+    }
+}
+
+/// The runtime `Service` for `karpenter_runtime::serve`.
+pub async fn service(
+    settings: Settings,
+    metrics: Arc<karpenter_runtime::Metrics>,
+) -> karpenter_runtime::Service {
+    let provider = AwsProvider::new(settings, &metrics).await;
+    karpenter_runtime::Service {
+        routes: tonic::service::Routes::new(provider.into_server()),
+        names: vec!["karpenter.provider.v1.CloudProvider"],
+        metrics,
+    }
+}

@@ -1,1 +1,63 @@
-fn main() {}
+//! `provider-aws`: serves `karpenter.provider.v1.CloudProvider` over the AWS APIs.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "provider-aws",
+    about = "Karpenter's AWS cloud provider over gRPC"
+)]
+struct Args {
+    #[command(flatten)]
+    service: karpenter_runtime::ServiceArgs,
+    /// Name of the EKS cluster.
+    #[arg(long, env = "CLUSTER_NAME")]
+    cluster_name: String,
+    /// AWS region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-west-2")]
+    region: String,
+    /// Endpoint for every AWS API (moto, a proxy); the SDK default otherwise.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    endpoint_url: Option<String>,
+    /// API server endpoint written into user data.
+    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
+    cluster_endpoint: String,
+    /// Base64 cluster CA bundle written into user data.
+    #[arg(long, env = "CLUSTER_CA_BUNDLE")]
+    cluster_ca_bundle: Option<String>,
+    /// Kubernetes minor version (EKS-optimized AMI SSM parameters).
+    #[arg(long, env = "KUBERNETES_VERSION", default_value = "1.31")]
+    kubernetes_version: String,
+    /// SQS queue name or URL of interruption events.
+    #[arg(long, env = "INTERRUPTION_QUEUE")]
+    interruption_queue: Option<String>,
+    /// VM memory overhead, as a fraction of memory.
+    #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = 0.075)]
+    vm_memory_overhead_percent: f64,
+    /// ENIs kept out of the pod-density computation.
+    #[arg(long, env = "RESERVED_ENIS", default_value_t = 0)]
+    reserved_enis: i32,
+    /// Seconds between price refreshes.
+    #[arg(long, env = "PRICING_REFRESH_SECONDS", default_value_t = 12 * 60 * 60)]
+    pricing_refresh_seconds: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
+    let mut settings = provider_aws::Settings::new(args.cluster_name, args.region);
+    settings.endpoint_url = args.endpoint_url;
+    settings.cluster_endpoint = args.cluster_endpoint;
+    settings.cluster_ca_bundle = args.cluster_ca_bundle;
+    settings.kubernetes_version = args.kubernetes_version;
+    settings.interruption_queue = args.interruption_queue;
+    settings.vm_memory_overhead_percent = args.vm_memory_overhead_percent;
+    settings.reserved_enis = args.reserved_enis;
+    settings.pricing_refresh = Duration::from_secs(args.pricing_refresh_seconds.max(60));
+    let metrics = karpenter_runtime::Metrics::new("karpenter_provider_aws");
+    let service = provider_aws::service(settings, metrics).await;
+    karpenter_runtime::serve(&args.service, service).await
+}

@@ -67,9 +67,7 @@ impl NodeClass {
         if let Some(family) = self.spec.ami_family {
             return family;
         }
-        self.alias()
-            .map(|a| a.family)
-            .unwrap_or(AMIFamily::Custom)
+        self.alias().map(|a| a.family).unwrap_or(AMIFamily::Custom)
     }
 
     pub fn alias(&self) -> Option<nc::AMIAlias> {
@@ -124,7 +122,10 @@ fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
 }
 
 /// Subnets of every term, most free IPs first.
-pub async fn resolve_subnets(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<Vec<Subnet>, Error> {
+pub async fn resolve_subnets(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+) -> Result<Vec<Subnet>, Error> {
     let mut found: BTreeMap<String, Subnet> = BTreeMap::new();
     for term in &spec.subnet_selector_terms {
         let mut filters = tag_filters(&term.tags);
@@ -254,7 +255,11 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'stati
         AMIFamily::AL2023 => {
             let mut out = Vec::new();
             for (arch, ssm_arch, variants) in [
-                ("amd64", "x86_64", &[Variant::Standard, Variant::Nvidia, Variant::Neuron][..]),
+                (
+                    "amd64",
+                    "x86_64",
+                    &[Variant::Standard, Variant::Nvidia, Variant::Neuron][..],
+                ),
                 ("arm64", "arm64", &[Variant::Standard, Variant::Nvidia][..]),
             ] {
                 for variant in variants {
@@ -266,7 +271,10 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'stati
                     let leaf = if latest {
                         "recommended".to_string()
                     } else {
-                        format!("amazon-eks-node-al2023-{ssm_arch}-{v}-{k8s}-{}", alias.version)
+                        format!(
+                            "amazon-eks-node-al2023-{ssm_arch}-{v}-{k8s}-{}",
+                            alias.version
+                        )
                     };
                     out.push((
                         format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ssm_arch}/{v}/{leaf}/image_id"),
@@ -287,40 +295,78 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'stati
             };
             vec![
                 (
-                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/{}/image_id", leaf("")),
+                    format!(
+                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/{}/image_id",
+                        leaf("")
+                    ),
                     "amd64",
                     Variant::Standard,
                 ),
                 (
-                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id", leaf("gpu-")),
+                    format!(
+                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
+                        leaf("gpu-")
+                    ),
                     "amd64",
                     Variant::Nvidia,
                 ),
                 (
-                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id", leaf("gpu-")),
+                    format!(
+                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
+                        leaf("gpu-")
+                    ),
                     "amd64",
                     Variant::Neuron,
                 ),
                 (
-                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-arm64/{}/image_id", leaf("arm64-")),
+                    format!(
+                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-arm64/{}/image_id",
+                        leaf("arm64-")
+                    ),
                     "arm64",
                     Variant::Standard,
                 ),
             ]
         }
         AMIFamily::Bottlerocket => {
-            let v = if latest { "latest".to_string() } else { version.to_string() };
+            let v = if latest {
+                "latest".to_string()
+            } else {
+                version.to_string()
+            };
             vec![
-                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"), "amd64", Variant::Standard),
-                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"), "arm64", Variant::Standard),
-                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/x86_64/{v}/image_id"), "amd64", Variant::Nvidia),
-                (format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/arm64/{v}/image_id"), "arm64", Variant::Nvidia),
+                (
+                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
+                    "amd64",
+                    Variant::Standard,
+                ),
+                (
+                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"),
+                    "arm64",
+                    Variant::Standard,
+                ),
+                (
+                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/x86_64/{v}/image_id"),
+                    "amd64",
+                    Variant::Nvidia,
+                ),
+                (
+                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/arm64/{v}/image_id"),
+                    "arm64",
+                    Variant::Nvidia,
+                ),
             ]
         }
         AMIFamily::Windows2019 | AMIFamily::Windows2022 => {
-            let year = if alias.family == AMIFamily::Windows2019 { "2019" } else { "2022" };
+            let year = if alias.family == AMIFamily::Windows2019 {
+                "2019"
+            } else {
+                "2022"
+            };
             vec![(
-                format!("/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}/image_id"),
+                format!(
+                    "/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}/image_id"
+                ),
                 "amd64",
                 Variant::Standard,
             )]
@@ -378,9 +424,7 @@ async fn describe_images(
                 name: image.name().map(str::to_string),
                 arch: arch.to_string(),
                 created: image.creation_date().unwrap_or_default().to_string(),
-                deprecated: image
-                    .deprecation_time()
-                    .is_some_and(|t| t < now.as_str()),
+                deprecated: image.deprecation_time().is_some_and(|t| t < now.as_str()),
                 root_device_name: image.root_device_name().map(str::to_string),
             })
         })
@@ -397,10 +441,11 @@ pub async fn resolve_amis(
     let mut candidates: Vec<(Image, Variant)> = Vec::new();
     for term in &spec.ami_selector_terms {
         if let Some(alias) = &term.alias {
-            let alias: nc::AMIAlias = alias
-                .parse()
-                .map_err(|e: nc::InvalidAMIAlias| Error::invalid("node_class.spec_json.amiSelectorTerms", e.to_string()))?;
-            for (parameter, arch, variant) in alias_parameters(&alias, &settings.kubernetes_version) {
+            let alias: nc::AMIAlias = alias.parse().map_err(|e: nc::InvalidAMIAlias| {
+                Error::invalid("node_class.spec_json.amiSelectorTerms", e.to_string())
+            })?;
+            for (parameter, arch, variant) in alias_parameters(&alias, &settings.kubernetes_version)
+            {
                 let Some(id) = ssm_parameter(clients, &parameter).await? else {
                     continue;
                 };
@@ -505,7 +550,13 @@ pub async fn resolve_instance_profile(
     node_class: &NodeClass,
 ) -> Result<Result<String, String>, Error> {
     if let Some(profile) = &node_class.spec.instance_profile {
-        return match clients.iam.get_instance_profile().instance_profile_name(profile).send().await {
+        return match clients
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(profile)
+            .send()
+            .await
+        {
             Ok(_) => Ok(Ok(profile.clone())),
             Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(Err(format!(
                 "instance profile {profile:?} does not exist; create it or set spec.role instead"
@@ -518,34 +569,79 @@ pub async fn resolve_instance_profile(
     };
     let role = role_name(role);
     let name = instance_profile_name(settings, &node_class.name);
-    let existing = match clients.iam.get_instance_profile().instance_profile_name(&name).send().await {
+    let wanted_tags = [
+        (
+            format!("kubernetes.io/cluster/{}", settings.cluster_name),
+            "owned".to_string(),
+        ),
+        (l::TOPOLOGY_REGION.to_string(), settings.region.clone()),
+        (l::AWS_EC2_NODE_CLASS.to_string(), node_class.name.clone()),
+        (
+            l::TAG_EKS_CLUSTER_NAME.to_string(),
+            settings.cluster_name.clone(),
+        ),
+    ];
+    let iam_tags = |pairs: &[(String, String)]| -> Result<Vec<aws_sdk_iam::types::Tag>, Error> {
+        pairs
+            .iter()
+            .map(|(key, value)| {
+                aws_sdk_iam::types::Tag::builder()
+                    .key(key)
+                    .value(value)
+                    .build()
+                    .map_err(|e| Error::Internal(format!("building an IAM tag: {e}")))
+            })
+            .collect()
+    };
+    let existing = match clients
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+    {
         Ok(out) => out.instance_profile().map(|p| {
-            p.roles()
+            let roles = p
+                .roles()
                 .iter()
                 .map(|r| r.role_name().to_string())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            let tags: Vec<(String, String)> = p
+                .tags()
+                .iter()
+                .map(|t| (t.key().to_string(), t.value().to_string()))
+                .collect();
+            (roles, tags)
         }),
         Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => None,
         Err(e) => return Err(Error::aws("iam:GetInstanceProfile", &e)),
     };
     let roles = match existing {
-        Some(roles) => roles,
-        None => {
-            let tags = [
-                (format!("kubernetes.io/cluster/{}", settings.cluster_name), "owned".to_string()),
-                (l::TOPOLOGY_REGION.to_string(), settings.region.clone()),
-                (l::AWS_EC2_NODE_CLASS.to_string(), node_class.name.clone()),
-                (l::TAG_EKS_CLUSTER_NAME.to_string(), settings.cluster_name.clone()),
-            ];
-            let mut request = clients.iam.create_instance_profile().instance_profile_name(&name);
-            for (key, value) in tags {
-                let tag = aws_sdk_iam::types::Tag::builder()
-                    .key(key)
-                    .value(value)
-                    .build()
-                    .map_err(|e| Error::Internal(format!("building an IAM tag: {e}")))?;
-                request = request.tags(tag);
+        Some((roles, tags)) => {
+            // A profile made before these tags existed (or by hand) gets them.
+            let missing: Vec<(String, String)> = wanted_tags
+                .iter()
+                .filter(|w| !tags.contains(w))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                clients
+                    .iam
+                    .tag_instance_profile()
+                    .instance_profile_name(&name)
+                    .set_tags(Some(iam_tags(&missing)?))
+                    .send()
+                    .await
+                    .map_err(|e| Error::aws("iam:TagInstanceProfile", &e))?;
             }
+            roles
+        }
+        None => {
+            let request = clients
+                .iam
+                .create_instance_profile()
+                .instance_profile_name(&name)
+                .set_tags(Some(iam_tags(&wanted_tags)?));
             match request.send().await {
                 Ok(_) => tracing::info!(instance_profile = %name, "created instance profile"),
                 // Made by an earlier attempt that died before adding the role: reuse it.
@@ -586,7 +682,7 @@ pub async fn resolve_instance_profile(
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pb::Condition {
     pb::Condition {
-        type_: type_.into(),
+        r#type: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
         reason: if ok { type_.into() } else { reason.into() },
         message: if ok { String::new() } else { message },
@@ -638,7 +734,7 @@ pub async fn resolve(
     let not_ready: Vec<String> = conditions
         .iter()
         .filter(|c| c.status != "True")
-        .map(|c| c.type_.clone())
+        .map(|c| c.r#type.clone())
         .collect();
     conditions.push(condition(
         "Ready",
@@ -669,4 +765,62 @@ pub async fn resolve(
         hash: spec_hash(&node_class.spec),
         hash_version: HASH_VERSION.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(alias: &str) -> Vec<String> {
+        let alias: nc::AMIAlias = alias.parse().expect("alias");
+        alias_parameters(&alias, "1.31")
+            .into_iter()
+            .map(|(p, _, _)| p)
+            .collect()
+    }
+
+    #[test]
+    fn alias_parameters_follow_the_public_ssm_layout() {
+        let al2023 = params("al2023@latest");
+        assert!(al2023.contains(
+            &"/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/arm64/standard/recommended/image_id".to_string()
+        ));
+        assert!(al2023.contains(
+            &"/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/nvidia/recommended/image_id".to_string()
+        ));
+        let pinned = params("al2023@v20240807");
+        assert!(pinned.contains(&"/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/amazon-eks-node-al2023-x86_64-standard-1.31-v20240807/image_id".to_string()), "{pinned:?}");
+        let al2 = params("al2@latest");
+        assert!(
+            al2.contains(
+                &"/aws/service/eks/optimized-ami/1.31/amazon-linux-2-arm64/recommended/image_id"
+                    .to_string()
+            )
+        );
+        let br = params("bottlerocket@v1.20.0");
+        assert!(
+            br.contains(
+                &"/aws/service/bottlerocket/aws-k8s-1.31/x86_64/1.20.0/image_id".to_string()
+            ),
+            "{br:?}"
+        );
+        let win = params("windows2022@latest");
+        assert_eq!(win, vec!["/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id".to_string()]);
+    }
+
+    #[test]
+    fn spec_hash_ignores_selector_terms() {
+        let spec: EC2NodeClassSpec = serde_json::from_value(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "role": "r",
+        }))
+        .expect("spec");
+        let mut other = spec.clone();
+        other.subnet_selector_terms[0].id = Some("subnet-2".into());
+        assert_eq!(spec_hash(&spec), spec_hash(&other));
+        other.role = Some("r2".into());
+        assert_ne!(spec_hash(&spec), spec_hash(&other));
+    }
 }

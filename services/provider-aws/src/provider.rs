@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, Filter, InstanceType as Ec2InstanceType,
+    FleetOnDemandAllocationStrategy, FleetType, InstanceType as Ec2InstanceType,
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
@@ -49,10 +49,17 @@ pub const DRIFT_SUBNET: &str = "SubnetDrift";
 pub const DRIFT_SECURITY_GROUP: &str = "SecurityGroupDrift";
 pub const DRIFT_NODE_CLASS: &str = "NodeClassDrift";
 
+/// Instance types built for one node-class context, with the catalog
+/// generation they were built from.
+type Built = Arc<Vec<(TypeInfo, sched::InstanceType)>>;
+
 pub struct Provider {
     pub clients: Clients,
     pub settings: Settings,
     pub catalog: Arc<Catalog>,
+    built: std::sync::Mutex<BTreeMap<String, (u64, Built)>>,
+    /// When this process last used each launch template, by name.
+    templates_used: std::sync::Mutex<BTreeMap<String, std::time::SystemTime>>,
 }
 
 /// A block device as the launch template gets it.
@@ -84,7 +91,9 @@ fn default_volumes(family: AMIFamily) -> Vec<Volume> {
         root,
     };
     match family {
-        AMIFamily::Bottlerocket => vec![volume("/dev/xvda", 4, false), volume("/dev/xvdb", 20, true)],
+        AMIFamily::Bottlerocket => {
+            vec![volume("/dev/xvda", 4, false), volume("/dev/xvdb", 20, true)]
+        }
         AMIFamily::Windows2019 | AMIFamily::Windows2022 => vec![volume("/dev/sda1", 50, true)],
         _ => vec![volume("/dev/xvda", 20, true)],
     }
@@ -112,7 +121,11 @@ fn volumes(nc: &NodeClass) -> Vec<Volume> {
                 .as_ref()
                 .and_then(|q| crate::quantity::parse(&q.0))
                 .map(|bytes| (bytes + (1 << 30) - 1) >> 30);
-            let root = if any_root { m.root_volume } else { device == root_device };
+            let root = if any_root {
+                m.root_volume
+            } else {
+                device == root_device
+            };
             Some(Volume {
                 device,
                 size_gib,
@@ -229,28 +242,139 @@ impl Provider {
             clients,
             settings,
             catalog,
+            built: std::sync::Mutex::new(BTreeMap::new()),
+            templates_used: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn template_used(&self, name: &str) {
+        self.templates_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), std::time::SystemTime::now());
+    }
+
+    /// Deletes this cluster's launch templates that no launch used for
+    /// `launch_template_ttl` (templates of earlier processes count from
+    /// their creation). Returns how many were deleted.
+    pub async fn collect_launch_templates(&self) -> Result<usize, Error> {
+        let now = std::time::SystemTime::now();
+        let mut pages = self
+            .clients
+            .ec2
+            .describe_launch_templates()
+            .filters(
+                Filter::builder()
+                    .name("tag:karpenter.k8s.aws/cluster")
+                    .values(&self.settings.cluster_name)
+                    .build(),
+            )
+            .into_paginator()
+            .send();
+        let mut stale = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| Error::aws("ec2:DescribeLaunchTemplates", &e))?;
+            for template in page.launch_templates() {
+                let Some(name) = template.launch_template_name() else {
+                    continue;
+                };
+                let used = self
+                    .templates_used
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(name)
+                    .copied();
+                let last = used.or_else(|| {
+                    template
+                        .create_time()
+                        .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+                });
+                let idle = last
+                    .and_then(|at| now.duration_since(at).ok())
+                    .unwrap_or_default();
+                if idle >= self.settings.launch_template_ttl {
+                    stale.push(name.to_string());
+                }
+            }
+        }
+        let mut deleted = 0;
+        for name in stale {
+            match self
+                .clients
+                .ec2
+                .delete_launch_template()
+                .launch_template_name(&name)
+                .send()
+                .await
+            {
+                Ok(_) => {
+                    deleted += 1;
+                    tracing::info!(launch_template = %name, "deleted unused launch template");
+                }
+                Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
+                Err(e) => return Err(Error::aws("ec2:DeleteLaunchTemplate", &e)),
+            }
+            self.templates_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+        }
+        Ok(deleted)
+    }
+
+    /// Collects unused launch templates every `janitor_interval` until the
+    /// provider is dropped.
+    pub fn spawn_launch_template_janitor(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let every = self.settings.janitor_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(provider) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(error) = provider.collect_launch_templates().await {
+                    tracing::warn!(%error, "collecting unused launch templates failed");
+                }
+            }
+        });
     }
 
     /// The scheduler's instance types for a node class (its zones, kubelet
     /// settings, family and root volume).
-    pub async fn instance_types(
-        &self,
-        nc: Option<&NodeClass>,
-    ) -> Result<Vec<(TypeInfo, sched::InstanceType)>, Error> {
+    pub async fn instance_types(&self, nc: Option<&NodeClass>) -> Result<Built, Error> {
+        // Read the generation first: a change racing with this build leaves
+        // the entry stale, and the next call rebuilds it.
+        let generation = self.catalog.generation();
         let types = self.catalog.types().await?;
         let view = self.catalog.offering_view().await?;
         let ctx = context(&self.settings, nc);
+        let key = format!("{ctx:?}");
+        {
+            let built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, list)) = built.get(&key)
+                && *at == generation
+            {
+                return Ok(list.clone());
+            }
+        }
         let empty = BTreeSet::new();
-        Ok(types
-            .infos
-            .iter()
-            .filter_map(|info| {
-                let zones = types.zones.get(&info.name).unwrap_or(&empty);
-                instancetype::instance_type(info, &ctx, zones, &view)
-                    .map(|it| (info.clone(), it))
-            })
-            .collect())
+        let list: Built = Arc::new(
+            types
+                .infos
+                .iter()
+                .filter_map(|info| {
+                    let zones = types.zones.get(&info.name).unwrap_or(&empty);
+                    instancetype::instance_type(info, &ctx, zones, &view)
+                        .map(|it| (info.clone(), it))
+                })
+                .collect(),
+        );
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        // Keep the cache small: contexts of stale generations go.
+        built.retain(|_, (at, _)| *at == generation);
+        built.insert(key, (generation, list.clone()));
+        Ok(list)
     }
 
     fn ensure_ready(nc: &NodeClass) -> Result<(), Error> {
@@ -268,7 +392,11 @@ impl Provider {
             missing.push("no instance profile (InstanceProfileReady)");
         }
         if let Some(ready) = nc.status.conditions.iter().find(|c| c.type_ == "Ready")
-            && serde_json::to_value(&ready.status).ok().and_then(|v| v.as_str().map(str::to_string)).as_deref() == Some("False")
+            && serde_json::to_value(ready.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .as_deref()
+                == Some("False")
         {
             missing.push("the Ready condition is False");
         }
@@ -286,7 +414,10 @@ impl Provider {
     /// Launches an instance for the claim (or returns the one already launched for it).
     pub async fn create(&self, claim: &pb::NodeClaim) -> Result<pb::Instance, Error> {
         if claim.name.is_empty() {
-            return Err(Error::invalid("node_claim.name", "a node claim name is required"));
+            return Err(Error::invalid(
+                "node_claim.name",
+                "a node claim name is required",
+            ));
         }
         let nc = NodeClass::from_wire("node_claim.node_class", claim.node_class.as_ref())?;
         Self::ensure_ready(&nc)?;
@@ -304,7 +435,7 @@ impl Provider {
         for attempt in 0..MAX_FLEET_ATTEMPTS {
             let types = self.instance_types(Some(&nc)).await?;
             let (capacity_type, candidates) =
-                self.candidates(claim, &requirements, &requests, types)?;
+                self.candidates(claim, &requirements, &requests, &types)?;
             if candidates.is_empty() {
                 if failed.is_empty() {
                     return Err(Error::NoCompatibleInstanceTypes(format!(
@@ -319,20 +450,36 @@ impl Provider {
             } else {
                 format!("{}-{attempt}", claim.name)
             };
-            match self.launch(claim, &nc, capacity_type, &candidates, &token).await? {
-                Launch::Launched(instance_id) => {
+            match self
+                .launch(claim, &nc, capacity_type, &candidates, &token)
+                .await?
+            {
+                Launch::Launched(instance_id, skipped) => {
+                    for o in &skipped {
+                        self.catalog
+                            .mark_unavailable(&o.instance_type, &o.zone, &o.capacity_type);
+                    }
                     let view = self.catalog.offering_view().await?;
                     let instance = self.describe(&instance_id).await?.ok_or_else(|| {
                         Error::Internal(format!("launched {instance_id} but cannot describe it"))
                     })?;
-                    return Ok(self.to_wire(&instance, Some(&nc), &view, &candidates_types(&candidates)));
+                    return Ok(self.to_wire(
+                        &instance,
+                        Some(&nc),
+                        &view,
+                        &candidates_types(&candidates),
+                    ));
                 }
                 Launch::InsufficientCapacity(offerings) => {
                     for o in &offerings {
                         self.catalog
                             .mark_unavailable(&o.instance_type, &o.zone, &o.capacity_type);
                     }
-                    tracing::warn!(attempt, failed = offerings.len(), "fleet found no capacity; trying the remaining offerings");
+                    tracing::warn!(
+                        attempt,
+                        failed = offerings.len(),
+                        "fleet found no capacity; trying the remaining offerings"
+                    );
                     failed.extend(offerings);
                 }
             }
@@ -352,13 +499,9 @@ impl Provider {
         claim: &pb::NodeClaim,
         requirements: &Requirements,
         requests: &karpenter_scheduling::resources::Resources,
-        types: Vec<(TypeInfo, sched::InstanceType)>,
+        types: &[(TypeInfo, sched::InstanceType)],
     ) -> Result<(&'static str, Vec<Candidate>), Error> {
-        let allowed = |ct: &str| {
-            requirements
-                .get(l::CAPACITY_TYPE)
-                .is_none_or(|r| r.has(ct))
-        };
+        let allowed = |ct: &str| requirements.get(l::CAPACITY_TYPE).is_none_or(|r| r.has(ct));
         let mut compatible: Vec<(sched::InstanceType, Vec<sched::Offering>)> = Vec::new();
         for (_, it) in types {
             if !claim.instance_types.is_empty() && !claim.instance_types.contains(&it.name) {
@@ -370,7 +513,8 @@ impl Provider {
             if type_reqs.intersects(requirements).is_err() {
                 continue;
             }
-            let allocatable = karpenter_scheduling::resources::Resources::from_map(&allocatable(&it));
+            let allocatable =
+                karpenter_scheduling::resources::Resources::from_map(&allocatable(it));
             if !requests.fits(&allocatable) {
                 continue;
             }
@@ -385,7 +529,7 @@ impl Provider {
                 .cloned()
                 .collect();
             if !offerings.is_empty() {
-                compatible.push((it, offerings));
+                compatible.push((it.clone(), offerings));
             }
         }
         let spot_available = allowed(l::CAPACITY_TYPE_SPOT)
@@ -431,6 +575,32 @@ impl Provider {
             });
         }
         candidates.truncate(MAX_INSTANCE_TYPES);
+        // minValues must still hold over the types the launch may use.
+        for wanted in &claim.requirements {
+            let Some(min) = wanted.min_values.filter(|m| *m > 0) else {
+                continue;
+            };
+            let distinct: BTreeSet<&str> = candidates
+                .iter()
+                .filter_map(|c| {
+                    c.instance_type
+                        .requirements
+                        .iter()
+                        .find(|r| r.key == wanted.key && r.operator == sched::Operator::In as i32)
+                        .and_then(|r| r.values.first())
+                        .map(String::as_str)
+                })
+                .collect();
+            if distinct.len() < min as usize {
+                return Err(Error::NoCompatibleInstanceTypes(format!(
+                    "minValues {min} of {:?} cannot be met: the {} cheapest compatible types offer only {} value(s) {:?}",
+                    wanted.key,
+                    candidates.len(),
+                    distinct.len(),
+                    distinct
+                )));
+            }
+        }
         Ok((capacity_type, candidates))
     }
 
@@ -443,7 +613,10 @@ impl Provider {
         tags.insert(l::TAG_NODE_POOL.into(), claim.node_pool.clone());
         tags.insert(l::TAG_NODE_CLAIM.into(), claim.name.clone());
         tags.insert(l::TAG_NODE_CLASS.into(), nc.name.clone());
-        tags.insert(l::TAG_EKS_CLUSTER_NAME.into(), self.settings.cluster_name.clone());
+        tags.insert(
+            l::TAG_EKS_CLUSTER_NAME.into(),
+            self.settings.cluster_name.clone(),
+        );
         tags.into_iter().collect()
     }
 
@@ -525,7 +698,9 @@ impl Provider {
                     };
                     overrides.push(
                         FleetLaunchTemplateOverridesRequest::builder()
-                            .instance_type(Ec2InstanceType::from(candidate.instance_type.name.as_str()))
+                            .instance_type(Ec2InstanceType::from(
+                                candidate.instance_type.name.as_str(),
+                            ))
                             .subnet_id(&subnet.id)
                             .availability_zone(&subnet.zone)
                             .build(),
@@ -555,8 +730,7 @@ impl Provider {
             } else {
                 DefaultTargetCapacityType::OnDemand
             })
-            .build()
-            .map_err(|e| Error::Internal(format!("building the fleet target: {e}")))?;
+            .build();
         let mut request = self
             .clients
             .ec2
@@ -594,14 +768,12 @@ impl Provider {
             .send()
             .await
             .map_err(|e| Error::aws("ec2:CreateFleet", &e))?;
-        if let Some(id) = out
+        let launched = out
             .instances()
             .iter()
             .flat_map(|i| i.instance_ids())
             .next()
-        {
-            return Ok(Launch::Launched(id.clone()));
-        }
+            .cloned();
         let mut ice = Vec::new();
         let mut other = Vec::new();
         for error in out.errors() {
@@ -633,6 +805,11 @@ impl Provider {
                     error.error_message().unwrap_or_default()
                 ));
             }
+        }
+        if let Some(id) = launched {
+            // Offerings the fleet skipped for capacity are remembered even
+            // when another one launched.
+            return Ok(Launch::Launched(id, ice));
         }
         if !other.is_empty() && ice.is_empty() {
             return Err(Error::Aws {
@@ -693,7 +870,12 @@ impl Provider {
         let user_data = userdata::render(family, &bootstrap);
         let metadata = nc_metadata(nc);
         let volumes = volumes(nc);
-        let groups: Vec<String> = nc.status.security_groups.iter().map(|g| g.id.clone()).collect();
+        let groups: Vec<String> = nc
+            .status
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
         let profile = nc.status.instance_profile.clone().unwrap_or_default();
         let fingerprint = format!(
             "{}|{ami}|{user_data}|{groups:?}|{profile}|{volumes:?}|{metadata:?}|{tags:?}|{:?}",
@@ -708,7 +890,10 @@ impl Provider {
             .send()
             .await
         {
-            Ok(out) if !out.launch_templates().is_empty() => return Ok(name),
+            Ok(out) if !out.launch_templates().is_empty() => {
+                self.template_used(&name);
+                return Ok(name);
+            }
             Ok(_) => {}
             Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
             Err(e) => return Err(Error::aws("ec2:DescribeLaunchTemplates", &e)),
@@ -758,7 +943,10 @@ impl Provider {
                 format!("kubernetes.io/cluster/{}", self.settings.cluster_name),
                 "owned".to_string(),
             ),
-            ("karpenter.k8s.aws/cluster".to_string(), self.settings.cluster_name.clone()),
+            (
+                "karpenter.k8s.aws/cluster".to_string(),
+                self.settings.cluster_name.clone(),
+            ),
             (l::AWS_EC2_NODE_CLASS.to_string(), nc.name.clone()),
         ]
         .into_iter()
@@ -781,29 +969,45 @@ impl Provider {
         {
             Ok(_) => {
                 tracing::info!(launch_template = %name, ami, "created launch template");
+                self.template_used(&name);
                 Ok(name)
             }
             // Another Create made it first: use it.
-            Err(e) if error_code(&e).is_some_and(|c| c.contains("AlreadyExists")) => Ok(name),
+            Err(e) if error_code(&e).is_some_and(|c| c.contains("AlreadyExists")) => {
+                self.template_used(&name);
+                Ok(name)
+            }
             Err(e) => Err(Error::aws("ec2:CreateLaunchTemplate", &e)),
         }
     }
 
     /// Describes one instance; `None` when it does not exist.
     pub async fn describe(&self, id: &str) -> Result<Option<aws_sdk_ec2::types::Instance>, Error> {
-        match self.clients.ec2.describe_instances().instance_ids(id).send().await {
+        match self
+            .clients
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+        {
             Ok(out) => Ok(out
                 .reservations()
                 .iter()
                 .flat_map(|r| r.instances())
                 .find(|i| i.instance_id() == Some(id))
                 .cloned()),
-            Err(e) if error_code(&e).is_some_and(|c| c.starts_with("InvalidInstanceID")) => Ok(None),
+            Err(e) if error_code(&e).is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
+                Ok(None)
+            }
             Err(e) => Err(Error::aws("ec2:DescribeInstances", &e)),
         }
     }
 
-    async fn describe_filtered(&self, filters: Vec<Filter>) -> Result<Vec<aws_sdk_ec2::types::Instance>, Error> {
+    async fn describe_filtered(
+        &self,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, Error> {
         let mut out = Vec::new();
         let mut pages = self
             .clients
@@ -814,7 +1018,12 @@ impl Provider {
             .send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| Error::aws("ec2:DescribeInstances", &e))?;
-            out.extend(page.reservations().iter().flat_map(|r| r.instances()).cloned());
+            out.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .cloned(),
+            );
         }
         Ok(out)
     }
@@ -822,10 +1031,16 @@ impl Provider {
     fn live_filters(&self) -> Vec<Filter> {
         vec![
             Filter::builder()
-                .name(format!("tag:kubernetes.io/cluster/{}", self.settings.cluster_name))
+                .name(format!(
+                    "tag:kubernetes.io/cluster/{}",
+                    self.settings.cluster_name
+                ))
                 .values("owned")
                 .build(),
-            Filter::builder().name("tag-key").values(l::TAG_NODE_CLAIM).build(),
+            Filter::builder()
+                .name("tag-key")
+                .values(l::TAG_NODE_CLAIM)
+                .build(),
             Filter::builder()
                 .name("instance-state-name")
                 .values("pending")
@@ -837,7 +1052,11 @@ impl Provider {
         ]
     }
 
-    async fn find_by_claim(&self, name: &str, nc: Option<&NodeClass>) -> Result<Option<pb::Instance>, Error> {
+    async fn find_by_claim(
+        &self,
+        name: &str,
+        nc: Option<&NodeClass>,
+    ) -> Result<Option<pb::Instance>, Error> {
         let mut filters = self.live_filters();
         filters.push(
             Filter::builder()
@@ -851,7 +1070,7 @@ impl Provider {
         };
         let view = self.catalog.offering_view().await?;
         let types = self.instance_types(nc).await?;
-        let types: Vec<sched::InstanceType> = types.into_iter().map(|(_, it)| it).collect();
+        let types: Vec<sched::InstanceType> = types.iter().map(|(_, it)| it.clone()).collect();
         Ok(Some(self.to_wire(instance, nc, &view, &types)))
     }
 
@@ -872,8 +1091,8 @@ impl Provider {
         Ok(self
             .instance_types(None)
             .await?
-            .into_iter()
-            .map(|(_, it)| it)
+            .iter()
+            .map(|(_, it)| it.clone())
             .collect())
     }
 
@@ -893,7 +1112,14 @@ impl Provider {
             Some(i) if !is_gone(&i) => {}
             _ => return Err(Error::NotFound(format!("instance {id} does not exist"))),
         }
-        match self.clients.ec2.terminate_instances().instance_ids(id).send().await {
+        match self
+            .clients
+            .ec2
+            .terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+        {
             Ok(_) => {
                 tracing::info!(instance = id, "terminating instance");
                 Ok(())
@@ -936,8 +1162,15 @@ impl Provider {
             .iter()
             .filter_map(|g| g.group_id())
             .collect();
-        let want: BTreeSet<&str> = nc.status.security_groups.iter().map(|g| g.id.as_str()).collect();
-        if !want.is_empty() && have != want {
+        let want: BTreeSet<&str> = nc
+            .status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
+        // An instance that reports no groups at all (moto's fleet instances
+        // ignore the launch template's groups) cannot be judged.
+        if !want.is_empty() && !have.is_empty() && have != want {
             return Ok(DRIFT_SECURITY_GROUP.into());
         }
         let hash = claim.annotations.get(l::AWS_EC2_NODE_CLASS_HASH);
@@ -973,13 +1206,18 @@ impl Provider {
             Some("spot") => l::CAPACITY_TYPE_SPOT,
             _ => l::CAPACITY_TYPE_ON_DEMAND,
         };
-        let tags: std::collections::HashMap<String, String> = instance
+        let tags: BTreeMap<String, String> = instance
             .tags()
             .iter()
-            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
             .collect();
         let it = types.iter().find(|t| t.name == type_name);
-        let mut labels: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+        let mut labels: BTreeMap<String, String> = BTreeMap::new();
         if let Some(it) = it {
             for r in &it.requirements {
                 if r.operator == sched::Operator::In as i32 && r.values.len() == 1 {
@@ -1037,7 +1275,8 @@ impl Provider {
 }
 
 enum Launch {
-    Launched(String),
+    /// The instance, and offerings the fleet skipped for capacity.
+    Launched(String, Vec<pb::FailedOffering>),
     InsufficientCapacity(Vec<pb::FailedOffering>),
 }
 
@@ -1078,4 +1317,3 @@ fn nc_metadata(nc: &NodeClass) -> LaunchTemplateInstanceMetadataOptionsRequest {
         })
         .build()
 }
-

@@ -55,7 +55,10 @@ fn mime_parts(user: &str) -> Vec<(String, String)> {
             .unwrap_or(("", chunk));
         let content_type = headers
             .lines()
-            .find_map(|h| h.strip_prefix("Content-Type:").map(|v| v.trim().to_string()))
+            .find_map(|h| {
+                h.strip_prefix("Content-Type:")
+                    .map(|v| v.trim().to_string())
+            })
             .unwrap_or_else(|| "text/x-shellscript".into());
         parts.push((content_type, body.trim_end().to_string()));
     }
@@ -63,9 +66,8 @@ fn mime_parts(user: &str) -> Vec<(String, String)> {
 }
 
 fn mime(parts: &[(String, String)]) -> String {
-    let mut out = format!(
-        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n"
-    );
+    let mut out =
+        format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n");
     for (content_type, body) in parts {
         out.push_str(&format!(
             "--{BOUNDARY}\nContent-Type: {content_type}\n\n{body}\n\n"
@@ -130,7 +132,10 @@ fn al2(b: &Bootstrap<'_>) -> String {
             script.push_str(&format!(" --dns-cluster-ip '{dns}'"));
         }
     }
-    script.push_str(&format!(" --kubelet-extra-args '{}'", kubelet_args.join(" ")));
+    script.push_str(&format!(
+        " --kubelet-extra-args '{}'",
+        kubelet_args.join(" ")
+    ));
     let mut parts = user_parts(b.user_data, "text/x-shellscript; charset=\"us-ascii\"");
     parts.push(("text/x-shellscript; charset=\"us-ascii\"".into(), script));
     mime(&parts)
@@ -144,7 +149,10 @@ fn al2023(b: &Bootstrap<'_>) -> String {
     if let Some(ca) = b.ca_bundle {
         config.push_str(&format!("    certificateAuthority: {ca}\n"));
     }
-    config.push_str(&format!("    cidr: {}\n  kubelet:\n    config:\n", b.cluster_cidr));
+    config.push_str(&format!(
+        "    cidr: {}\n  kubelet:\n    config:\n",
+        b.cluster_cidr
+    ));
     let mut wrote_config = false;
     if let Some(k) = b.kubelet {
         if let Some(max) = k.max_pods {
@@ -313,10 +321,33 @@ mod tests {
         let labels = BTreeMap::new();
         let taints = vec![unregistered_taint()];
         let user = "[settings.kubernetes]\nmax-pods = 7\n";
-        let out = render(AMIFamily::Bottlerocket, &bootstrap(&labels, &taints, Some(user)));
+        let out = render(
+            AMIFamily::Bottlerocket,
+            &bootstrap(&labels, &taints, Some(user)),
+        );
         assert_eq!(out.matches("[settings.kubernetes]").count(), 1, "{out}");
         assert_eq!(out.matches("max-pods").count(), 1, "{out}");
         assert!(out.contains("cluster-name = \"c\""));
         assert!(out.contains("\"karpenter.sh/unregistered\" = [\":NoExecute\"]"));
+    }
+
+    #[test]
+    fn al2_and_windows_bootstrap() {
+        let labels = BTreeMap::from([("a".to_string(), "b".to_string())]);
+        let taints = vec![unregistered_taint()];
+        let al2 = render(
+            AMIFamily::AL2,
+            &bootstrap(&labels, &taints, Some("#!/bin/bash\necho hi")),
+        );
+        assert!(al2.starts_with("MIME-Version: 1.0"));
+        assert!(
+            al2.find("echo hi") < al2.find("/etc/eks/bootstrap.sh 'c'"),
+            "{al2}"
+        );
+        assert!(al2.contains("--register-with-taints=karpenter.sh/unregistered:NoExecute"));
+        let win = render(AMIFamily::Windows2022, &bootstrap(&labels, &taints, None));
+        assert!(win.starts_with("<powershell>") && win.contains("-EKSClusterName 'c'"));
+        let custom = render(AMIFamily::Custom, &bootstrap(&labels, &taints, Some("raw")));
+        assert_eq!(custom, "raw");
     }
 }

@@ -1,0 +1,895 @@
+//! Test harness: a real `moto_server` on a free loopback port, a small
+//! fault-injecting HTTP proxy of our own in front of it, and the provider
+//! service serving gRPC on loopback, pointed at the proxy.
+//!
+//! ```text
+//!   test ──gRPC──▶ provider-aws ──AWS wire protocol──▶ FaultProxy ──▶ moto_server
+//!                                                        │ records every action (least privilege)
+//!                                                        │ answers what moto lacks:
+//!                                                        │   pricing:GetProducts, spot price history,
+//!                                                        │   /aws/service/... SSM parameters,
+//!                                                        │   CreateFleet insufficient capacity,
+//!                                                        │   throttling / 5xx
+//! ```
+//!
+//! moto falls short in ways these tests work around here, not by mocking the
+//! SDK: its spot prices are a dummy value, CreateFleet always takes the first
+//! override and never reports insufficient capacity, the Pricing API is
+//! missing, and the public EKS SSM parameters are absent (PutParameter
+//! refuses `/aws/` names). The proxy supplies exactly those answers; every
+//! other call reaches moto unchanged.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
+use tokio::net::{TcpListener, TcpStream};
+
+pub const REGION: &str = "ap-northeast-2";
+pub const CLUSTER: &str = "seed-cluster";
+pub const K8S: &str = "1.31";
+pub const QUEUE: &str = "Karpenter-seed-cluster-SpotInterruptionQueue";
+pub const NODE_ROLE: &str = "KarpenterNodeRole-seed-cluster";
+pub const ZONES: [&str; 3] = ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"];
+
+/// The actions of seed 003's IAM policy: the only ones the provider may call.
+pub const ALLOWED_ACTIONS: &[&str] = &[
+    "ssm:GetParameter",
+    "ec2:DescribeImages",
+    "ec2:RunInstances",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DeleteLaunchTemplate",
+    "ec2:CreateTags",
+    "ec2:CreateLaunchTemplate",
+    "ec2:CreateFleet",
+    "ec2:DescribeSpotPriceHistory",
+    "pricing:GetProducts",
+    "ec2:TerminateInstances",
+    "iam:PassRole",
+    "eks:DescribeCluster",
+    "iam:CreateInstanceProfile",
+    "iam:TagInstanceProfile",
+    "iam:AddRoleToInstanceProfile",
+    "iam:RemoveRoleFromInstanceProfile",
+    "iam:DeleteInstanceProfile",
+    "iam:GetInstanceProfile",
+    "sqs:ReceiveMessage",
+    "sqs:GetQueueUrl",
+    "sqs:DeleteMessage",
+];
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A `moto_server` child process, killed on drop.
+pub struct Moto {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Moto {
+    pub async fn start() -> Self {
+        let port = free_port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server is installed (scripts/setup.sh installs moto[server])");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((status, _)) = http(addr, "GET", "/moto-api/", "").await
+                && status < 500
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self { addr, child }
+    }
+
+    /// `POST /moto-api/reset`: forget every resource.
+    pub async fn reset(&self) {
+        let (status, _) = http(self.addr, "POST", "/moto-api/reset", "")
+            .await
+            .expect("moto reset");
+        assert_eq!(status, 200);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection.
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<(u16, String), String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// A fault the proxy injects.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Answer `action` with a throttling error `times` times.
+    Throttle { action: String, times: usize },
+    /// Answer `action` with HTTP 500 `times` times.
+    ServerError { action: String, times: usize },
+    /// Answer CreateFleet of this capacity type with InsufficientInstanceCapacity for every override.
+    FleetIce { capacity_type: String },
+    /// The Pricing API is unreachable (HTTP 503 every time).
+    PricingDown,
+}
+
+#[derive(Default)]
+pub struct ProxyState {
+    pub actions: Vec<String>,
+    pub faults: Vec<Fault>,
+    /// Public SSM parameters moto lacks.
+    pub ssm: HashMap<String, String>,
+    /// On-demand USD/hour by instance type, for pricing:GetProducts.
+    pub on_demand: BTreeMap<String, f64>,
+    /// Spot USD/hour by (type, zone), for DescribeSpotPriceHistory.
+    pub spot: BTreeMap<(String, String), f64>,
+    /// Fleets answered with insufficient capacity (type, zone) per call.
+    pub ice_answers: Vec<Vec<(String, String)>>,
+}
+
+/// The fault-injecting proxy in front of moto.
+#[derive(Clone)]
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    pub state: Arc<Mutex<ProxyState>>,
+}
+
+fn form(body: &str) -> BTreeMap<String, String> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                    match u8::from_str_radix(hex, 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    body.split('&')
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            Some((decode(k), decode(v)))
+        })
+        .collect()
+}
+
+fn xml(status: u16, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/xml")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a response")
+}
+
+fn json(status: u16, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/x-amz-json-1.1")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a response")
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let proxy = Self { addr, state };
+        let serving = proxy.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let proxy = serving.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let proxy = proxy.clone();
+                        async move { Ok::<_, Infallible>(proxy.handle(req, upstream).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        proxy
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut ProxyState) -> R) -> R {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut state)
+    }
+
+    pub fn add_fault(&self, fault: Fault) {
+        self.with(|s| s.faults.push(fault));
+    }
+
+    pub fn clear_faults(&self) {
+        self.with(|s| s.faults.clear());
+    }
+
+    pub fn actions(&self) -> Vec<String> {
+        self.with(|s| s.actions.clone())
+    }
+
+    pub fn count(&self, action: &str) -> usize {
+        self.with(|s| s.actions.iter().filter(|a| *a == action).count())
+    }
+
+    async fn handle(&self, req: Request<Incoming>, upstream: SocketAddr) -> Response<Full<Bytes>> {
+        let (parts, body) = req.into_parts();
+        let body = match body.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return xml(400, format!("bad body: {e}")),
+        };
+        let text = String::from_utf8_lossy(&body).into_owned();
+        // service from the SigV4 credential scope: .../<region>/<service>/aws4_request
+        let service = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|auth| {
+                let credential = auth.split("Credential=").nth(1)?;
+                let scope: Vec<&str> = credential.split(',').next()?.split('/').collect();
+                scope.get(3).map(|s| s.to_string())
+            })
+            .unwrap_or_default();
+        let target = parts
+            .headers
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .map(|t| t.rsplit('.').next().unwrap_or(t).to_string());
+        let fields = form(&text);
+        let action = target
+            .clone()
+            .or_else(|| fields.get("Action").cloned())
+            .unwrap_or_default();
+        let qualified = format!("{service}:{action}");
+        self.with(|s| s.actions.push(qualified.clone()));
+        if let Some(response) = self.inject(&service, &action, &fields, &text) {
+            return response;
+        }
+        // Forward unchanged.
+        match forward(upstream, parts, body).await {
+            Ok(r) => r,
+            Err(e) => xml(502, format!("proxy: {e}")),
+        }
+    }
+
+    fn inject(
+        &self,
+        service: &str,
+        action: &str,
+        fields: &BTreeMap<String, String>,
+        body: &str,
+    ) -> Option<Response<Full<Bytes>>> {
+        let query_protocol = matches!(service, "ec2" | "iam");
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for fault in state.faults.iter_mut() {
+            match fault {
+                Fault::Throttle { action: a, times } if a == action && *times > 0 => {
+                    *times -= 1;
+                    return Some(if query_protocol {
+                        xml(503, "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>".into())
+                    } else {
+                        json(
+                            400,
+                            r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#.into(),
+                        )
+                    });
+                }
+                Fault::ServerError { action: a, times } if a == action && *times > 0 => {
+                    *times -= 1;
+                    return Some(if query_protocol {
+                        xml(500, "<Response><Errors><Error><Code>InternalError</Code><Message>internal</Message></Error></Errors><RequestID>proxy</RequestID></Response>".into())
+                    } else {
+                        json(
+                            500,
+                            r#"{"__type":"InternalServerException","message":"internal"}"#.into(),
+                        )
+                    });
+                }
+                _ => {}
+            }
+        }
+        let pricing_down = state.faults.iter().any(|f| matches!(f, Fault::PricingDown));
+        match (service, action) {
+            ("pricing", "GetProducts") => {
+                if pricing_down {
+                    return Some(json(
+                        503,
+                        r#"{"__type":"ServiceUnavailableException","message":"unreachable"}"#
+                            .into(),
+                    ));
+                }
+                let region = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|v| {
+                        v.get("Filters")?.as_array()?.iter().find_map(|f| {
+                            (f.get("Field")?.as_str()? == "regionCode")
+                                .then(|| f.get("Value")?.as_str().map(str::to_string))?
+                        })
+                    })
+                    .unwrap_or_default();
+                let list: Vec<String> = state
+                    .on_demand
+                    .iter()
+                    .map(|(t, p)| {
+                        serde_json::json!({
+                            "product": {"productFamily": "Compute Instance", "attributes": {"instanceType": t, "regionCode": region, "operatingSystem": "Linux"}},
+                            "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": format!("{p:.4}")}}}}}}
+                        })
+                        .to_string()
+                    })
+                    .collect();
+                Some(json(
+                    200,
+                    serde_json::json!({"FormatVersion": "aws_v1", "PriceList": list}).to_string(),
+                ))
+            }
+            ("ec2", "DescribeSpotPriceHistory") => {
+                let mut items = String::new();
+                for ((t, zone), price) in &state.spot {
+                    items.push_str(&format!(
+                        "<item><instanceType>{t}</instanceType><productDescription>Linux/UNIX</productDescription><spotPrice>{price:.4}</spotPrice><timestamp>2026-01-01T00:00:00.000Z</timestamp><availabilityZone>{zone}</availabilityZone></item>"
+                    ));
+                }
+                Some(xml(
+                    200,
+                    format!(
+                        "<DescribeSpotPriceHistoryResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><spotPriceHistorySet>{items}</spotPriceHistorySet></DescribeSpotPriceHistoryResponse>"
+                    ),
+                ))
+            }
+            ("ssm", "GetParameter") => {
+                let name = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("Name")?.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                if !name.starts_with("/aws/service/") {
+                    return None;
+                }
+                Some(match state.ssm.get(&name) {
+                    Some(value) => json(200, serde_json::json!({"Parameter": {"Name": name, "Type": "String", "Value": value, "Version": 1, "DataType": "text"}}).to_string()),
+                    None => json(400, serde_json::json!({"__type": "ParameterNotFound", "message": format!("Parameter {name} not found.")}).to_string()),
+                })
+            }
+            ("ec2", "CreateFleet") => {
+                let capacity_type = fields
+                    .get("TargetCapacitySpecification.DefaultTargetCapacityType")
+                    .cloned()
+                    .unwrap_or_default();
+                let ice = state.faults.iter().any(
+                    |f| matches!(f, Fault::FleetIce { capacity_type: c } if *c == capacity_type),
+                );
+                if !ice {
+                    return None;
+                }
+                let mut errors = String::new();
+                let mut answered = Vec::new();
+                for (key, instance_type) in fields {
+                    let Some(prefix) = key.strip_suffix(".InstanceType") else {
+                        continue;
+                    };
+                    if !prefix.contains(".Overrides.") {
+                        continue;
+                    }
+                    let subnet = fields
+                        .get(&format!("{prefix}.SubnetId"))
+                        .cloned()
+                        .unwrap_or_default();
+                    let zone = fields
+                        .get(&format!("{prefix}.AvailabilityZone"))
+                        .cloned()
+                        .unwrap_or_default();
+                    answered.push((instance_type.clone(), zone.clone()));
+                    errors.push_str(&format!(
+                        "<item><launchTemplateAndOverrides><launchTemplateSpecification><launchTemplateName>lt</launchTemplateName><version>1</version></launchTemplateSpecification><overrides><instanceType>{instance_type}</instanceType><subnetId>{subnet}</subnetId><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides><lifecycle>{capacity_type}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>We currently do not have sufficient {instance_type} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>"
+                    ));
+                }
+                state.ice_answers.push(answered);
+                Some(xml(
+                    200,
+                    format!(
+                        "<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><fleetId>fleet-proxy</fleetId><errorSet>{errors}</errorSet><fleetInstanceSet></fleetInstanceSet></CreateFleetResponse>"
+                    ),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+async fn forward(
+    upstream: SocketAddr,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, String> {
+    let stream = TcpStream::connect(upstream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut builder = Request::builder().method(parts.method).uri(path);
+    for (name, value) in &parts.headers {
+        if name == "connection" || name == "transfer-encoding" {
+            continue;
+        }
+        builder = builder.header(name, value);
+    }
+    let request = builder
+        .header("content-length", body.len())
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let mut out = Response::builder().status(parts.status);
+    for (name, value) in &parts.headers {
+        if name == "connection" || name == "transfer-encoding" || name == "content-length" {
+            continue;
+        }
+        out = out.header(name, value);
+    }
+    out.body(Full::new(bytes)).map_err(|e| e.to_string())
+}
+
+/// SDK clients straight to moto, for setting up the world (not recorded).
+pub struct Setup {
+    pub ec2: aws_sdk_ec2::Client,
+    pub iam: aws_sdk_iam::Client,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+pub async fn setup_clients(endpoint: &str) -> Setup {
+    let mut settings = provider_aws::Settings::new(CLUSTER, REGION);
+    settings.endpoint_url = Some(endpoint.to_string());
+    settings.credentials = Some(("testing".into(), "testing".into()));
+    let clients = provider_aws::Clients::new(&settings).await;
+    Setup {
+        ec2: clients.ec2,
+        iam: clients.iam,
+        sqs: clients.sqs,
+    }
+}
+
+/// What the world setup made.
+#[derive(Debug, Clone, Default)]
+pub struct Made {
+    pub vpc: String,
+    pub subnets: Vec<(String, String)>,
+    pub security_group: String,
+    pub ami_amd64: String,
+    pub ami_arm64: String,
+    pub queue_url: String,
+}
+
+/// moto + proxy + provider, with seed 003's VPC.
+pub struct World {
+    pub moto: Moto,
+    pub proxy: FaultProxy,
+    pub setup: Setup,
+    pub made: Made,
+    pub service: integration_tests::RunningService,
+    pub client: CloudProviderClient<tonic::transport::Channel>,
+}
+
+fn tag(k: &str, v: &str) -> aws_sdk_ec2::types::Tag {
+    aws_sdk_ec2::types::Tag::builder().key(k).value(v).build()
+}
+
+fn tags_spec(
+    kind: aws_sdk_ec2::types::ResourceType,
+    tags: &[(&str, &str)],
+) -> aws_sdk_ec2::types::TagSpecification {
+    aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(kind)
+        .set_tags(Some(tags.iter().map(|(k, v)| tag(k, v)).collect()))
+        .build()
+}
+
+/// Newest moto AMI named `pattern` for `arch`.
+async fn find_ami(ec2: &aws_sdk_ec2::Client, pattern: &str, arch: &str) -> String {
+    let out = ec2
+        .describe_images()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("name")
+                .values(pattern)
+                .build(),
+        )
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("architecture")
+                .values(arch)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe images in moto");
+    let mut images: Vec<_> = out.images().to_vec();
+    images.sort_by(|a, b| b.creation_date().cmp(&a.creation_date()));
+    images
+        .first()
+        .and_then(|i| i.image_id())
+        .expect("moto ships an AL2023 AMI for this architecture")
+        .to_string()
+}
+
+/// Creates the seed's VPC: 3 tagged subnets, a tagged security group, the
+/// node role and the interruption queue; fills the proxy's price tables and
+/// the public SSM parameters for `al2023@latest`.
+pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
+    use aws_sdk_ec2::types::ResourceType;
+    let discovery = [("karpenter.sh/discovery", CLUSTER)];
+    let vpc = setup
+        .ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .expect("create vpc");
+    let vpc = vpc
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .expect("vpc id")
+        .to_string();
+    let mut subnets = Vec::new();
+    for (i, zone) in ZONES.iter().enumerate() {
+        // Different sizes so "most free IPs" is observable.
+        let cidr = match i {
+            0 => "10.0.0.0/20".to_string(),
+            1 => "10.0.16.0/24".to_string(),
+            _ => "10.0.32.0/22".to_string(),
+        };
+        let out = setup
+            .ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block(cidr)
+            .availability_zone(*zone)
+            .tag_specifications(tags_spec(ResourceType::Subnet, &discovery))
+            .send()
+            .await
+            .expect("create subnet");
+        let id = out
+            .subnet()
+            .and_then(|s| s.subnet_id())
+            .expect("subnet id")
+            .to_string();
+        subnets.push((id, zone.to_string()));
+    }
+    // An untagged subnet that must not be selected.
+    setup
+        .ec2
+        .create_subnet()
+        .vpc_id(&vpc)
+        .cidr_block("10.0.64.0/24")
+        .availability_zone(ZONES[0])
+        .send()
+        .await
+        .expect("create untagged subnet");
+    let sg = setup
+        .ec2
+        .create_security_group()
+        .group_name("seed-cluster-nodes")
+        .description("nodes")
+        .vpc_id(&vpc)
+        .tag_specifications(tags_spec(ResourceType::SecurityGroup, &discovery))
+        .send()
+        .await
+        .expect("create security group");
+    let security_group = sg.group_id().expect("group id").to_string();
+    setup
+        .iam
+        .create_role()
+        .role_name(NODE_ROLE)
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#)
+        .send()
+        .await
+        .expect("create role");
+    let queue = setup
+        .sqs
+        .create_queue()
+        .queue_name(QUEUE)
+        .send()
+        .await
+        .expect("create queue");
+    let queue_url = queue.queue_url().expect("queue url").to_string();
+    let ami_amd64 = find_ami(&setup.ec2, "al2023-ami-*", "x86_64").await;
+    let ami_arm64 = find_ami(&setup.ec2, "al2023-ami-*", "arm64").await;
+    // Prices: a table for every type moto knows (on-demand), spot per zone.
+    let mut on_demand = BTreeMap::new();
+    let mut pages = setup.ec2.describe_instance_types().into_paginator().send();
+    while let Some(page) = pages.next().await {
+        let page = page.expect("describe instance types");
+        for info in page.instance_types() {
+            let (Some(t), Some(cpu), Some(mem)) = (
+                info.instance_type(),
+                info.v_cpu_info().and_then(|v| v.default_v_cpus()),
+                info.memory_info().and_then(|m| m.size_in_mib()),
+            ) else {
+                continue;
+            };
+            let graviton = info.processor_info().is_some_and(|p| {
+                p.supported_architectures()
+                    .iter()
+                    .any(|a| a.as_str() == "arm64")
+            });
+            let factor = if graviton { 0.8 } else { 1.0 };
+            let price = (0.034 * f64::from(cpu) + 0.0046 * (mem as f64 / 1024.0)) * factor;
+            on_demand.insert(
+                t.as_str().to_string(),
+                (price * 10_000.0).round() / 10_000.0,
+            );
+        }
+    }
+    let mut spot = BTreeMap::new();
+    for (t, p) in &on_demand {
+        for (i, zone) in ZONES.iter().enumerate() {
+            spot.insert((t.clone(), zone.to_string()), p * (0.30 + 0.05 * i as f64));
+        }
+    }
+    proxy.with(|s| {
+        s.on_demand = on_demand;
+        s.spot = spot;
+        let root = format!("/aws/service/eks/optimized-ami/{K8S}/amazon-linux-2023");
+        s.ssm.insert(
+            format!("{root}/x86_64/standard/recommended/image_id"),
+            ami_amd64.clone(),
+        );
+        s.ssm.insert(
+            format!("{root}/arm64/standard/recommended/image_id"),
+            ami_arm64.clone(),
+        );
+        // Other families' public parameters (moto ships no Bottlerocket or
+        // EKS AL2 images, so they point at the same AL2023 images).
+        let al2 = format!("/aws/service/eks/optimized-ami/{K8S}");
+        s.ssm.insert(format!("{al2}/amazon-linux-2/recommended/image_id"), ami_amd64.clone());
+        s.ssm.insert(format!("{al2}/amazon-linux-2-arm64/recommended/image_id"), ami_arm64.clone());
+        let br = format!("/aws/service/bottlerocket/aws-k8s-{K8S}");
+        s.ssm.insert(format!("{br}/x86_64/latest/image_id"), ami_amd64.clone());
+        s.ssm.insert(format!("{br}/arm64/latest/image_id"), ami_arm64.clone());
+        s.ssm.insert(
+            format!("/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-{K8S}/image_id"),
+            ami_amd64.clone(),
+        );
+    });
+    Made {
+        vpc,
+        subnets,
+        security_group,
+        ami_amd64,
+        ami_arm64,
+        queue_url,
+    }
+}
+
+/// Settings of the provider under test.
+pub fn settings(proxy: &FaultProxy) -> provider_aws::Settings {
+    let mut settings = provider_aws::Settings::new(CLUSTER, REGION);
+    settings.endpoint_url = Some(proxy.url());
+    settings.credentials = Some(("testing".into(), "testing".into()));
+    settings.kubernetes_version = K8S.into();
+    settings.cluster_endpoint = "https://seed-cluster.example".into();
+    settings.cluster_ca_bundle = Some("Q0EK".into());
+    settings.interruption_queue = Some(QUEUE.into());
+    settings.interruption_wait_seconds = 1;
+    settings
+}
+
+impl World {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut provider_aws::Settings)) -> Self {
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            karpenter_runtime::init_tracing(&filter, false);
+        }
+        let moto = Moto::start().await;
+        moto.reset().await;
+        let proxy = FaultProxy::start(moto.addr).await;
+        let setup = setup_clients(&moto.url()).await;
+        let made = make_world(&setup, &proxy).await;
+        let mut settings = settings(&proxy);
+        tweak(&mut settings);
+        let metrics = karpenter_runtime::Metrics::new("karpenter_provider_aws");
+        let service = provider_aws::service(settings, metrics).await;
+        let running = integration_tests::RunningService::start(move || service)
+            .await
+            .expect("provider serves");
+        let client = CloudProviderClient::connect(running.url())
+            .await
+            .expect("connect")
+            .max_decoding_message_size(256 * 1024 * 1024);
+        Self {
+            moto,
+            proxy,
+            setup,
+            made,
+            service: running,
+            client,
+        }
+    }
+
+    /// Fails on any AWS action outside seed 003's IAM policy.
+    pub fn assert_least_privilege(&self) {
+        let called: BTreeSet<String> = self.proxy.actions().into_iter().collect();
+        let outside: Vec<&String> = called
+            .iter()
+            .filter(|a| !ALLOWED_ACTIONS.contains(&a.as_str()))
+            .collect();
+        assert!(
+            outside.is_empty(),
+            "actions outside the IAM policy: {outside:?} (all: {called:?})"
+        );
+    }
+}
+
+/// The seed 003 EC2NodeClass.
+pub fn seed_node_class() -> pb::NodeClass {
+    let spec = serde_json::json!({
+        "amiFamily": "AL2023",
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+        "role": NODE_ROLE,
+    });
+    pb::NodeClass {
+        name: "default".into(),
+        uid: "uid-default".into(),
+        generation: 1,
+        spec_json: spec.to_string(),
+        status_json: String::new(),
+        annotations: Default::default(),
+    }
+}
+
+/// Resolves the node class and returns it with its status filled in.
+pub async fn resolved(
+    world: &mut World,
+    mut node_class: pb::NodeClass,
+) -> (pb::NodeClass, pb::ResolveNodeClassResponse) {
+    let response = world
+        .client
+        .resolve_node_class(pb::ResolveNodeClassRequest {
+            node_class: Some(node_class.clone()),
+        })
+        .await
+        .expect("resolve")
+        .into_inner();
+    node_class.status_json = response.status_json.clone();
+    (node_class, response)
+}
+
+pub fn requirement(key: &str, values: &[&str]) -> karpenter_proto::scheduler::v1::Requirement {
+    karpenter_proto::scheduler::v1::Requirement {
+        key: key.into(),
+        operator: karpenter_proto::scheduler::v1::Operator::In as i32,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        min_values: None,
+    }
+}
+
+/// A node claim from seed 003's NodePool requirements.
+pub fn seed_node_claim(name: &str, node_class: &pb::NodeClass) -> pb::NodeClaim {
+    pb::NodeClaim {
+        name: name.into(),
+        node_pool: "default".into(),
+        labels: Default::default(),
+        annotations: Default::default(),
+        requirements: vec![
+            requirement("karpenter.k8s.aws/instance-family", &["t4g"]),
+            requirement("karpenter.k8s.aws/instance-cpu", &["2", "4"]),
+            requirement(
+                "karpenter.k8s.aws/instance-memory",
+                &["4096", "8192", "16384"],
+            ),
+            requirement("karpenter.sh/capacity-type", &["spot", "on-demand"]),
+            requirement("topology.kubernetes.io/zone", &["ap-northeast-2a"]),
+            requirement("kubernetes.io/arch", &["arm64"]),
+            requirement("karpenter.sh/nodepool", &["default"]),
+        ],
+        resources: Some(karpenter_proto::scheduler::v1::ResourceList {
+            quantities: [("cpu".to_string(), 500), ("memory".to_string(), 512 << 20)]
+                .into_iter()
+                .collect(),
+        }),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        node_class: Some(node_class.clone()),
+        instance_types: Vec::new(),
+    }
+}

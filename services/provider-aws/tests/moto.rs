@@ -1,0 +1,1213 @@
+//! provider-aws against a real AWS API peer: `moto_server` on loopback, with
+//! our fault-injecting proxy in front for what moto lacks (see `common`).
+//! Every test ends by checking that only seed 003's IAM actions were called.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use prost::Message as _;
+use tokio_stream::StreamExt as _;
+
+fn label<'a>(it: &'a sched::InstanceType, key: &str) -> Option<&'a str> {
+    it.requirements
+        .iter()
+        .find(|r| r.key == key && r.operator == sched::Operator::In as i32)
+        .and_then(|r| r.values.first())
+        .map(String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolves_subnets_security_groups_alias_amis_and_instance_profile() {
+    let mut world = World::start().await;
+    let (node_class, response) = resolved(&mut world, seed_node_class()).await;
+    let conditions: Vec<(&str, &str)> = response
+        .conditions
+        .iter()
+        .map(|c| (c.r#type.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(
+        conditions,
+        vec![
+            ("SubnetsReady", "True"),
+            ("SecurityGroupsReady", "True"),
+            ("AMIsReady", "True"),
+            ("InstanceProfileReady", "True"),
+            ("Ready", "True"),
+        ],
+        "{:?}",
+        response.conditions
+    );
+    let status: serde_json::Value = serde_json::from_str(&node_class.status_json).unwrap();
+    let subnets = status["subnets"].as_array().unwrap();
+    assert_eq!(subnets.len(), 3, "only the tagged subnets: {subnets:?}");
+    // Most free IPs first: the /20 in 2a, the /22 in 2c, the /24 in 2b.
+    let zones: Vec<&str> = subnets
+        .iter()
+        .map(|s| s["zone"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        zones,
+        vec!["ap-northeast-2a", "ap-northeast-2c", "ap-northeast-2b"]
+    );
+    assert!(subnets.iter().all(|s| {
+        s["zoneID"]
+            .as_str()
+            .is_some_and(|z| z.starts_with("apne2-az"))
+    }));
+    assert_eq!(
+        status["securityGroups"][0]["id"],
+        world.made.security_group.as_str()
+    );
+    let amis = status["amis"].as_array().unwrap();
+    let ids: Vec<&str> = amis.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&world.made.ami_amd64.as_str()), "{amis:?}");
+    assert!(ids.contains(&world.made.ami_arm64.as_str()), "{amis:?}");
+    let arm = amis
+        .iter()
+        .find(|a| a["id"] == world.made.ami_arm64.as_str())
+        .unwrap();
+    assert_eq!(arm["requirements"][0]["key"], "kubernetes.io/arch");
+    assert_eq!(arm["requirements"][0]["values"][0], "arm64");
+    assert_eq!(arm["requirements"][1]["operator"], "DoesNotExist");
+    // The instance profile was created, tagged and given the role.
+    let profile = status["instanceProfile"].as_str().unwrap().to_string();
+    let got = world
+        .setup
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await
+        .unwrap();
+    let got = got.instance_profile().unwrap();
+    assert_eq!(got.roles()[0].role_name(), NODE_ROLE);
+    let tags: Vec<(&str, &str)> = got.tags().iter().map(|t| (t.key(), t.value())).collect();
+    assert!(
+        tags.contains(&("kubernetes.io/cluster/seed-cluster", "owned")),
+        "{tags:?}"
+    );
+    assert!(
+        tags.contains(&("karpenter.k8s.aws/ec2nodeclass", "default")),
+        "{tags:?}"
+    );
+    // A second resolution finds and keeps the profile.
+    let (_, again) = resolved(&mut world, seed_node_class()).await;
+    assert_eq!(again.status_json, response.status_json);
+    assert_eq!(world.proxy.count("iam:CreateInstanceProfile"), 1);
+    assert!(!response.hash.is_empty());
+
+    // Selectors that match nothing say what to fix.
+    let mut broken = seed_node_class();
+    broken.spec_json = serde_json::json!({
+        "amiSelectorTerms": [{"alias": "al2@v20000101"}],
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "nope"}}],
+        "securityGroupSelectorTerms": [{"id": "sg-0123456789abcdef0"}],
+        "instanceProfile": "missing-profile",
+    })
+    .to_string();
+    let (_, response) = resolved(&mut world, broken).await;
+    for condition in &response.conditions {
+        assert_eq!(condition.status, "False", "{condition:?}");
+        assert!(!condition.message.is_empty(), "{condition:?}");
+    }
+    assert!(
+        response.conditions[0]
+            .message
+            .contains("subnetSelectorTerms")
+    );
+    assert!(response.conditions[3].message.contains("missing-profile"));
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_types_carry_labels_capacity_overhead_and_prices() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let request = pb::GetInstanceTypesRequest {
+        node_pool: "default".into(),
+        node_class: Some(node_class.clone()),
+    };
+    let started = Instant::now();
+    let types = world
+        .client
+        .get_instance_types(request.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let cold = started.elapsed();
+    assert!(types.len() > 500, "{} types", types.len());
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    for (key, value) in [
+        ("karpenter.k8s.aws/instance-category", "m"),
+        ("karpenter.k8s.aws/instance-family", "m5"),
+        ("karpenter.k8s.aws/instance-generation", "5"),
+        ("karpenter.k8s.aws/instance-size", "large"),
+        ("karpenter.k8s.aws/instance-cpu", "2"),
+        ("karpenter.k8s.aws/instance-cpu-manufacturer", "intel"),
+        ("karpenter.k8s.aws/instance-memory", "8192"),
+        ("karpenter.k8s.aws/instance-hypervisor", "nitro"),
+        ("karpenter.k8s.aws/instance-network-bandwidth", "750"),
+        ("karpenter.k8s.aws/instance-ebs-bandwidth", "4750"),
+        (
+            "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+            "false",
+        ),
+        ("kubernetes.io/arch", "amd64"),
+        ("kubernetes.io/os", "linux"),
+        ("node.kubernetes.io/instance-type", "m5.large"),
+        ("topology.kubernetes.io/region", REGION),
+    ] {
+        assert_eq!(label(m5, key), Some(value), "{key}");
+    }
+    let gpu_absent = m5
+        .requirements
+        .iter()
+        .find(|r| r.key == "karpenter.k8s.aws/instance-gpu-count")
+        .unwrap();
+    assert_eq!(gpu_absent.operator, sched::Operator::DoesNotExist as i32);
+    let capacity = &m5.capacity.as_ref().unwrap().quantities;
+    assert_eq!(capacity["cpu"], 2000);
+    assert_eq!(capacity["memory"], (8192 - 615) << 20, "7.5% VM overhead");
+    assert_eq!(capacity["pods"], 29, "3 ENIs x (10 - 1) + 2");
+    assert_eq!(capacity["ephemeral-storage"], 20 << 30);
+    let overhead = m5.overhead.as_ref().unwrap();
+    let kube = &overhead.kube_reserved.as_ref().unwrap().quantities;
+    assert_eq!(kube["cpu"], 70);
+    assert_eq!(kube["memory"], (11 * 29 + 255) << 20);
+    let eviction = &overhead.eviction_threshold.as_ref().unwrap().quantities;
+    assert_eq!(eviction["memory"], 100 << 20);
+    // Offerings: 3 zones x {spot, on-demand}, priced from the proxy's pricing answers.
+    assert_eq!(m5.offerings.len(), 6, "{:?}", m5.offerings);
+    let table = world.proxy.with(|s| {
+        (
+            s.on_demand["m5.large"],
+            s.spot[&("m5.large".to_string(), "ap-northeast-2b".to_string())],
+        )
+    });
+    let od = m5
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == "on-demand")
+        .unwrap();
+    assert!((od.price - table.0).abs() < 1e-9, "{od:?} vs {table:?}");
+    let spot_b = m5
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == "spot" && o.zone == "ap-northeast-2b")
+        .unwrap();
+    assert!(
+        (spot_b.price - (table.1 * 10_000.0).round() / 10_000.0).abs() < 1e-4,
+        "{spot_b:?}"
+    );
+    assert!(m5.offerings.iter().all(|o| o.available));
+    assert!(
+        od.requirements
+            .iter()
+            .any(|r| r.key == "topology.k8s.aws/zone-id")
+    );
+    // GPU types carry GPU labels and resources.
+    if let Some(g) = types.iter().find(|t| t.name == "g4dn.xlarge") {
+        assert_eq!(
+            label(g, "karpenter.k8s.aws/instance-gpu-manufacturer"),
+            Some("nvidia")
+        );
+        assert_eq!(label(g, "karpenter.k8s.aws/instance-gpu-count"), Some("1"));
+        assert_eq!(g.capacity.as_ref().unwrap().quantities["nvidia.com/gpu"], 1);
+    }
+    // Kubelet settings in the node class change capacity and overhead.
+    let mut custom = node_class.clone();
+    let mut spec: serde_json::Value = serde_json::from_str(&custom.spec_json).unwrap();
+    spec["kubelet"] = serde_json::json!({"maxPods": 110, "kubeReserved": {"cpu": "200m"}, "systemReserved": {"memory": "300Mi"}, "evictionHard": {"memory.available": "5%"}});
+    custom.spec_json = spec.to_string();
+    let describe_calls = world.proxy.count("ec2:DescribeInstanceTypes");
+    let started = Instant::now();
+    let custom_types = world
+        .client
+        .get_instance_types(pb::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: Some(custom),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let warm = started.elapsed();
+    assert_eq!(
+        world.proxy.count("ec2:DescribeInstanceTypes"),
+        describe_calls,
+        "served from cache"
+    );
+    let m5 = custom_types.iter().find(|t| t.name == "m5.large").unwrap();
+    assert_eq!(m5.capacity.as_ref().unwrap().quantities["pods"], 110);
+    let overhead = m5.overhead.as_ref().unwrap();
+    assert_eq!(
+        overhead.kube_reserved.as_ref().unwrap().quantities["cpu"],
+        200
+    );
+    assert_eq!(
+        overhead.system_reserved.as_ref().unwrap().quantities["memory"],
+        300 << 20
+    );
+    let evict = overhead.eviction_threshold.as_ref().unwrap().quantities["memory"];
+    assert_eq!(
+        evict,
+        ((((8192_i64 - 615) << 20) as f64) * 0.05).ceil() as i64
+    );
+    eprintln!(
+        "GetInstanceTypes: cold {cold:?}, cached {warm:?}, {} types",
+        types.len()
+    );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_pricing_api_falls_back_to_estimates() {
+    let moto_world = World::start_with(|_| {}).await;
+    moto_world.proxy.add_fault(Fault::PricingDown);
+    let mut world = moto_world;
+    let types = world
+        .client
+        .get_instance_types(pb::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    let od = m5
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == "on-demand")
+        .unwrap();
+    // The documented estimate: $0.0316 per vCPU-hour + $0.00424 per GiB-hour.
+    assert!(
+        (od.price - (2.0 * 0.0316 + 8.0 * 0.00424)).abs() < 1e-4,
+        "{od:?}"
+    );
+    assert!(od.available);
+    assert!(world.proxy.count("pricing:GetProducts") >= 1);
+    world.assert_least_privilege();
+}
+
+async fn create(world: &mut World, claim: pb::NodeClaim) -> Result<pb::Instance, tonic::Status> {
+    world
+        .client
+        .create(pb::CreateRequest {
+            node_claim: Some(claim),
+        })
+        .await
+        .map(|r| r.into_inner().instance.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
+    let mut world = World::start().await;
+    let (node_class, resolution) = resolved(&mut world, seed_node_class()).await;
+    let mut claim = seed_node_claim("default-abcde", &node_class);
+    claim.annotations.insert(
+        "karpenter.k8s.aws/ec2nodeclass-hash".into(),
+        resolution.hash.clone(),
+    );
+    claim.annotations.insert(
+        "karpenter.k8s.aws/ec2nodeclass-hash-version".into(),
+        resolution.hash_version.clone(),
+    );
+    let started = Instant::now();
+    let instance = create(&mut world, claim.clone()).await.unwrap();
+    eprintln!("Create: {:?}", started.elapsed());
+    assert!(instance.instance_type.starts_with("t4g."), "{instance:?}");
+    assert_eq!(instance.zone, "ap-northeast-2a");
+    assert_eq!(
+        instance.capacity_type, "spot",
+        "spot is allowed and cheaper"
+    );
+    assert!(
+        instance
+            .provider_id
+            .starts_with("aws:///ap-northeast-2a/i-"),
+        "{}",
+        instance.provider_id
+    );
+    assert_eq!(instance.image_id, world.made.ami_arm64);
+    assert_eq!(instance.labels["kubernetes.io/arch"], "arm64");
+    assert_eq!(instance.labels["karpenter.sh/capacity-type"], "spot");
+    assert_eq!(instance.labels["karpenter.sh/nodepool"], "default");
+    assert_eq!(instance.tags["karpenter.sh/nodeclaim"], "default-abcde");
+    assert_eq!(instance.tags["kubernetes.io/cluster/seed-cluster"], "owned");
+    assert!(instance.price > 0.0);
+    assert!(instance.capacity.as_ref().unwrap().quantities["cpu"] >= 2000);
+    // The fleet: instant, one override per type x zone, the cheapest first.
+    assert_eq!(world.proxy.count("ec2:CreateFleet"), 1);
+    // The launch template carries the AMI, groups, profile, metadata options and nodeadm user data.
+    let templates = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap();
+    let template = &templates.launch_templates()[0];
+    assert!(
+        template
+            .launch_template_name()
+            .unwrap()
+            .starts_with("karpenter.k8s.aws/")
+    );
+    let versions = world
+        .setup
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(template.launch_template_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    assert_eq!(data.image_id(), Some(world.made.ami_arm64.as_str()));
+    use base64::Engine as _;
+    let user_data = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(user_data.contains("kind: NodeConfig"), "{user_data}");
+    assert!(
+        user_data.contains("karpenter.sh/unregistered:NoExecute"),
+        "{user_data}"
+    );
+    assert!(
+        user_data.contains("karpenter.sh/nodepool=default"),
+        "{user_data}"
+    );
+    assert_eq!(
+        data.metadata_options()
+            .and_then(|m| m.http_tokens())
+            .map(|t| t.as_str()),
+        Some("required")
+    );
+    // Get and List find it; it has not drifted.
+    let got = world
+        .client
+        .get(pb::GetRequest {
+            provider_id: instance.provider_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance
+        .unwrap();
+    assert_eq!(got.node_claim_name, "default-abcde");
+    let listed = world
+        .client
+        .list(pb::ListRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .instances;
+    assert_eq!(listed.len(), 1);
+    let drift = |world: &mut World, claim: pb::NodeClaim| {
+        let provider_id = instance.provider_id.clone();
+        let mut client = world.client.clone();
+        async move {
+            client
+                .is_drifted(pb::IsDriftedRequest {
+                    node_claim: Some(claim),
+                    provider_id,
+                    image_id: String::new(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .reason
+        }
+    };
+    // moto gives fleet instances the VPC's default security group instead of
+    // the launch template's, so the drift checks compare against the groups
+    // moto actually assigned (real EC2 assigns the template's).
+    let described = world
+        .setup
+        .ec2
+        .describe_instances()
+        .instance_ids(instance.provider_id.rsplit('/').next().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let moto_groups: Vec<serde_json::Value> = described.reservations()[0].instances()[0]
+        .security_groups()
+        .iter()
+        .map(|g| serde_json::json!({"id": g.group_id().unwrap()}))
+        .collect();
+    let mut node_class = node_class.clone();
+    let mut status: serde_json::Value = serde_json::from_str(&node_class.status_json).unwrap();
+    status["securityGroups"] = serde_json::Value::Array(moto_groups);
+    node_class.status_json = status.to_string();
+    claim.node_class = Some(node_class.clone());
+    assert_eq!(drift(&mut world, claim.clone()).await, "");
+    // Different security groups drift it.
+    let mut moved = claim.clone();
+    let mut nc = node_class.clone();
+    let mut status: serde_json::Value = serde_json::from_str(&nc.status_json).unwrap();
+    status["securityGroups"] = serde_json::json!([{"id": world.made.security_group}]);
+    nc.status_json = status.to_string();
+    moved.node_class = Some(nc);
+    assert_eq!(drift(&mut world, moved).await, "SecurityGroupDrift");
+    // A new AMI drifts the node.
+    let mut moved = claim.clone();
+    let mut nc = node_class.clone();
+    let mut status: serde_json::Value = serde_json::from_str(&nc.status_json).unwrap();
+    status["amis"][0]["id"] = "ami-0000000000000000a".into();
+    status["amis"][1]["id"] = "ami-0000000000000000b".into();
+    nc.status_json = status.to_string();
+    moved.node_class = Some(nc);
+    assert_eq!(drift(&mut world, moved).await, "AMIDrift");
+    // Subnets that no longer include the instance's drift it.
+    let mut moved = claim.clone();
+    let mut nc = node_class.clone();
+    let mut status: serde_json::Value = serde_json::from_str(&nc.status_json).unwrap();
+    status["subnets"] =
+        serde_json::json!([{"id": "subnet-0000000000000000a", "zone": "ap-northeast-2a"}]);
+    nc.status_json = status.to_string();
+    moved.node_class = Some(nc);
+    assert_eq!(drift(&mut world, moved).await, "SubnetDrift");
+
+    // A changed static spec drifts it by hash.
+    let mut changed = claim.clone();
+    let mut nc = node_class.clone();
+    let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+    spec["tags"] = serde_json::json!({"team": "a"});
+    nc.spec_json = spec.to_string();
+    changed.node_class = Some(nc);
+    assert_eq!(drift(&mut world, changed).await, "NodeClassDrift");
+    // Delete terminates; afterwards the instance is NotFound.
+    world
+        .client
+        .delete(pb::DeleteRequest {
+            provider_id: instance.provider_id.clone(),
+        })
+        .await
+        .unwrap();
+    let gone = world
+        .client
+        .get(pb::GetRequest {
+            provider_id: instance.provider_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+    let again = world
+        .client
+        .delete(pb::DeleteRequest {
+            provider_id: instance.provider_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::NotFound);
+    assert!(
+        world
+            .client
+            .list(pb::ListRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+            .is_empty()
+    );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_create_returns_the_first_instance() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let claim = seed_node_claim("default-retry", &node_class);
+    let first = create(&mut world, claim.clone()).await.unwrap();
+    let second = create(&mut world, claim).await.unwrap();
+    assert_eq!(first.provider_id, second.provider_id);
+    assert_eq!(
+        world.proxy.count("ec2:CreateFleet"),
+        1,
+        "the retry launched nothing"
+    );
+    let running = world
+        .setup
+        .ec2
+        .describe_instances()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:karpenter.sh/nodeclaim")
+                .values("default-retry")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let count: usize = running
+        .reservations()
+        .iter()
+        .map(|r| r.instances().len())
+        .sum();
+    assert_eq!(count, 1);
+    // The launch template made by the first call is reused, not duplicated.
+    assert_eq!(world.proxy.count("ec2:CreateLaunchTemplate"), 1);
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insufficient_capacity_falls_back_to_another_offering_and_is_remembered() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    world.proxy.add_fault(Fault::FleetIce {
+        capacity_type: "spot".into(),
+    });
+    let instance = create(&mut world, seed_node_claim("default-ice", &node_class))
+        .await
+        .unwrap();
+    assert_eq!(instance.capacity_type, "on-demand", "spot had no capacity");
+    assert_eq!(world.proxy.count("ec2:CreateFleet"), 2);
+    // The spot offerings are now unavailable in the catalog...
+    let types = world
+        .client
+        .get_instance_types(pb::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: Some(node_class.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let failed = world.proxy.with(|s| s.ice_answers[0].clone());
+    assert!(!failed.is_empty());
+    for (t, zone) in &failed {
+        let it = types.iter().find(|x| &x.name == t).unwrap();
+        let o = it
+            .offerings
+            .iter()
+            .find(|o| &o.zone == zone && o.capacity_type == "spot")
+            .unwrap();
+        assert!(
+            !o.available,
+            "{t} {zone} spot should be remembered as unavailable"
+        );
+    }
+    // ...so the next claim goes straight to on-demand.
+    let next = create(&mut world, seed_node_claim("default-ice-2", &node_class))
+        .await
+        .unwrap();
+    assert_eq!(next.capacity_type, "on-demand");
+    assert_eq!(world.proxy.count("ec2:CreateFleet"), 3);
+    // With no capacity anywhere: RESOURCE_EXHAUSTED with the failed offerings.
+    world.proxy.add_fault(Fault::FleetIce {
+        capacity_type: "on-demand".into(),
+    });
+    let error = create(&mut world, seed_node_claim("default-ice-3", &node_class))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::ResourceExhausted, "{error:?}");
+    let status = tonic_types::pb::Status::decode(error.details()).unwrap();
+    let detail = &status.details[0];
+    assert_eq!(
+        detail.type_url,
+        "type.googleapis.com/karpenter.provider.v1.InsufficientCapacity"
+    );
+    let ice = pb::InsufficientCapacity::decode(detail.value.as_slice()).unwrap();
+    assert!(
+        ice.offerings
+            .iter()
+            .all(|o| o.capacity_type == "on-demand" && o.instance_type.starts_with("t4g."))
+    );
+    assert!(!ice.offerings.is_empty());
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_server_errors_are_retried_with_backoff() {
+    let mut world = World::start().await;
+    world.proxy.add_fault(Fault::Throttle {
+        action: "DescribeSubnets".into(),
+        times: 2,
+    });
+    world.proxy.add_fault(Fault::ServerError {
+        action: "DescribeSecurityGroups".into(),
+        times: 1,
+    });
+    world.proxy.add_fault(Fault::Throttle {
+        action: "GetParameter".into(),
+        times: 1,
+    });
+    world.proxy.add_fault(Fault::Throttle {
+        action: "DescribeInstanceTypes".into(),
+        times: 2,
+    });
+    let (node_class, response) = resolved(&mut world, seed_node_class()).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    assert_eq!(
+        world.proxy.count("ec2:DescribeSubnets"),
+        3,
+        "two throttled, one answered"
+    );
+    assert_eq!(world.proxy.count("ec2:DescribeSecurityGroups"), 2);
+    let instance = create(
+        &mut world,
+        seed_node_claim("default-throttled", &node_class),
+    )
+    .await
+    .unwrap();
+    assert!(instance.provider_id.contains("i-"));
+    // Persistent throttling ends in a clear error, not a hang.
+    world.proxy.add_fault(Fault::Throttle {
+        action: "DescribeInstances".into(),
+        times: 100,
+    });
+    let error = world.client.list(pb::ListRequest {}).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable);
+    assert!(
+        error.message().contains("RequestLimitExceeded")
+            || error.message().contains("ec2:DescribeInstances"),
+        "{error:?}"
+    );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_interruption_kind_is_streamed_and_acknowledged() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-int", &node_class))
+        .await
+        .unwrap();
+    let id = instance.provider_id.rsplit('/').next().unwrap().to_string();
+    let event = |source: &str, detail_type: &str, detail: serde_json::Value| {
+        serde_json::json!({"version": "0", "id": "e", "detail-type": detail_type, "source": source, "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": REGION, "resources": [], "detail": detail}).to_string()
+    };
+    let bodies = vec![
+        event(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            serde_json::json!({"instance-id": id, "instance-action": "terminate"}),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            serde_json::json!({"instance-id": id}),
+        ),
+        event(
+            "aws.health",
+            "AWS Health Event",
+            serde_json::json!({"service": "EC2", "eventTypeCategory": "scheduledChange", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", "affectedEntities": [{"entityValue": id}]}),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            serde_json::json!({"instance-id": id, "state": "stopping"}),
+        ),
+        "this is not json".to_string(),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            serde_json::json!({"instance-id": id, "state": "running"}),
+        ),
+        event(
+            "aws.autoscaling",
+            "EC2 Instance Launch Successful",
+            serde_json::json!({}),
+        ),
+    ];
+    for body in &bodies {
+        world
+            .setup
+            .sqs
+            .send_message()
+            .queue_url(&world.made.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut stream = world
+        .client
+        .watch_interruptions(pb::WatchInterruptionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut kinds = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kinds.len() < 4 && Instant::now() < deadline {
+        let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await
+        else {
+            break;
+        };
+        let event = event.unwrap();
+        assert_eq!(event.provider_ids, vec![instance.provider_id.clone()]);
+        kinds.push((event.kind, event.state.clone()));
+        world
+            .client
+            .acknowledge_interruption(pb::AcknowledgeInterruptionRequest {
+                id: event.id.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    use pb::interruption_event::Kind;
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        vec![
+            (Kind::SpotInterruption as i32, String::new()),
+            (Kind::RebalanceRecommendation as i32, String::new()),
+            (Kind::ScheduledChange as i32, String::new()),
+            (Kind::StateChange as i32, "stopping".to_string()),
+        ]
+    );
+    drop(stream);
+    // Acknowledged, malformed and unhandled messages were all deleted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attributes = world
+            .setup
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&world.made.queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        let attributes = attributes.attributes().cloned().unwrap_or_default();
+        let count = |name: aws_sdk_sqs::types::QueueAttributeName| {
+            attributes
+                .get(&name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        let visible = count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages);
+        let hidden =
+            count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible);
+        if visible == 0 && hidden == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue still holds {visible} + {hidden} messages"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = integration_tests_metrics(&world).await;
+    assert!(
+        metrics.contains("interruption_messages_malformed_total 3"),
+        "{metrics}"
+    );
+    world.assert_least_privilege();
+}
+
+async fn integration_tests_metrics(world: &World) -> String {
+    let (status, body) = http(world.service.http, "GET", "/metrics", "")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_map_to_grpc_codes() {
+    let mut world = World::start().await;
+    // Not resolved yet: FAILED_PRECONDITION naming what is missing.
+    let claim = seed_node_claim("default-early", &seed_node_class());
+    let error = create(&mut world, claim).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::FailedPrecondition, "{error:?}");
+    assert!(error.message().contains("no subnets resolved"), "{error:?}");
+    // A spec that is not an EC2NodeClass: INVALID_ARGUMENT with the field path.
+    let mut bad = seed_node_class();
+    bad.spec_json = "{\"subnetSelectorTerms\": 5}".into();
+    let error = world
+        .client
+        .resolve_node_class(pb::ResolveNodeClassRequest {
+            node_class: Some(bad),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    use tonic_types::StatusExt as _;
+    let details = error.get_error_details();
+    let violation = &details.bad_request().unwrap().field_violations[0];
+    assert_eq!(violation.field, "node_class.spec_json");
+    // Unknown instance: NOT_FOUND.
+    let error = world
+        .client
+        .get(pb::GetRequest {
+            provider_id: "aws:///ap-northeast-2a/i-0123456789abcdef0".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::NotFound);
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_done_work_is_found_and_reused() {
+    let mut world = World::start().await;
+    // The role cannot be added (5xx past every retry): the profile is left without it...
+    world.proxy.add_fault(Fault::ServerError {
+        action: "AddRoleToInstanceProfile".into(),
+        times: 100,
+    });
+    let error = world
+        .client
+        .resolve_node_class(pb::ResolveNodeClassRequest {
+            node_class: Some(seed_node_class()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    assert_eq!(world.proxy.count("iam:CreateInstanceProfile"), 1);
+    // ...and the next resolution finds it and finishes the job.
+    world.proxy.clear_faults();
+    let (node_class, response) = resolved(&mut world, seed_node_class()).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    assert_eq!(
+        world.proxy.count("iam:CreateInstanceProfile"),
+        1,
+        "found, not created again"
+    );
+    assert_eq!(world.proxy.count("iam:AddRoleToInstanceProfile"), 6);
+    // A launch whose fleet fails after its launch template was made reuses the template.
+    world.proxy.add_fault(Fault::ServerError {
+        action: "CreateFleet".into(),
+        times: 100,
+    });
+    let error = create(&mut world, seed_node_claim("default-half", &node_class))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    world.proxy.clear_faults();
+    let instance = create(&mut world, seed_node_claim("default-half", &node_class))
+        .await
+        .unwrap();
+    assert!(instance.provider_id.contains("/i-"));
+    assert_eq!(
+        world.proxy.count("ec2:CreateLaunchTemplate"),
+        1,
+        "the template was reused"
+    );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_terms_by_id_name_owner_and_ssm_parameter() {
+    let mut world = World::start().await;
+    let subnet = world.made.subnets[1].0.clone();
+    let mut node_class = seed_node_class();
+    node_class.spec_json = serde_json::json!({
+        "amiFamily": "AL2023",
+        "amiSelectorTerms": [
+            {"name": "al2023-ami-*", "owner": "amazon"},
+        ],
+        "subnetSelectorTerms": [{"id": subnet}],
+        "securityGroupSelectorTerms": [{"name": "seed-cluster-nodes"}],
+        "role": NODE_ROLE,
+    })
+    .to_string();
+    let (node_class, response) = resolved(&mut world, node_class).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    let status: serde_json::Value = serde_json::from_str(&node_class.status_json).unwrap();
+    assert_eq!(status["subnets"].as_array().unwrap().len(), 1);
+    assert_eq!(status["subnets"][0]["id"], subnet.as_str());
+    assert_eq!(
+        status["securityGroups"][0]["id"],
+        world.made.security_group.as_str()
+    );
+    // The newest AL2023 image per architecture, with only an arch requirement.
+    let amis = status["amis"].as_array().unwrap();
+    let ids: Vec<&str> = amis.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(amis.len(), 2, "{amis:?}");
+    assert!(
+        ids.contains(&world.made.ami_amd64.as_str())
+            && ids.contains(&world.made.ami_arm64.as_str()),
+        "{ids:?}"
+    );
+    assert!(
+        amis.iter()
+            .all(|a| a["requirements"].as_array().unwrap().len() == 1)
+    );
+    // An ssmParameter term reads the parameter and selects its image.
+    let mut by_parameter = seed_node_class();
+    by_parameter.spec_json = serde_json::json!({
+        "amiFamily": "AL2023",
+        "amiSelectorTerms": [{"ssmParameter": format!("/aws/service/eks/optimized-ami/{K8S}/amazon-linux-2023/arm64/standard/recommended/image_id")}],
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "*"}}],
+        "securityGroupSelectorTerms": [{"id": world.made.security_group}],
+        "instanceProfile": "given-profile",
+    })
+    .to_string();
+    world
+        .setup
+        .iam
+        .create_instance_profile()
+        .instance_profile_name("given-profile")
+        .send()
+        .await
+        .unwrap();
+    let (by_parameter, response) = resolved(&mut world, by_parameter).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    let status: serde_json::Value = serde_json::from_str(&by_parameter.status_json).unwrap();
+    assert_eq!(status["amis"][0]["id"], world.made.ami_arm64.as_str());
+    assert_eq!(status["amis"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        status["subnets"].as_array().unwrap().len(),
+        3,
+        "tag value '*' matches any value"
+    );
+    assert_eq!(status["instanceProfile"], "given-profile");
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_launch_templates_are_cleaned_up() {
+    let mut world = World::start_with(|s| {
+        s.launch_template_ttl = Duration::from_secs(2);
+        s.janitor_interval = Duration::from_millis(500);
+    })
+    .await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-lt", &node_class))
+        .await
+        .unwrap();
+    let templates = |world: &World| {
+        let ec2 = world.setup.ec2.clone();
+        async move {
+            ec2.describe_launch_templates()
+                .send()
+                .await
+                .unwrap()
+                .launch_templates()
+                .len()
+        }
+    };
+    assert_eq!(templates(&world).await, 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while templates(&world).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the unused launch template was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(world.proxy.count("ec2:DeleteLaunchTemplate") >= 1);
+    // The instance is untouched, and the next launch makes the template again.
+    world
+        .client
+        .get(pb::GetRequest {
+            provider_id: instance.provider_id.clone(),
+        })
+        .await
+        .unwrap();
+    create(&mut world, seed_node_claim("default-lt-2", &node_class))
+        .await
+        .unwrap();
+    assert_eq!(world.proxy.count("ec2:CreateLaunchTemplate"), 2);
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_values_are_kept_over_the_launched_types() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    // Two cpu sizes exist among t4g with 4-16 GiB: minValues 2 holds.
+    let mut claim = seed_node_claim("default-min", &node_class);
+    claim.requirements[1].min_values = Some(2);
+    create(&mut world, claim).await.unwrap();
+    // More minValues than listed values is a bad request, with its field path.
+    let mut claim = seed_node_claim("default-min-2", &node_class);
+    claim.requirements[0].min_values = Some(2);
+    let error = create(&mut world, claim).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    assert!(
+        error
+            .message()
+            .contains("node_claim.requirements[0].min_values"),
+        "{error:?}"
+    );
+    // Only one of the two families exists: minValues 2 on the family cannot hold.
+    let mut claim = seed_node_claim("default-min-3", &node_class);
+    claim.requirements[0] = requirement("karpenter.k8s.aws/instance-family", &["t4g", "zz9"]);
+    claim.requirements[0].min_values = Some(2);
+    let error = create(&mut world, claim).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::FailedPrecondition, "{error:?}");
+    assert!(error.message().contains("minValues 2"), "{error:?}");
+    assert_eq!(world.proxy.count("ec2:CreateFleet"), 1);
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_untagged_profile_is_tagged_and_given_the_role() {
+    let mut world = World::start().await;
+    let name =
+        provider_aws::nodeclass::instance_profile_name(&common::settings(&world.proxy), "default");
+    world
+        .setup
+        .iam
+        .create_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap();
+    let (_, response) = resolved(&mut world, seed_node_class()).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    assert_eq!(world.proxy.count("iam:CreateInstanceProfile"), 0);
+    assert_eq!(world.proxy.count("iam:TagInstanceProfile"), 1);
+    let got = world
+        .setup
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap();
+    let profile = got.instance_profile().unwrap();
+    assert_eq!(profile.roles()[0].role_name(), NODE_ROLE);
+    assert!(
+        profile
+            .tags()
+            .iter()
+            .any(|t| t.key() == "karpenter.k8s.aws/ec2nodeclass" && t.value() == "default")
+    );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
+    let mut world = World::start().await;
+    for (alias, expected) in [
+        ("al2@latest", 2),
+        ("bottlerocket@latest", 2),
+        ("windows2022@latest", 1),
+    ] {
+        let mut nc = seed_node_class();
+        let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+        spec["amiSelectorTerms"] = serde_json::json!([{"alias": alias}]);
+        spec.as_object_mut().unwrap().remove("amiFamily");
+        nc.spec_json = spec.to_string();
+        let (nc, response) = resolved(&mut world, nc).await;
+        assert!(
+            response.conditions.iter().all(|c| c.status == "True"),
+            "{alias}: {:?}",
+            response.conditions
+        );
+        let status: serde_json::Value = serde_json::from_str(&nc.status_json).unwrap();
+        assert_eq!(
+            status["amis"].as_array().unwrap().len(),
+            expected,
+            "{alias}: {status}"
+        );
+    }
+    let mut nc = seed_node_class();
+    let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+    spec["amiSelectorTerms"] = serde_json::json!([{"alias": "bottlerocket@latest"}]);
+    spec["amiFamily"] = "Bottlerocket".into();
+    spec["userData"] =
+        "[settings.kubernetes]\nmax-pods = 20\n[settings.host-containers.admin]\nenabled = true\n"
+            .into();
+    nc.spec_json = spec.to_string();
+    let (nc, _) = resolved(&mut world, nc).await;
+    // Bottlerocket's ephemeral storage is its 20 GiB data volume.
+    let types = world
+        .client
+        .get_instance_types(pb::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: Some(nc.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let t4g = types.iter().find(|t| t.name == "t4g.medium").unwrap();
+    assert_eq!(
+        t4g.capacity.as_ref().unwrap().quantities["ephemeral-storage"],
+        20 << 30
+    );
+    create(&mut world, seed_node_claim("default-br", &nc))
+        .await
+        .unwrap();
+    let templates = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap();
+    let versions = world
+        .setup
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(
+            templates.launch_templates()[0]
+                .launch_template_id()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    use base64::Engine as _;
+    let toml = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(toml.matches("[settings.kubernetes]").count(), 1, "{toml}");
+    assert!(
+        toml.contains("max-pods = 20") && !toml.contains("max-pods = 2\n"),
+        "{toml}"
+    );
+    assert!(toml.contains("cluster-name = \"seed-cluster\""), "{toml}");
+    assert!(toml.contains("[settings.host-containers.admin]"), "{toml}");
+    assert!(
+        toml.contains("\"karpenter.sh/unregistered\" = [\":NoExecute\"]"),
+        "{toml}"
+    );
+    let devices: Vec<(&str, Option<i32>)> = data
+        .block_device_mappings()
+        .iter()
+        .map(|m| {
+            (
+                m.device_name().unwrap(),
+                m.ebs().and_then(|e| e.volume_size()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices,
+        vec![("/dev/xvda", Some(4)), ("/dev/xvdb", Some(20))]
+    );
+    world.assert_least_privilege();
+}
