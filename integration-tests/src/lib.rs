@@ -6,6 +6,9 @@
 //!   test ──start──▶ service on 127.0.0.1:<free>  ◀──gRPC── python3 client
 //!        ──stop───▶ graceful shutdown
 //! ```
+//!
+//! [`kube_test_server`] is the Kubernetes API those tests (and the local
+//! demo, as the `kube-test-server` binary) run against.
 
 #![forbid(unsafe_code)]
 

@@ -30,11 +30,20 @@ struct Args {
     #[arg(long)]
     state_file: Option<PathBuf>,
     /// Events kept for watches that resume from an older resourceVersion.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 20_000)]
     history: usize,
     /// Seconds between bookmarks on idle watches.
     #[arg(long, default_value_t = 5)]
     bookmark_seconds: u64,
+    /// Run the workload controller (Deployments, ReplicaSets), the
+    /// scheduler stand-in (binds pods, marks the rest Unschedulable) and the
+    /// kubelet stand-in (bound pods become Running and Ready).
+    #[arg(long)]
+    controllers: bool,
+    /// Serve HTTPS with a self-signed certificate (written as ca.crt next
+    /// to the kubeconfig, which refers to it) instead of HTTP.
+    #[arg(long)]
+    tls: bool,
     /// Log filter (RUST_LOG syntax).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -53,6 +62,8 @@ async fn main() -> anyhow::Result<()> {
         history: args.history,
         bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
         state_file: args.state_file.clone(),
+        controllers: args.controllers,
+        tls: args.tls,
     })
     .await
     .context("starting kube-test-server")?;

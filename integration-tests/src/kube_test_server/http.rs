@@ -98,8 +98,11 @@ fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
     let lookup = |plural: &str| store.resource(group, version, plural);
     let not_found = || ApiError::not_found_path("the server could not find the requested resource");
     // /namespaces/NS/PLURAL...
-    if rest[0] == "namespaces" && rest.len() >= 3 {
-        if let Some(res) = lookup(rest[2]).filter(|r| r.namespaced) {
+    if rest[0] == "namespaces"
+        && rest.len() >= 3
+        && let Some(res) = lookup(rest[2]).filter(|r| r.namespaced)
+    {
+        {
             return Ok(Some(Target {
                 res,
                 version: version.to_string(),
@@ -123,6 +126,9 @@ fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.starts_with(super::protobuf::MAGIC) {
+        return super::protobuf::decode(body);
+    }
     serde_json::from_slice(body).or_else(|_| {
         let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         serde_yaml::from_str(text).map_err(|e| {
@@ -235,6 +241,12 @@ async fn route(
         String::new()
     };
     let mgr = manager(query, headers);
+    // Writes would persist: refuse rather than pretend.
+    if query.contains_key("dryRun") && *method != Method::GET {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by kube-test-server (the write would be persisted)",
+        ));
+    }
     let version = target.version.clone();
     match (
         method.clone(),
@@ -280,6 +292,7 @@ async fn route(
             }
             let obj = parse_body(body)?;
             check_kind(&res, &version, &obj)?;
+            strict_fields(&res, &version, &obj, query)?;
             let created = store.create(&res, &ns, obj, &mgr)?;
             Ok(json_response(201, &as_version(&res, &version, created)))
         }
@@ -302,6 +315,7 @@ async fn route(
             check_sub(&res, sub)?;
             let obj = parse_body(body)?;
             check_kind(&res, &version, &obj)?;
+            strict_fields(&res, &version, &obj, query)?;
             let updated = store.update(&res, &ns, name, obj, sub, &mgr)?;
             Ok(json_response(200, &as_version(&res, &version, updated)))
         }
@@ -330,9 +344,9 @@ async fn route(
                 }
                 "application/strategic-merge-patch+json" => {
                     if res.crd.is_some() {
-                        return Err(ApiError::unsupported_media(format!(
-                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                        )));
+                        return Err(ApiError::unsupported_media(
+                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                        ));
                     }
                     store.modify(&res, &ns, name, sub, &mgr, |old| {
                         let mut new = old.clone();
@@ -347,17 +361,18 @@ async fn route(
                         ));
                     };
                     let force = query.get("force").is_some_and(|f| f == "true");
+                    super::store::check_shape(&p)?;
                     check_kind(&res, &version, &p)?;
                     let keyed = res.crd.is_none();
                     let now = super::store::now();
                     store.apply(&res, &ns, name, sub, |live| {
                         let mut applied = p.clone();
-                        if let Some(body_name) = applied["metadata"]["name"].as_str() {
-                            if body_name != name {
-                                return Err(ApiError::bad_request(
-                                    "the name of the object does not match the name on the URL",
-                                ));
-                            }
+                        if let Some(body_name) = applied["metadata"]["name"].as_str()
+                            && body_name != name
+                        {
+                            return Err(ApiError::bad_request(
+                                "the name of the object does not match the name on the URL",
+                            ));
                         }
                         if res.namespaced {
                             applied["metadata"]["namespace"] = json!(ns);
@@ -480,10 +495,10 @@ fn scale(
                 } else {
                     patch::merge_patch(&mut sc, &p);
                 }
-                if let Some(rv) = sc["metadata"]["resourceVersion"].as_str() {
-                    if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
-                        return Err(ApiError::conflict(res, name));
-                    }
+                if let Some(rv) = sc["metadata"]["resourceVersion"].as_str()
+                    && Some(rv) != old["metadata"]["resourceVersion"].as_str()
+                {
+                    return Err(ApiError::conflict(res, name));
                 }
                 let replicas = sc["spec"]["replicas"]
                     .as_i64()
@@ -500,6 +515,38 @@ fn scale(
     }
 }
 
+/// `fieldValidation=Strict` (kubectl's default): unknown fields of a
+/// custom resource are an error instead of being pruned.
+fn strict_fields(
+    res: &ResourceInfo,
+    version: &str,
+    obj: &Value,
+    query: &HashMap<String, String>,
+) -> Result<(), ApiError> {
+    let (Some(crd), Some("Strict")) = (&res.crd, query.get("fieldValidation").map(String::as_str))
+    else {
+        return Ok(());
+    };
+    let mut copy = obj.clone();
+    let unknown = crd
+        .validator
+        .default_object(version, &mut copy)
+        .unwrap_or_default();
+    let unknown: Vec<String> = unknown
+        .iter()
+        .filter(|p| !p.starts_with("metadata."))
+        .map(|p| format!("unknown field \"{p}\""))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        unknown.join(", "),
+        kind = res.kind
+    )))
+}
+
 fn check_sub(res: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
     match sub {
         None => Ok(()),
@@ -511,14 +558,14 @@ fn check_sub(res: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
 }
 
 fn check_kind(res: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
-    if let Some(kind) = obj["kind"].as_str().filter(|k| !k.is_empty()) {
-        if kind != res.kind {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({})",
-                obj["apiVersion"].as_str().unwrap_or_default(),
-                res.api_version(version)
-            )));
-        }
+    if let Some(kind) = obj["kind"].as_str().filter(|k| !k.is_empty())
+        && kind != res.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({})",
+            obj["apiVersion"].as_str().unwrap_or_default(),
+            res.api_version(version)
+        )));
     }
     Ok(())
 }
@@ -707,12 +754,11 @@ fn watch(
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1024);
     let sub = store.subscribe(&res, from);
     let mut initial_objs = Vec::new();
-    if let Ok((_, _, _)) = &sub {
-        if initial {
-            let (items, _, _) =
-                store.list(&res, t.namespace.as_deref(), &opts_without_limit(&opts))?;
-            initial_objs = items;
-        }
+    if let Ok((_, _, _)) = &sub
+        && initial
+    {
+        let (items, _, _) = store.list(&res, t.namespace.as_deref(), &opts_without_limit(&opts))?;
+        initial_objs = items;
     }
     let interval = app.bookmark_interval;
     let encode = move |kind: &str, obj: &Value| -> Bytes {
@@ -758,10 +804,10 @@ fn watch(
                 continue;
             }
             last = ev.rv;
-            if let Some((kind, obj)) = filter.translate(&ev) {
-                if tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err() {
-                    return;
-                }
+            if let Some((kind, obj)) = filter.translate(&ev)
+                && tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err()
+            {
+                return;
             }
         }
         let deadline = tokio::time::sleep(timeout);
@@ -788,10 +834,8 @@ fn watch(
                             continue;
                         }
                         last = ev.rv;
-                        if let Some((kind, obj)) = filter.translate(&ev) {
-                            if tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err() {
-                                break;
-                            }
+                        if let Some((kind, obj)) = filter.translate(&ev) && tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err() {
+                            break;
                         }
                     }
                     // A watcher too slow for the buffer ends; it resumes from

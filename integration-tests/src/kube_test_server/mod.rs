@@ -1,5 +1,6 @@
 //! A Kubernetes API server for tests and the local demo: the real REST
-//! protocol over HTTP on loopback, kept in memory, faithful enough that
+//! protocol over HTTP (or HTTPS with a self-signed certificate) on loopback,
+//! kept in memory, faithful enough that
 //! `kubectl` and `kube::Client` cannot tell it from kube-apiserver for what
 //! this project does.
 //!
@@ -18,13 +19,16 @@
 //! Start one with [`KubeTestServer::start`]; it writes a kubeconfig that
 //! `kubectl --kubeconfig` and `kube::Config` read unchanged.
 
+pub mod controllers;
 mod http;
 mod openapi;
 pub mod patch;
+mod protobuf;
 mod resources;
 pub mod selectors;
 pub mod store;
 mod tables;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,6 +51,11 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Load objects from this file on start and save them there on stop.
     pub state_file: Option<PathBuf>,
+    /// Run the workload controller, scheduler and kubelet stand-ins.
+    pub controllers: bool,
+    /// Serve HTTPS with a self-signed certificate (written as `ca.crt` next
+    /// to the kubeconfig) instead of HTTP.
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -54,9 +63,11 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             kubeconfig: None,
-            history: 100_000,
+            history: 20_000,
             bookmark_interval: Duration::from_secs(5),
             state_file: None,
+            controllers: false,
+            tls: false,
         }
     }
 }
@@ -68,10 +79,13 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("state file: {0}")]
     State(String),
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 /// A running server; stops when dropped.
 pub struct KubeTestServer {
+    scheme: &'static str,
     pub addr: SocketAddr,
     pub store: Arc<Store>,
     kubeconfig: Option<PathBuf>,
@@ -87,19 +101,30 @@ pub fn kubeconfig_yaml(url: &str) -> String {
     )
 }
 
+/// The kubeconfig text for an HTTPS server whose certificate is at `ca`.
+pub fn kubeconfig_yaml_tls(url: &str, ca: &Path) -> String {
+    kubeconfig_yaml(url).replace(
+        &format!("    server: {url}\n"),
+        &format!(
+            "    server: {url}\n    certificate-authority: {}\n",
+            ca.display()
+        ),
+    )
+}
+
 impl KubeTestServer {
     /// Binds, loads the state file if any, writes the kubeconfig and serves.
     pub async fn start(config: Config) -> Result<Self, ServerError> {
         let store = Store::new(config.history);
-        if let Some(path) = &config.state_file {
-            if path.exists() {
-                let text = std::fs::read_to_string(path)?;
-                let snapshot: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| ServerError::State(e.to_string()))?;
-                store
-                    .restore(&snapshot)
-                    .map_err(|e| ServerError::State(e.to_string()))?;
-            }
+        if let Some(path) = &config.state_file
+            && path.exists()
+        {
+            let text = std::fs::read_to_string(path)?;
+            let snapshot: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| ServerError::State(e.to_string()))?;
+            store
+                .restore(&snapshot)
+                .map_err(|e| ServerError::State(e.to_string()))?;
         }
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -109,21 +134,54 @@ impl KubeTestServer {
         });
         let router = http::router(app);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let controllers = config
+            .controllers
+            .then(|| tokio::spawn(controllers::run(store.clone(), Duration::from_millis(500))));
+        let cert = if config.tls {
+            Some(tls::self_signed()?)
+        } else {
+            None
+        };
+        let acceptor = cert.as_ref().map(tls::acceptor).transpose()?;
         let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let stop = async move {
                 let _ = stopped.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "kube-test-server stopped");
+            };
+            match acceptor {
+                Some(acceptor) => tls::serve(listener, acceptor, router, stop).await,
+                None => {
+                    if let Err(e) = axum::serve(listener, router)
+                        .with_graceful_shutdown(stop)
+                        .await
+                    {
+                        tracing::error!(error = %e, "kube-test-server stopped");
+                    }
+                }
+            }
+            if let Some(c) = controllers {
+                c.abort();
             }
         });
         if let Some(path) = &config.kubeconfig {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)?;
             }
-            std::fs::write(path, kubeconfig_yaml(&format!("http://{addr}")))?;
+            let text = match &cert {
+                Some(cert) => {
+                    let dir = path
+                        .parent()
+                        .filter(|d| !d.as_os_str().is_empty())
+                        .unwrap_or(Path::new("."));
+                    let ca = tls::write_ca(dir, cert)?;
+                    let ca = std::fs::canonicalize(&ca).unwrap_or(ca);
+                    kubeconfig_yaml_tls(&format!("https://{addr}"), &ca)
+                }
+                None => kubeconfig_yaml(&format!("http://{addr}")),
+            };
+            std::fs::write(path, text)?;
         }
         Ok(KubeTestServer {
+            scheme: if config.tls { "https" } else { "http" },
             addr,
             store,
             kubeconfig: config.kubeconfig,
@@ -133,9 +191,9 @@ impl KubeTestServer {
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// The kubeconfig path, if one was written.
@@ -150,8 +208,14 @@ impl KubeTestServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        if let Some(mut task) = self.task.take() {
+            // Open watches keep connections busy; give them a moment, then cut them.
+            if tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
         }
         Ok(())
     }

@@ -2,9 +2,10 @@
 //! PATCH operations carry `x-kubernetes-group-version-kind` and the
 //! `fieldValidation` parameter (so kubectl asks the server to validate), and,
 //! for custom resources, the CRD's schema (what `kubectl explain` prints).
-//! Built-in kinds have paths but no schemas: kubectl then computes strategic
-//! merge patches from its compiled-in types, exactly as it does against a
-//! real server whose OpenAPI it cannot use.
+//! Built-in kinds get their schemas from k8s-openapi (so `kubectl explain
+//! pods` works); their PATCH operations declare no request body, so kubectl
+//! computes strategic merge patches from its compiled-in types, as it does
+//! against a server whose OpenAPI lacks patch metadata.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,6 +99,17 @@ pub fn document(gv: &str, resources: &[Arc<ResourceInfo>]) -> Value {
             json!({"get": op("list"), "post": op("post"), "parameters": [field_validation]}),
         );
         paths.insert(format!("{base}/{{name}}"), json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete"), "parameters": [field_validation]}));
+        if r.crd.is_none() {
+            let defs = builtin_definitions();
+            let name = defs.iter().find_map(|(name, def)| {
+                let gvk = &def["x-kubernetes-group-version-kind"][0];
+                (gvk["group"] == r.group.as_str() && gvk["kind"] == r.kind.as_str())
+                    .then(|| name.clone())
+            });
+            if let Some(name) = name {
+                reachable(&name, defs, &mut schemas);
+            }
+        }
         if let Some(crd) = &r.crd {
             let schema = crd.definition["spec"]["versions"]
                 .as_array()
@@ -142,4 +154,125 @@ pub fn document(gv: &str, resources: &[Arc<ResourceInfo>]) -> Value {
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// OpenAPI v3 schemas of the built-in kinds, from k8s-openapi's types
+/// (`io.k8s.api.core.v1.Pod`, ...), each kind tagged with its
+/// `x-kubernetes-group-version-kind`. Built once.
+fn builtin_definitions() -> &'static serde_json::Map<String, Value> {
+    static DEFS: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+    DEFS.get_or_init(|| {
+        use k8s_openapi::api;
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+        let mut generator =
+            schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::openapi3());
+        let mut kinds: Vec<(String, &str, &str, &str)> = Vec::new();
+        macro_rules! kind {
+            ($t:ty, $g:expr, $k:expr) => {{
+                let _ = generator.subschema_for::<$t>();
+                kinds.push((
+                    <$t as schemars::JsonSchema>::schema_name().into_owned(),
+                    $g,
+                    "v1",
+                    $k,
+                ));
+            }};
+        }
+        kind!(api::core::v1::Namespace, "", "Namespace");
+        kind!(api::core::v1::Pod, "", "Pod");
+        kind!(api::core::v1::Node, "", "Node");
+        kind!(api::core::v1::Event, "", "Event");
+        kind!(api::core::v1::ConfigMap, "", "ConfigMap");
+        kind!(api::core::v1::Secret, "", "Secret");
+        kind!(api::core::v1::ServiceAccount, "", "ServiceAccount");
+        kind!(api::core::v1::PersistentVolume, "", "PersistentVolume");
+        kind!(
+            api::core::v1::PersistentVolumeClaim,
+            "",
+            "PersistentVolumeClaim"
+        );
+        kind!(api::core::v1::Service, "", "Service");
+        kind!(
+            api::core::v1::ReplicationController,
+            "",
+            "ReplicationController"
+        );
+        kind!(api::apps::v1::Deployment, "apps", "Deployment");
+        kind!(api::apps::v1::ReplicaSet, "apps", "ReplicaSet");
+        kind!(api::apps::v1::StatefulSet, "apps", "StatefulSet");
+        kind!(api::apps::v1::DaemonSet, "apps", "DaemonSet");
+        kind!(api::batch::v1::Job, "batch", "Job");
+        kind!(
+            api::policy::v1::PodDisruptionBudget,
+            "policy",
+            "PodDisruptionBudget"
+        );
+        kind!(api::coordination::v1::Lease, "coordination.k8s.io", "Lease");
+        kind!(api::events::v1::Event, "events.k8s.io", "Event");
+        kind!(
+            api::scheduling::v1::PriorityClass,
+            "scheduling.k8s.io",
+            "PriorityClass"
+        );
+        kind!(
+            api::storage::v1::StorageClass,
+            "storage.k8s.io",
+            "StorageClass"
+        );
+        kind!(api::storage::v1::CSINode, "storage.k8s.io", "CSINode");
+        kind!(
+            apiext::CustomResourceDefinition,
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition"
+        );
+        let mut defs = generator.take_definitions(true);
+        for (name, group, version, kind) in kinds {
+            if let Some(Value::Object(def)) = defs.get_mut(&name) {
+                def.insert(
+                    "x-kubernetes-group-version-kind".into(),
+                    json!([{"group": group, "version": version, "kind": kind}]),
+                );
+            }
+        }
+        defs
+    })
+}
+
+/// The definition named `name` and every definition it references.
+fn reachable(
+    name: &str,
+    defs: &serde_json::Map<String, Value>,
+    out: &mut serde_json::Map<String, Value>,
+) {
+    if out.contains_key(name) {
+        return;
+    }
+    let Some(def) = defs.get(name) else { return };
+    out.insert(name.to_string(), def.clone());
+    let mut refs = Vec::new();
+    collect_refs(def, &mut refs);
+    for r in refs {
+        reachable(&r, defs, out);
+    }
+}
+
+fn collect_refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                if k == "$ref" {
+                    if let Some(name) = child
+                        .as_str()
+                        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+                    {
+                        out.push(name.to_string());
+                    }
+                } else {
+                    collect_refs(child, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect_refs(i, out)),
+        _ => {}
+    }
 }

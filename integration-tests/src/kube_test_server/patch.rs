@@ -116,13 +116,10 @@ fn json_patch_remove(doc: &mut Value, path: &str) -> Result<Value, ApiError> {
     let last = tokens
         .pop()
         .ok_or_else(|| ApiError::unprocessable("cannot remove the whole document"))?;
-    let parent = format!(
-        "{}",
-        tokens
-            .iter()
-            .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
-            .collect::<String>()
-    );
+    let parent: String = tokens
+        .iter()
+        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
+        .collect();
     let missing = || {
         ApiError::unprocessable(format!(
             "remove operation does not apply: doc is missing path: {path:?}"

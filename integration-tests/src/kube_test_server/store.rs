@@ -30,7 +30,7 @@ pub struct ApiError {
     pub code: u16,
     pub reason: String,
     pub message: String,
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
 }
 
 impl ApiError {
@@ -48,7 +48,9 @@ impl ApiError {
             "NotFound",
             format!("{} \"{name}\" not found", res.group_resource()),
         );
-        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e.details = Some(Box::new(
+            json!({"name": name, "group": res.group, "kind": res.plural}),
+        ));
         e
     }
     pub fn not_found_path(msg: impl Into<String>) -> Self {
@@ -60,7 +62,9 @@ impl ApiError {
             "AlreadyExists",
             format!("{} \"{name}\" already exists", res.group_resource()),
         );
-        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e.details = Some(Box::new(
+            json!({"name": name, "group": res.group, "kind": res.plural}),
+        ));
         e
     }
     pub fn conflict(res: &ResourceInfo, name: &str) -> Self {
@@ -72,12 +76,14 @@ impl ApiError {
                 res.group_resource()
             ),
         );
-        e.details = Some(json!({"name": name, "group": res.group, "kind": res.plural}));
+        e.details = Some(Box::new(
+            json!({"name": name, "group": res.group, "kind": res.plural}),
+        ));
         e
     }
     pub fn conflict_with_causes(message: String, causes: Vec<Value>) -> Self {
         let mut e = Self::new(409, "Conflict", message);
-        e.details = Some(json!({"causes": causes}));
+        e.details = Some(Box::new(json!({"causes": causes})));
         e
     }
     pub fn bad_request(msg: impl Into<String>) -> Self {
@@ -102,10 +108,10 @@ impl ApiError {
             }
         );
         let mut e = Self::new(422, "Invalid", message);
-        e.details = Some(json!({
+        e.details = Some(Box::new(json!({
             "name": name, "group": res.group, "kind": res.kind,
             "causes": causes.into_iter().map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field})).collect::<Vec<_>>(),
-        }));
+        })));
         e
     }
     pub fn gone(msg: impl Into<String>) -> Self {
@@ -127,7 +133,7 @@ impl ApiError {
             "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
         });
         if let Some(d) = &self.details {
-            s["details"] = d.clone();
+            s["details"] = (**d).clone();
         }
         s
     }
@@ -174,6 +180,13 @@ pub struct StoredEvent {
     pub old: Option<Arc<Value>>,
 }
 
+/// Replayed events, the live receiver and the version they start from.
+pub type Subscription = (
+    Vec<Arc<StoredEvent>>,
+    broadcast::Receiver<Arc<StoredEvent>>,
+    u64,
+);
+
 /// Identifies one stored object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjKey {
@@ -190,7 +203,7 @@ pub fn resource_key(group: &str, plural: &str) -> String {
 struct State {
     rv: u64,
     resources: BTreeMap<String, Arc<ResourceInfo>>,
-    objects: HashMap<String, BTreeMap<(String, String), Value>>,
+    objects: HashMap<String, BTreeMap<(String, String), Arc<Value>>>,
     history: VecDeque<Arc<StoredEvent>>,
     /// The oldest resourceVersion a watch may start from.
     compacted: u64,
@@ -263,6 +276,11 @@ impl Store {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every event from now on (controllers wake on them).
+    pub fn subscribe_all(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.events.subscribe()
+    }
+
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
     }
@@ -281,19 +299,13 @@ impl Store {
         self.lock().resources.values().cloned().collect()
     }
 
-    /// Subscribes to events, replaying those after `rv` (None: from now).
+    /// Subscribes to events, replaying those after `rv` (None: from now):
+    /// the replayed events, the live receiver and the current version.
     pub fn subscribe(
         &self,
         res: &ResourceInfo,
         from: Option<u64>,
-    ) -> Result<
-        (
-            Vec<Arc<StoredEvent>>,
-            broadcast::Receiver<Arc<StoredEvent>>,
-            u64,
-        ),
-        ApiError,
-    > {
+    ) -> Result<Subscription, ApiError> {
         let st = self.lock();
         let key = resource_key(&res.group, &res.plural);
         let rx = self.events.subscribe();
@@ -360,7 +372,7 @@ impl Store {
                     next = Some(encode_continue(&lns, &lname, list_rv));
                     break;
                 }
-                items.push(obj.clone());
+                items.push((**obj).clone());
             }
         }
         Ok((items, list_rv, next))
@@ -374,6 +386,7 @@ impl Store {
         mut obj: Value,
         manager: &str,
     ) -> Result<Value, ApiError> {
+        check_shape(&obj)?;
         let mut st = self.lock();
         st.prepare_create(res, ns, &mut obj)?;
         if !res.has_status() || matches!(res.plural.as_str(), "nodes" | "namespaces") {
@@ -425,16 +438,26 @@ impl Store {
             st.unindex(old, &key);
         }
         st.index(&obj, &key);
-        st.objects
+        let shared = Arc::new(obj);
+        let previous = st
+            .objects
             .entry(key.resource.clone())
             .or_default()
-            .insert((ns.clone(), name), obj.clone());
+            .insert((ns.clone(), name), shared.clone());
         let kind = if old.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
-        self.emit(st, key.resource.clone(), ns.clone(), kind, obj.clone(), old);
+        self.emit(
+            st,
+            key.resource.clone(),
+            ns.clone(),
+            kind,
+            shared.clone(),
+            previous,
+        );
+        let obj = (*shared).clone();
         if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
             self.refresh_pdbs(st, &ns);
         }
@@ -447,16 +470,16 @@ impl Store {
         resource: String,
         namespace: String,
         kind: EventType,
-        object: Value,
-        old: Option<Value>,
+        object: Arc<Value>,
+        old: Option<Arc<Value>>,
     ) {
         let ev = Arc::new(StoredEvent {
             rv: st.rv,
             resource,
             namespace,
             kind,
-            object: Arc::new(object),
-            old: old.map(Arc::new),
+            object,
+            old,
         });
         st.history.push_back(ev.clone());
         while st.history.len() > self.history_limit {
@@ -485,17 +508,16 @@ impl Store {
         if let Some(rv) = obj["metadata"]["resourceVersion"]
             .as_str()
             .filter(|s| !s.is_empty())
+            && Some(rv) != old["metadata"]["resourceVersion"].as_str()
         {
-            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
-                return Err(ApiError::conflict(res, name));
-            }
+            return Err(ApiError::conflict(res, name));
         }
-        if let Some(body_name) = obj["metadata"]["name"].as_str() {
-            if body_name != name {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
+        if let Some(body_name) = obj["metadata"]["name"].as_str()
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
         self.commit_update(&mut st, res, old, obj, sub, manager)
     }
@@ -520,10 +542,9 @@ impl Store {
         if let Some(rv) = new["metadata"]["resourceVersion"]
             .as_str()
             .filter(|s| !s.is_empty())
+            && Some(rv) != old["metadata"]["resourceVersion"].as_str()
         {
-            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
-                return Err(ApiError::conflict(res, name));
-            }
+            return Err(ApiError::conflict(res, name));
         }
         self.commit_update(&mut st, res, old, new, sub, manager)
     }
@@ -549,12 +570,16 @@ impl Store {
                     return Err(ApiError::not_found(res, name));
                 }
                 let mut obj = f(None)?;
+                check_shape(&obj)?;
                 obj["metadata"]["name"] = json!(name);
+                let managed = obj["metadata"]["managedFields"].take();
                 st.prepare_create(res, ns, &mut obj)?;
-                if res.has_status() && !matches!(res.plural.as_str(), "nodes" | "namespaces") {
-                    if let Some(m) = obj.as_object_mut() {
-                        m.remove("status");
-                    }
+                obj["metadata"]["managedFields"] = managed;
+                if res.has_status()
+                    && !matches!(res.plural.as_str(), "nodes" | "namespaces")
+                    && let Some(m) = obj.as_object_mut()
+                {
+                    m.remove("status");
                 }
                 st.defaults_on_create(res, &mut obj);
                 st.validate(res, &mut obj, None)?;
@@ -572,6 +597,7 @@ impl Store {
         sub: Option<&str>,
         manager: &str,
     ) -> Result<Value, ApiError> {
+        check_shape(&new)?;
         let name = old["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -634,10 +660,10 @@ impl Store {
         }
         new["apiVersion"] = old["apiVersion"].clone();
         new["kind"] = old["kind"].clone();
-        if let Some(m) = new["metadata"].as_object_mut() {
-            if m.get("managedFields").is_some_and(Value::is_null) {
-                m.remove("managedFields");
-            }
+        if let Some(m) = new["metadata"].as_object_mut()
+            && m.get("managedFields").is_some_and(Value::is_null)
+        {
+            m.remove("managedFields");
         }
         if res.has_generation && spec_changed(&old, &new) {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -699,21 +725,21 @@ impl Store {
             .get(res, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(res, name))?;
-        if let Some(uid) = precondition_uid {
-            if obj["metadata"]["uid"].as_str() != Some(uid) {
-                return Err(ApiError::conflict_with_causes(
-                    format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        obj["metadata"]["uid"].as_str().unwrap_or_default()
-                    ),
-                    Vec::new(),
-                ));
-            }
+        if let Some(uid) = precondition_uid
+            && obj["metadata"]["uid"].as_str() != Some(uid)
+        {
+            return Err(ApiError::conflict_with_causes(
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    obj["metadata"]["uid"].as_str().unwrap_or_default()
+                ),
+                Vec::new(),
+            ));
         }
-        if let Some(rv) = precondition_rv {
-            if obj["metadata"]["resourceVersion"].as_str() != Some(rv) {
-                return Err(ApiError::conflict(res, name));
-            }
+        if let Some(rv) = precondition_rv
+            && obj["metadata"]["resourceVersion"].as_str() != Some(rv)
+        {
+            return Err(ApiError::conflict(res, name));
         }
         Ok(self.delete_locked(&mut st, res, ns, name, obj, propagation))
     }
@@ -767,7 +793,7 @@ impl Store {
             key.resource.clone(),
             ns.to_string(),
             EventType::Deleted,
-            obj.clone(),
+            Arc::new(obj.clone()),
             None,
         );
         if res.plural == "customresourcedefinitions" {
@@ -896,7 +922,7 @@ impl Store {
                 .into_iter()
                 .flat_map(|m| m.iter())
                 .filter(|((n, _), _)| n == ns)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| (**v).clone())
                 .filter(|pdb| {
                     LabelSelector::from_object(&pdb["spec"]["selector"])
                         .is_some_and(|s| !s.is_empty() && s.matches(&pod))
@@ -926,9 +952,9 @@ impl Store {
                         "TooManyRequests",
                         "Cannot evict pod as it would violate the pod's disruption budget.",
                     );
-                    e.details = Some(
+                    e.details = Some(Box::new(
                         json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently")}]}),
-                    );
+                    ));
                     return Err(e);
                 }
             }
@@ -952,7 +978,7 @@ impl Store {
             .into_iter()
             .flat_map(|m| m.iter())
             .filter(|((n, _), _)| n == ns)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| (**v).clone())
             .collect();
         for pdb in pdbs {
             let mut status = st.pdb_status(&pdb);
@@ -994,11 +1020,20 @@ impl Store {
             .unwrap_or_default()
             .to_string();
         let key = resource_key(&res.group, &res.plural);
-        st.objects
+        let shared = Arc::new(obj);
+        let previous = st
+            .objects
             .entry(key.clone())
             .or_default()
-            .insert((ns.clone(), name), obj.clone());
-        self.emit(st, key, ns, EventType::Modified, obj, Some(old));
+            .insert((ns.clone(), name), shared.clone());
+        self.emit(
+            st,
+            key,
+            ns,
+            EventType::Modified,
+            shared,
+            previous.or(Some(Arc::new(old))),
+        );
         Ok(())
     }
 
@@ -1010,9 +1045,9 @@ impl Store {
         for (key, objs) in &st.objects {
             for obj in objs.values() {
                 if key == "apiextensions.k8s.io/customresourcedefinitions" {
-                    crds.push(obj.clone());
+                    crds.push((**obj).clone());
                 } else {
-                    rest.push(obj.clone());
+                    rest.push((**obj).clone());
                 }
             }
         }
@@ -1044,6 +1079,44 @@ impl Store {
         }
         Ok(n)
     }
+}
+
+/// Rejects bodies whose top-level shape the server indexes into (an object
+/// with object `metadata`, `spec` and `status`, string maps for labels and
+/// annotations), so malformed input is a 400 rather than a panic.
+pub fn check_shape(obj: &Value) -> Result<(), ApiError> {
+    let bad = |what: &str| {
+        ApiError::bad_request(format!(
+            "the body of the request is not a valid object: {what}"
+        ))
+    };
+    let Some(m) = obj.as_object() else {
+        return Err(bad("not a JSON object"));
+    };
+    for field in ["metadata", "spec", "status"] {
+        if m.get(field).is_some_and(|v| !v.is_object() && !v.is_null()) {
+            return Err(bad(&format!("{field} must be an object")));
+        }
+    }
+    for field in ["labels", "annotations"] {
+        let v = &obj["metadata"][field];
+        if !v.is_null()
+            && !v
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string))
+        {
+            return Err(bad(&format!(
+                "metadata.{field} must map strings to strings"
+            )));
+        }
+    }
+    for field in ["finalizers", "ownerReferences"] {
+        let v = &obj["metadata"][field];
+        if !v.is_null() && !v.is_array() {
+            return Err(bad(&format!("metadata.{field} must be a list")));
+        }
+    }
+    Ok(())
 }
 
 fn strings(v: &Value) -> BTreeSet<String> {
@@ -1131,7 +1204,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -1160,6 +1233,7 @@ impl State {
         self.objects
             .get(&resource_key(&res.group, &res.plural))?
             .get(&(ns.to_string(), name.to_string()))
+            .map(|a| &**a)
     }
 
     fn random(&mut self) -> u64 {
@@ -1251,12 +1325,11 @@ impl State {
             if let Some(body_ns) = obj["metadata"]["namespace"]
                 .as_str()
                 .filter(|n| !n.is_empty())
+                && body_ns != ns
             {
-                if body_ns != ns {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
             }
             obj["metadata"]["namespace"] = json!(ns);
             let ns_res = self.resources.get("/namespaces").cloned();
@@ -1321,10 +1394,10 @@ impl State {
                 obj["metadata"]["labels"]["kubernetes.io/metadata.name"] =
                     obj["metadata"]["name"].clone();
             }
-            ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets") => {
-                if obj["spec"]["replicas"].is_null() {
-                    obj["spec"]["replicas"] = json!(1);
-                }
+            ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets")
+                if obj["spec"]["replicas"].is_null() =>
+            {
+                obj["spec"]["replicas"] = json!(1);
             }
             _ => {}
         }
@@ -1373,7 +1446,7 @@ impl State {
                     &name,
                     vec![(
                         "metadata.name".into(),
-                        format!("must be spec.names.plural+\".\"+spec.group"),
+                        "must be spec.names.plural+\".\"+spec.group".to_string(),
                     )],
                     vec![format!(
                         "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
@@ -1436,7 +1509,9 @@ impl State {
                 };
                 self.unindex(&o, &k);
                 self.rv += 1;
-                store.emit(self, key.clone(), ns, EventType::Deleted, o, None);
+                let mut o = (*o).clone();
+                o["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+                store.emit(self, key.clone(), ns, EventType::Deleted, Arc::new(o), None);
             }
         }
         self.resources.remove(&key);
@@ -1469,12 +1544,12 @@ impl State {
             .into_iter()
             .flatten()
         {
-            if let Some(owner) = r["uid"].as_str() {
-                if let Some(set) = self.dependents.get_mut(owner) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        self.dependents.remove(owner);
-                    }
+            if let Some(owner) = r["uid"].as_str()
+                && let Some(set) = self.dependents.get_mut(owner)
+            {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
                 }
             }
         }
@@ -1495,7 +1570,7 @@ impl State {
                         .as_ref()
                         .is_some_and(|s| !s.is_empty() && s.matches(p))
             })
-            .map(|(_, p)| p)
+            .map(|(_, p)| &**p)
             .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
             .collect();
         let expected = pods.len() as i64;
@@ -1564,4 +1639,42 @@ fn qos_class(pod: &Value) -> &'static str {
 #[allow(dead_code)]
 fn empty() -> Map<String, Value> {
     Map::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_bodies_are_bad_requests_not_panics() {
+        let store = Store::new(100);
+        let deploys = store
+            .resource("apps", "v1", "deployments")
+            .expect("builtin");
+        for body in [
+            json!("just a string"),
+            json!({"metadata": "x"}),
+            json!({"metadata": {"name": "d", "labels": {"a": 1}}}),
+            json!({"metadata": {"name": "d"}, "spec": "x"}),
+        ] {
+            let err = store
+                .create(&deploys, "default", body.clone(), "t")
+                .unwrap_err();
+            assert_eq!(err.code, 400, "{body}");
+        }
+        store
+            .create(
+                &deploys,
+                "default",
+                json!({"metadata": {"name": "d"}, "spec": {}}),
+                "t",
+            )
+            .expect("valid");
+        let err = store
+            .modify(&deploys, "default", "d", None, "t", |_| {
+                Ok(json!({"spec": [1]}))
+            })
+            .unwrap_err();
+        assert_eq!(err.code, 400);
+    }
 }

@@ -82,7 +82,11 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
                     .filter(|item| {
                         json_path(item, &format!(".{field}")).is_some_and(|v| match &v {
                             Value::String(s) => s == want,
-                            other => other.to_string() == want,
+                            Value::Bool(b) => want == if *b { "true" } else { "false" },
+                            other => {
+                                other.as_f64().is_some()
+                                    && other.as_f64() == want.parse::<f64>().ok()
+                            }
                         })
                     })
                     .collect();

@@ -1,0 +1,478 @@
+//! `kube::Client` (kube 5) and its runtime watchers against the Kubernetes
+//! API test server: the semantics controllers depend on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use integration_tests::kube_test_server::{Config, KubeTestServer};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+async fn start(config: Config) -> (KubeTestServer, kube::Client) {
+    let server = KubeTestServer::start(config).await.expect("server starts");
+    let cfg = kube::Config::new(server.url().parse().expect("url"));
+    let client = kube::Client::try_from(cfg).expect("client");
+    (server, client)
+}
+
+fn cm(name: &str, data: &str) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "a"}}, "data": {"k": data}}),
+    )
+    .expect("configmap")
+}
+
+#[tokio::test]
+async fn crud_resource_versions_conflicts_and_generate_name() {
+    let (_s, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let a = api
+        .create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .expect("create");
+    let rv1: u64 = a
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default()
+        .parse()
+        .expect("numeric rv");
+    assert!(a.metadata.uid.is_some() && a.metadata.creation_timestamp.is_some());
+    let dup = api
+        .create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(dup, kube::Error::Api(ref e) if e.code == 409 && e.reason == "AlreadyExists"),
+        "{dup:?}"
+    );
+
+    let mut b = a.clone();
+    b.data = Some(BTreeMap::from([("k".to_string(), "2".to_string())]));
+    let b = api
+        .replace("a", &PostParams::default(), &b)
+        .await
+        .expect("update");
+    let rv2: u64 = b
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default()
+        .parse()
+        .expect("numeric rv");
+    assert!(rv2 > rv1);
+    // The stale copy loses.
+    let stale = api
+        .replace("a", &PostParams::default(), &a)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, kube::Error::Api(ref e) if e.code == 409 && e.reason == "Conflict"),
+        "{stale:?}"
+    );
+
+    let mut g = cm("", "x");
+    g.metadata.name = None;
+    g.metadata.generate_name = Some("gen-".into());
+    let g = api
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("generateName");
+    let name = g.metadata.name.unwrap_or_default();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    api.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let gone = api.get("a").await.unwrap_err();
+    assert!(
+        matches!(gone, kube::Error::Api(ref e) if e.code == 404),
+        "{gone:?}"
+    );
+}
+
+#[tokio::test]
+async fn list_selectors_and_pagination() {
+    let (_s, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for i in 0..25 {
+        let mut c = cm(&format!("c{i:02}"), "v");
+        if i % 5 == 0 {
+            c.metadata.labels = Some(BTreeMap::from([("app".to_string(), "b".to_string())]));
+        }
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect("create");
+    }
+    let b = api
+        .list(&ListParams::default().labels("app=b"))
+        .await
+        .expect("list");
+    assert_eq!(b.items.len(), 5);
+    let not_b = api
+        .list(&ListParams::default().labels("app!=b"))
+        .await
+        .expect("list");
+    assert_eq!(not_b.items.len(), 20);
+    let one = api
+        .list(&ListParams::default().fields("metadata.name=c07"))
+        .await
+        .expect("list");
+    assert_eq!(one.items.len(), 1);
+
+    let mut seen = Vec::new();
+    let mut lp = ListParams::default().limit(10);
+    loop {
+        let page = api.list(&lp).await.expect("page");
+        seen.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 25);
+    assert_eq!(seen.first().map(String::as_str), Some("c00"));
+    assert_eq!(seen.last().map(String::as_str), Some("c24"));
+
+    // Pods by node.
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    for (name, node) in [("p1", "n1"), ("p2", "n2"), ("p3", "n1")] {
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})).expect("pod");
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    let on_n1 = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("list");
+    assert_eq!(on_n1.items.len(), 2);
+    let pending = pods
+        .list(&ListParams::default().fields("status.phase=Pending"))
+        .await
+        .expect("list");
+    assert_eq!(pending.items.len(), 3);
+}
+
+#[tokio::test]
+async fn watch_resumes_sends_bookmarks_and_410_past_the_history() {
+    let (_s, client) = start(Config {
+        history: 20,
+        bookmark_interval: Duration::from_millis(200),
+        ..Config::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let first = api
+        .create(&PostParams::default(), &cm("w0", "0"))
+        .await
+        .expect("create");
+    let rv0 = first.metadata.resource_version.clone().unwrap_or_default();
+    api.create(&PostParams::default(), &cm("w1", "1"))
+        .await
+        .expect("create");
+    api.delete("w0", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let wp = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+    }
+    .timeout(5);
+    let stream = api.watch(&wp, &rv0).await.expect("watch");
+    let mut stream = std::pin::pin!(stream);
+    let mut kinds = Vec::new();
+    while let Some(ev) = stream.next().await {
+        match ev.expect("event") {
+            WatchEvent::Added(c) => {
+                kinds.push(format!("ADDED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Deleted(c) => {
+                kinds.push(format!("DELETED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Modified(c) => {
+                kinds.push(format!("MODIFIED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Bookmark(b) => {
+                kinds.push("BOOKMARK".into());
+                assert!(b.metadata.resource_version.parse::<u64>().is_ok());
+                break;
+            }
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(kinds, ["ADDED w1", "DELETED w0", "BOOKMARK"]);
+
+    for i in 0..30 {
+        api.create(&PostParams::default(), &cm(&format!("x{i}"), "v"))
+            .await
+            .expect("create");
+    }
+    let stream = api
+        .watch(&WatchParams::default(), &rv0)
+        .await
+        .expect("watch");
+    let mut stream = std::pin::pin!(stream);
+    match stream.next().await {
+        Some(Ok(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn status_subresource_generation_and_server_side_apply() {
+    let (_s, client) = start(Config::default()).await;
+    let deploys: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::default_namespaced(client.clone());
+    let d = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {"team": "a"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
+                 "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        "status": {"replicas": 99},
+    });
+    let pp = PatchParams::apply("adapter");
+    let created = deploys
+        .patch("d", &pp, &Patch::Apply(&d))
+        .await
+        .expect("apply creates");
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(
+        created.status.is_none(),
+        "status is ignored on the main resource"
+    );
+    let mf = created.metadata.managed_fields.clone().unwrap_or_default();
+    assert!(
+        mf.iter()
+            .any(|m| m.manager.as_deref() == Some("adapter")
+                && m.operation.as_deref() == Some("Apply")),
+        "{mf:?}"
+    );
+
+    // Status writes do not bump generation; spec writes do.
+    let s = deploys
+        .patch_status(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 2}})),
+        )
+        .await
+        .expect("status");
+    assert_eq!(s.metadata.generation, Some(1));
+    assert_eq!(s.status.and_then(|s| s.replicas), Some(2));
+    let l = deploys
+        .patch(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("labels");
+    assert_eq!(l.metadata.generation, Some(1));
+
+    // Another manager changing an applied field conflicts, unless forced.
+    let other = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 5}});
+    let err = deploys
+        .patch("d", &PatchParams::apply("other"), &Patch::Apply(&other))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref e) if e.code == 409 && e.message.contains("conflict with \"adapter\"") && e.message.contains(".spec.replicas")),
+        "{err:?}"
+    );
+    let forced = deploys
+        .patch(
+            "d",
+            &PatchParams::apply("other").force(),
+            &Patch::Apply(&other),
+        )
+        .await
+        .expect("forced");
+    assert_eq!(forced.spec.replicas, Some(5));
+    assert_eq!(forced.metadata.generation, Some(2));
+
+    // The applier drops a label it no longer applies.
+    let mut d2 = d.clone();
+    d2["metadata"]["labels"] = json!({});
+    d2["spec"].as_object_mut().map(|s| s.remove("replicas"));
+    let after = deploys
+        .patch("d", &pp, &Patch::Apply(&d2))
+        .await
+        .expect("reapply");
+    let labels = after.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("team"), "{labels:?}");
+    assert_eq!(
+        labels.get("x").map(String::as_str),
+        Some("y"),
+        "labels set by others stay"
+    );
+    assert_eq!(after.spec.replicas, Some(5));
+}
+
+#[tokio::test]
+async fn finalizers_and_owner_reference_garbage_collection() {
+    let (_s, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let owner = api
+        .create(&PostParams::default(), &cm("owner", "o"))
+        .await
+        .expect("owner");
+    let uid = owner.metadata.uid.clone().unwrap_or_default();
+    for name in ["dep1", "dep2"] {
+        let mut c = cm(name, "d");
+        c.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: uid.clone(),
+                ..Default::default()
+            },
+        ]);
+        if name == "dep2" {
+            c.metadata.finalizers = Some(vec!["test.io/hold".into()]);
+        }
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect("dependent");
+    }
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .expect("delete owner");
+    assert!(
+        api.get_opt("dep1").await.expect("get").is_none(),
+        "dependent collected"
+    );
+    let held = api.get("dep2").await.expect("held by finalizer");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    api.patch(
+        "dep2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    assert!(api.get_opt("dep2").await.expect("get").is_none());
+}
+
+#[tokio::test]
+async fn runtime_watcher_follows_creates_updates_and_deletes() {
+    let (_s, client) = start(Config {
+        bookmark_interval: Duration::from_millis(300),
+        ..Config::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();
+    let stream = kube::runtime::reflector(writer, watcher(api.clone(), watcher::Config::default()));
+    let events = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = events.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut inits = 0;
+        while let Some(ev) = stream.next().await {
+            match ev.expect("no watcher errors") {
+                watcher::Event::Init => inits += 1,
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                _ => {}
+            }
+            assert!(inits <= 1, "the watcher relisted");
+        }
+    });
+    reader.wait_until_ready().await.expect("ready");
+    for i in 0..50 {
+        api.create(&PostParams::default(), &cm(&format!("r{i}"), "v"))
+            .await
+            .expect("create");
+    }
+    for i in 0..50 {
+        api.patch(
+            &format!("r{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "w"}})),
+        )
+        .await
+        .expect("patch");
+    }
+    for i in 0..25 {
+        api.delete(&format!("r{i}"), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for _ in 0..100 {
+        if events.load(std::sync::atomic::Ordering::Relaxed) >= 125 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(events.load(std::sync::atomic::Ordering::Relaxed), 125);
+    assert_eq!(reader.state().len(), 25);
+    assert!(
+        reader
+            .state()
+            .iter()
+            .all(|c| c.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("w"))
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn state_file_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let config = || Config {
+        state_file: Some(state.clone()),
+        ..Config::default()
+    };
+    let (server, client) = start(config()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("kept", "v"))
+        .await
+        .expect("create");
+    server.stop().await.expect("stop saves");
+
+    let (_server, client) = start(config()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let kept = api.get("kept").await.expect("loaded from the state file");
+    assert_eq!(
+        kept.data.unwrap_or_default().get("k").map(String::as_str),
+        Some("v")
+    );
+}
+
+#[tokio::test]
+async fn streaming_list_and_paged_list_watchers_see_existing_objects() {
+    let (_s, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for i in 0..7 {
+        api.create(&PostParams::default(), &cm(&format!("s{i}"), "v"))
+            .await
+            .expect("create");
+    }
+    for config in [
+        watcher::Config::default().streaming_lists(),
+        watcher::Config::default().page_size(3),
+    ] {
+        let stream = watcher(api.clone(), config);
+        let mut stream = std::pin::pin!(stream);
+        let mut names = Vec::new();
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(5), stream.next())
+                .await
+                .expect("initial list completes")
+                .expect("stream open")
+                .expect("no error");
+            match ev {
+                watcher::Event::InitApply(c) => names.push(c.metadata.name.unwrap_or_default()),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+        assert_eq!(names.len(), 7, "{names:?}");
+    }
+}

@@ -1,0 +1,735 @@
+//! `kubectl` (the real one, v1.32) against the Kubernetes API test server.
+//! These fail, not skip, when kubectl is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use integration_tests::kube_test_server::{Config, KubeTestServer};
+use integration_tests::repo_root;
+
+struct Cluster {
+    server: KubeTestServer,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+async fn cluster() -> Cluster {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let server = KubeTestServer::start(Config {
+        kubeconfig: Some(kubeconfig.clone()),
+        ..Config::default()
+    })
+    .await
+    .expect("server starts");
+    Cluster {
+        server,
+        _dir: dir,
+        kubeconfig,
+    }
+}
+
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn kubectl(kc: &Path, args: &[&str]) -> Out {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .output()
+        .expect("kubectl must be installed (/usr/bin/kubectl)");
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs kubectl on a blocking thread (the server runs on this runtime).
+async fn k(c: &Cluster, args: &[&str]) -> Out {
+    let kc = c.kubeconfig.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&kc, &refs)
+    })
+    .await
+    .expect("kubectl thread")
+}
+
+async fn ok(c: &Cluster, args: &[&str]) -> String {
+    let o = k(c, args).await;
+    assert!(o.ok, "kubectl {args:?} failed: {}{}", o.stdout, o.stderr);
+    o.stdout
+}
+
+fn path(rel: &str) -> String {
+    repo_root().join(rel).display().to_string()
+}
+
+fn write_cm(c: &Cluster, name: &str) -> String {
+    let f = c._dir.path().join(format!("{name}.yaml"));
+    std::fs::write(
+        &f,
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: \"1\"\n"),
+    )
+    .expect("write");
+    f.display().to_string()
+}
+
+/// Seed 003's NodePool, which only passes with `--validate=false` (see
+/// testdata/seeds/README.md: `limit:` is kept as the user wrote it).
+async fn apply_seed_nodepool(c: &Cluster) {
+    ok(
+        c,
+        &[
+            "apply",
+            "--validate=false",
+            "-f",
+            &path("testdata/seeds/003-nodepool-default.yaml"),
+        ],
+    )
+    .await;
+}
+
+async fn with_crds(c: &Cluster) {
+    ok(c, &["apply", "-f", &path("deploy/crds")]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_crds_and_seed_003_and_prints_columns_and_explains() {
+    let c = cluster().await;
+    with_crds(&c).await;
+    let out = ok(&c, &["get", "crds"]).await;
+    assert!(out.contains("nodepools.karpenter.sh"), "{out}");
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &path("testdata/seeds/003-ec2nodeclass-default.filled.yaml"),
+        ],
+    )
+    .await;
+    // The seed's `limit:` (for `limits:`) is a real user mistake: kubectl's
+    // strict field validation refuses it, as kube-apiserver does ...
+    let strict = k(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &path("testdata/seeds/003-nodepool-default.yaml"),
+        ],
+    )
+    .await;
+    assert!(!strict.ok);
+    assert!(
+        strict.stderr.contains(r#"NodePool in version "v1" cannot be handled as a NodePool: strict decoding error: unknown field "spec.limit""#),
+        "{}",
+        strict.stderr
+    );
+    // ... and without it the unknown field is pruned.
+    apply_seed_nodepool(&c).await;
+    // Re-applying unchanged manifests is a no-op.
+    let again = ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &path("testdata/seeds/003-ec2nodeclass-default.filled.yaml"),
+        ],
+    )
+    .await;
+    assert!(again.contains("unchanged"), "{again}");
+
+    let table = ok(&c, &["get", "nodepools"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    for col in ["NAME", "NODECLASS", "NODES", "READY", "AGE"] {
+        assert!(header.contains(col), "{table}");
+    }
+    assert!(table.contains("default"), "{table}");
+    let wide = ok(&c, &["get", "nodepools", "-o", "wide"]).await;
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("WEIGHT"),
+        "{wide}"
+    );
+
+    let yaml = ok(&c, &["get", "nodepool", "default", "-o", "yaml"]).await;
+    assert!(yaml.contains("consolidateAfter: 10m"), "{yaml}");
+    assert!(!yaml.contains("limit:"), "pruned: {yaml}");
+    assert!(yaml.contains("generation: 1"), "{yaml}");
+    // Defaults from the CRD schema were applied.
+    assert!(yaml.contains("budgets:"), "{yaml}");
+    let nc = ok(&c, &["get", "ec2nodeclass", "default", "-o", "yaml"]).await;
+    assert!(nc.contains("kind: EC2NodeClass"), "{nc}");
+
+    let explain = ok(&c, &["explain", "nodepool.spec.disruption"]).await;
+    assert!(explain.contains("consolidateAfter"), "{explain}");
+    assert!(explain.contains("KIND:       NodePool"), "{explain}");
+    // Built-in kinds too (schemas from k8s-openapi).
+    let explain = ok(&c, &["explain", "pod.spec.containers.resources"]).await;
+    assert!(explain.contains("<ResourceRequirements>"), "{explain}");
+    let explain = ok(&c, &["explain", "deployment.spec.replicas"]).await;
+    assert!(explain.contains("Number of desired pods"), "{explain}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rejects_invalid_nodepool_with_the_crd_cel_message() {
+    let c = cluster().await;
+    with_crds(&c).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: bad\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      - {key: karpenter.sh/nodepool, operator: In, values: [x]}\n",
+    )
+    .expect("write");
+    let out = k(&c, &["apply", "-f", &bad.display().to_string()]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(r#"The NodePool "bad" is invalid: spec.template.spec.requirements[0].key: Invalid value: "string": label "karpenter.sh/nodepool" is restricted"#),
+        "{}",
+        out.stderr
+    );
+    // Unknown fields are an error with kubectl's strict field validation.
+    let unknown = dir.path().join("unknown.yaml");
+    std::fs::write(
+        &unknown,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: bad\nspec:\n  bogus: 1\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n",
+    )
+    .expect("write");
+    let out = k(&c, &["apply", "-f", &unknown.display().to_string()]).await;
+    assert!(
+        out.stderr
+            .contains(r#"strict decoding error: unknown field "spec.bogus""#),
+        "{}",
+        out.stderr
+    );
+    let out = k(&c, &["get", "nodepool", "bad"]).await;
+    assert!(
+        out.stderr.contains("NotFound") || out.stderr.contains("not found"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_patch_then_delete_waits_for_finalizers() {
+    let c = cluster().await;
+    with_crds(&c).await;
+    apply_seed_nodepool(&c).await;
+    ok(
+        &c,
+        &[
+            "patch",
+            "nodepool",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"weight":50},"metadata":{"finalizers":["test.io/hold"]}}"#,
+        ],
+    )
+    .await;
+    let g = ok(
+        &c,
+        &[
+            "get",
+            "nodepool",
+            "default",
+            "-o",
+            "jsonpath={.spec.weight} {.metadata.generation}",
+        ],
+    )
+    .await;
+    assert_eq!(g, "50 2");
+    // Out of range: the schema's maximum.
+    let bad = k(
+        &c,
+        &[
+            "patch",
+            "nodepool",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"weight":500}}"#,
+        ],
+    )
+    .await;
+    assert!(
+        bad.stderr.contains("should be less than or equal to 100"),
+        "{}",
+        bad.stderr
+    );
+
+    ok(&c, &["delete", "nodepool", "default", "--wait=false"]).await;
+    let ts = ok(
+        &c,
+        &[
+            "get",
+            "nodepool",
+            "default",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+    )
+    .await;
+    assert!(
+        !ts.is_empty(),
+        "deletionTimestamp set while a finalizer is pending"
+    );
+    ok(
+        &c,
+        &[
+            "patch",
+            "nodepool",
+            "default",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    )
+    .await;
+    let gone = k(&c, &["get", "nodepool", "default"]).await;
+    assert!(gone.stderr.contains("not found"), "{}", gone.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_merges_built_ins_strategically_and_scale_works() {
+    let c = cluster().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("dep.yaml");
+    let dep = |env: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 3\n  selector: {{matchLabels: {{app: app}}}}\n  template:\n    metadata: {{labels: {{app: app}}}}\n    spec:\n      containers:\n      - name: app\n        image: nginx\n        env: [{env}]\n"
+        )
+    };
+    std::fs::write(&f, dep(r#"{name: A, value: "1"}, {name: B, value: "2"}"#)).expect("write");
+    ok(&c, &["apply", "-f", &f.display().to_string()]).await;
+    std::fs::write(&f, dep(r#"{name: A, value: "1"}, {name: C, value: "3"}"#)).expect("write");
+    let out = ok(&c, &["apply", "-f", &f.display().to_string()]).await;
+    assert!(out.contains("configured"), "{out}");
+    let env = ok(
+        &c,
+        &[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env[*].name}",
+        ],
+    )
+    .await;
+    assert_eq!(env, "A C");
+    ok(&c, &["scale", "deploy", "app", "--replicas", "5"]).await;
+    let r = ok(
+        &c,
+        &["get", "deploy", "app", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(r, "5");
+    // Server-side apply from kubectl takes the field back with --force-conflicts.
+    let ssa = k(
+        &c,
+        &["apply", "--server-side", "-f", &f.display().to_string()],
+    )
+    .await;
+    assert!(
+        !ssa.ok && ssa.stderr.contains("conflict"),
+        "{}{}",
+        ssa.stdout,
+        ssa.stderr
+    );
+    ok(
+        &c,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &f.display().to_string(),
+        ],
+    )
+    .await;
+    let r = ok(
+        &c,
+        &["get", "deploy", "app", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(r, "3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_receives_events() {
+    let c = cluster().await;
+    ok(&c, &["create", "-f", &write_cm(&c, "first")]).await;
+    let kc = c.kubeconfig.clone();
+    let watcher = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .args(["8", "kubectl", "--kubeconfig"])
+            .arg(&kc)
+            .args(["get", "configmaps", "-w", "-o", "name"])
+            .output()
+            .expect("kubectl must be installed")
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    ok(&c, &["create", "-f", &write_cm(&c, "second")]).await;
+    ok(&c, &["delete", "configmap", "first"]).await;
+    let out = watcher.await.expect("watch thread");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("configmap/first"), "{text}");
+    assert!(text.contains("configmap/second"), "{text}");
+    let _ = &c.server;
+}
+
+async fn cluster_with_controllers() -> Cluster {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let server = KubeTestServer::start(Config {
+        kubeconfig: Some(kubeconfig.clone()),
+        controllers: true,
+        ..Config::default()
+    })
+    .await
+    .expect("server starts");
+    Cluster {
+        server,
+        _dir: dir,
+        kubeconfig,
+    }
+}
+
+fn write(c: &Cluster, name: &str, text: &str) -> String {
+    let f = c._dir.path().join(name);
+    std::fs::write(&f, text).expect("write");
+    f.display().to_string()
+}
+
+const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata:\n  name: NAME\n  labels: {kubernetes.io/hostname: NAME}\nstatus:\n  allocatable: {cpu: \"4\", memory: 16Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 16Gi, pods: \"110\"}\n  conditions: [{type: Ready, status: \"True\", reason: KubeletReady}]\n";
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      containers:\n      - name: app\n        image: nginx\n        resources: {requests: {cpu: \"1\", memory: 2Gi}}\n";
+
+async fn wait_for(c: &Cluster, args: &[&str], want: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = k(c, args).await.stdout;
+        if last.trim() == want {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("kubectl {args:?}: wanted {want:?}, last saw {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_deployment_makes_pods_that_bind_once_a_node_fits() {
+    let c = cluster_with_controllers().await;
+    // Seed 001: a Deployment of 1 CPU / 2Gi pods (its template has a name, which the controller ignores).
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &path("testdata/seeds/001-deployment-app.yaml"),
+        ],
+    )
+    .await;
+    ok(&c, &["scale", "deploy", "app", "--replicas", "5"]).await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=app",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[0].reason}{\"\\n\"}{end}",
+        ],
+        "Unschedulable\nUnschedulable\nUnschedulable\nUnschedulable\nUnschedulable",
+    )
+    .await;
+    // A 4-CPU node takes 4 of the 1-CPU pods; the fifth stays unschedulable.
+    ok(
+        &c,
+        &[
+            "create",
+            "-f",
+            &write(&c, "n1.yaml", &NODE.replace("NAME", "n1")),
+        ],
+    )
+    .await;
+    let mut bound = 0;
+    for _ in 0..100 {
+        bound = ok(
+            &c,
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "spec.nodeName=n1,status.phase=Running",
+                "-o",
+                "name",
+            ],
+        )
+        .await
+        .lines()
+        .count();
+        if bound == 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(bound, 4);
+    let pending = ok(
+        &c,
+        &[
+            "get",
+            "pods",
+            "--field-selector",
+            "spec.nodeName=",
+            "-o",
+            "jsonpath={.items[*].status.conditions[0].message}",
+        ],
+    )
+    .await;
+    assert!(
+        pending.contains("0/1 nodes are available: 1 Insufficient cpu"),
+        "{pending}"
+    );
+    wait_for(
+        &c,
+        &[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        "4",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_evicts_through_pod_disruption_budgets() {
+    let c = cluster_with_controllers().await;
+    ok(
+        &c,
+        &[
+            "create",
+            "-f",
+            &write(&c, "n1.yaml", &NODE.replace("NAME", "n1")),
+        ],
+    )
+    .await;
+    ok(&c, &["apply", "-f", &write(&c, "dep.yaml", DEPLOYMENT)]).await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        "3",
+    )
+    .await;
+    ok(&c, &["apply", "-f", &write(&c, "pdb.yaml", "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: app}\nspec:\n  minAvailable: 3\n  selector: {matchLabels: {app: app}}\n")]).await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "pdb",
+            "app",
+            "-o",
+            "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}",
+        ],
+        "3/0",
+    )
+    .await;
+    let blocked = k(&c, &["drain", "n1", "--ignore-daemonsets", "--timeout=3s"]).await;
+    assert!(!blocked.ok);
+    let text = format!("{}{}", blocked.stdout, blocked.stderr);
+    assert!(
+        text.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{text}"
+    );
+    assert_eq!(
+        ok(
+            &c,
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "spec.nodeName=n1",
+                "-o",
+                "name"
+            ]
+        )
+        .await
+        .lines()
+        .count(),
+        3
+    );
+    let node = ok(
+        &c,
+        &["get", "node", "n1", "-o", "jsonpath={.spec.unschedulable}"],
+    )
+    .await;
+    assert_eq!(node, "true", "drain cordons first");
+
+    // Room elsewhere and a budget that allows one at a time: the drain completes.
+    ok(
+        &c,
+        &[
+            "create",
+            "-f",
+            &write(&c, "n2.yaml", &NODE.replace("NAME", "n2")),
+        ],
+    )
+    .await;
+    ok(
+        &c,
+        &[
+            "patch",
+            "pdb",
+            "app",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"minAvailable":2}}"#,
+        ],
+    )
+    .await;
+    let drained = ok(&c, &["drain", "n1", "--ignore-daemonsets", "--timeout=60s"]).await;
+    assert!(drained.contains("node/n1 drained"), "{drained}");
+    assert_eq!(
+        ok(
+            &c,
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "spec.nodeName=n1",
+                "-o",
+                "name"
+            ]
+        )
+        .await
+        .trim(),
+        ""
+    );
+    wait_for(
+        &c,
+        &[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        "3",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_namespace_configmap_and_secret_over_protobuf() {
+    let c = cluster().await;
+    ok(&c, &["create", "namespace", "karpenter"]).await;
+    ok(
+        &c,
+        &[
+            "-n",
+            "karpenter",
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=a=1",
+        ],
+    )
+    .await;
+    ok(
+        &c,
+        &[
+            "-n",
+            "karpenter",
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=key=s3cr3t",
+        ],
+    )
+    .await;
+    assert_eq!(
+        ok(
+            &c,
+            &[
+                "-n",
+                "karpenter",
+                "get",
+                "cm",
+                "settings",
+                "-o",
+                "jsonpath={.data.a}"
+            ]
+        )
+        .await,
+        "1"
+    );
+    // "s3cr3t", base64.
+    assert_eq!(
+        ok(
+            &c,
+            &[
+                "-n",
+                "karpenter",
+                "get",
+                "secret",
+                "creds",
+                "-o",
+                "jsonpath={.data.key}"
+            ]
+        )
+        .await,
+        "czNjcjN0"
+    );
+    ok(&c, &["delete", "namespace", "karpenter"]).await;
+    let left = k(&c, &["get", "cm", "-A", "-o", "name"]).await;
+    assert_eq!(left.stdout.trim(), "", "namespace contents go with it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_verifies_the_self_signed_https_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let server = KubeTestServer::start(Config {
+        kubeconfig: Some(kubeconfig.clone()),
+        tls: true,
+        ..Config::default()
+    })
+    .await
+    .expect("server starts");
+    assert!(server.url().starts_with("https://127.0.0.1:"));
+    let c = Cluster {
+        server,
+        _dir: dir,
+        kubeconfig,
+    };
+    let config = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
+    assert!(config.contains("certificate-authority: "), "{config}");
+    assert!(!config.contains("insecure-skip-tls-verify"));
+    with_crds(&c).await;
+    let out = ok(&c, &["get", "namespaces", "-o", "name"]).await;
+    assert!(out.contains("namespace/default"), "{out}");
+    let out = ok(&c, &["get", "crds", "-o", "name"]).await;
+    assert!(out.contains("nodepools.karpenter.sh"), "{out}");
+}

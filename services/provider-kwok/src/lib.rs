@@ -1,0 +1,965 @@
+//! provider-kwok: a simulated cloud behind `karpenter.provider.v1.CloudProvider`.
+//!
+//! ```text
+//!   adapter ──Create(node claim)──▶ KwokProvider ── picks the cheapest offering
+//!                                     │             that fits the requirements
+//!                                     │             (skipping injected ICE faults)
+//!                                     └─ after --node-delay ──▶ Node in the cluster
+//!                                        (labels, capacity, allocatable, taints,
+//!                                         providerID kwok://NAME, Ready=True)
+//!   tests ──admin HTTP──▶ fail offerings (insufficient capacity),
+//!                         send interruption events, list instances
+//! ```
+//!
+//! Instance types come from an `InstanceTypeCatalog` file (PLAN_CLI.md) or
+//! the built-in kwok-shaped catalog (`karpctl::builtin_catalog`). Nodes are
+//! written with server-side apply (field manager `provider-kwok`) through a
+//! `kube::Client`; without one the provider only keeps its instances.
+//!
+//! Admin endpoints (on `--admin-listen`, see [`admin_router`]):
+//!
+//! | method and path | body | effect |
+//! | --- | --- | --- |
+//! | `GET /instances` | | the launched instances, as JSON |
+//! | `POST /faults/insufficient-capacity` | `{"instanceType"?, "zone"?, "capacityType"?}` | offerings matching the pattern (absent = any) fail Create with RESOURCE_EXHAUSTED |
+//! | `DELETE /faults/insufficient-capacity` | | clears the faults and the ICE cache |
+//! | `POST /interruptions` | `{"kind": "spot-interruption" \| "rebalance-recommendation" \| "scheduled-change" \| "state-change", "providerIds": [...], "state"?, "detail"?}` | queues an interruption event; answers `{"id"}` |
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
+use karpenter_proto::scheduler::v1 as pb;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tonic::{Code, Request, Response, Status};
+
+/// The KWOKNodeClass CRD (`karpenter.kwok.sh/v1alpha1`).
+pub const NODE_CLASS_CRD: &str = include_str!("../crds/karpenter.kwok.sh_kwoknodeclasses.yaml");
+pub const NODE_CLASS_GROUP: &str = "karpenter.kwok.sh";
+pub const NODE_CLASS_VERSION: &str = "v1alpha1";
+pub const NODE_CLASS_KIND: &str = "KWOKNodeClass";
+pub const PROVIDER_ID_PREFIX: &str = "kwok://";
+/// How long an offering that ran out of capacity is reported unavailable.
+pub const ICE_TTL: Duration = Duration::from_secs(180);
+const DEFAULT_IMAGE: &str = "kwok-image-v1";
+
+/// Errors of loading the catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("reading {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error("{0}")]
+    Parse(String),
+}
+
+/// Instance types from an `InstanceTypeCatalog` file, or the built-in
+/// kwok-shaped catalog.
+pub fn load_catalog(path: Option<&std::path::Path>) -> Result<Vec<pb::InstanceType>, CatalogError> {
+    let Some(path) = path else {
+        return Ok(karpctl::builtin_catalog::instance_types());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CatalogError::Read(path.display().to_string(), e))?;
+    let source = karpctl::input::Source {
+        name: path.display().to_string(),
+        text,
+    };
+    let docs =
+        karpctl::input::parse_source(&source).map_err(|e| CatalogError::Parse(e.to_string()))?;
+    let mut out = Vec::new();
+    for doc in docs.iter().filter(|d| d.kind() == karpctl::catalog::KIND) {
+        out.extend(
+            karpctl::catalog::instance_types(doc)
+                .map_err(|e| CatalogError::Parse(e.to_string()))?,
+        );
+    }
+    if out.is_empty() {
+        return Err(CatalogError::Parse(format!(
+            "{}: no {} document",
+            path.display(),
+            karpctl::catalog::KIND
+        )));
+    }
+    Ok(out)
+}
+
+/// How the provider behaves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Time from Create to the Node object (a KWOKNodeClass may override it).
+    pub node_delay: Duration,
+    /// How often unacknowledged interruption events are sent again.
+    pub redelivery: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            node_delay: Duration::from_secs(2),
+            redelivery: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Offerings that fail with insufficient capacity (absent fields match any).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferingPattern {
+    #[serde(default)]
+    pub instance_type: Option<String>,
+    #[serde(default)]
+    pub zone: Option<String>,
+    #[serde(default)]
+    pub capacity_type: Option<String>,
+}
+
+impl OfferingPattern {
+    fn matches(&self, it: &str, zone: &str, ct: &str) -> bool {
+        self.instance_type.as_deref().is_none_or(|x| x == it)
+            && self.zone.as_deref().is_none_or(|x| x == zone)
+            && self.capacity_type.as_deref().is_none_or(|x| x == ct)
+    }
+}
+
+/// An interruption to send (admin API).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptionRequest {
+    pub kind: String,
+    #[serde(default)]
+    pub provider_ids: Vec<String>,
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub detail: String,
+}
+
+#[derive(Default)]
+struct State {
+    instances: BTreeMap<String, pv::Instance>,
+    faults: Vec<OfferingPattern>,
+    ice: BTreeMap<(String, String, String), Instant>,
+    unacked: BTreeMap<String, pv::InterruptionEvent>,
+    next_event: u64,
+}
+
+struct Inner {
+    catalog: Vec<pb::InstanceType>,
+    kube: Option<kube::Client>,
+    options: Options,
+    state: Mutex<State>,
+    events: broadcast::Sender<pv::InterruptionEvent>,
+}
+
+/// The provider; cheap to clone (shared state).
+#[derive(Clone)]
+pub struct KwokProvider {
+    inner: Arc<Inner>,
+}
+
+fn values_of<'a>(it: &'a pb::InstanceType, key: &str) -> Option<&'a [String]> {
+    it.requirements
+        .iter()
+        .find(|r| r.key == key && r.operator == pb::Operator::In as i32)
+        .map(|r| r.values.as_slice())
+}
+
+/// Whether a node claim's requirement admits a value set (None: the type
+/// does not define the key, so the label comes from the claim).
+fn admits(req: &pb::Requirement, have: Option<&[String]>) -> bool {
+    let op = pb::Operator::try_from(req.operator).unwrap_or(pb::Operator::Unspecified);
+    let num = |s: &str| s.parse::<i64>().ok();
+    let bound = req.values.first().and_then(|v| num(v));
+    match (op, have) {
+        (pb::Operator::In, Some(h)) => h.iter().any(|v| req.values.contains(v)),
+        (pb::Operator::NotIn, Some(h)) => h.iter().any(|v| !req.values.contains(v)),
+        (pb::Operator::Exists, Some(_)) => true,
+        (pb::Operator::DoesNotExist, Some(_)) => false,
+        (pb::Operator::Gt, Some(h)) => h
+            .iter()
+            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a > b)),
+        (pb::Operator::Lt, Some(h)) => h
+            .iter()
+            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a < b)),
+        (pb::Operator::Gte, Some(h)) => h
+            .iter()
+            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a >= b)),
+        (pb::Operator::Lte, Some(h)) => h
+            .iter()
+            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a <= b)),
+        (pb::Operator::Exists, None) => false,
+        (_, None) => true,
+        _ => true,
+    }
+}
+
+/// Capacity minus overhead.
+pub fn allocatable(it: &pb::InstanceType) -> pb::ResourceList {
+    karpctl::catalog::allocatable(it)
+}
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+
+/// The (type, offering) pairs that satisfy a claim, best first: the claim's
+/// instance-type order if it gives one, else by price.
+pub fn candidates<'a>(
+    catalog: &'a [pb::InstanceType],
+    claim: &pv::NodeClaim,
+) -> Vec<(&'a pb::InstanceType, &'a pb::Offering)> {
+    let fits = |it: &pb::InstanceType| {
+        let alloc = allocatable(it);
+        claim.resources.as_ref().is_none_or(|r| {
+            r.quantities
+                .iter()
+                .all(|(k, v)| alloc.quantities.get(k).copied().unwrap_or(0) >= *v)
+        })
+    };
+    let type_ok = |it: &pb::InstanceType| {
+        claim
+            .requirements
+            .iter()
+            .filter(|r| r.key != ZONE && r.key != CAPACITY_TYPE)
+            .all(|r| {
+                if r.key == INSTANCE_TYPE {
+                    admits(r, Some(std::slice::from_ref(&it.name)))
+                } else {
+                    admits(r, values_of(it, &r.key))
+                }
+            })
+    };
+    let offering_ok = |o: &pb::Offering| {
+        o.available
+            && claim.requirements.iter().all(|r| match r.key.as_str() {
+                ZONE => admits(r, Some(std::slice::from_ref(&o.zone))),
+                CAPACITY_TYPE => admits(r, Some(std::slice::from_ref(&o.capacity_type))),
+                _ => true,
+            })
+    };
+    let mut out: Vec<(usize, &pb::InstanceType, &pb::Offering)> = Vec::new();
+    for it in catalog.iter().filter(|it| type_ok(it) && fits(it)) {
+        let rank = if claim.instance_types.is_empty() {
+            0
+        } else {
+            match claim.instance_types.iter().position(|n| *n == it.name) {
+                Some(p) => p,
+                None => continue,
+            }
+        };
+        for o in it.offerings.iter().filter(|o| offering_ok(o)) {
+            out.push((rank, it, o));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.price.total_cmp(&b.2.price)));
+    out.into_iter().map(|(_, it, o)| (it, o)).collect()
+}
+
+/// `4`, `500m`, `16Gi`: a quantity as a Node reports it.
+pub fn quantity(resource: &str, v: i64) -> String {
+    if resource == "cpu" {
+        return if v % 1000 == 0 {
+            (v / 1000).to_string()
+        } else {
+            format!("{v}m")
+        };
+    }
+    if matches!(resource, "memory" | "ephemeral-storage") || resource.starts_with("hugepages-") {
+        for (suffix, unit) in [("Gi", 1i64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+            if v != 0 && v % unit == 0 {
+                return format!("{}{suffix}", v / unit);
+            }
+        }
+    }
+    v.to_string()
+}
+
+fn resource_json(list: &pb::ResourceList) -> Value {
+    Value::Object(
+        list.quantities
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(quantity(k, *v))))
+            .collect(),
+    )
+}
+
+fn effect(e: i32) -> &'static str {
+    match pb::TaintEffect::try_from(e).unwrap_or(pb::TaintEffect::NoSchedule) {
+        pb::TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        pb::TaintEffect::NoExecute => "NoExecute",
+        _ => "NoSchedule",
+    }
+}
+
+/// The Node object of a launched instance.
+pub fn node_object(
+    instance: &pv::Instance,
+    claim: &pv::NodeClaim,
+    extra_labels: &BTreeMap<String, String>,
+) -> Value {
+    let mut labels: serde_json::Map<String, Value> = instance
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    for (k, v) in claim.labels.iter().chain(extra_labels.iter()) {
+        labels.insert(k.clone(), json!(v));
+    }
+    labels.insert("kubernetes.io/hostname".into(), json!(claim.name));
+    let taints: Vec<Value> = claim
+        .taints
+        .iter()
+        .chain(claim.startup_taints.iter())
+        .map(|t| {
+            let mut v = json!({"key": t.key, "effect": effect(t.effect)});
+            if !t.value.is_empty() {
+                v["value"] = json!(t.value);
+            }
+            v
+        })
+        .collect();
+    let mut spec = json!({"providerID": instance.provider_id});
+    if !taints.is_empty() {
+        spec["taints"] = json!(taints);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": claim.name,
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "karpenter.kwok.sh/instance": instance.provider_id},
+        },
+        "spec": spec,
+    })
+}
+
+fn node_status(instance: &pv::Instance) -> Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let ip = {
+        let h = instance
+            .node_claim_name
+            .bytes()
+            .fold(7u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+        format!(
+            "10.{}.{}.{}",
+            (h >> 16) % 250 + 1,
+            (h >> 8) % 250 + 1,
+            h % 250 + 1
+        )
+    };
+    let cond = |t: &str, s: &str, reason: &str, msg: &str| json!({"type": t, "status": s, "reason": reason, "message": msg, "lastHeartbeatTime": now, "lastTransitionTime": now});
+    json!({
+        "capacity": resource_json(instance.capacity.as_ref().unwrap_or(&pb::ResourceList::default())),
+        "allocatable": resource_json(instance.allocatable.as_ref().unwrap_or(&pb::ResourceList::default())),
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": instance.node_claim_name}],
+        "nodeInfo": {
+            "architecture": instance.labels.get("kubernetes.io/arch").cloned().unwrap_or_else(|| "amd64".into()),
+            "operatingSystem": "linux", "kubeletVersion": "v1.32.0-kwok", "kubeProxyVersion": "v1.32.0-kwok",
+            "containerRuntimeVersion": "kwok://v0.6", "osImage": "kwok", "kernelVersion": "kwok",
+            "machineID": "", "systemUUID": "", "bootID": "",
+        },
+        "phase": "Running",
+    })
+}
+
+fn spec_field(class: Option<&pv::NodeClass>, field: &str) -> Option<Value> {
+    let spec: Value = serde_json::from_str(class?.spec_json.as_str()).ok()?;
+    spec.get(field).cloned()
+}
+
+/// Parses a Go duration (`1m30s`, `500ms`, `2s`).
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let mult = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * mult;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+fn now_ts() -> prost_types::Timestamp {
+    let now = chrono::Utc::now();
+    prost_types::Timestamp {
+        seconds: now.timestamp(),
+        nanos: now.timestamp_subsec_nanos() as i32,
+    }
+}
+
+impl KwokProvider {
+    pub fn new(
+        catalog: Vec<pb::InstanceType>,
+        kube: Option<kube::Client>,
+        options: Options,
+    ) -> Self {
+        KwokProvider {
+            inner: Arc::new(Inner {
+                catalog,
+                kube,
+                options,
+                state: Mutex::new(State::default()),
+                events: broadcast::channel(1024).0,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes matching offerings fail Create with insufficient capacity.
+    pub fn fail_offerings(&self, pattern: OfferingPattern) {
+        self.state().faults.push(pattern);
+    }
+
+    /// Clears injected faults and the insufficient-capacity cache.
+    pub fn clear_faults(&self) {
+        let mut st = self.state();
+        st.faults.clear();
+        st.ice.clear();
+    }
+
+    /// Queues an interruption event; returns its id.
+    pub fn interrupt(&self, req: &InterruptionRequest) -> Result<String, String> {
+        use pv::interruption_event::Kind;
+        let kind = match req.kind.as_str() {
+            "spot-interruption" | "SpotInterruption" => Kind::SpotInterruption,
+            "rebalance-recommendation" | "RebalanceRecommendation" => Kind::RebalanceRecommendation,
+            "scheduled-change" | "ScheduledChange" => Kind::ScheduledChange,
+            "state-change" | "StateChange" => Kind::StateChange,
+            other => return Err(format!("unknown interruption kind {other:?}")),
+        };
+        let mut st = self.state();
+        st.next_event += 1;
+        let id = format!("kwok-event-{}", st.next_event);
+        let ev = pv::InterruptionEvent {
+            id: id.clone(),
+            kind: kind as i32,
+            provider_ids: req.provider_ids.clone(),
+            state: req.state.clone(),
+            time: Some(now_ts()),
+            detail: req.detail.clone(),
+        };
+        st.unacked.insert(id.clone(), ev.clone());
+        let _ = self.inner.events.send(ev);
+        Ok(id)
+    }
+
+    /// The launched instances.
+    pub fn instances(&self) -> Vec<pv::Instance> {
+        self.state().instances.values().cloned().collect()
+    }
+
+    fn iced(&self, st: &mut State, it: &str, zone: &str, ct: &str) -> bool {
+        let key = (it.to_string(), zone.to_string(), ct.to_string());
+        if let Some(t) = st.ice.get(&key) {
+            if t.elapsed() < ICE_TTL {
+                return true;
+            }
+            st.ice.remove(&key);
+        }
+        false
+    }
+
+    /// The gRPC service for `karpenter_runtime`.
+    pub fn service(self, metrics: Arc<karpenter_runtime::Metrics>) -> karpenter_runtime::Service {
+        karpenter_runtime::Service {
+            routes: tonic::service::Routes::new(CloudProviderServer::new(self)),
+            names: vec!["karpenter.provider.v1.CloudProvider"],
+            metrics,
+        }
+    }
+
+    async fn write_node(&self, instance: pv::Instance, claim: pv::NodeClaim, delay: Duration) {
+        tokio::time::sleep(delay).await;
+        if !self.state().instances.contains_key(&claim.name) {
+            return; // deleted before it came up
+        }
+        let extra: BTreeMap<String, String> = spec_field(claim.node_class.as_ref(), "labels")
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        if let Some(client) = &self.inner.kube {
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+            let node = node_object(&instance, &claim, &extra);
+            let pp = kube::api::PatchParams::apply("provider-kwok").force();
+            if let Err(e) = nodes
+                .patch(&claim.name, &pp, &kube::api::Patch::Apply(&node))
+                .await
+            {
+                tracing::warn!(node = %claim.name, error = %e, "creating node");
+                return;
+            }
+            let status = json!({"status": node_status(&instance)});
+            if let Err(e) = nodes
+                .patch_status(
+                    &claim.name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&status),
+                )
+                .await
+            {
+                tracing::warn!(node = %claim.name, error = %e, "setting node status");
+                return;
+            }
+            tracing::info!(node = %claim.name, instance_type = %instance.instance_type, "node ready");
+        }
+        if let Some(i) = self.state().instances.get_mut(&claim.name) {
+            i.state = "running".into();
+        }
+    }
+}
+
+fn insufficient_capacity(failed: &[(String, String, String)]) -> Status {
+    let details = pv::InsufficientCapacity {
+        offerings: failed
+            .iter()
+            .map(|(it, zone, ct)| pv::FailedOffering {
+                instance_type: it.clone(),
+                zone: zone.clone(),
+                capacity_type: ct.clone(),
+            })
+            .collect(),
+    };
+    let message = format!(
+        "insufficient capacity for all {} matching offerings",
+        failed.len()
+    );
+    let status = tonic_types::pb::Status {
+        code: Code::ResourceExhausted as i32,
+        message: message.clone(),
+        details: vec![prost_types::Any {
+            type_url: "type.googleapis.com/karpenter.provider.v1.InsufficientCapacity".into(),
+            value: details.encode_to_vec(),
+        }],
+    };
+    Status::with_details(
+        Code::ResourceExhausted,
+        message,
+        status.encode_to_vec().into(),
+    )
+}
+
+type EventStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pv::InterruptionEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl CloudProvider for KwokProvider {
+    async fn info(
+        &self,
+        _: Request<pv::InfoRequest>,
+    ) -> Result<Response<pv::InfoResponse>, Status> {
+        Ok(Response::new(pv::InfoResponse {
+            provider_name: "kwok".into(),
+            node_class: Some(pv::GroupVersionKind {
+                group: NODE_CLASS_GROUP.into(),
+                version: NODE_CLASS_VERSION.into(),
+                kind: NODE_CLASS_KIND.into(),
+            }),
+            node_class_resource: "kwoknodeclasses".into(),
+            well_known_labels: [
+                "instance-size",
+                "instance-family",
+                "instance-cpu",
+                "instance-memory",
+            ]
+            .iter()
+            .map(|l| format!("{}/{l}", karpctl::builtin_catalog::LABEL_GROUP))
+            .collect(),
+            drift_reasons: vec!["ImageDrift".into()],
+            provider_id_prefix: PROVIDER_ID_PREFIX.into(),
+        }))
+    }
+
+    async fn get_instance_types(
+        &self,
+        _: Request<pv::GetInstanceTypesRequest>,
+    ) -> Result<Response<pv::GetInstanceTypesResponse>, Status> {
+        let mut st = self.state();
+        let mut types = self.inner.catalog.clone();
+        for it in &mut types {
+            for o in &mut it.offerings {
+                if self.iced(&mut st, &it.name, &o.zone, &o.capacity_type) {
+                    o.available = false;
+                }
+            }
+        }
+        Ok(Response::new(pv::GetInstanceTypesResponse {
+            instance_types: types,
+        }))
+    }
+
+    async fn create(
+        &self,
+        req: Request<pv::CreateRequest>,
+    ) -> Result<Response<pv::CreateResponse>, Status> {
+        let claim = req
+            .into_inner()
+            .node_claim
+            .ok_or_else(|| Status::invalid_argument("node_claim is required"))?;
+        if claim.name.is_empty() {
+            return Err(Status::invalid_argument("node_claim.name is required"));
+        }
+        let span = tracing::info_span!("create", node_claim = %claim.name);
+        let _g = span.enter();
+        let image = spec_field(claim.node_class.as_ref(), "imageID")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| DEFAULT_IMAGE.into());
+        let delay = spec_field(claim.node_class.as_ref(), "nodeRegistrationDelay")
+            .and_then(|v| v.as_str().and_then(parse_go_duration))
+            .unwrap_or(self.inner.options.node_delay);
+        let instance = {
+            let mut st = self.state();
+            if let Some(existing) = st.instances.get(&claim.name) {
+                return Ok(Response::new(pv::CreateResponse {
+                    instance: Some(existing.clone()),
+                }));
+            }
+            let candidates = candidates(&self.inner.catalog, &claim);
+            if candidates.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "no instance type of the catalog satisfies the requirements and requests of node claim {}",
+                    claim.name
+                )));
+            }
+            let mut failed = Vec::new();
+            let mut chosen = None;
+            for (it, o) in candidates {
+                let key = (it.name.clone(), o.zone.clone(), o.capacity_type.clone());
+                if self.iced(&mut st, &it.name, &o.zone, &o.capacity_type)
+                    || st
+                        .faults
+                        .iter()
+                        .any(|f| f.matches(&it.name, &o.zone, &o.capacity_type))
+                {
+                    st.ice.insert(key.clone(), Instant::now());
+                    failed.push(key);
+                    continue;
+                }
+                chosen = Some((it, o));
+                break;
+            }
+            let Some((it, o)) = chosen else {
+                tracing::info!(offerings = failed.len(), "insufficient capacity");
+                return Err(insufficient_capacity(&failed));
+            };
+            let mut labels: BTreeMap<String, String> = it
+                .requirements
+                .iter()
+                .filter(|r| r.operator == pb::Operator::In as i32 && r.values.len() == 1)
+                .map(|r| (r.key.clone(), r.values[0].clone()))
+                .collect();
+            labels.insert(INSTANCE_TYPE.into(), it.name.clone());
+            labels.insert(ZONE.into(), o.zone.clone());
+            labels.insert(CAPACITY_TYPE.into(), o.capacity_type.clone());
+            if !claim.node_pool.is_empty() {
+                labels.insert("karpenter.sh/nodepool".into(), claim.node_pool.clone());
+            }
+            let instance = pv::Instance {
+                node_claim_name: claim.name.clone(),
+                provider_id: format!("{PROVIDER_ID_PREFIX}{}", claim.name),
+                instance_type: it.name.clone(),
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type.clone(),
+                image_id: image,
+                capacity: it.capacity.clone(),
+                allocatable: Some(allocatable(it)),
+                labels,
+                tags: BTreeMap::from([
+                    ("karpenter.sh/nodeclaim".to_string(), claim.name.clone()),
+                    ("karpenter.sh/nodepool".to_string(), claim.node_pool.clone()),
+                ])
+                .into_iter()
+                .collect(),
+                launch_time: Some(now_ts()),
+                state: "pending".into(),
+                price: o.price,
+                node_pool: claim.node_pool.clone(),
+            };
+            st.instances.insert(claim.name.clone(), instance.clone());
+            tracing::info!(instance_type = %it.name, zone = %o.zone, capacity_type = %o.capacity_type, "launched");
+            instance
+        };
+        let this = self.clone();
+        tokio::spawn(
+            this.clone()
+                .write_node_owned(instance.clone(), claim, delay),
+        );
+        Ok(Response::new(pv::CreateResponse {
+            instance: Some(instance),
+        }))
+    }
+
+    async fn delete(
+        &self,
+        req: Request<pv::DeleteRequest>,
+    ) -> Result<Response<pv::DeleteResponse>, Status> {
+        let pid = req.into_inner().provider_id;
+        let name = pid
+            .strip_prefix(PROVIDER_ID_PREFIX)
+            .unwrap_or(&pid)
+            .to_string();
+        let removed = self.state().instances.remove(&name);
+        if removed.is_none() {
+            return Err(Status::not_found(format!("instance {pid} not found")));
+        }
+        if let Some(client) = &self.inner.kube {
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+            match nodes
+                .delete(&name, &kube::api::DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => tracing::warn!(node = %name, error = %e, "deleting node"),
+            }
+        }
+        Ok(Response::new(pv::DeleteResponse {}))
+    }
+
+    async fn get(&self, req: Request<pv::GetRequest>) -> Result<Response<pv::GetResponse>, Status> {
+        let pid = req.into_inner().provider_id;
+        let name = pid.strip_prefix(PROVIDER_ID_PREFIX).unwrap_or(&pid);
+        let instance = self
+            .state()
+            .instances
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("instance {pid} not found")))?;
+        Ok(Response::new(pv::GetResponse {
+            instance: Some(instance),
+        }))
+    }
+
+    async fn list(
+        &self,
+        _: Request<pv::ListRequest>,
+    ) -> Result<Response<pv::ListResponse>, Status> {
+        Ok(Response::new(pv::ListResponse {
+            instances: self.instances(),
+        }))
+    }
+
+    async fn is_drifted(
+        &self,
+        req: Request<pv::IsDriftedRequest>,
+    ) -> Result<Response<pv::IsDriftedResponse>, Status> {
+        let req = req.into_inner();
+        let want = req
+            .node_claim
+            .as_ref()
+            .and_then(|c| spec_field(c.node_class.as_ref(), "imageID"))
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| DEFAULT_IMAGE.into());
+        let reason = if !req.image_id.is_empty() && req.image_id != want {
+            "ImageDrift"
+        } else {
+            ""
+        };
+        Ok(Response::new(pv::IsDriftedResponse {
+            reason: reason.into(),
+        }))
+    }
+
+    async fn resolve_node_class(
+        &self,
+        req: Request<pv::ResolveNodeClassRequest>,
+    ) -> Result<Response<pv::ResolveNodeClassResponse>, Status> {
+        let class = req.into_inner().node_class.unwrap_or_default();
+        let spec: Value = serde_json::from_str(&class.spec_json).unwrap_or_else(|_| json!({}));
+        let image = spec["imageID"].as_str().unwrap_or(DEFAULT_IMAGE);
+        let text = spec.to_string();
+        let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        Ok(Response::new(pv::ResolveNodeClassResponse {
+            status_json: json!({"imageID": image}).to_string(),
+            conditions: vec![pv::Condition {
+                r#type: "Ready".into(),
+                status: "True".into(),
+                reason: "Ready".into(),
+                message: String::new(),
+            }],
+            hash: hash.to_string(),
+            hash_version: "v1".into(),
+        }))
+    }
+
+    type WatchInterruptionsStream = EventStream;
+
+    async fn watch_interruptions(
+        &self,
+        _: Request<pv::WatchInterruptionsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let mut events = self.inner.events.subscribe();
+        let this = self.clone();
+        let redelivery = self.inner.options.redelivery;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(redelivery);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let pending: Vec<pv::InterruptionEvent> = this.state().unacked.values().cloned().collect();
+                        for ev in pending {
+                            if tx.send(Ok(ev)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    ev = events.recv() => match ev {
+                        Ok(ev) => if tx.send(Ok(ev)).await.is_err() { return; },
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn acknowledge_interruption(
+        &self,
+        req: Request<pv::AcknowledgeInterruptionRequest>,
+    ) -> Result<Response<pv::AcknowledgeInterruptionResponse>, Status> {
+        self.state().unacked.remove(&req.into_inner().id);
+        Ok(Response::new(pv::AcknowledgeInterruptionResponse {}))
+    }
+}
+
+impl KwokProvider {
+    async fn write_node_owned(self, instance: pv::Instance, claim: pv::NodeClaim, delay: Duration) {
+        self.write_node(instance, claim, delay).await;
+    }
+}
+
+/// The admin HTTP API (fault injection, interruptions, instances).
+pub fn admin_router(provider: KwokProvider) -> axum::Router {
+    use axum::Json;
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route(
+            "/instances",
+            get(|State(p): State<KwokProvider>| async move {
+                let list: Vec<Value> = p
+                    .instances()
+                    .iter()
+                    .map(|i| json!({"nodeClaim": i.node_claim_name, "providerID": i.provider_id, "instanceType": i.instance_type, "zone": i.zone, "capacityType": i.capacity_type, "state": i.state, "price": i.price}))
+                    .collect();
+                Json(json!({"instances": list}))
+            }),
+        )
+        .route(
+            "/faults/insufficient-capacity",
+            post(|State(p): State<KwokProvider>, Json(pattern): Json<OfferingPattern>| async move {
+                p.fail_offerings(pattern);
+                StatusCode::NO_CONTENT
+            })
+            .delete(|State(p): State<KwokProvider>| async move {
+                p.clear_faults();
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .route(
+            "/interruptions",
+            post(|State(p): State<KwokProvider>, Json(req): Json<InterruptionRequest>| async move {
+                match p.interrupt(&req) {
+                    Ok(id) => (StatusCode::OK, Json(json!({"id": id}))),
+                    Err(e) => (StatusCode::BAD_REQUEST, Json(json!({"error": e}))),
+                }
+            }),
+        )
+        .with_state(provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
+        pb::Requirement {
+            key: key.into(),
+            operator: op as i32,
+            values: values.iter().map(|s| s.to_string()).collect(),
+            min_values: None,
+        }
+    }
+
+    #[test]
+    fn cheapest_offering_that_fits_comes_first() {
+        let catalog = load_catalog(None).expect("builtin");
+        let claim = pv::NodeClaim {
+            name: "c".into(),
+            requirements: vec![
+                req(ZONE, pb::Operator::In, &["us-west-2b"]),
+                req("kubernetes.io/arch", pb::Operator::In, &["arm64"]),
+            ],
+            resources: Some(pb::ResourceList {
+                quantities: [("cpu".to_string(), 3000), ("memory".to_string(), 1 << 30)]
+                    .into_iter()
+                    .collect(),
+            }),
+            ..Default::default()
+        };
+        let c = candidates(&catalog, &claim);
+        let (it, o) = c.first().expect("a candidate");
+        assert_eq!(it.name, "c-4x-arm64-linux");
+        assert_eq!(
+            (o.zone.as_str(), o.capacity_type.as_str()),
+            ("us-west-2b", "spot")
+        );
+        let on_demand = pv::NodeClaim {
+            requirements: vec![req(CAPACITY_TYPE, pb::Operator::In, &["on-demand"])],
+            ..claim
+        };
+        assert!(
+            candidates(&catalog, &on_demand)
+                .iter()
+                .all(|(_, o)| o.capacity_type == "on-demand")
+        );
+    }
+
+    #[test]
+    fn quantities_and_durations() {
+        assert_eq!(quantity("cpu", 3900), "3900m");
+        assert_eq!(quantity("cpu", 4000), "4");
+        assert_eq!(quantity("memory", 8 << 30), "8Gi");
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+    }
+}
