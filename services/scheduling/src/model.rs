@@ -208,6 +208,7 @@ impl OfferingSpace {
 }
 
 /// Which offerings a node's requirements allow, worked out once per node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OfferingFilter {
     zones: Vec<bool>,
     capacity_types: Vec<bool>,

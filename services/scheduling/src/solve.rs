@@ -173,7 +173,7 @@ struct PodData {
 /// Everything about a pod that decides where it may go, except its size.
 fn constraint_class(pod: &Pod) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut hasher = Fnv64::default();
     pod.key.namespace.hash(&mut hasher);
     pod.labels.hash(&mut hasher);
     pod.node_selector.hash(&mut hasher);
@@ -187,6 +187,29 @@ fn constraint_class(pod: &Pod) -> u64 {
     pod.tolerations.hash(&mut hasher);
     pod.host_ports.hash(&mut hasher);
     hasher.finish()
+}
+
+/// FNV-1a: a plain, fast hash for pod classes, which are built from many
+/// small fields and computed for every pod.
+struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv64 {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Why a node or claim refused a pod.
@@ -397,7 +420,9 @@ fn validate_pod(pod: &Pod, well_known: &dyn WellKnown) -> Result<(), String> {
 
 /// Result of filtering a claim's instance types for one more pod.
 struct Filtered {
-    remaining: Vec<usize>,
+    /// The options still possible; None when every option is (the common
+    /// case, so nothing is copied).
+    remaining: Option<Vec<usize>>,
     /// Keys whose minValues were lowered to what the options allow.
     relaxed_min_values: BTreeMap<String, usize>,
 }
@@ -468,10 +493,11 @@ fn filter_instance_types(
         }
     };
     let offering_filter = offerings_affected.then(|| OfferingFilter::new(requirements, space));
-    let mut remaining = Vec::with_capacity(options.len());
+    // None while every option so far is kept.
+    let mut dropped: Option<Vec<usize>> = None;
     let (mut met, mut fits_any, mut offered) = (false, false, false);
     let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
-    for index in options {
+    for (position, index) in options.iter().enumerate() {
         let it = &catalog[*index];
         let fits = total.fits(&it.allocatable);
         let compatible = match &changed {
@@ -491,10 +517,17 @@ fn filter_instance_types(
         met_fits |= compatible && fits && !offering;
         met_offered |= compatible && offering && !fits;
         fits_offered |= fits && offering && !compatible;
-        if compatible && fits && offering {
-            remaining.push(*index);
+        let keep = compatible && fits && offering;
+        match (&mut dropped, keep) {
+            (None, true) | (Some(_), false) => {}
+            (None, false) => dropped = Some(options[..position].to_vec()),
+            (Some(kept), true) => kept.push(*index),
         }
     }
+    let mut remaining: Cow<'_, [usize]> = match dropped {
+        None => Cow::Borrowed(options),
+        Some(kept) => Cow::Owned(kept),
+    };
     let mut relaxed_min_values = BTreeMap::new();
     let mut min_values_error = None;
     if !remaining.is_empty() && requirements.has_min_values() {
@@ -507,13 +540,16 @@ fn filter_instance_types(
                     "minValues requirement is not met for label(s) (label(s)=[{}])",
                     shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
                 ));
-                remaining.clear();
+                remaining = Cow::Owned(Vec::new());
             }
         }
     }
     if !remaining.is_empty() {
         return Ok(Filtered {
-            remaining,
+            remaining: match remaining {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(kept) => Some(kept),
+            },
             relaxed_min_values,
         });
     }
@@ -665,7 +701,9 @@ impl<'c> Prepared<'c> {
             templates.push(Template {
                 pool: pool_index,
                 requirements: pool.requirements.clone(),
-                instance_types: filtered.remaining,
+                instance_types: filtered
+                    .remaining
+                    .unwrap_or_else(|| (0..catalog.len()).collect()),
                 daemon_overhead,
                 daemon_ports,
             });
@@ -1030,10 +1068,10 @@ impl<'c> Scheduler<'c> {
         claim.pods.push(pod_index);
         claim.requests.add(&pod.requests);
         claim.min_values_relaxed |= !filtered.relaxed_min_values.is_empty();
-        if filtered.remaining.len() != claim.instance_types.len() {
-            claim.max_allocatable = max_allocatable(catalog, &filtered.remaining);
+        if let Some(remaining) = filtered.remaining {
+            claim.max_allocatable = max_allocatable(catalog, &remaining);
+            claim.instance_types = remaining;
         }
-        claim.instance_types = filtered.remaining;
         claim.headroom = claim.max_allocatable.minus(&claim.requests);
         claim.ports.add(&pod.host_ports);
         claim.requirements = requirements;
@@ -1401,8 +1439,9 @@ impl Prepared<'_> {
                 .existing
                 .insert(cluster.nodes[existing.node].name.clone(), pods);
         }
+        let mut rankings = HashMap::new();
         for claim in &scheduler.claims {
-            match finalize(&scheduler, claim, options) {
+            match finalize(&scheduler, claim, options, &mut rankings) {
                 Ok(planned) => {
                     let mut planned = planned;
                     planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
@@ -1425,10 +1464,15 @@ impl Prepared<'_> {
 
 /// Orders a claim's options by price, cuts them to the launch maximum and
 /// narrows its requirements to what the launch will carry.
+/// Launch options by price for a template, the options a claim kept and
+/// the offerings its requirements allow: many claims share all three.
+type RankingKey = (usize, Vec<usize>, OfferingFilter);
+
 fn finalize(
     scheduler: &Scheduler<'_>,
     claim: &Claim,
     options: &Options,
+    rankings: &mut HashMap<RankingKey, Vec<usize>>,
 ) -> Result<PlannedClaim, String> {
     let catalog = scheduler.catalog(claim.template);
     let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
@@ -1436,27 +1480,35 @@ fn finalize(
     requirements.remove(labels::HOSTNAME);
     let space = &scheduler.cluster.offering_space;
     let filter = OfferingFilter::new(&requirements, space);
-    let mut ranked: Vec<(f64, usize)> = claim
-        .instance_types
-        .iter()
-        .map(|i| {
-            let price = catalog[*i]
-                .cheapest_allowed(&filter)
-                .map_or(f64::MAX, |o| o.price);
-            (price, *i)
-        })
-        .collect();
-    let by_price = |a: &(f64, usize), b: &(f64, usize)| {
-        a.0.total_cmp(&b.0)
-            .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
+    let key: RankingKey = (claim.template, claim.instance_types.clone(), filter.clone());
+    let chosen: Vec<usize> = match rankings.get(&key) {
+        Some(chosen) => chosen.clone(),
+        None => {
+            let mut ranked: Vec<(f64, usize)> = claim
+                .instance_types
+                .iter()
+                .map(|i| {
+                    let price = catalog[*i]
+                        .cheapest_allowed(&filter)
+                        .map_or(f64::MAX, |o| o.price);
+                    (price, *i)
+                })
+                .collect();
+            let by_price = |a: &(f64, usize), b: &(f64, usize)| {
+                a.0.total_cmp(&b.0)
+                    .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
+            };
+            // Only the cheapest few are launch options: select them, then sort them.
+            if ranked.len() > MAX_INSTANCE_TYPES {
+                ranked.select_nth_unstable_by(MAX_INSTANCE_TYPES - 1, by_price);
+                ranked.truncate(MAX_INSTANCE_TYPES);
+            }
+            ranked.sort_by(by_price);
+            let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
+            rankings.insert(key, chosen.clone());
+            chosen
+        }
     };
-    // Only the cheapest few are launch options: select them, then sort them.
-    if ranked.len() > MAX_INSTANCE_TYPES {
-        ranked.select_nth_unstable_by(MAX_INSTANCE_TYPES - 1, by_price);
-        ranked.truncate(MAX_INSTANCE_TYPES);
-    }
-    ranked.sort_by(by_price);
-    let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
     if requirements.has_min_values() && options.min_values_policy == MinValuesPolicy::Strict {
         let shortfall = min_values_shortfall(catalog, &chosen, &requirements);
         if !shortfall.is_empty() {
