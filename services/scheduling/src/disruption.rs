@@ -510,6 +510,15 @@ fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
     mapping
 }
 
+/// Why a candidate waits: its pool's budget for `reason` is used up.
+fn budget_exhausted(cluster: &Cluster, pool: usize, reason: Reason) -> String {
+    format!(
+        "disruption budget of nodepool {:?} allows no more {} disruptions",
+        cluster.node_pools[pool].name,
+        reason.as_str()
+    )
+}
+
 // ---------------------------------------------------------------------------
 // Simulation
 
@@ -1077,10 +1086,7 @@ fn round(
         if *budget == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!(
-                    "disruption budget of nodepool {:?} allows no more Empty disruptions",
-                    state.node_pools[candidate.pool].name
-                ),
+                budget_exhausted(state, candidate.pool, Reason::Empty),
             );
             continue;
         }
@@ -1145,10 +1151,7 @@ fn round(
         if budgets.get(&candidate.pool).copied().unwrap_or(0) == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!(
-                    "disruption budget of nodepool {:?} allows no more Drifted disruptions",
-                    state.node_pools[candidate.pool].name
-                ),
+                budget_exhausted(state, candidate.pool, Reason::Drifted),
             );
             continue;
         }
@@ -1189,10 +1192,7 @@ fn round(
         if *budget == 0 {
             blocked.insert(
                 state.nodes[candidate.node].name.clone(),
-                format!(
-                    "disruption budget of nodepool {:?} allows no more Underutilized disruptions",
-                    state.node_pools[candidate.pool].name
-                ),
+                budget_exhausted(state, candidate.pool, Reason::Underutilized),
             );
             continue;
         }
