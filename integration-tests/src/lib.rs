@@ -7,12 +7,10 @@
 //!        ──stop───▶ graceful shutdown
 //! ```
 //!
-//! [`kube_test_server`] is the Kubernetes API those tests (and the local
-//! demo, as the `kube-test-server` binary) run against.
+//! The Kubernetes API those tests run against is the `kube-test-server`
+//! crate.
 
 #![forbid(unsafe_code)]
-
-pub mod kube_test_server;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use integration_tests::kube_test_server::{Config, KubeTestServer};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
+use kube_test_server::{Config, KubeTestServer};
 use serde_json::json;
 use tokio_stream::StreamExt;
 

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use integration_tests::kube_test_server::{Config, KubeTestServer};
 use integration_tests::repo_root;
+use kube_test_server::{Config, KubeTestServer};
 
 struct Cluster {
     server: KubeTestServer,

@@ -8,7 +8,12 @@
 //! `karpenter.scheduler.v1` also holds the vocabulary both services share
 //! (resources, requirements, taints, instance types, offerings), so the
 //! instance types a provider answers go to the scheduler unchanged.
-//! These are the only types that cross a process boundary.
+//! These are the only types that cross a process boundary; [`convert`]
+//! turns the shared vocabulary into `karpenter-core`'s types and back.
+
+#![forbid(unsafe_code)]
+
+pub mod convert;
 
 pub mod scheduler {
     pub mod v1 {

@@ -172,6 +172,20 @@ impl NodeSelectorOperator {
     }
 }
 
+impl From<NodeSelectorOperator> for karpenter_core::requirements::Operator {
+    fn from(op: NodeSelectorOperator) -> Self {
+        use karpenter_core::requirements::Operator;
+        match op {
+            NodeSelectorOperator::In => Operator::In,
+            NodeSelectorOperator::NotIn => Operator::NotIn,
+            NodeSelectorOperator::Exists => Operator::Exists,
+            NodeSelectorOperator::DoesNotExist => Operator::DoesNotExist,
+            NodeSelectorOperator::Gt => Operator::Gt,
+            NodeSelectorOperator::Lt => Operator::Lt,
+        }
+    }
+}
+
 /// An operator string that is not a node-selector operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown node selector operator {0:?}; expected In, NotIn, Exists, DoesNotExist, Gt or Lt")]
@@ -254,6 +268,26 @@ impl TryFrom<core::NodeSelectorRequirement> for NodeSelectorRequirementWithMinVa
             values: r.values.unwrap_or_default(),
             min_values: None,
         })
+    }
+}
+
+impl NodeSelectorRequirementWithMinValues {
+    /// The requirement in the requirement algebra of `karpenter-core`.
+    ///
+    /// # Errors
+    /// When the values do not suit the operator (`In` without values, `Gt` without one integer).
+    pub fn to_requirement(
+        &self,
+    ) -> Result<
+        karpenter_core::requirements::Requirement,
+        karpenter_core::requirements::RequirementError,
+    > {
+        karpenter_core::requirements::Requirement::new(
+            &self.key,
+            self.operator.into(),
+            self.values.iter().map(String::as_str),
+        )
+        .map(|r| r.with_min_values(self.min_values.and_then(|m| usize::try_from(m).ok())))
     }
 }
 

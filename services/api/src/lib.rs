@@ -31,17 +31,19 @@
 //! fields are ignored, as the API server prunes them.
 //!
 //! Supporting modules: [`labels`] (well-known labels, taints, annotations and the label-domain
-//! rules), [`duration`] (Go duration strings and `Never`), [`common`] (taints, requirements,
+//! rules, from `karpenter-core`), [`duration`] (Go duration fields and `Never`), [`common`] (taints, requirements,
 //! conditions), [`schema`] (how the structural schema is produced).
 
 pub mod common;
 mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
-pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod schema;
+
+/// Well-known label, annotation, taint and tag keys (their home is `karpenter-core`).
+pub use karpenter_core::labels;
 
 pub use common::{
     CONDITION_READY, Condition, ConditionStatus, ConditionsExt, NodeClassReference,

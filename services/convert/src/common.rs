@@ -7,8 +7,10 @@ use serde_json::{Map, Value};
 use crate::ctx::{Ctx, Obj, Result, child_path, index_path};
 use crate::note::NoteKind;
 
-pub(crate) const GROUP_CORE: &str = "karpenter.sh";
-pub(crate) const GROUP_AWS: &str = "karpenter.k8s.aws";
+use karpenter_core::labels;
+
+pub(crate) const GROUP_CORE: &str = labels::KARPENTER_GROUP;
+pub(crate) const GROUP_AWS: &str = labels::AWS_GROUP;
 pub(crate) const V1_CORE: &str = "karpenter.sh/v1";
 pub(crate) const V1_AWS: &str = "karpenter.k8s.aws/v1";
 pub(crate) const KIND_NODEPOOL: &str = "NodePool";
@@ -16,8 +18,8 @@ pub(crate) const KIND_NODECLAIM: &str = "NodeClaim";
 pub(crate) const KIND_EC2NODECLASS: &str = "EC2NodeClass";
 
 pub(crate) const LABEL_PROVISIONER_NAME: &str = "karpenter.sh/provisioner-name";
-pub(crate) const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
-pub(crate) const ANNOTATION_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub(crate) const LABEL_NODEPOOL: &str = labels::NODE_POOL;
+pub(crate) const ANNOTATION_DO_NOT_DISRUPT: &str = labels::DO_NOT_DISRUPT;
 /// NodePool annotation Karpenter v1.0 reads a v1beta1 kubelet block from
 /// (JSON) until it has been moved to the EC2NodeClass.
 pub(crate) const ANNOTATION_KUBELET_COMPAT: &str =
@@ -36,11 +38,11 @@ const SERVER_FIELDS: &[&str] = &[
 
 const CONTROLLER_ANNOTATIONS: &[&str] = &[
     "karpenter.sh/provisioner-hash",
-    "karpenter.sh/nodepool-hash",
-    "karpenter.sh/nodepool-hash-version",
+    labels::NODE_POOL_HASH,
+    labels::NODE_POOL_HASH_VERSION,
     "karpenter.k8s.aws/nodetemplate-hash",
-    "karpenter.k8s.aws/ec2nodeclass-hash",
-    "karpenter.k8s.aws/ec2nodeclass-hash-version",
+    labels::AWS_EC2_NODE_CLASS_HASH,
+    labels::AWS_EC2_NODE_CLASS_HASH_VERSION,
 ];
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -256,17 +258,7 @@ pub(crate) fn requirement_keys(requirements: &[Value]) -> Vec<String> {
     requirements
         .iter()
         .filter_map(|r| r.get("key").and_then(Value::as_str))
-        .map(|k| {
-            match k {
-                "beta.kubernetes.io/arch" => "kubernetes.io/arch",
-                "beta.kubernetes.io/os" => "kubernetes.io/os",
-                "beta.kubernetes.io/instance-type" => "node.kubernetes.io/instance-type",
-                "failure-domain.beta.kubernetes.io/zone" => "topology.kubernetes.io/zone",
-                "failure-domain.beta.kubernetes.io/region" => "topology.kubernetes.io/region",
-                other => other,
-            }
-            .to_string()
-        })
+        .map(|k| labels::normalize_label(k).to_string())
         .collect()
 }
 

@@ -121,53 +121,9 @@ pub(crate) fn parse_date_time(s: &str) -> Option<DateTime<FixedOffset>> {
 
 /// Go's `time.ParseDuration` (`1h30m`, `-1.5s`, `300ms`).
 pub(crate) fn parse_go_duration(s: &str) -> Option<chrono::Duration> {
-    let (neg, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(chrono::Duration::zero());
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let num = &rest[..num_len];
-        if num.is_empty() || num == "." {
-            return None;
-        }
-        let n: f64 = num.parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let nanos_per = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += n * nanos_per;
-    }
-    if total > i64::MAX as f64 {
-        return None;
-    }
-    let nanos = total as i64;
-    Some(chrono::Duration::nanoseconds(if neg {
-        -nanos
-    } else {
-        nanos
-    }))
+    karpenter_core::duration::parse_signed_go_duration(s)
+        .ok()
+        .map(chrono::Duration::nanoseconds)
 }
 
 static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| re(r"((\d+)\s*([A-Za-zµ]+))"));

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as pb;
 use serde_json::Value;
 
@@ -107,23 +108,20 @@ fn instance_type(r: &Reader<'_>, it: &Value, path: &str) -> Result<pb::InstanceT
             requirements.push(in_values(key, values));
         }
     }
-    if !has.contains("node.kubernetes.io/instance-type") {
-        requirements.push(in_values(
-            "node.kubernetes.io/instance-type",
-            vec![name.clone()],
-        ));
+    if !has.contains(labels::INSTANCE_TYPE) {
+        requirements.push(in_values(labels::INSTANCE_TYPE, vec![name.clone()]));
     }
-    if !has.contains("topology.kubernetes.io/zone") {
+    if !has.contains(labels::TOPOLOGY_ZONE) {
         let zones: BTreeSet<String> = offerings.iter().map(|o| o.zone.clone()).collect();
         requirements.push(in_values(
-            "topology.kubernetes.io/zone",
+            labels::TOPOLOGY_ZONE,
             zones.into_iter().collect(),
         ));
     }
-    if !has.contains("karpenter.sh/capacity-type") {
+    if !has.contains(labels::CAPACITY_TYPE) {
         let types: BTreeSet<String> = offerings.iter().map(|o| o.capacity_type.clone()).collect();
         requirements.push(in_values(
-            "karpenter.sh/capacity-type",
+            labels::CAPACITY_TYPE,
             types.into_iter().collect(),
         ));
     }
@@ -138,26 +136,4 @@ fn instance_type(r: &Reader<'_>, it: &Value, path: &str) -> Result<pb::InstanceT
             eviction_threshold: None,
         }),
     })
-}
-
-/// Capacity minus overhead, as a node of the type would report allocatable.
-pub fn allocatable(it: &pb::InstanceType) -> pb::ResourceList {
-    let mut quantities = it.capacity.clone().unwrap_or_default().quantities;
-    if let Some(overhead) = &it.overhead {
-        for list in [
-            &overhead.kube_reserved,
-            &overhead.system_reserved,
-            &overhead.eviction_threshold,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            for (k, v) in &list.quantities {
-                if let Some(q) = quantities.get_mut(k) {
-                    *q = (*q - v).max(0);
-                }
-            }
-        }
-    }
-    pb::ResourceList { quantities }
 }

@@ -7,7 +7,6 @@ use karpenter_proto::scheduler::v1 as pb;
 use serde_json::{Map, Value};
 
 use crate::input::{Document, InputError};
-use crate::quantity;
 
 /// Reads fields of one document, naming it in errors.
 #[derive(Clone, Copy)]
@@ -148,8 +147,14 @@ impl<'a> Reader<'a> {
         };
         let mut quantities = BTreeMap::new();
         for (name, value) in map {
-            let q = quantity::parse_value(value, quantity::unit_of(name))
-                .map_err(|e| self.err(join(path, name), e.to_string()))?;
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                other => other.to_string(),
+            };
+            let q = karpenter_core::quantity::parse_resource(name, &text).map_err(|e| {
+                self.err(join(path, name), format!("invalid quantity {text:?}: {e}"))
+            })?;
             quantities.insert(name.clone(), q);
         }
         Ok(Some(pb::ResourceList { quantities }))
@@ -206,7 +211,7 @@ impl<'a> Reader<'a> {
         let Some(text) = self.string(v, path)? else {
             return Ok(None);
         };
-        let d = karpenter_api::duration::parse_go_duration(&text)
+        let d = karpenter_core::duration::parse_go_duration(&text)
             .map_err(|e| self.err(path, format!("invalid duration {text:?}: {e}")))?;
         Ok(Some(std_duration(d)))
     }

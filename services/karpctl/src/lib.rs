@@ -9,7 +9,7 @@
 //!
 //! * `plan` ([`plan`]) turns the manifests into the scheduler's
 //!   `ClusterSnapshot` ([`snapshot`], [`podspec`], [`catalog`], with
-//!   quantities parsed by [`quantity`]), solves it in-process with
+//!   quantities parsed by `karpenter-core`), solves it in-process with
 //!   `karpenter-scheduling` or through a running scheduler (`--scheduler`),
 //!   and prints the decisions ([`output`]): the stable JSON of
 //!   `PLAN_CLI.md`, the same as YAML, or a table. Instance types come from
@@ -39,7 +39,6 @@ pub mod input;
 pub mod output;
 pub mod plan;
 pub mod podspec;
-pub mod quantity;
 pub mod snapshot;
 pub mod validate;
 

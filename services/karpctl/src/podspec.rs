@@ -245,7 +245,7 @@ pub fn pod(r: &Reader<'_>, src: &PodSource<'_>, ctx: &PodContext) -> Result<pb::
         None => ctx.default_priority.as_ref().map(|(_, v)| *v).unwrap_or(0),
     };
 
-    let deletion_cost = match annotations.get("controller.kubernetes.io/pod-deletion-cost") {
+    let deletion_cost = match annotations.get(karpenter_core::labels::POD_DELETION_COST) {
         Some(text) => text.parse::<i32>().map_err(|_| {
             r.err(
                 format!(
@@ -288,7 +288,7 @@ pub fn pod(r: &Reader<'_>, src: &PodSource<'_>, ctx: &PodContext) -> Result<pb::
         priority,
         priority_class_name,
         do_not_disrupt: annotations
-            .get("karpenter.sh/do-not-disrupt")
+            .get(karpenter_core::labels::DO_NOT_DISRUPT)
             .map(String::as_str)
             == Some("true"),
         deletion_cost,

@@ -32,11 +32,8 @@ use crate::fields::{Reader, join};
 use crate::input::{Document, InputError};
 use crate::podspec::{self, PodContext, PodSource};
 
-pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
-pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
-pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+use karpenter_core::labels;
+
 /// Name of the catalog made from InstanceTypeCatalog documents.
 pub const MANIFEST_CATALOG: &str = "manifests";
 
@@ -412,7 +409,7 @@ pub fn build(docs: &[Document]) -> Result<Built, InputError> {
     }
 
     for (name, mut labels) in namespaces {
-        labels.insert("kubernetes.io/metadata.name".to_string(), name.clone());
+        labels.insert(labels::NAMESPACE_NAME.to_string(), name.clone());
         built.snapshot.namespaces.push(pb::Namespace {
             name,
             labels: labels.into_iter().collect(),
@@ -441,7 +438,9 @@ pub fn fill_from_catalogs(snapshot: &mut pb::ClusterSnapshot) {
             .find(|o| o.zone == node.zone && o.capacity_type == node.capacity_type)
             .map(|o| o.price);
         let capacity = it.capacity.clone();
-        let allocatable = catalog::allocatable(it);
+        let allocatable = pb::ResourceList {
+            quantities: karpenter_proto::convert::allocatable(it),
+        };
         updates.push((i, price, capacity, allocatable));
     }
     for (i, price, capacity, allocatable) in updates {
@@ -697,7 +696,7 @@ pub fn disruptions_allowed<'a>(
     let Some(selector) = budget
         .selector
         .as_ref()
-        .and_then(|s| karpenter_scheduling::model::label_selector("selector", s).ok())
+        .and_then(|s| karpenter_proto::convert::label_selector("selector", s).ok())
     else {
         return (0, 0);
     };
@@ -742,7 +741,7 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
     let all_taints = r.taints(v.pointer("/spec/taints"), "spec.taints")?;
     let (startup_taints, taints): (Vec<_>, Vec<_>) = all_taints
         .into_iter()
-        .partition(|t| t.key == UNREGISTERED_TAINT);
+        .partition(|t| t.key == labels::UNREGISTERED_TAINT_KEY);
     let registered = startup_taints.is_empty();
     let capacity = r.resources(v.pointer("/status/capacity"), "status.capacity")?;
     let allocatable = r
@@ -751,23 +750,23 @@ fn node(doc: &Document) -> Result<pb::StateNode, InputError> {
     // Without the karpenter.sh/initialized label (and, later, a NodeClaim
     // condition) a registered node counts as initialized: manifests
     // straight from a user's repository rarely carry either.
-    let initialized = match labels.get(INITIALIZED_LABEL).map(String::as_str) {
+    let initialized = match labels.get(labels::INITIALIZED).map(String::as_str) {
         Some(value) => value == "true",
         None => registered,
     };
     let disruption = pb::NodeClaimDisruptionState {
-        do_not_disrupt: annotations.get(DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
-        disrupting: taints.iter().any(|t| t.key == DISRUPTED_TAINT),
+        do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+        disrupting: taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
         node_not_ready: node_not_ready(v),
         ..Default::default()
     };
     Ok(pb::StateNode {
         node_claim_name: String::new(),
         provider_id: r.string_or_empty(v.pointer("/spec/providerID"), "spec.providerID")?,
-        node_pool: label(&labels, NODEPOOL_LABEL),
-        capacity_type: label(&labels, "karpenter.sh/capacity-type"),
-        zone: label(&labels, "topology.kubernetes.io/zone"),
-        instance_type: label(&labels, "node.kubernetes.io/instance-type"),
+        node_pool: label(&labels, labels::NODE_POOL),
+        capacity_type: label(&labels, labels::CAPACITY_TYPE),
+        zone: label(&labels, labels::TOPOLOGY_ZONE),
+        instance_type: label(&labels, labels::INSTANCE_TYPE),
         labels,
         taints,
         startup_taints,
@@ -905,13 +904,13 @@ fn node_claim(
             "status.lastPodEventTime",
         )?,
         initialized_time: since("Initialized"),
-        do_not_disrupt: annotations.get(DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+        do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
         expiration_time: match (&creation, &expire_after) {
             (Some(c), Some(d)) => Some(plus(c, d)),
             _ => None,
         },
         node_pool_hash: annotations
-            .get("karpenter.sh/nodepool-hash")
+            .get(labels::NODE_POOL_HASH)
             .cloned()
             .unwrap_or_default(),
         disrupting: false,
@@ -941,12 +940,12 @@ fn node_claim(
         let node = &mut built.snapshot.nodes[i];
         node.node_claim_name = name;
         if node.node_pool.is_empty() {
-            node.node_pool = label(&labels, NODEPOOL_LABEL);
+            node.node_pool = label(&labels, labels::NODE_POOL);
         }
         if creation.is_some() {
             node.creation_timestamp = creation;
         }
-        let labelled = node.labels.get(INITIALIZED_LABEL).map(String::as_str);
+        let labelled = node.labels.get(labels::INITIALIZED).map(String::as_str);
         node.initialized = match (labelled, claim_initialized) {
             (Some("true"), _) | (_, Some(true)) => true,
             (None, None) => node.initialized,
@@ -969,7 +968,7 @@ fn node_claim(
         ));
     }
     startup_taints.push(pb::Taint {
-        key: UNREGISTERED_TAINT.to_string(),
+        key: labels::UNREGISTERED_TAINT_KEY.to_string(),
         value: String::new(),
         effect: pb::TaintEffect::NoExecute as i32,
     });
@@ -977,7 +976,7 @@ fn node_claim(
     let allocatable = r
         .resources(v.pointer("/status/allocatable"), "status.allocatable")?
         .or_else(|| capacity.clone());
-    let node_pool = label(&labels, NODEPOOL_LABEL);
+    let node_pool = label(&labels, labels::NODE_POOL);
     let index = built.snapshot.nodes.len();
     let expiry = pool_expiry(index, &node_pool);
     let state = pb::StateNode {
@@ -985,9 +984,9 @@ fn node_claim(
         node_claim_name: name.clone(),
         provider_id,
         node_pool,
-        capacity_type: label(&labels, "karpenter.sh/capacity-type"),
-        zone: label(&labels, "topology.kubernetes.io/zone"),
-        instance_type: label(&labels, "node.kubernetes.io/instance-type"),
+        capacity_type: label(&labels, labels::CAPACITY_TYPE),
+        zone: label(&labels, labels::TOPOLOGY_ZONE),
+        instance_type: label(&labels, labels::INSTANCE_TYPE),
         labels,
         taints,
         startup_taints,

@@ -309,12 +309,7 @@ fn resource_list(map: BTreeMap<String, i64>) -> sched::ResourceList {
 fn reserved_from(settings: &BTreeMap<String, String>) -> BTreeMap<String, i64> {
     let mut out = BTreeMap::new();
     for (name, value) in settings {
-        let parsed = if name == "cpu" {
-            quantity::parse_millis(value)
-        } else {
-            quantity::parse(value)
-        };
-        if let Some(v) = parsed {
+        if let Ok(v) = karpenter_core::quantity::parse_resource(name, value.trim()) {
             out.insert(name.clone(), v);
         }
     }

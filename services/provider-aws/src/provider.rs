@@ -19,9 +19,9 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens};
 use karpenter_api::labels as l;
+use karpenter_core::requirements::Requirements;
 use karpenter_proto::provider::v1 as pb;
 use karpenter_proto::scheduler::v1 as sched;
-use karpenter_scheduling::requirements::Requirements;
 
 use crate::aws::{Clients, Settings};
 use crate::catalog::{Catalog, OfferingView};
@@ -119,7 +119,9 @@ fn volumes(nc: &NodeClass) -> Vec<Volume> {
             let size_gib = ebs
                 .volume_size
                 .as_ref()
-                .and_then(|q| crate::quantity::parse(&q.0))
+                .and_then(|q| {
+                    karpenter_core::quantity::parse(&q.0, karpenter_core::quantity::Unit::Base).ok()
+                })
                 .map(|bytes| (bytes + (1 << 30) - 1) >> 30);
             let root = if any_root {
                 m.root_volume
@@ -153,7 +155,7 @@ fn ephemeral_storage_bytes(nc: &NodeClass) -> i64 {
         .find(|v| v.root)
         .and_then(|v| v.size_gib)
         .unwrap_or(20)
-        << 30
+        .saturating_mul(1 << 30)
 }
 
 fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
@@ -200,33 +202,21 @@ pub fn instance_id(provider_id: &str) -> Result<&str, Error> {
         })
 }
 
-fn allocatable(it: &sched::InstanceType) -> BTreeMap<String, i64> {
-    let mut out: BTreeMap<String, i64> = it
-        .capacity
-        .as_ref()
-        .map(|c| c.quantities.clone().into_iter().collect())
-        .unwrap_or_default();
-    if let Some(overhead) = &it.overhead {
-        for list in [
-            &overhead.kube_reserved,
-            &overhead.system_reserved,
-            &overhead.eviction_threshold,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            for (name, value) in &list.quantities {
-                if let Some(entry) = out.get_mut(name) {
-                    *entry = (*entry - value).max(0);
-                }
-            }
-        }
-    }
-    out
+fn requirements_of(list: &[sched::Requirement]) -> Option<Requirements> {
+    karpenter_proto::convert::requirements("", list).ok()
 }
 
-fn requirements_of(list: &[sched::Requirement]) -> Option<Requirements> {
-    karpenter_scheduling::model::requirements("", list).ok()
+/// The instance types an AMI can run on; `None` when its requirements are
+/// not well formed (the AMI is then used for nothing).
+fn ami_requirements(list: &[karpenter_api::NodeSelectorRequirement]) -> Option<Requirements> {
+    list.iter()
+        .map(|r| {
+            karpenter_api::NodeSelectorRequirementWithMinValues::from(r.clone())
+                .to_requirement()
+                .ok()
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(Requirements::from_requirements)
 }
 
 /// A type the launch may use, with its offerings of the chosen capacity type.
@@ -421,16 +411,14 @@ impl Provider {
         }
         let nc = NodeClass::from_wire("node_claim.node_class", claim.node_class.as_ref())?;
         Self::ensure_ready(&nc)?;
-        let requirements = karpenter_scheduling::model::requirements(
-            "node_claim.requirements",
-            &claim.requirements,
-        )
-        .map_err(|e| Error::invalid(e.field.clone(), e.message.clone()))?;
+        let requirements =
+            karpenter_proto::convert::requirements("node_claim.requirements", &claim.requirements)
+                .map_err(|e| Error::invalid(e.field.clone(), e.message.clone()))?;
         if let Some(existing) = self.find_by_claim(&claim.name, Some(&nc)).await? {
             tracing::info!(instance = %existing.provider_id, "node claim already launched; returning its instance");
             return Ok(existing);
         }
-        let requests = karpenter_scheduling::model::resources(claim.resources.as_ref());
+        let requests = karpenter_proto::convert::resources(claim.resources.as_ref());
         let mut failed: Vec<pb::FailedOffering> = Vec::new();
         for attempt in 0..MAX_FLEET_ATTEMPTS {
             let types = self.instance_types(Some(&nc)).await?;
@@ -498,7 +486,7 @@ impl Provider {
         &self,
         claim: &pb::NodeClaim,
         requirements: &Requirements,
-        requests: &karpenter_scheduling::resources::Resources,
+        requests: &karpenter_core::resources::Resources,
         types: &[(TypeInfo, sched::InstanceType)],
     ) -> Result<(&'static str, Vec<Candidate>), Error> {
         let allowed = |ct: &str| requirements.get(l::CAPACITY_TYPE).is_none_or(|r| r.has(ct));
@@ -513,8 +501,9 @@ impl Provider {
             if type_reqs.intersects(requirements).is_err() {
                 continue;
             }
-            let allocatable =
-                karpenter_scheduling::resources::Resources::from_map(&allocatable(it));
+            let allocatable = karpenter_core::resources::Resources::from_map(
+                &karpenter_proto::convert::allocatable(it),
+            );
             if !requests.fits(&allocatable) {
                 continue;
             }
@@ -637,24 +626,8 @@ impl Provider {
                 continue;
             };
             let ami = nc.status.amis.iter().find(|ami| {
-                let list: Vec<sched::Requirement> = ami
-                    .requirements
-                    .iter()
-                    .map(|r| sched::Requirement {
-                        key: r.key.clone(),
-                        operator: match r.operator.as_str() {
-                            "In" => sched::Operator::In,
-                            "NotIn" => sched::Operator::NotIn,
-                            "Exists" => sched::Operator::Exists,
-                            "DoesNotExist" => sched::Operator::DoesNotExist,
-                            "Gt" => sched::Operator::Gt,
-                            _ => sched::Operator::Lt,
-                        } as i32,
-                        values: r.values.clone(),
-                        min_values: None,
-                    })
-                    .collect();
-                requirements_of(&list).is_some_and(|r| r.intersects(&type_reqs).is_ok())
+                ami_requirements(&ami.requirements)
+                    .is_some_and(|r| r.intersects(&type_reqs).is_ok())
             });
             if let Some(ami) = ami {
                 if !by_ami.contains_key(&ami.id) {
@@ -1255,7 +1228,7 @@ impl Provider {
             image_id: instance.image_id().unwrap_or_default().to_string(),
             capacity: it.and_then(|t| t.capacity.clone()),
             allocatable: it.map(|t| sched::ResourceList {
-                quantities: allocatable(t).into_iter().collect(),
+                quantities: karpenter_proto::convert::allocatable(t),
             }),
             labels,
             node_pool: tags.get(l::TAG_NODE_POOL).cloned().unwrap_or_default(),

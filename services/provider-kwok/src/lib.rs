@@ -30,6 +30,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use karpenter_core::duration::parse_go_duration;
+use karpenter_core::labels;
+use karpenter_core::quantity;
+use karpenter_core::requirements::Requirement;
+use karpenter_core::resources::Resources;
+use karpenter_proto::convert::{self, InvalidField};
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
 use karpenter_proto::scheduler::v1 as pb;
@@ -163,88 +169,39 @@ pub struct KwokProvider {
     inner: Arc<Inner>,
 }
 
-fn values_of<'a>(it: &'a pb::InstanceType, key: &str) -> Option<&'a [String]> {
-    it.requirements
-        .iter()
-        .find(|r| r.key == key && r.operator == pb::Operator::In as i32)
-        .map(|r| r.values.as_slice())
-}
-
-/// Whether a node claim's requirement admits a value set (None: the type
-/// does not define the key, so the label comes from the claim).
-fn admits(req: &pb::Requirement, have: Option<&[String]>) -> bool {
-    let op = pb::Operator::try_from(req.operator).unwrap_or(pb::Operator::Unspecified);
-    let num = |s: &str| s.parse::<i64>().ok();
-    let bound = req.values.first().and_then(|v| num(v));
-    match (op, have) {
-        (pb::Operator::In, Some(h)) => h.iter().any(|v| req.values.contains(v)),
-        (pb::Operator::NotIn, Some(h)) => h.iter().any(|v| !req.values.contains(v)),
-        (pb::Operator::Exists, Some(_)) => true,
-        (pb::Operator::DoesNotExist, Some(_)) => false,
-        (pb::Operator::Gt, Some(h)) => h
-            .iter()
-            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a > b)),
-        (pb::Operator::Lt, Some(h)) => h
-            .iter()
-            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a < b)),
-        (pb::Operator::Gte, Some(h)) => h
-            .iter()
-            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a >= b)),
-        (pb::Operator::Lte, Some(h)) => h
-            .iter()
-            .any(|v| num(v).zip(bound).is_some_and(|(a, b)| a <= b)),
-        (pb::Operator::Exists, None) => false,
-        (_, None) => true,
-        _ => true,
-    }
-}
-
-/// Capacity minus overhead.
-pub fn allocatable(it: &pb::InstanceType) -> pb::ResourceList {
-    karpctl::catalog::allocatable(it)
-}
-
-const ZONE: &str = "topology.kubernetes.io/zone";
-const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-
 /// The (type, offering) pairs that satisfy a claim, best first: the claim's
-/// instance-type order if it gives one, else by price.
+/// instance-type order if it gives one, else by price. A type matches when
+/// its requirements intersect the claim's (a key only the claim names is
+/// a label the node gets from the claim) and its allocatable fits the
+/// claim's requests; an offering when it is available in a zone and
+/// capacity type the claim allows.
 pub fn candidates<'a>(
     catalog: &'a [pb::InstanceType],
     claim: &pv::NodeClaim,
-) -> Vec<(&'a pb::InstanceType, &'a pb::Offering)> {
-    let fits = |it: &pb::InstanceType| {
-        let alloc = allocatable(it);
-        claim.resources.as_ref().is_none_or(|r| {
-            r.quantities
-                .iter()
-                .all(|(k, v)| alloc.quantities.get(k).copied().unwrap_or(0) >= *v)
-        })
-    };
+) -> Result<Vec<(&'a pb::InstanceType, &'a pb::Offering)>, InvalidField> {
+    let wanted = convert::requirements("node_claim.requirements", &claim.requirements)?;
+    let requests = convert::checked_resources("node_claim.resources", claim.resources.as_ref())?;
     let type_ok = |it: &pb::InstanceType| {
-        claim
-            .requirements
-            .iter()
-            .filter(|r| r.key != ZONE && r.key != CAPACITY_TYPE)
-            .all(|r| {
-                if r.key == INSTANCE_TYPE {
-                    admits(r, Some(std::slice::from_ref(&it.name)))
-                } else {
-                    admits(r, values_of(it, &r.key))
-                }
-            })
+        let Ok(mut offered) = convert::requirements("", &it.requirements) else {
+            return false;
+        };
+        if !offered.has(labels::INSTANCE_TYPE) {
+            offered.add(Requirement::single(labels::INSTANCE_TYPE, &it.name));
+        }
+        wanted.intersects(&offered).is_ok()
+            && requests.fits(&Resources::from_map(&convert::allocatable(it)))
     };
     let offering_ok = |o: &pb::Offering| {
         o.available
-            && claim.requirements.iter().all(|r| match r.key.as_str() {
-                ZONE => admits(r, Some(std::slice::from_ref(&o.zone))),
-                CAPACITY_TYPE => admits(r, Some(std::slice::from_ref(&o.capacity_type))),
-                _ => true,
-            })
+            && [
+                (labels::TOPOLOGY_ZONE, &o.zone),
+                (labels::CAPACITY_TYPE, &o.capacity_type),
+            ]
+            .into_iter()
+            .all(|(key, value)| wanted.get(key).is_none_or(|r| r.has(value)))
     };
     let mut out: Vec<(usize, &pb::InstanceType, &pb::Offering)> = Vec::new();
-    for it in catalog.iter().filter(|it| type_ok(it) && fits(it)) {
+    for it in catalog.iter().filter(|it| type_ok(it)) {
         let rank = if claim.instance_types.is_empty() {
             0
         } else {
@@ -258,33 +215,14 @@ pub fn candidates<'a>(
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.price.total_cmp(&b.2.price)));
-    out.into_iter().map(|(_, it, o)| (it, o)).collect()
-}
-
-/// `4`, `500m`, `16Gi`: a quantity as a Node reports it.
-pub fn quantity(resource: &str, v: i64) -> String {
-    if resource == "cpu" {
-        return if v % 1000 == 0 {
-            (v / 1000).to_string()
-        } else {
-            format!("{v}m")
-        };
-    }
-    if matches!(resource, "memory" | "ephemeral-storage") || resource.starts_with("hugepages-") {
-        for (suffix, unit) in [("Gi", 1i64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
-            if v != 0 && v % unit == 0 {
-                return format!("{}{suffix}", v / unit);
-            }
-        }
-    }
-    v.to_string()
+    Ok(out.into_iter().map(|(_, it, o)| (it, o)).collect())
 }
 
 fn resource_json(list: &pb::ResourceList) -> Value {
     Value::Object(
         list.quantities
             .iter()
-            .map(|(k, v)| (k.clone(), json!(quantity(k, *v))))
+            .map(|(k, v)| (k.clone(), json!(quantity::format(k, *v))))
             .collect(),
     )
 }
@@ -311,7 +249,7 @@ pub fn node_object(
     for (k, v) in claim.labels.iter().chain(extra_labels.iter()) {
         labels.insert(k.clone(), json!(v));
     }
-    labels.insert("kubernetes.io/hostname".into(), json!(claim.name));
+    labels.insert(karpenter_core::labels::HOSTNAME.into(), json!(claim.name));
     let taints: Vec<Value> = claim
         .taints
         .iter()
@@ -366,7 +304,7 @@ fn node_status(instance: &pv::Instance) -> Value {
         ],
         "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": instance.node_claim_name}],
         "nodeInfo": {
-            "architecture": instance.labels.get("kubernetes.io/arch").cloned().unwrap_or_else(|| "amd64".into()),
+            "architecture": instance.labels.get(karpenter_core::labels::ARCH).cloned().unwrap_or_else(|| "amd64".into()),
             "operatingSystem": "linux", "kubeletVersion": "v1.32.0-kwok", "kubeProxyVersion": "v1.32.0-kwok",
             "containerRuntimeVersion": "kwok://v0.6", "osImage": "kwok", "kernelVersion": "kwok",
             "machineID": "", "systemUUID": "", "bootID": "",
@@ -378,35 +316,6 @@ fn node_status(instance: &pv::Instance) -> Value {
 fn spec_field(class: Option<&pv::NodeClass>, field: &str) -> Option<Value> {
     let spec: Value = serde_json::from_str(class?.spec_json.as_str()).ok()?;
     spec.get(field).cloned()
-}
-
-/// Parses a Go duration (`1m30s`, `500ms`, `2s`).
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    let mut total = 0f64;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * mult;
-        rest = &rest[unit_end..];
-    }
-    Some(Duration::from_secs_f64(total))
 }
 
 fn now_ts() -> prost_types::Timestamp {
@@ -636,7 +545,7 @@ impl CloudProvider for KwokProvider {
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| DEFAULT_IMAGE.into());
         let delay = spec_field(claim.node_class.as_ref(), "nodeRegistrationDelay")
-            .and_then(|v| v.as_str().and_then(parse_go_duration))
+            .and_then(|v| v.as_str().and_then(|text| parse_go_duration(text).ok()))
             .unwrap_or(self.inner.options.node_delay);
         let instance = {
             let mut st = self.state();
@@ -645,7 +554,8 @@ impl CloudProvider for KwokProvider {
                     instance: Some(existing.clone()),
                 }));
             }
-            let candidates = candidates(&self.inner.catalog, &claim);
+            let candidates = candidates(&self.inner.catalog, &claim)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
             if candidates.is_empty() {
                 return Err(Status::invalid_argument(format!(
                     "no instance type of the catalog satisfies the requirements and requests of node claim {}",
@@ -679,11 +589,11 @@ impl CloudProvider for KwokProvider {
                 .filter(|r| r.operator == pb::Operator::In as i32 && r.values.len() == 1)
                 .map(|r| (r.key.clone(), r.values[0].clone()))
                 .collect();
-            labels.insert(INSTANCE_TYPE.into(), it.name.clone());
-            labels.insert(ZONE.into(), o.zone.clone());
-            labels.insert(CAPACITY_TYPE.into(), o.capacity_type.clone());
+            labels.insert(labels::INSTANCE_TYPE.into(), it.name.clone());
+            labels.insert(labels::TOPOLOGY_ZONE.into(), o.zone.clone());
+            labels.insert(labels::CAPACITY_TYPE.into(), o.capacity_type.clone());
             if !claim.node_pool.is_empty() {
-                labels.insert("karpenter.sh/nodepool".into(), claim.node_pool.clone());
+                labels.insert(labels::NODE_POOL.into(), claim.node_pool.clone());
             }
             let instance = pv::Instance {
                 node_claim_name: claim.name.clone(),
@@ -693,11 +603,13 @@ impl CloudProvider for KwokProvider {
                 capacity_type: o.capacity_type.clone(),
                 image_id: image,
                 capacity: it.capacity.clone(),
-                allocatable: Some(allocatable(it)),
+                allocatable: Some(pb::ResourceList {
+                    quantities: convert::allocatable(it),
+                }),
                 labels,
                 tags: BTreeMap::from([
-                    ("karpenter.sh/nodeclaim".to_string(), claim.name.clone()),
-                    ("karpenter.sh/nodepool".to_string(), claim.node_pool.clone()),
+                    (labels::TAG_NODE_CLAIM.to_string(), claim.name.clone()),
+                    (labels::TAG_NODE_POOL.to_string(), claim.node_pool.clone()),
                 ])
                 .into_iter()
                 .collect(),
@@ -926,7 +838,7 @@ mod tests {
         let claim = pv::NodeClaim {
             name: "c".into(),
             requirements: vec![
-                req(ZONE, pb::Operator::In, &["us-west-2b"]),
+                req(labels::TOPOLOGY_ZONE, pb::Operator::In, &["us-west-2b"]),
                 req("kubernetes.io/arch", pb::Operator::In, &["arm64"]),
             ],
             resources: Some(pb::ResourceList {
@@ -936,7 +848,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let c = candidates(&catalog, &claim);
+        let c = candidates(&catalog, &claim).expect("valid claim");
         let (it, o) = c.first().expect("a candidate");
         assert_eq!(it.name, "c-4x-arm64-linux");
         assert_eq!(
@@ -944,22 +856,31 @@ mod tests {
             ("us-west-2b", "spot")
         );
         let on_demand = pv::NodeClaim {
-            requirements: vec![req(CAPACITY_TYPE, pb::Operator::In, &["on-demand"])],
+            requirements: vec![req(labels::CAPACITY_TYPE, pb::Operator::In, &["on-demand"])],
             ..claim
         };
         assert!(
             candidates(&catalog, &on_demand)
+                .expect("valid claim")
                 .iter()
                 .all(|(_, o)| o.capacity_type == "on-demand")
         );
     }
 
     #[test]
-    fn quantities_and_durations() {
-        assert_eq!(quantity("cpu", 3900), "3900m");
-        assert_eq!(quantity("cpu", 4000), "4");
-        assert_eq!(quantity("memory", 8 << 30), "8Gi");
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+    fn a_claim_with_an_unknown_operator_is_refused_not_matched_to_everything() {
+        let catalog = load_catalog(None).expect("builtin");
+        let claim = pv::NodeClaim {
+            name: "c".into(),
+            requirements: vec![pb::Requirement {
+                operator: 99,
+                ..req("kubernetes.io/arch", pb::Operator::In, &["arm64"])
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            candidates(&catalog, &claim).map_err(|e| e.field),
+            Err("node_claim.requirements[0].operator".to_owned())
+        );
     }
 }

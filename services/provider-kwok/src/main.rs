@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
     karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
     let catalog =
         provider_kwok::load_catalog(args.catalog.as_deref()).context("loading the catalog")?;
-    let node_delay = provider_kwok::parse_go_duration(&args.node_delay)
+    let node_delay = karpenter_core::duration::parse_go_duration(&args.node_delay)
         .context("--node-delay is not a duration")?;
     let client = match &args.kubeconfig {
         Some(path) => {

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use integration_tests::RunningService;
-use integration_tests::kube_test_server::{Config, KubeTestServer};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::scheduler::v1 as pb;
 use kube::api::{Api, ListParams, PostParams};
+use kube_test_server::{Config, KubeTestServer};
 use prost::Message;
 use provider_kwok::{InterruptionRequest, KwokProvider, OfferingPattern, Options};
 use serde_json::json;

@@ -111,7 +111,7 @@ fn eviction_cost(pod: &Pod) -> f64 {
 
 fn tolerates_disrupted_taint(pod: &Pod) -> bool {
     let taint = Taint {
-        key: labels::DISRUPTED_TAINT.to_owned(),
+        key: labels::DISRUPTED_TAINT_KEY.to_owned(),
         value: String::new(),
         effect: Effect::NoSchedule,
     };
@@ -631,7 +631,7 @@ fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
             o.available
                 && o.capacity_type == capacity_type
                 && requirements
-                    .get(labels::ZONE)
+                    .get(labels::TOPOLOGY_ZONE)
                     .is_none_or(|z| z.has(&o.zone))
         });
         if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
@@ -683,7 +683,11 @@ fn restrict_claim(
     let (it, _) = kept[0];
     let offering = it.cheapest_allowed(&filter)?;
     let mut labels = claim.labels.clone();
-    for key in [labels::INSTANCE_TYPE, labels::ZONE, labels::CAPACITY_TYPE] {
+    for key in [
+        labels::INSTANCE_TYPE,
+        labels::TOPOLOGY_ZONE,
+        labels::CAPACITY_TYPE,
+    ] {
         match requirements.get(key).and_then(Requirement::single_value) {
             Some(value) => {
                 labels.insert(key.to_owned(), value.to_owned());
@@ -929,7 +933,7 @@ fn apply(cluster: &mut Cluster, command: &Command) {
             labels::INSTANCE_TYPE.to_owned(),
             cheapest.instance_type.clone(),
         );
-        node_labels.insert(labels::ZONE.to_owned(), cheapest.zone.clone());
+        node_labels.insert(labels::TOPOLOGY_ZONE.to_owned(), cheapest.zone.clone());
         node_labels.insert(
             labels::CAPACITY_TYPE.to_owned(),
             cheapest.capacity_type.clone(),

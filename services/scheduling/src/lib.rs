@@ -21,12 +21,9 @@
 
 pub mod disruption;
 pub mod hostports;
-pub mod labels;
 pub mod model;
-pub mod requirements;
-pub mod resources;
-pub mod selector;
 pub mod solve;
-pub mod taints;
 pub mod topology;
 pub mod wire;
+
+pub use karpenter_core::{labels, requirements, resources, selector, taints};

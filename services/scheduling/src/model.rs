@@ -5,31 +5,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use karpenter_proto::convert::InvalidField;
+use karpenter_proto::convert::{
+    checked_resources, label_selector, requirement, requirements, resources, taints, tolerations,
+};
 use karpenter_proto::scheduler::v1 as pb;
 
 use crate::hostports::HostPort;
 use crate::labels;
-use crate::requirements::{Operator, Requirement, Requirements};
+use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
-use crate::selector::{LabelSelector, SelectorOp};
+use crate::selector::LabelSelector;
 use crate::taints::{Effect, Taint, Toleration};
-
-/// A request field that cannot be understood.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct InvalidField {
-    pub field: String,
-    pub message: String,
-}
-
-impl InvalidField {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodKey {
@@ -225,7 +212,7 @@ impl OfferingFilter {
             }
         };
         Self {
-            zones: allowed(labels::ZONE, &space.zones),
+            zones: allowed(labels::TOPOLOGY_ZONE, &space.zones),
             capacity_types: allowed(labels::CAPACITY_TYPE, &space.capacity_types),
             all: space
                 .has_offering_requirements
@@ -362,175 +349,6 @@ pub fn duration_seconds(duration: Option<&prost_types::Duration>) -> Option<i64>
     duration.map(|d| d.seconds)
 }
 
-pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
-    list.map_or_else(Resources::default, |list| {
-        Resources::from_map(&list.quantities)
-    })
-}
-
-fn check_resources(
-    field: &str,
-    list: Option<&pb::ResourceList>,
-) -> Result<Resources, InvalidField> {
-    if let Some(list) = list {
-        for (name, quantity) in &list.quantities {
-            if *quantity < 0 {
-                return Err(InvalidField::new(
-                    format!("{field}.quantities[{name}]"),
-                    format!("must not be negative, got {quantity}"),
-                ));
-            }
-        }
-    }
-    Ok(resources(list))
-}
-
-pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
-    Ok(match pb::Operator::try_from(value) {
-        Ok(pb::Operator::In) => Operator::In,
-        Ok(pb::Operator::NotIn) => Operator::NotIn,
-        Ok(pb::Operator::Exists) => Operator::Exists,
-        Ok(pb::Operator::DoesNotExist) => Operator::DoesNotExist,
-        Ok(pb::Operator::Gt) => Operator::Gt,
-        Ok(pb::Operator::Lt) => Operator::Lt,
-        Ok(pb::Operator::Gte) => Operator::Gte,
-        Ok(pb::Operator::Lte) => Operator::Lte,
-        _ => {
-            return Err(InvalidField::new(
-                format!("{field}.operator"),
-                format!("unknown operator {value}"),
-            ));
-        }
-    })
-}
-
-pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, InvalidField> {
-    if r.key.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.key"),
-            "must not be empty",
-        ));
-    }
-    let op = operator(field, r.operator)?;
-    let requirement = Requirement::new(&r.key, op, r.values.iter().cloned())
-        .map_err(|e| InvalidField::new(format!("{field}.values"), e.to_string()))?;
-    let min_values = match r.min_values {
-        Some(min) if !(1..=50).contains(&min) => {
-            return Err(InvalidField::new(
-                format!("{field}.min_values"),
-                format!("must be between 1 and 50, got {min}"),
-            ));
-        }
-        Some(min) => {
-            let min = min as usize;
-            if op == Operator::In && r.values.len() < min {
-                return Err(InvalidField::new(
-                    format!("{field}.min_values"),
-                    format!(
-                        "requirement {} In has {} values, fewer than minValues {min}",
-                        r.key,
-                        r.values.len()
-                    ),
-                ));
-            }
-            Some(min)
-        }
-        None => None,
-    };
-    Ok(requirement.with_min_values(min_values))
-}
-
-pub fn requirements(field: &str, list: &[pb::Requirement]) -> Result<Requirements, InvalidField> {
-    let mut result = Requirements::new();
-    for (i, r) in list.iter().enumerate() {
-        result.add(requirement(&format!("{field}[{i}]"), r)?);
-    }
-    Ok(result)
-}
-
-fn effect(field: &str, value: i32) -> Result<Effect, InvalidField> {
-    match pb::TaintEffect::try_from(value) {
-        Ok(pb::TaintEffect::NoSchedule) => Ok(Effect::NoSchedule),
-        Ok(pb::TaintEffect::PreferNoSchedule) => Ok(Effect::PreferNoSchedule),
-        Ok(pb::TaintEffect::NoExecute) => Ok(Effect::NoExecute),
-        _ => Err(InvalidField::new(
-            format!("{field}.effect"),
-            format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {value}"),
-        )),
-    }
-}
-
-pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidField> {
-    list.iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let field = format!("{field}[{i}]");
-            if t.key.is_empty() {
-                return Err(InvalidField::new(
-                    format!("{field}.key"),
-                    "must not be empty",
-                ));
-            }
-            Ok(Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: effect(&field, t.effect)?,
-            })
-        })
-        .collect()
-}
-
-fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleration>, InvalidField> {
-    list.iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let field = format!("{field}[{i}]");
-            let exists = matches!(
-                pb::toleration::TolerationOperator::try_from(t.operator),
-                Ok(pb::toleration::TolerationOperator::Exists)
-            );
-            let effect = if t.effect == 0 {
-                None
-            } else {
-                Some(effect(&field, t.effect)?)
-            };
-            Ok(Toleration {
-                key: t.key.clone(),
-                exists,
-                value: t.value.clone(),
-                effect,
-            })
-        })
-        .collect()
-}
-
-pub fn label_selector(
-    field: &str,
-    selector: &pb::LabelSelector,
-) -> Result<LabelSelector, InvalidField> {
-    let mut result = LabelSelector::default();
-    for (key, value) in &selector.match_labels {
-        result.require(key, value);
-    }
-    for (i, e) in selector.match_expressions.iter().enumerate() {
-        let values: BTreeSet<String> = e.values.iter().cloned().collect();
-        let op = match e.operator.as_str() {
-            "In" => SelectorOp::In(values),
-            "NotIn" => SelectorOp::NotIn(values),
-            "Exists" => SelectorOp::Exists,
-            "DoesNotExist" => SelectorOp::DoesNotExist,
-            other => {
-                return Err(InvalidField::new(
-                    format!("{field}.match_expressions[{i}].operator"),
-                    format!("must be In, NotIn, Exists or DoesNotExist, got {other:?}"),
-                ));
-            }
-        };
-        result.expressions.push((e.key.clone(), op));
-    }
-    Ok(result)
-}
-
 fn namespaces_for(
     field: &str,
     term: &pb::PodAffinityTerm,
@@ -589,7 +407,7 @@ fn affinity_term(
     Ok(AffinityTerm {
         selector,
         namespaces: namespaces_for(field, term, pod_namespace, namespaces)?,
-        topology_key: labels::normalize(&term.topology_key).to_owned(),
+        topology_key: labels::normalize_label(&term.topology_key).to_owned(),
     })
 }
 
@@ -667,11 +485,11 @@ pub fn pod(
         ));
     }
     for (i, c) in p.containers.iter().chain(&p.init_containers).enumerate() {
-        check_resources(
+        checked_resources(
             &format!("{field}.containers[{i}].requests"),
             c.requests.as_ref(),
         )?;
-        check_resources(
+        checked_resources(
             &format!("{field}.containers[{i}].limits"),
             c.limits.as_ref(),
         )?;
@@ -783,7 +601,7 @@ pub fn pod(
             use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
             Ok(SpreadConstraint {
                 max_skew: c.max_skew,
-                topology_key: labels::normalize(&c.topology_key).to_owned(),
+                topology_key: labels::normalize_label(&c.topology_key).to_owned(),
                 when_unsatisfiable: if c.when_unsatisfiable == W::ScheduleAnyway as i32 {
                     WhenUnsatisfiable::ScheduleAnyway
                 } else {
@@ -828,7 +646,7 @@ pub fn pod(
         node_selector: p
             .node_selector
             .iter()
-            .map(|(k, v)| (labels::normalize(k).to_owned(), v.clone()))
+            .map(|(k, v)| (labels::normalize_label(k).to_owned(), v.clone()))
             .collect(),
         required_terms,
         preferred_terms,
@@ -894,9 +712,9 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
             capacity_type_id: 0,
         });
     }
-    if !reqs.has(labels::ZONE) {
+    if !reqs.has(labels::TOPOLOGY_ZONE) {
         reqs.add(Requirement::in_values(
-            labels::ZONE,
+            labels::TOPOLOGY_ZONE,
             offerings.iter().map(|o| o.zone.as_str()),
         ));
     }
@@ -906,18 +724,24 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
             offerings.iter().map(|o| o.capacity_type.as_str()),
         ));
     }
-    let capacity = check_resources(&format!("{field}.capacity"), it.capacity.as_ref())?;
-    let mut overhead = Resources::default();
+    let capacity = checked_resources(&format!("{field}.capacity"), it.capacity.as_ref())?;
+    let mut overheads = Vec::new();
     if let Some(o) = &it.overhead {
-        overhead.add(&resources(o.kube_reserved.as_ref()));
-        overhead.add(&resources(o.system_reserved.as_ref()));
-        overhead.add(&resources(o.eviction_threshold.as_ref()));
+        for (name, list) in [
+            ("kube_reserved", &o.kube_reserved),
+            ("system_reserved", &o.system_reserved),
+            ("eviction_threshold", &o.eviction_threshold),
+        ] {
+            checked_resources(&format!("{field}.overhead.{name}"), list.as_ref())?;
+            overheads.extend(list.as_ref().map(|l| &l.quantities));
+        }
     }
+    let allocatable = karpenter_core::resources::allocatable(&capacity.to_map(), overheads);
     Ok(InstanceType {
         name: it.name.clone(),
         requirements: reqs,
         offerings,
-        allocatable: capacity.minus(&overhead),
+        allocatable: Resources::from_map(&allocatable),
         capacity,
     })
 }
@@ -1052,12 +876,12 @@ fn state_node(
         // Until a node is initialized, its startup taints (and Karpenter's
         // unregistered taint) are expected to go away: pods may be planned
         // onto it regardless.
-        node_taints.retain(|t| !startup.contains(t) && t.key != labels::UNREGISTERED_TAINT);
+        node_taints.retain(|t| !startup.contains(t) && t.key != labels::UNREGISTERED_TAINT_KEY);
     }
     if n.unschedulable {
         // A cordoned node: kube-scheduler sees this taint.
         node_taints.push(Taint {
-            key: "node.kubernetes.io/unschedulable".to_owned(),
+            key: labels::UNSCHEDULABLE_TAINT_KEY.to_owned(),
             value: String::new(),
             effect: Effect::NoSchedule,
         });
@@ -1065,7 +889,7 @@ fn state_node(
     let mut node_labels: BTreeMap<String, String> = n
         .labels
         .iter()
-        .map(|(k, v)| (labels::normalize(k).to_owned(), v.clone()))
+        .map(|(k, v)| (labels::normalize_label(k).to_owned(), v.clone()))
         .collect();
     if !n.node_pool.is_empty() {
         node_labels
@@ -1090,7 +914,10 @@ fn state_node(
         n.capacity_type.clone()
     };
     let zone = if n.zone.is_empty() {
-        node_labels.get(labels::ZONE).cloned().unwrap_or_default()
+        node_labels
+            .get(labels::TOPOLOGY_ZONE)
+            .cloned()
+            .unwrap_or_default()
     } else {
         n.zone.clone()
     };
@@ -1108,8 +935,8 @@ fn state_node(
         node_pool: n.node_pool.clone(),
         labels: node_labels,
         taints: node_taints,
-        allocatable: check_resources(&format!("{field}.allocatable"), n.allocatable.as_ref())?,
-        capacity: check_resources(&format!("{field}.capacity"), n.capacity.as_ref())?,
+        allocatable: checked_resources(&format!("{field}.allocatable"), n.allocatable.as_ref())?,
+        capacity: checked_resources(&format!("{field}.capacity"), n.capacity.as_ref())?,
         pods,
         has_node: n.has_node,
         initialized: n.initialized,

@@ -373,29 +373,8 @@ fn strip_preferences(pod: &mut Pod) {
 /// Keys Kubernetes reserves: a pod that selects on them (other than the
 /// well-known ones) is not Karpenter's to schedule.
 fn restricted_label(key: &str, well_known: &dyn WellKnown) -> bool {
-    if well_known.is_well_known(key) {
-        return false;
-    }
-    if key == labels::HOSTNAME {
-        return true;
-    }
-    let Some((domain, _)) = key.split_once('/') else {
-        return false;
-    };
-    let matches = |suffix: &str| domain == suffix || domain.ends_with(&format!(".{suffix}"));
-    if [
-        "kops.k8s.io",
-        "node.kubernetes.io",
-        "node-restriction.kubernetes.io",
-    ]
-    .into_iter()
-    .any(matches)
-    {
-        return false;
-    }
-    ["kubernetes.io", "k8s.io", "karpenter.sh"]
-        .into_iter()
-        .any(matches)
+    !well_known.is_well_known(key)
+        && labels::in_restricted_domain(key, labels::NEUTRAL_RESTRICTED_LABEL_DOMAINS)
 }
 
 fn validate_pod(pod: &Pod, well_known: &dyn WellKnown) -> Result<(), String> {
@@ -488,7 +467,7 @@ fn filter_instance_types(
         None => true,
         Some(keys) => {
             keys.iter()
-                .any(|r| r.key() == labels::ZONE || r.key() == labels::CAPACITY_TYPE)
+                .any(|r| r.key() == labels::TOPOLOGY_ZONE || r.key() == labels::CAPACITY_TYPE)
                 || (space.has_offering_requirements && !keys.is_empty())
         }
     };
@@ -632,8 +611,10 @@ pub struct Prepared<'c> {
 
 impl<'c> Prepared<'c> {
     pub fn new(cluster: &'c Cluster, options: &'c Options) -> Prepared<'c> {
-        let mut well_known: HashSet<String> =
-            labels::WELL_KNOWN.iter().map(|k| (*k).to_owned()).collect();
+        let mut well_known: HashSet<String> = labels::NEUTRAL_WELL_KNOWN_LABELS
+            .iter()
+            .map(|k| (*k).to_owned())
+            .collect();
         well_known.extend(options.well_known_labels.iter().cloned());
         for catalog in &cluster.catalogs {
             for it in catalog {
@@ -1561,7 +1542,7 @@ fn finalize(
     if let Some(first) = chosen.first() {
         for requirement in catalog[*first].requirements.iter() {
             let key = requirement.key();
-            if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+            if key == labels::TOPOLOGY_ZONE || key == labels::CAPACITY_TYPE {
                 continue;
             }
             let mut values: BTreeSet<&str> = BTreeSet::new();
@@ -1585,8 +1566,11 @@ fn finalize(
         .filter(|o| o.available && filter.allows(o))
         .map(|o| o.zone.as_str())
         .collect();
-    launch.add(Requirement::in_values(labels::ZONE, zones.iter().copied()));
-    requirements.add(Requirement::in_values(labels::ZONE, zones));
+    launch.add(Requirement::in_values(
+        labels::TOPOLOGY_ZONE,
+        zones.iter().copied(),
+    ));
+    requirements.add(Requirement::in_values(labels::TOPOLOGY_ZONE, zones));
     let mut node_labels = launch.labels();
     node_labels.remove(labels::HOSTNAME);
     Ok(PlannedClaim {

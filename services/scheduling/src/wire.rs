@@ -1,12 +1,12 @@
 //! From the scheduler's decisions back to the wire types.
 
+use karpenter_proto::convert::{
+    requirement_list as requirements, resource_list, taint_list as taints,
+};
 use karpenter_proto::scheduler::v1 as pb;
 
 use crate::model::PodKey;
-use crate::requirements::{Operator, Requirements};
-use crate::resources::Resources;
 use crate::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
-use crate::taints::{Effect, Taint};
 
 pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
     let Some(options) = options else {
@@ -24,59 +24,6 @@ pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
             == pb::scheduling_options::PreferencePolicy::Ignore as i32,
         well_known_labels: options.well_known_labels.clone(),
     }
-}
-
-pub fn resource_list(resources: &Resources) -> pb::ResourceList {
-    pb::ResourceList {
-        quantities: resources.to_map(),
-    }
-}
-
-fn operator(op: Operator) -> pb::Operator {
-    match op {
-        Operator::In => pb::Operator::In,
-        Operator::NotIn => pb::Operator::NotIn,
-        Operator::Exists => pb::Operator::Exists,
-        Operator::DoesNotExist => pb::Operator::DoesNotExist,
-        Operator::Gt => pb::Operator::Gt,
-        Operator::Lt => pb::Operator::Lt,
-        Operator::Gte => pb::Operator::Gte,
-        Operator::Lte => pb::Operator::Lte,
-    }
-}
-
-pub fn requirements(requirements: &Requirements) -> Vec<pb::Requirement> {
-    let mut out = Vec::new();
-    for requirement in requirements.iter() {
-        for (index, (key, op, values)) in requirement.to_expressions().into_iter().enumerate() {
-            out.push(pb::Requirement {
-                key,
-                operator: operator(op) as i32,
-                values,
-                min_values: if index == 0 {
-                    requirement.min_values().map(|m| m as i32)
-                } else {
-                    None
-                },
-            });
-        }
-    }
-    out
-}
-
-pub fn taints(taints: &[Taint]) -> Vec<pb::Taint> {
-    taints
-        .iter()
-        .map(|t| pb::Taint {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: match t.effect {
-                Effect::NoSchedule => pb::TaintEffect::NoSchedule,
-                Effect::PreferNoSchedule => pb::TaintEffect::PreferNoSchedule,
-                Effect::NoExecute => pb::TaintEffect::NoExecute,
-            } as i32,
-        })
-        .collect()
 }
 
 fn pod_ref(key: &PodKey, uids: &std::collections::HashMap<&PodKey, &str>) -> pb::PodRef {

@@ -24,8 +24,8 @@ use cel::common::types::{
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError, Value};
 
-use super::quantity::Quantity;
 use crate::{formats, meta, re2};
+use karpenter_core::quantity::Quantity;
 
 type CelResult<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
 
@@ -620,7 +620,7 @@ fn q_greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
         q_arg(&args, 0, "isGreaterThan")?,
         q_arg(&args, 1, "isGreaterThan")?,
     );
-    bool_val(a.cmp(&b) == Ordering::Greater)
+    bool_val(a.compare(&b) == Ordering::Greater)
 }
 
 fn q_less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -628,12 +628,12 @@ fn q_less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
         q_arg(&args, 0, "isLessThan")?,
         q_arg(&args, 1, "isLessThan")?,
     );
-    bool_val(a.cmp(&b) == Ordering::Less)
+    bool_val(a.compare(&b) == Ordering::Less)
 }
 
 fn q_compare<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
     let (a, b) = (q_arg(&args, 0, "compareTo")?, q_arg(&args, 1, "compareTo")?);
-    int_val(match a.cmp(&b) {
+    int_val(match a.compare(&b) {
         Ordering::Less => -1,
         Ordering::Equal => 0,
         Ordering::Greater => 1,

@@ -3,7 +3,6 @@
 
 mod check;
 mod library;
-pub(crate) mod quantity;
 mod value;
 
 use std::sync::{Arc, LazyLock};

@@ -22,45 +22,25 @@ use serde_json::{Value, json};
 use super::ResourceInfo;
 use super::store::{ListOptions, Propagation, Store, is_ready, now, set_condition};
 
-/// Parses a Kubernetes quantity (`500m`, `2Gi`, `1e3`) into a number
-/// (cores for CPU, bytes for memory).
-pub fn parse_quantity(q: &Value) -> f64 {
-    let s = match q {
-        Value::Number(n) => return n.as_f64().unwrap_or(0.0),
-        Value::String(s) => s.trim(),
-        _ => return 0.0,
+/// A quantity of resource `name` in wire units (millicores for CPU, bytes
+/// for memory); one that does not parse counts as zero, as the stand-in
+/// does not validate what it schedules.
+pub fn parse_quantity(name: &str, q: &Value) -> i64 {
+    let text = match q {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.trim().to_owned(),
+        _ => return 0,
     };
-    const SUFFIXES: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("Pi", 1125899906842624.0),
-        ("Ei", 1152921504606846976.0),
-        ("n", 1e-9),
-        ("u", 1e-6),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    for (suf, mult) in SUFFIXES {
-        if let Some(Ok(n)) = s.strip_suffix(suf).map(str::parse::<f64>) {
-            return n * mult;
-        }
-    }
-    s.parse::<f64>().unwrap_or(0.0)
+    karpenter_core::quantity::parse_resource(name, &text).unwrap_or(0)
 }
 
 /// A pod's effective requests (containers summed, init containers' max).
-pub fn pod_requests(pod: &Value) -> BTreeMap<String, f64> {
-    let mut total: BTreeMap<String, f64> = BTreeMap::new();
+pub fn pod_requests(pod: &Value) -> BTreeMap<String, i64> {
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
     for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
         for (k, v) in c["resources"]["requests"].as_object().into_iter().flatten() {
-            *total.entry(k.clone()).or_default() += parse_quantity(v);
+            let e = total.entry(k.clone()).or_default();
+            *e = e.saturating_add(parse_quantity(k, v));
         }
     }
     for c in pod["spec"]["initContainers"]
@@ -70,13 +50,14 @@ pub fn pod_requests(pod: &Value) -> BTreeMap<String, f64> {
     {
         for (k, v) in c["resources"]["requests"].as_object().into_iter().flatten() {
             let e = total.entry(k.clone()).or_default();
-            *e = e.max(parse_quantity(v));
+            *e = (*e).max(parse_quantity(k, v));
         }
     }
     for (k, v) in pod["spec"]["overhead"].as_object().into_iter().flatten() {
-        *total.entry(k.clone()).or_default() += parse_quantity(v);
+        let e = total.entry(k.clone()).or_default();
+        *e = e.saturating_add(parse_quantity(k, v));
     }
-    total.insert("pods".into(), 1.0);
+    total.insert("pods".into(), 1);
     total
 }
 
@@ -195,17 +176,18 @@ pub fn unfit_reason(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<Str
     if !wanted.is_empty() && on_node.iter().any(|p| !ports(p).is_disjoint(&wanted)) {
         return Some("node(s) didn't have free ports for the requested pod ports".into());
     }
-    let mut used: BTreeMap<String, f64> = BTreeMap::new();
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
     for p in on_node {
         for (k, v) in pod_requests(p) {
-            *used.entry(k).or_default() += v;
+            let e = used.entry(k).or_default();
+            *e = e.saturating_add(v);
         }
     }
     for (k, v) in pod_requests(pod) {
         let alloc = node["status"]["allocatable"]
             .get(&k)
-            .map_or(0.0, parse_quantity);
-        if used.get(&k).copied().unwrap_or(0.0) + v > alloc + 1e-9 {
+            .map_or(0, |q| parse_quantity(&k, q));
+        if used.get(&k).copied().unwrap_or(0).saturating_add(v) > alloc {
             let name = match k.as_str() {
                 "cpu" => "Insufficient cpu".to_string(),
                 "memory" => "Insufficient memory".to_string(),
@@ -581,10 +563,11 @@ mod tests {
 
     #[test]
     fn quantities() {
-        assert_eq!(parse_quantity(&json!("500m")), 0.5);
-        assert_eq!(parse_quantity(&json!("2Gi")), 2147483648.0);
-        assert_eq!(parse_quantity(&json!(3)), 3.0);
-        assert_eq!(parse_quantity(&json!("1e3")), 1000.0);
+        assert_eq!(parse_quantity("cpu", &json!("500m")), 500);
+        assert_eq!(parse_quantity("memory", &json!("2Gi")), 2147483648);
+        assert_eq!(parse_quantity("cpu", &json!(3)), 3000);
+        assert_eq!(parse_quantity("memory", &json!("1e3")), 1000);
+        assert_eq!(parse_quantity("memory", &json!("lots")), 0);
     }
 
     #[test]

@@ -1391,7 +1391,7 @@ impl State {
             }
             ("", "namespaces") => {
                 obj["status"] = json!({"phase": "Active"});
-                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] =
+                obj["metadata"]["labels"][karpenter_core::labels::NAMESPACE_NAME] =
                     obj["metadata"]["name"].clone();
             }
             ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets")

@@ -1,6 +1,10 @@
 //! Resource quantities as integers: CPU in millicores, everything else in its
 //! base unit. The four resources every pod and node has are fields, so the
 //! hot path (does this pod fit?) never touches a map.
+//!
+//! Arithmetic saturates: quantities come from requests and manifests, and a
+//! sum that wrapped around could make a huge pod "fit" anywhere; a saturated
+//! one fits nowhere.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -78,13 +82,15 @@ impl Resources {
     }
 
     pub fn add(&mut self, other: &Resources) {
-        self.cpu += other.cpu;
-        self.memory += other.memory;
-        self.pods += other.pods;
-        self.ephemeral_storage += other.ephemeral_storage;
+        self.cpu = self.cpu.saturating_add(other.cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.pods = self.pods.saturating_add(other.pods);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
         for (name, quantity) in &other.extended {
             let current = self.get(name);
-            self.set(name, current + quantity);
+            self.set(name, current.saturating_add(*quantity));
         }
     }
 
@@ -95,13 +101,15 @@ impl Resources {
     }
 
     pub fn subtract(&mut self, other: &Resources) {
-        self.cpu -= other.cpu;
-        self.memory -= other.memory;
-        self.pods -= other.pods;
-        self.ephemeral_storage -= other.ephemeral_storage;
+        self.cpu = self.cpu.saturating_sub(other.cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.pods = self.pods.saturating_sub(other.pods);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
         for (name, quantity) in &other.extended {
             let current = self.get(name);
-            self.set(name, current - quantity);
+            self.set(name, current.saturating_sub(*quantity));
         }
     }
 
@@ -176,37 +184,37 @@ impl fmt::Display for Resources {
                 write!(f, ",")?;
             }
             first = false;
-            write!(f, "{:?}:{:?}", name, format_quantity(name, self.get(name)))?;
+            write!(
+                f,
+                "{:?}:{:?}",
+                name,
+                crate::quantity::format(name, self.get(name))
+            )?;
         }
         write!(f, "}}")
     }
 }
 
-/// Formats a quantity the way `kubectl` shows it.
-pub fn format_quantity(name: &str, quantity: i64) -> String {
-    if name == CPU {
-        if quantity % 1000 == 0 {
-            return (quantity / 1000).to_string();
-        }
-        return format!("{quantity}m");
-    }
-    const UNITS: [(&str, i64); 5] = [
-        ("Pi", 1 << 50),
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ];
-    if quantity != 0
-        && (name == MEMORY || name == EPHEMERAL_STORAGE || name.starts_with("hugepages-"))
-    {
-        for (suffix, unit) in UNITS {
-            if quantity % unit == 0 {
-                return format!("{}{suffix}", quantity / unit);
+/// A resource list keyed by name, in wire units (see [`crate::quantity`]).
+pub type ResourceMap = BTreeMap<String, i64>;
+
+/// What a node of an instance type offers pods: its capacity minus each
+/// overhead (kube-reserved, system-reserved, eviction threshold), as the
+/// kubelet computes allocatable. Only resources the capacity has are
+/// reduced, and never below zero.
+pub fn allocatable<'a>(
+    capacity: &ResourceMap,
+    overheads: impl IntoIterator<Item = &'a ResourceMap>,
+) -> ResourceMap {
+    let mut allocatable = capacity.clone();
+    for overhead in overheads {
+        for (name, reserved) in overhead {
+            if let Some(quantity) = allocatable.get_mut(name) {
+                *quantity = quantity.saturating_sub(*reserved).max(0);
             }
         }
     }
-    quantity.to_string()
+    allocatable
 }
 
 #[cfg(test)]
@@ -231,6 +239,45 @@ mod tests {
         let mut gpu_node = cpu_node.clone();
         gpu_node.set("nvidia.com/gpu", 4);
         assert!(gpu_pod.fits(&gpu_node));
+    }
+
+    #[test]
+    fn sums_saturate_instead_of_wrapping() {
+        let huge = Resources {
+            cpu: i64::MAX,
+            ..Default::default()
+        };
+        let mut total = huge.plus(&huge);
+        assert_eq!(total.cpu, i64::MAX);
+        let node = Resources {
+            cpu: 4000,
+            memory: 1 << 34,
+            pods: 110,
+            ..Default::default()
+        };
+        assert!(!total.fits(&node), "a saturated request fits nowhere");
+        total.subtract(&Resources {
+            cpu: i64::MIN,
+            ..Default::default()
+        });
+        assert_eq!(total.cpu, i64::MAX);
+    }
+
+    #[test]
+    fn allocatable_is_capacity_minus_overhead_never_negative() {
+        let capacity: ResourceMap = [("cpu".to_owned(), 2000), ("memory".to_owned(), 1 << 30)]
+            .into_iter()
+            .collect();
+        let kube_reserved: ResourceMap = [("cpu".to_owned(), 80), ("memory".to_owned(), 2 << 30)]
+            .into_iter()
+            .collect();
+        let eviction: ResourceMap = [("cpu".to_owned(), 20), ("nvidia.com/gpu".to_owned(), 1)]
+            .into_iter()
+            .collect();
+        let allocatable = allocatable(&capacity, [&kube_reserved, &eviction]);
+        assert_eq!(allocatable.get("cpu"), Some(&1900));
+        assert_eq!(allocatable.get("memory"), Some(&0));
+        assert_eq!(allocatable.get("nvidia.com/gpu"), None);
     }
 
     #[test]

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use integration_tests::kube_test_server::{Config, KubeTestServer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use kube_test_server::{Config, KubeTestServer};
 use serde_json::json;
 use tokio_stream::StreamExt;
 

@@ -100,7 +100,7 @@ impl Requirement {
         operator: Operator,
         values: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Requirement, RequirementError> {
-        let key = labels::normalize(key).to_owned();
+        let key = labels::normalize_label(key).to_owned();
         let values: Vec<String> = values.into_iter().map(Into::into).collect();
         let bound = |values: &[String]| -> Result<i64, RequirementError> {
             match values {
@@ -171,7 +171,7 @@ impl Requirement {
     /// `key In [value]`.
     pub fn single(key: &str, value: &str) -> Requirement {
         Requirement {
-            key: labels::normalize(key).to_owned(),
+            key: labels::normalize_label(key).to_owned(),
             complement: false,
             values: BTreeSet::from([value.to_owned()]),
             greater_than: None,
@@ -183,7 +183,7 @@ impl Requirement {
     /// `key In [values...]` (an empty set means DoesNotExist).
     pub fn in_values<'a>(key: &str, values: impl IntoIterator<Item = &'a str>) -> Requirement {
         Requirement {
-            key: labels::normalize(key).to_owned(),
+            key: labels::normalize_label(key).to_owned(),
             complement: false,
             values: values.into_iter().map(str::to_owned).collect(),
             greater_than: None,
@@ -194,7 +194,7 @@ impl Requirement {
 
     pub fn exists(key: &str) -> Requirement {
         Requirement {
-            key: labels::normalize(key).to_owned(),
+            key: labels::normalize_label(key).to_owned(),
             complement: true,
             values: BTreeSet::new(),
             greater_than: None,
@@ -679,20 +679,20 @@ mod tests {
     #[test]
     fn beta_labels_are_normalized() {
         let requirement = req("failure-domain.beta.kubernetes.io/zone", "In", &["z"]);
-        assert_eq!(requirement.key(), labels::ZONE);
+        assert_eq!(requirement.key(), labels::TOPOLOGY_ZONE);
     }
 
     struct Wk;
     impl WellKnown for Wk {
         fn is_well_known(&self, key: &str) -> bool {
-            labels::WELL_KNOWN.contains(&key)
+            labels::NEUTRAL_WELL_KNOWN_LABELS.contains(&key)
         }
     }
 
     #[test]
     fn custom_labels_must_be_defined_but_well_known_may_be_absent() {
         let node = Requirements::from_requirements([req("team", "In", &["a"])]);
-        let zone = Requirements::from_requirements([req(labels::ZONE, "In", &["z1"])]);
+        let zone = Requirements::from_requirements([req(labels::TOPOLOGY_ZONE, "In", &["z1"])]);
         assert!(node.compatible(&zone, &Wk).is_ok());
         let custom = Requirements::from_requirements([req("gpu", "In", &["yes"])]);
         assert_eq!(

@@ -9,6 +9,10 @@
 //!
 //! The same rules are enforced by the API server through the CEL rules in the generated CRDs; the
 //! functions here let the scheduler and adapter apply them without a round trip.
+//!
+//! Two well-known sets exist on purpose: [`NEUTRAL_WELL_KNOWN_LABELS`] are the ones every
+//! provider's instance types define (the scheduler's baseline; a provider adds its own), and
+//! [`WELL_KNOWN_LABELS`] adds the AWS provider's.
 
 use std::fmt;
 
@@ -35,6 +39,12 @@ pub const OS: &str = "kubernetes.io/os";
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 /// Windows build number.
 pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+/// Label every namespace carries with its own name.
+pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+/// Pod annotation ranking which pods a ReplicaSet removes first.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// Taint on a node that is cordoned (`spec.unschedulable`).
+pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Deprecated alias of [`TOPOLOGY_ZONE`].
 pub const FAILURE_DOMAIN_BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
 /// Deprecated alias of [`TOPOLOGY_REGION`].
@@ -196,6 +206,9 @@ pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &[
     "node-restriction.kubernetes.io",
 ];
 
+/// Label domains Kubernetes and Karpenter reserve whatever the provider.
+pub const NEUTRAL_RESTRICTED_LABEL_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", KARPENTER_GROUP];
+
 /// Labels that may never be set, even though their domain would otherwise allow it.
 pub const RESTRICTED_LABELS: &[&str] = &[HOSTNAME];
 
@@ -226,6 +239,19 @@ pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
     AWS_INSTANCE_ACCELERATOR_NAME,
     AWS_INSTANCE_ACCELERATOR_MANUFACTURER,
     AWS_INSTANCE_ACCELERATOR_COUNT,
+];
+
+/// Labels every provider's instance types define; a pod may require them even when no node pool
+/// mentions them.
+pub const NEUTRAL_WELL_KNOWN_LABELS: &[&str] = &[
+    NODE_POOL,
+    TOPOLOGY_ZONE,
+    TOPOLOGY_REGION,
+    INSTANCE_TYPE,
+    ARCH,
+    OS,
+    CAPACITY_TYPE,
+    WINDOWS_BUILD,
 ];
 
 /// Labels in the restricted domains that Karpenter understands and users may constrain.
@@ -293,26 +319,37 @@ pub fn is_well_known_label(key: &str) -> bool {
     WELL_KNOWN_LABELS.contains(&key)
 }
 
-/// Whether Karpenter must not put `key` on a node itself: well-known labels (the cloud provider or
-/// kubelet sets those), labels in restricted domains, and [`RESTRICTED_LABELS`].
-pub fn is_restricted_node_label(key: &str) -> bool {
-    if is_well_known_label(key) {
+/// Whether `domain` is `suffix` or a sub-domain of it (`a.kubernetes.io` is in `kubernetes.io`;
+/// `evilkubernetes.io` is not).
+pub fn in_domain(domain: &str, suffix: &str) -> bool {
+    domain == suffix
+        || domain
+            .strip_suffix(suffix)
+            .is_some_and(|head| head.ends_with('.'))
+}
+
+/// Whether `key` lies in one of `restricted_domains` (or is [`RESTRICTED_LABELS`]) and not in a
+/// [`LABEL_DOMAIN_EXCEPTIONS`] sub-domain. Well-known labels are the caller's to exempt.
+pub fn in_restricted_domain(key: &str, restricted_domains: &[&str]) -> bool {
+    if RESTRICTED_LABELS.contains(&key) {
         return true;
     }
     let domain = label_domain(key);
     if LABEL_DOMAIN_EXCEPTIONS
         .iter()
-        .any(|exception| domain.ends_with(exception))
+        .any(|exception| in_domain(domain, exception))
     {
         return false;
     }
-    if RESTRICTED_LABEL_DOMAINS
+    restricted_domains
         .iter()
-        .any(|restricted| domain.ends_with(restricted))
-    {
-        return true;
-    }
-    RESTRICTED_LABELS.contains(&key)
+        .any(|restricted| in_domain(domain, restricted))
+}
+
+/// Whether Karpenter must not put `key` on a node itself: well-known labels (the cloud provider or
+/// kubelet sets those), labels in restricted domains, and [`RESTRICTED_LABELS`].
+pub fn is_restricted_node_label(key: &str) -> bool {
+    is_well_known_label(key) || in_restricted_domain(key, RESTRICTED_LABEL_DOMAINS)
 }
 
 /// A label key that users may not use in a NodePool.
@@ -384,6 +421,7 @@ mod tests {
         );
         assert_eq!(check_label_allowed("example.com/team"), Ok(()));
         assert_eq!(check_label_allowed("team"), Ok(()));
+        assert_eq!(check_label_allowed("evilkubernetes.io/x"), Ok(()));
         let message = check_label_allowed("karpenter.sh/custom")
             .err()
             .map(|e| e.to_string())

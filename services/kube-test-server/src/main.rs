@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use integration_tests::kube_test_server::{Config, KubeTestServer};
+use kube_test_server::{Config, KubeTestServer};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -17,7 +17,11 @@
 //! ```
 //!
 //! Start one with [`KubeTestServer::start`]; it writes a kubeconfig that
-//! `kubectl --kubeconfig` and `kube::Config` read unchanged.
+//! `kubectl --kubeconfig` and `kube::Config` read unchanged. The
+//! `kube-test-server` binary serves one until Ctrl-C; `karpctl up` ships it as
+//! the local cluster.
+
+#![forbid(unsafe_code)]
 
 pub mod controllers;
 mod http;

@@ -1,0 +1,323 @@
+//! Between the wire types and `karpenter-core`'s domain types, for the
+//! pieces every service shares: requirements, resources, taints,
+//! tolerations, label selectors.
+//!
+//! ```text
+//!   pb::Requirement ──requirements(field, list)──▶ core Requirements   (bad input: InvalidField naming the path)
+//!   core Requirements ──requirement_list──▶ Vec<pb::Requirement>
+//!   pb::ResourceList ◀──────────────────────▶ core Resources
+//!   pb::Taint / pb::Toleration ──────────────▶ core Taint / Toleration
+//!   pb::LabelSelector ───────────────────────▶ core LabelSelector
+//! ```
+
+use std::collections::BTreeSet;
+
+use karpenter_core::requirements::{Operator, Requirement, Requirements};
+use karpenter_core::resources::{ResourceMap, Resources};
+use karpenter_core::selector::{LabelSelector, SelectorOp};
+use karpenter_core::taints::{Effect, Taint, Toleration};
+
+use crate::scheduler::v1 as pb;
+
+/// A request field that cannot be understood, with its path
+/// (`cluster.pending_pods[3].requirements[0].operator`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidField {
+    pub field: String,
+    pub message: String,
+}
+
+impl InvalidField {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
+    Ok(match pb::Operator::try_from(value) {
+        Ok(pb::Operator::In) => Operator::In,
+        Ok(pb::Operator::NotIn) => Operator::NotIn,
+        Ok(pb::Operator::Exists) => Operator::Exists,
+        Ok(pb::Operator::DoesNotExist) => Operator::DoesNotExist,
+        Ok(pb::Operator::Gt) => Operator::Gt,
+        Ok(pb::Operator::Lt) => Operator::Lt,
+        Ok(pb::Operator::Gte) => Operator::Gte,
+        Ok(pb::Operator::Lte) => Operator::Lte,
+        _ => {
+            return Err(InvalidField::new(
+                format!("{field}.operator"),
+                format!("unknown operator {value}"),
+            ));
+        }
+    })
+}
+
+pub fn wire_operator(op: Operator) -> pb::Operator {
+    match op {
+        Operator::In => pb::Operator::In,
+        Operator::NotIn => pb::Operator::NotIn,
+        Operator::Exists => pb::Operator::Exists,
+        Operator::DoesNotExist => pb::Operator::DoesNotExist,
+        Operator::Gt => pb::Operator::Gt,
+        Operator::Lt => pb::Operator::Lt,
+        Operator::Gte => pb::Operator::Gte,
+        Operator::Lte => pb::Operator::Lte,
+    }
+}
+
+pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, InvalidField> {
+    if r.key.is_empty() {
+        return Err(InvalidField::new(
+            format!("{field}.key"),
+            "must not be empty",
+        ));
+    }
+    let op = operator(field, r.operator)?;
+    let requirement = Requirement::new(&r.key, op, r.values.iter().cloned())
+        .map_err(|e| InvalidField::new(format!("{field}.values"), e.to_string()))?;
+    let min_values = match r.min_values {
+        Some(min) if !(1..=50).contains(&min) => {
+            return Err(InvalidField::new(
+                format!("{field}.min_values"),
+                format!("must be between 1 and 50, got {min}"),
+            ));
+        }
+        Some(min) => {
+            let min = min as usize;
+            if op == Operator::In && r.values.len() < min {
+                return Err(InvalidField::new(
+                    format!("{field}.min_values"),
+                    format!(
+                        "requirement {} In has {} values, fewer than minValues {min}",
+                        r.key,
+                        r.values.len()
+                    ),
+                ));
+            }
+            Some(min)
+        }
+        None => None,
+    };
+    Ok(requirement.with_min_values(min_values))
+}
+
+pub fn requirements(field: &str, list: &[pb::Requirement]) -> Result<Requirements, InvalidField> {
+    let mut result = Requirements::new();
+    for (i, r) in list.iter().enumerate() {
+        result.add(requirement(&format!("{field}[{i}]"), r)?);
+    }
+    Ok(result)
+}
+
+/// Requirements as wire expressions (a bounded requirement may need two).
+pub fn requirement_list(requirements: &Requirements) -> Vec<pb::Requirement> {
+    let mut out = Vec::new();
+    for requirement in requirements.iter() {
+        for (index, (key, op, values)) in requirement.to_expressions().into_iter().enumerate() {
+            out.push(pb::Requirement {
+                key,
+                operator: wire_operator(op) as i32,
+                values,
+                min_values: if index == 0 {
+                    requirement.min_values().map(|m| m as i32)
+                } else {
+                    None
+                },
+            });
+        }
+    }
+    out
+}
+
+/// Quantities as they come, unchecked (an absent list is empty).
+pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
+    list.map_or_else(Resources::default, |list| {
+        Resources::from_map(&list.quantities)
+    })
+}
+
+/// Quantities, none of them negative.
+pub fn checked_resources(
+    field: &str,
+    list: Option<&pb::ResourceList>,
+) -> Result<Resources, InvalidField> {
+    if let Some(list) = list {
+        for (name, quantity) in &list.quantities {
+            if *quantity < 0 {
+                return Err(InvalidField::new(
+                    format!("{field}.quantities[{name}]"),
+                    format!("must not be negative, got {quantity}"),
+                ));
+            }
+        }
+    }
+    Ok(resources(list))
+}
+
+pub fn resource_list(resources: &Resources) -> pb::ResourceList {
+    pb::ResourceList {
+        quantities: resources.to_map(),
+    }
+}
+
+/// What a node of the type offers pods: capacity minus its overheads (see
+/// `karpenter_core::resources::allocatable`).
+pub fn allocatable(it: &pb::InstanceType) -> ResourceMap {
+    let empty = ResourceMap::new();
+    let capacity = it.capacity.as_ref().map_or(&empty, |c| &c.quantities);
+    let overheads = it.overhead.iter().flat_map(|o| {
+        [&o.kube_reserved, &o.system_reserved, &o.eviction_threshold]
+            .into_iter()
+            .flatten()
+            .map(|list| &list.quantities)
+    });
+    karpenter_core::resources::allocatable(capacity, overheads)
+}
+
+fn effect(field: &str, value: i32) -> Result<Effect, InvalidField> {
+    match pb::TaintEffect::try_from(value) {
+        Ok(pb::TaintEffect::NoSchedule) => Ok(Effect::NoSchedule),
+        Ok(pb::TaintEffect::PreferNoSchedule) => Ok(Effect::PreferNoSchedule),
+        Ok(pb::TaintEffect::NoExecute) => Ok(Effect::NoExecute),
+        _ => Err(InvalidField::new(
+            format!("{field}.effect"),
+            format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {value}"),
+        )),
+    }
+}
+
+pub fn wire_effect(effect: Effect) -> pb::TaintEffect {
+    match effect {
+        Effect::NoSchedule => pb::TaintEffect::NoSchedule,
+        Effect::PreferNoSchedule => pb::TaintEffect::PreferNoSchedule,
+        Effect::NoExecute => pb::TaintEffect::NoExecute,
+    }
+}
+
+pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidField> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            if t.key.is_empty() {
+                return Err(InvalidField::new(
+                    format!("{field}.key"),
+                    "must not be empty",
+                ));
+            }
+            Ok(Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: effect(&field, t.effect)?,
+            })
+        })
+        .collect()
+}
+
+pub fn taint_list(taints: &[Taint]) -> Vec<pb::Taint> {
+    taints
+        .iter()
+        .map(|t| pb::Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: wire_effect(t.effect) as i32,
+        })
+        .collect()
+}
+
+pub fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleration>, InvalidField> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            let exists = matches!(
+                pb::toleration::TolerationOperator::try_from(t.operator),
+                Ok(pb::toleration::TolerationOperator::Exists)
+            );
+            let effect = if t.effect == 0 {
+                None
+            } else {
+                Some(effect(&field, t.effect)?)
+            };
+            Ok(Toleration {
+                key: t.key.clone(),
+                exists,
+                value: t.value.clone(),
+                effect,
+            })
+        })
+        .collect()
+}
+
+pub fn label_selector(
+    field: &str,
+    selector: &pb::LabelSelector,
+) -> Result<LabelSelector, InvalidField> {
+    let mut result = LabelSelector::default();
+    for (key, value) in &selector.match_labels {
+        result.require(key, value);
+    }
+    for (i, e) in selector.match_expressions.iter().enumerate() {
+        let values: BTreeSet<String> = e.values.iter().cloned().collect();
+        let op = match e.operator.as_str() {
+            "In" => SelectorOp::In(values),
+            "NotIn" => SelectorOp::NotIn(values),
+            "Exists" => SelectorOp::Exists,
+            "DoesNotExist" => SelectorOp::DoesNotExist,
+            other => {
+                return Err(InvalidField::new(
+                    format!("{field}.match_expressions[{i}].operator"),
+                    format!("must be In, NotIn, Exists or DoesNotExist, got {other:?}"),
+                ));
+            }
+        };
+        result.expressions.push((e.key.clone(), op));
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
+        pb::Requirement {
+            key: key.to_owned(),
+            operator: op as i32,
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+            min_values: None,
+        }
+    }
+
+    #[test]
+    fn requirements_round_trip_through_the_wire() {
+        let list = vec![
+            req("kubernetes.io/arch", pb::Operator::In, &["amd64", "arm64"]),
+            req("karpenter.k8s.aws/instance-cpu", pb::Operator::Gt, &["4"]),
+        ];
+        let parsed = requirements("r", &list).unwrap_or_else(|e| panic!("{e}"));
+        let again = requirements("r", &requirement_list(&parsed)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed.to_string(), again.to_string());
+    }
+
+    #[test]
+    fn bad_requirements_name_their_field() {
+        let unknown = pb::Requirement {
+            operator: 42,
+            ..req("k", pb::Operator::In, &["v"])
+        };
+        assert_eq!(
+            requirements("claim.requirements", &[unknown]).map_err(|e| e.field),
+            Err("claim.requirements[0].operator".to_owned())
+        );
+        let no_value = req("k", pb::Operator::Gt, &[]);
+        assert_eq!(
+            requirements("r", &[no_value]).map_err(|e| e.field),
+            Err("r[0].values".to_owned())
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! The domain pieces every crate of the project shares, each with one home.
+//!
+//! ```text
+//!   text from manifests, requests, kubelet settings
+//!     "1.5Gi", "100m" ──quantity──▶ i64 in wire units ──resources──▶ Resources, allocatable
+//!     "720h", "1h30m" ──duration──▶ std::time::Duration
+//!   requirements (In, NotIn, Exists, Gt, ...) ──requirements──▶ Requirements (intersect, compatible)
+//!   taints / tolerations ──taints──▶ does this pod tolerate this node?
+//!   label selectors ──selector──▶ does this selector match these labels?
+//!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
+//! ```
+//!
+//! Nothing here does I/O or knows a wire format: the scheduler, the
+//! providers, the CLI, the API types and the local API server all call it,
+//! so a quantity or a duration means the same thing everywhere.
+
+#![forbid(unsafe_code)]
+
+pub mod duration;
+pub mod labels;
+pub mod quantity;
+pub mod requirements;
+pub mod resources;
+pub mod selector;
+pub mod taints;
