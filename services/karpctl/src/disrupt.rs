@@ -51,7 +51,7 @@ pub fn plan_disruption(
         options: Some(plan::options(args, well_known)?),
     };
     match &args.scheduler {
-        None => karpenter_scheduling::wire::plan_disruption_request(&request)
+        None => karpenter_scheduler::plan_disruption_request(&request)
             .map_err(|e| plan::rejected(built, &e.field, &e.message)),
         Some(url) => runtime.block_on(async {
             let mut client = plan::connect_scheduler(url).await?;

@@ -10,7 +10,7 @@
 //! * `plan` ([`plan`]) turns the manifests into the scheduler's
 //!   `ClusterSnapshot` ([`snapshot`], [`podspec`], [`catalog`], with
 //!   quantities parsed by `karpenter-core`), solves it in-process with
-//!   `karpenter-scheduling` or through a running scheduler (`--scheduler`),
+//!   the scheduler's planner or through a running scheduler (`--scheduler`),
 //!   and prints the decisions ([`output`]): the stable JSON of
 //!   `PLAN_CLI.md`, the same as YAML, or a table. Instance types come from
 //!   `InstanceTypeCatalog` documents, `--instance-types`, a running provider

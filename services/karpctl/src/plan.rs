@@ -302,7 +302,7 @@ pub fn solve(
         options: Some(options(args, well_known)?),
     };
     match &args.scheduler {
-        None => karpenter_scheduling::wire::solve_request(&request)
+        None => karpenter_scheduler::solve_request(&request)
             .map_err(|e| rejected(built, &e.field, &e.message)),
         Some(url) => runtime.block_on(async {
             let mut client = connect_scheduler(url).await?;

@@ -1,21 +1,30 @@
-//! The scheduler service: a thin gRPC front for `karpenter-scheduling`.
+//! The scheduler service: the wire edge of `karpenter-planner`.
 //!
 //! ```text
-//!   SolveRequest ──validate──▶ model::Cluster ──solve──▶ SolveResponse
+//!   SolveRequest ──from_wire──▶ planner model::Cluster ──solve──▶ Solution ──to_wire──▶ SolveResponse
+//!   PlanDisruptionRequest ──from_wire──▶ Cluster ──disruption::plan──▶ plan ──to_wire──▶ response
 //!        │ bad field: INVALID_ARGUMENT + google.rpc.BadRequest(field path)
 //! ```
+//!
+//! [`solve_request`] and [`plan_disruption_request`] are the whole path
+//! in-process (what `karpctl plan` uses without `--scheduler`); the tonic
+//! service runs them off the I/O threads.
 //!
 //! It keeps no state between calls: every request carries the whole cluster
 //! snapshot, so any number of replicas can answer.
 
 #![forbid(unsafe_code)]
 
+pub mod from_wire;
+pub mod to_wire;
+
 use std::sync::Arc;
 
+use karpenter_proto::convert::InvalidField;
 use karpenter_proto::scheduler::v1 as pb;
 use karpenter_proto::scheduler::v1::scheduler_server::{Scheduler, SchedulerServer};
-use karpenter_scheduling::model::InvalidField;
 use prometheus_client::metrics::counter::Counter;
+pub use to_wire::{plan_disruption_request, solve_request};
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -99,11 +108,9 @@ impl Scheduler for SchedulerService {
             span.record("nodes", cluster.nodes.len());
         }
         // Solving is CPU-bound: keep it off the I/O threads.
-        let result = tokio::task::spawn_blocking(move || {
-            karpenter_scheduling::wire::solve_request(&request)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("solver task failed: {e}")))?;
+        let result = tokio::task::spawn_blocking(move || solve_request(&request))
+            .await
+            .map_err(|e| Status::internal(format!("solver task failed: {e}")))?;
         let response = result.map_err(|error| invalid_argument(&error))?;
         span.record("node_claims", response.node_claims.len());
         span.record("unschedulable", response.unschedulable.len());
@@ -142,11 +149,9 @@ impl Scheduler for SchedulerService {
         if let Some(cluster) = &request.cluster {
             span.record("nodes", cluster.nodes.len());
         }
-        let result = tokio::task::spawn_blocking(move || {
-            karpenter_scheduling::wire::plan_disruption_request(&request)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("disruption planner task failed: {e}")))?;
+        let result = tokio::task::spawn_blocking(move || plan_disruption_request(&request))
+            .await
+            .map_err(|e| Status::internal(format!("disruption planner task failed: {e}")))?;
         let response = result.map_err(|error| invalid_argument(&error))?;
         span.record("commands", response.commands.len());
         span.record("blocked", response.blocked.len());

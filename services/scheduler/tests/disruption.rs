@@ -4,7 +4,7 @@
 mod support;
 
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_scheduling::wire::plan_disruption_request;
+use karpenter_scheduler::plan_disruption_request;
 use support::*;
 
 const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];

@@ -161,10 +161,9 @@ fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
     }
     let start = node
         .disruption
-        .last_pod_event_time
-        .as_ref()
-        .or(node.disruption.initialized_time.as_ref())
-        .map_or(node.creation_seconds, |t| t.seconds);
+        .last_pod_event_seconds
+        .or(node.disruption.initialized_seconds)
+        .unwrap_or(node.creation_seconds);
     cluster.now_seconds - start >= after
 }
 
@@ -198,7 +197,7 @@ fn candidate_block(
     }
     // A termination grace period lets drift proceed past pods that block
     // eviction: they are removed when the period ends.
-    let ignore_pod_blocks = eventual && node.disruption.termination_grace_period.is_some();
+    let ignore_pod_blocks = eventual && node.disruption.termination_grace_period_seconds.is_some();
     if ignore_pod_blocks {
         return None;
     }
@@ -468,22 +467,7 @@ fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
         let mut allowed = i64::MAX;
         let mut failed = false;
         for budget in &pool.budgets {
-            let applies = budget.reasons.is_empty()
-                || budget.reasons.iter().any(|r| match r {
-                    karpenter_proto::scheduler::v1::DisruptionReason::Empty => {
-                        reason == Reason::Empty
-                    }
-                    karpenter_proto::scheduler::v1::DisruptionReason::Underutilized => {
-                        reason == Reason::Underutilized
-                    }
-                    karpenter_proto::scheduler::v1::DisruptionReason::Drifted => {
-                        reason == Reason::Drifted
-                    }
-                    karpenter_proto::scheduler::v1::DisruptionReason::Expired => {
-                        reason == Reason::Expired
-                    }
-                    karpenter_proto::scheduler::v1::DisruptionReason::Unspecified => true,
-                });
+            let applies = budget.reasons.is_empty() || budget.reasons.contains(&reason);
             let value = match budget_active(budget, cluster.now_seconds) {
                 Err(_) => {
                     failed = true;
@@ -971,7 +955,7 @@ fn apply(cluster: &mut Cluster, command: &Command) {
             unschedulable: false,
             price: cheapest.price,
             creation_seconds: cluster.now_seconds,
-            disruption: karpenter_proto::scheduler::v1::NodeClaimDisruptionState::default(),
+            disruption: crate::model::DisruptionState::default(),
             planned: true,
             capacity_type: cheapest.capacity_type.clone(),
             zone: cheapest.zone.clone(),
@@ -1012,9 +996,8 @@ pub fn plan(
             n.is_managed()
                 && !n.marked_for_deletion
                 && n.disruption
-                    .expiration_time
-                    .as_ref()
-                    .is_some_and(|t| t.seconds <= state.now_seconds)
+                    .expiration_seconds
+                    .is_some_and(|t| t <= state.now_seconds)
         })
         .collect();
     if !expired.is_empty() {
@@ -1143,10 +1126,7 @@ fn round(
     drifted.sort_by_key(|c| {
         let node = &state.nodes[c.node];
         (
-            node.disruption
-                .drifted_time
-                .as_ref()
-                .map_or(0, |t| t.seconds),
+            node.disruption.drifted_seconds.unwrap_or(0),
             node.name.clone(),
         )
     });

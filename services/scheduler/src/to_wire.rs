@@ -1,12 +1,17 @@
-//! From the scheduler's decisions back to the wire types.
+//! From the planner's decisions back to the wire types, and the two
+//! requests end to end (what the gRPC service and the in-process CLI call).
 
 use karpenter_proto::convert::{
     requirement_list as requirements, resource_list, taint_list as taints,
 };
 use karpenter_proto::scheduler::v1 as pb;
 
-use crate::model::PodKey;
-use crate::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
+use std::collections::HashMap;
+
+use karpenter_planner::disruption::{DisruptionOptions, Method, Reason};
+use karpenter_planner::model::{Cluster, PodKey};
+use karpenter_planner::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
+use karpenter_proto::convert::InvalidField;
 
 pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
     let Some(options) = options else {
@@ -26,7 +31,7 @@ pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
     }
 }
 
-fn pod_ref(key: &PodKey, uids: &std::collections::HashMap<&PodKey, &str>) -> pb::PodRef {
+fn pod_ref(key: &PodKey, uids: &HashMap<&PodKey, &str>) -> pb::PodRef {
     pb::PodRef {
         namespace: key.namespace.clone(),
         name: key.name.clone(),
@@ -34,10 +39,7 @@ fn pod_ref(key: &PodKey, uids: &std::collections::HashMap<&PodKey, &str>) -> pb:
     }
 }
 
-pub fn node_claim(
-    claim: &PlannedClaim,
-    uids: &std::collections::HashMap<&PodKey, &str>,
-) -> pb::NodeClaimPlan {
+pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> pb::NodeClaimPlan {
     pb::NodeClaimPlan {
         node_pool: claim.node_pool.clone(),
         instance_types: claim.instance_types.clone(),
@@ -60,8 +62,8 @@ pub fn node_claim(
 /// A planned claim on the wire, with its pool's node class.
 fn node_claim_with_class(
     claim: &PlannedClaim,
-    uids: &std::collections::HashMap<&PodKey, &str>,
-    node_class_refs: &std::collections::HashMap<&str, &pb::NodeClassReference>,
+    uids: &HashMap<&PodKey, &str>,
+    node_class_refs: &HashMap<&str, &pb::NodeClassReference>,
 ) -> pb::NodeClaimPlan {
     let mut plan = node_claim(claim, uids);
     plan.node_class_ref = node_class_refs
@@ -70,17 +72,27 @@ fn node_claim_with_class(
     plan
 }
 
-pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> pb::SolveResponse {
-    let uids: std::collections::HashMap<&PodKey, &str> = cluster
+/// Each pool's node class, as the request gave it, for the claims planned
+/// from the pool.
+fn node_class_refs(snapshot: &pb::ClusterSnapshot) -> HashMap<&str, &pb::NodeClassReference> {
+    snapshot
+        .node_pools
+        .iter()
+        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
+        .collect()
+}
+
+pub fn solve_response(
+    solution: &Solution,
+    cluster: &Cluster,
+    snapshot: &pb::ClusterSnapshot,
+) -> pb::SolveResponse {
+    let uids: HashMap<&PodKey, &str> = cluster
         .pending
         .iter()
         .map(|p| (&p.key, p.uid.as_str()))
         .collect();
-    let node_class_refs: std::collections::HashMap<&str, &pb::NodeClassReference> = cluster
-        .node_pools
-        .iter()
-        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
-        .collect();
+    let node_class_refs = node_class_refs(snapshot);
     pb::SolveResponse {
         node_claims: solution
             .new_claims
@@ -109,18 +121,15 @@ pub fn solve_response(solution: &Solution, cluster: &crate::model::Cluster) -> p
 
 /// Validates and solves a wire request: what the gRPC service and the
 /// in-process `plan` command both call.
-pub fn solve_request(
-    request: &pb::SolveRequest,
-) -> Result<pb::SolveResponse, crate::model::InvalidField> {
+pub fn solve_request(request: &pb::SolveRequest) -> Result<pb::SolveResponse, InvalidField> {
     let snapshot = request.cluster.clone().unwrap_or_default();
-    let cluster = crate::model::Cluster::from_snapshot(&snapshot)?;
+    let cluster = crate::from_wire::cluster(&snapshot)?;
     let options = options(request.options.as_ref());
-    let solution = crate::solve::solve(&cluster, &options);
-    Ok(solve_response(&solution, &cluster))
+    let solution = karpenter_planner::solve::solve(&cluster, &options);
+    Ok(solve_response(&solution, &cluster, &snapshot))
 }
 
-fn disruption_reason(reason: crate::disruption::Reason) -> pb::DisruptionReason {
-    use crate::disruption::Reason;
+fn disruption_reason(reason: Reason) -> pb::DisruptionReason {
     match reason {
         Reason::Empty => pb::DisruptionReason::Empty,
         Reason::Underutilized => pb::DisruptionReason::Underutilized,
@@ -129,8 +138,7 @@ fn disruption_reason(reason: crate::disruption::Reason) -> pb::DisruptionReason 
     }
 }
 
-fn disruption_method(method: crate::disruption::Method) -> pb::DisruptionMethod {
-    use crate::disruption::Method;
+fn disruption_method(method: Method) -> pb::DisruptionMethod {
     match method {
         Method::Emptiness => pb::DisruptionMethod::Emptiness,
         Method::Drift => pb::DisruptionMethod::Drift,
@@ -144,30 +152,26 @@ fn disruption_method(method: crate::disruption::Method) -> pb::DisruptionMethod 
 /// the in-process `disrupt` command both call.
 pub fn plan_disruption_request(
     request: &pb::PlanDisruptionRequest,
-) -> Result<pb::PlanDisruptionResponse, crate::model::InvalidField> {
+) -> Result<pb::PlanDisruptionResponse, InvalidField> {
     let snapshot = request.cluster.clone().unwrap_or_default();
-    let cluster = crate::model::Cluster::from_snapshot(&snapshot)?;
+    let cluster = crate::from_wire::cluster(&snapshot)?;
     let scheduling = options(request.options.as_ref());
-    let disruption = crate::disruption::DisruptionOptions {
+    let disruption = DisruptionOptions {
         spot_to_spot: request
             .options
             .as_ref()
             .and_then(|o| o.feature_gates.get("SpotToSpotConsolidation").copied())
             .unwrap_or(false),
     };
-    let plan = crate::disruption::plan(&cluster, &scheduling, &disruption);
-    let uids: std::collections::HashMap<&PodKey, &str> = cluster
+    let plan = karpenter_planner::disruption::plan(&cluster, &scheduling, &disruption);
+    let uids: HashMap<&PodKey, &str> = cluster
         .nodes
         .iter()
         .flat_map(|n| n.pods.iter())
         .chain(cluster.pending.iter())
         .map(|p| (&p.key, p.uid.as_str()))
         .collect();
-    let node_class_refs: std::collections::HashMap<&str, &pb::NodeClassReference> = cluster
-        .node_pools
-        .iter()
-        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
-        .collect();
+    let node_class_refs = node_class_refs(&snapshot);
     Ok(pb::PlanDisruptionResponse {
         commands: plan
             .commands

@@ -3,7 +3,7 @@
 //! zone spread, hostname spread, zone self-affinity, hostname
 //! anti-affinity) with CPU and memory drawn from a fixed-seed generator.
 //!
-//! `cargo bench -p karpenter-scheduling --bench solve` prints one row per
+//! `cargo bench -p karpenter-scheduler --bench solve` prints one row per
 //! pod count: wall time of solving (best of several runs, one thread; the
 //! request already parsed, as Karpenter's benchmark times its scheduler),
 //! pods per second, the time to parse the request, node claims planned, and
@@ -13,8 +13,9 @@
 use std::process::Command;
 use std::time::Instant;
 
+use karpenter_planner::solve;
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_scheduling::{model, solve};
+use karpenter_scheduler::from_wire;
 
 const SIZES: &[usize] = &[1, 100, 1_000, 5_000, 20_000];
 
@@ -208,7 +209,7 @@ fn measure(count: usize, runs: usize) {
     let mut unschedulable = 0;
     for _ in 0..runs {
         let started = Instant::now();
-        let cluster = model::Cluster::from_snapshot(&snapshot).expect("valid benchmark snapshot");
+        let cluster = from_wire::cluster(&snapshot).expect("valid benchmark snapshot");
         best_parse = best_parse.min(started.elapsed().as_secs_f64());
         let started = Instant::now();
         let solution = solve::solve(&cluster, &options);

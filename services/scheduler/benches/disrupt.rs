@@ -4,7 +4,7 @@
 //! - `anti-affinity`: 1,000 nodes, one hostname-anti-affine pod each;
 //! - `scale-down`: 1,000 pods placed by Solve, then scaled down to 700.
 //!
-//! `cargo bench -p karpenter-scheduling --bench disrupt` prints, per
+//! `cargo bench -p karpenter-scheduler --bench disrupt` prints, per
 //! scenario, the time of one PlanDisruption call (best of three), the
 //! candidates evaluated, the commands, the cost per hour before, after and
 //! the lower bound, and the peak resident memory of a process that ran only
@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_scheduling::wire::{plan_disruption_request, solve_request};
+use karpenter_scheduler::{plan_disruption_request, solve_request};
 
 const SCENARIOS: &[&str] = &["plain", "anti-affinity", "scale-down"];
 const NOW: i64 = 1_700_000_000;

@@ -8,7 +8,7 @@ mod support;
 use std::collections::{BTreeMap, HashSet};
 
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_scheduling::wire::plan_disruption_request;
+use karpenter_scheduler::plan_disruption_request;
 use proptest::prelude::*;
 use support::*;
 

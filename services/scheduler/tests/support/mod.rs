@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_scheduling::wire;
+use karpenter_scheduler::to_wire as wire;
 
 pub const GI: i64 = 1 << 30;
 pub const MI: i64 = 1 << 20;

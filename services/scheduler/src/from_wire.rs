@@ -1,345 +1,23 @@
-//! The scheduler's own view of a cluster snapshot, built once per request
-//! from the wire types: requirements parsed, effective requests summed,
-//! selectors resolved. Everything a request can get wrong is caught here and
-//! reported with the field path.
+//! From the wire request to the planner's model: every field checked, and
+//! a bad one reported with its path (`cluster.pending_pods[3].containers[0]`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use karpenter_proto::convert::InvalidField;
+use karpenter_core::labels;
+use karpenter_core::requirements::{Requirement, Requirements};
+use karpenter_core::resources::Resources;
+use karpenter_core::taints::{Effect, Taint};
+use karpenter_planner::disruption::Reason;
+use karpenter_planner::hostports::HostPort;
+use karpenter_planner::model::{
+    AffinityTerm, Budget, Cluster, DaemonSet, DisruptionState, InstanceType, NodePool, Offering,
+    OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
+};
 use karpenter_proto::convert::{
-    checked_resources, label_selector, requirement, requirements, resources, taints, tolerations,
+    InvalidField, checked_resources, label_selector, requirement, requirements, resources, taints,
+    tolerations,
 };
 use karpenter_proto::scheduler::v1 as pb;
-
-use crate::hostports::HostPort;
-use crate::labels;
-use crate::requirements::{Requirement, Requirements};
-use crate::resources::Resources;
-use crate::selector::LabelSelector;
-use crate::taints::{Effect, Taint, Toleration};
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for PodKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// A pod affinity / anti-affinity term with its namespaces resolved.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AffinityTerm {
-    pub selector: Option<LabelSelector>,
-    /// The namespaces whose pods the term selects; None means all.
-    pub namespaces: Option<BTreeSet<String>>,
-    pub topology_key: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum WhenUnsatisfiable {
-    DoNotSchedule,
-    ScheduleAnyway,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SpreadConstraint {
-    pub max_skew: i32,
-    pub topology_key: String,
-    pub when_unsatisfiable: WhenUnsatisfiable,
-    pub selector: Option<LabelSelector>,
-    pub min_domains: Option<i32>,
-    /// nodeAffinityPolicy: Honor (default) counts only nodes matching the
-    /// pod's node affinity.
-    pub honor_node_affinity: bool,
-    /// nodeTaintsPolicy: Ignore (default) counts nodes whatever their taints.
-    pub honor_node_taints: bool,
-}
-
-#[derive(Clone, Debug)]
-pub struct Pod {
-    pub key: PodKey,
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub node_name: String,
-    /// Effective requests (containers, init containers, sidecars, overhead)
-    /// with `pods: 1`.
-    pub requests: Resources,
-    pub node_selector: BTreeMap<String, String>,
-    /// Required node affinity, ORed terms, with volume topology ANDed in.
-    pub required_terms: Vec<Requirements>,
-    pub preferred_terms: Vec<(i32, Requirements)>,
-    pub pod_affinity: Vec<AffinityTerm>,
-    pub preferred_pod_affinity: Vec<(i32, AffinityTerm)>,
-    pub pod_anti_affinity: Vec<AffinityTerm>,
-    pub preferred_pod_anti_affinity: Vec<(i32, AffinityTerm)>,
-    pub spread: Vec<SpreadConstraint>,
-    pub tolerations: Vec<Toleration>,
-    pub host_ports: Vec<HostPort>,
-    pub priority: i32,
-    pub do_not_disrupt: bool,
-    pub deletion_cost: i32,
-    pub owner_kind: String,
-    pub creation_seconds: i64,
-    pub phase: String,
-    pub terminating: bool,
-}
-
-impl Pod {
-    pub fn is_daemon(&self) -> bool {
-        self.owner_kind == "DaemonSet"
-    }
-
-    /// A pod that finished (Succeeded / Failed) holds no resources.
-    pub fn is_terminal(&self) -> bool {
-        self.phase == "Succeeded" || self.phase == "Failed"
-    }
-
-    pub fn is_active(&self) -> bool {
-        !self.is_terminal() && !self.terminating
-    }
-
-    /// A pod that must find another node when its node goes away
-    /// (Karpenter's IsReschedulable): running, or a StatefulSet pod still
-    /// terminating; never a daemon or static pod.
-    pub fn is_reschedulable(&self) -> bool {
-        (self.is_active() || (self.owner_kind == "StatefulSet" && self.terminating))
-            && !self.is_daemon()
-            && self.owner_kind != "Node"
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Offering {
-    pub zone: String,
-    pub capacity_type: String,
-    pub price: f64,
-    pub available: bool,
-    pub requirements: Requirements,
-    /// Index of `zone` in the cluster's [`OfferingSpace`].
-    pub zone_id: usize,
-    /// Index of `capacity_type` in the cluster's [`OfferingSpace`].
-    pub capacity_type_id: usize,
-}
-
-#[derive(Clone, Debug)]
-pub struct InstanceType {
-    pub name: String,
-    pub requirements: Requirements,
-    pub offerings: Vec<Offering>,
-    pub capacity: Resources,
-    pub allocatable: Resources,
-}
-
-impl InstanceType {
-    /// The cheapest available offering the filter allows (ties: zone, then
-    /// capacity type, by name).
-    pub fn cheapest_allowed(&self, filter: &OfferingFilter) -> Option<&Offering> {
-        self.offerings
-            .iter()
-            .filter(|offering| offering.available && filter.allows(offering))
-            .min_by(|a, b| {
-                a.price
-                    .total_cmp(&b.price)
-                    .then_with(|| a.zone.cmp(&b.zone))
-                    .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-            })
-    }
-
-    pub fn has_compatible_offering(&self, filter: &OfferingFilter) -> bool {
-        self.offerings
-            .iter()
-            .any(|offering| offering.available && filter.allows(offering))
-    }
-}
-
-/// Every zone and capacity type the request's offerings name, numbered, so
-/// an offering is checked against a node's requirements by two lookups.
-#[derive(Clone, Debug, Default)]
-pub struct OfferingSpace {
-    pub zones: Vec<String>,
-    pub capacity_types: Vec<String>,
-    /// Some offering carries requirements beyond zone and capacity type.
-    pub has_offering_requirements: bool,
-}
-
-impl OfferingSpace {
-    fn intern(names: &mut Vec<String>, name: &str) -> usize {
-        match names.iter().position(|n| n == name) {
-            Some(index) => index,
-            None => {
-                names.push(name.to_owned());
-                names.len() - 1
-            }
-        }
-    }
-
-    /// Numbers the offerings of every catalog.
-    fn number(catalogs: &mut [Vec<InstanceType>]) -> OfferingSpace {
-        let mut space = OfferingSpace::default();
-        for offering in catalogs
-            .iter_mut()
-            .flatten()
-            .flat_map(|it| it.offerings.iter_mut())
-        {
-            offering.zone_id = Self::intern(&mut space.zones, &offering.zone);
-            offering.capacity_type_id =
-                Self::intern(&mut space.capacity_types, &offering.capacity_type);
-            space.has_offering_requirements |= !offering.requirements.is_empty();
-        }
-        space
-    }
-}
-
-/// Which offerings a node's requirements allow, worked out once per node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OfferingFilter {
-    zones: Vec<bool>,
-    capacity_types: Vec<bool>,
-    /// Only kept when some offering has requirements of its own.
-    all: Option<Requirements>,
-}
-
-impl OfferingFilter {
-    pub fn new(requirements: &Requirements, space: &OfferingSpace) -> Self {
-        let allowed = |key: &str, names: &[String]| -> Vec<bool> {
-            match requirements.get(key) {
-                Some(requirement) => names.iter().map(|n| requirement.has(n)).collect(),
-                None => vec![true; names.len()],
-            }
-        };
-        Self {
-            zones: allowed(labels::TOPOLOGY_ZONE, &space.zones),
-            capacity_types: allowed(labels::CAPACITY_TYPE, &space.capacity_types),
-            all: space
-                .has_offering_requirements
-                .then(|| requirements.clone()),
-        }
-    }
-
-    pub fn allows(&self, offering: &Offering) -> bool {
-        self.zones.get(offering.zone_id).copied().unwrap_or(false)
-            && self
-                .capacity_types
-                .get(offering.capacity_type_id)
-                .copied()
-                .unwrap_or(false)
-            && (offering.requirements.is_empty()
-                || self
-                    .all
-                    .as_ref()
-                    .is_none_or(|all| all.intersects(&offering.requirements).is_ok()))
-    }
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Budget {
-    pub nodes: String,
-    pub schedule: String,
-    pub duration_seconds: Option<i64>,
-    pub reasons: Vec<pb::DisruptionReason>,
-}
-
-#[derive(Clone, Debug)]
-pub struct NodePool {
-    pub name: String,
-    pub weight: i32,
-    /// spec requirements + template labels + karpenter.sh/nodepool.
-    pub requirements: Requirements,
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
-    pub startup_taints: Vec<Taint>,
-    pub limits: BTreeMap<String, i64>,
-    pub usage: Resources,
-    pub ready: bool,
-    pub catalog: usize,
-    pub consolidation_when_empty_only: bool,
-    pub consolidate_after_seconds: Option<i64>,
-    pub budgets: Vec<Budget>,
-    pub expire_after_seconds: Option<i64>,
-    pub node_class_ref: Option<pb::NodeClassReference>,
-    pub template_hash: String,
-}
-
-#[derive(Clone, Debug)]
-pub struct StateNode {
-    pub name: String,
-    pub node_claim_name: String,
-    pub node_pool: String,
-    pub labels: BTreeMap<String, String>,
-    /// Taints that count for scheduling (startup taints removed for nodes not
-    /// yet initialized).
-    pub taints: Vec<Taint>,
-    pub allocatable: Resources,
-    pub capacity: Resources,
-    pub pods: Vec<Pod>,
-    pub has_node: bool,
-    pub initialized: bool,
-    pub marked_for_deletion: bool,
-    pub unschedulable: bool,
-    pub price: f64,
-    pub creation_seconds: i64,
-    pub disruption: pb::NodeClaimDisruptionState,
-    pub capacity_type: String,
-    pub zone: String,
-    pub instance_type: String,
-    /// A node the disruption planner itself added (a replacement): never a
-    /// candidate in the same plan.
-    pub planned: bool,
-}
-
-impl StateNode {
-    pub fn is_managed(&self) -> bool {
-        !self.node_pool.is_empty()
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct DaemonSet {
-    pub key: PodKey,
-    pub pod: Pod,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Pdb {
-    pub key: PodKey,
-    pub selector: Option<LabelSelector>,
-    pub disruptions_allowed: i32,
-    pub always_allow_unhealthy: bool,
-    /// maxUnavailable 0 / "0%" or minAvailable "100%": no pod it selects may
-    /// ever be evicted.
-    pub fully_blocking: bool,
-}
-
-impl Pdb {
-    pub fn selects(&self, pod: &Pod) -> bool {
-        self.key.namespace == pod.key.namespace
-            && self
-                .selector
-                .as_ref()
-                .is_some_and(|s| s.matches(&pod.labels))
-    }
-}
-
-/// A whole request, parsed.
-#[derive(Clone, Debug, Default)]
-pub struct Cluster {
-    pub pending: Vec<Pod>,
-    pub nodes: Vec<StateNode>,
-    pub node_pools: Vec<NodePool>,
-    pub catalogs: Vec<Vec<InstanceType>>,
-    pub offering_space: OfferingSpace,
-    pub daemon_sets: Vec<DaemonSet>,
-    pub pdbs: Vec<Pdb>,
-    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    pub now_seconds: i64,
-}
-
-// ---------------------------------------------------------------------------
-// Wire conversion
 
 fn seconds(timestamp: Option<&prost_types::Timestamp>) -> i64 {
     timestamp.map_or(0, |t| t.seconds)
@@ -746,22 +424,42 @@ pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType,
     })
 }
 
-fn disruption_reasons(
-    field: &str,
-    reasons: &[i32],
-) -> Result<Vec<pb::DisruptionReason>, InvalidField> {
+fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<Reason>, InvalidField> {
     reasons
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            pb::DisruptionReason::try_from(*r)
-                .ok()
-                .filter(|r| *r != pb::DisruptionReason::Unspecified)
-                .ok_or_else(|| {
-                    InvalidField::new(format!("{field}[{i}]"), format!("unknown reason {r}"))
-                })
+        .map(|(i, r)| match pb::DisruptionReason::try_from(*r) {
+            Ok(pb::DisruptionReason::Empty) => Ok(Reason::Empty),
+            Ok(pb::DisruptionReason::Underutilized) => Ok(Reason::Underutilized),
+            Ok(pb::DisruptionReason::Drifted) => Ok(Reason::Drifted),
+            Ok(pb::DisruptionReason::Expired) => Ok(Reason::Expired),
+            _ => Err(InvalidField::new(
+                format!("{field}[{i}]"),
+                format!("unknown reason {r}"),
+            )),
         })
         .collect()
+}
+
+fn disruption_state(state: Option<&pb::NodeClaimDisruptionState>) -> DisruptionState {
+    let Some(state) = state else {
+        return DisruptionState::default();
+    };
+    let at = |t: &Option<prost_types::Timestamp>| t.as_ref().map(|t| t.seconds);
+    DisruptionState {
+        drifted_reason: state.drifted_reason.clone(),
+        consolidatable: state.consolidatable,
+        last_pod_event_seconds: at(&state.last_pod_event_time),
+        do_not_disrupt: state.do_not_disrupt,
+        expiration_seconds: at(&state.expiration_time),
+        node_pool_hash: state.node_pool_hash.clone(),
+        disrupting: state.disrupting,
+        node_not_ready: state.node_not_ready,
+        nominated: state.nominated,
+        termination_grace_period_seconds: duration_seconds(state.termination_grace_period.as_ref()),
+        initialized_seconds: at(&state.initialized_time),
+        drifted_seconds: at(&state.drifted_time),
+    }
 }
 
 pub fn node_pool(
@@ -854,7 +552,6 @@ pub fn node_pool(
         consolidate_after_seconds: duration_seconds(disruption.consolidate_after.as_ref()),
         budgets,
         expire_after_seconds: duration_seconds(np.expire_after.as_ref()),
-        node_class_ref: np.node_class_ref.clone(),
         template_hash: np.template_hash.clone(),
     })
 }
@@ -944,7 +641,7 @@ fn state_node(
         unschedulable: n.unschedulable,
         price: n.price,
         creation_seconds: seconds(n.creation_timestamp.as_ref()),
-        disruption: n.disruption.clone().unwrap_or_default(),
+        disruption: disruption_state(n.disruption.as_ref()),
         capacity_type,
         zone,
         instance_type,
@@ -952,8 +649,9 @@ fn state_node(
     })
 }
 
-impl Cluster {
-    pub fn from_snapshot(snapshot: &pb::ClusterSnapshot) -> Result<Cluster, InvalidField> {
+/// The whole snapshot, checked.
+pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Cluster, InvalidField> {
+    {
         let namespaces: BTreeMap<String, BTreeMap<String, String>> = snapshot
             .namespaces
             .iter()
