@@ -14,7 +14,7 @@
 //!   and prints the decisions ([`output`]): the stable JSON of
 //!   `PLAN_CLI.md`, the same as YAML, or a table. Instance types come from
 //!   `InstanceTypeCatalog` documents, `--instance-types`, a running provider
-//!   (`--provider`), or else the kwok-shaped [`builtin_catalog`].
+//!   (`--provider`), or else `karpenter-catalog`'s kwok-shaped one.
 //!   `--example NAME` plans an embedded manifest set ([`example`]).
 //! * `disrupt` ([`disrupt`]) reads the same manifests into a snapshot
 //!   for disruption (NodeClaim conditions, expiry, do-not-disrupt, PDBs
@@ -27,7 +27,6 @@
 //! * `validate` checks Karpenter v1 documents against the generated CRDs
 //!   with `crd-validation` ([`validate`]).
 
-pub mod builtin_catalog;
 pub mod catalog;
 pub mod cli;
 pub mod convert;

@@ -8,7 +8,9 @@ use karpenter_proto::scheduler::v1 as pb;
 use crate::input::{self, Document, InputError};
 use crate::output::{self, Format};
 use crate::snapshot::{self, Built};
-use crate::{CliError, builtin_catalog, catalog, example};
+use karpenter_catalog::kwok as builtin_catalog;
+
+use crate::{CliError, catalog, example};
 
 /// Karpenter's feature gates and their defaults.
 pub const FEATURE_GATES: &[(&str, bool)] = &[

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Instance types come from an `InstanceTypeCatalog` file (PLAN_CLI.md) or
-//! the built-in kwok-shaped catalog (`karpctl::builtin_catalog`). Nodes are
+//! the built-in kwok-shaped catalog (`karpenter_catalog::kwok`). Nodes are
 //! written with server-side apply (field manager `provider-kwok`) through a
 //! `kube::Client`; without one the provider only keeps its instances.
 //!
@@ -60,39 +60,19 @@ const DEFAULT_IMAGE: &str = "kwok-image-v1";
 pub enum CatalogError {
     #[error("reading {0}: {1}")]
     Read(String, std::io::Error),
-    #[error("{0}")]
-    Parse(String),
+    #[error("{0}: {1}")]
+    Parse(String, karpenter_catalog::CatalogError),
 }
 
 /// Instance types from an `InstanceTypeCatalog` file, or the built-in
 /// kwok-shaped catalog.
 pub fn load_catalog(path: Option<&std::path::Path>) -> Result<Vec<pb::InstanceType>, CatalogError> {
     let Some(path) = path else {
-        return Ok(karpctl::builtin_catalog::instance_types());
+        return Ok(karpenter_catalog::kwok::instance_types());
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CatalogError::Read(path.display().to_string(), e))?;
-    let source = karpctl::input::Source {
-        name: path.display().to_string(),
-        text,
-    };
-    let docs =
-        karpctl::input::parse_source(&source).map_err(|e| CatalogError::Parse(e.to_string()))?;
-    let mut out = Vec::new();
-    for doc in docs.iter().filter(|d| d.kind() == karpctl::catalog::KIND) {
-        out.extend(
-            karpctl::catalog::instance_types(doc)
-                .map_err(|e| CatalogError::Parse(e.to_string()))?,
-        );
-    }
-    if out.is_empty() {
-        return Err(CatalogError::Parse(format!(
-            "{}: no {} document",
-            path.display(),
-            karpctl::catalog::KIND
-        )));
-    }
-    Ok(out)
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| CatalogError::Read(name.clone(), e))?;
+    karpenter_catalog::load(&text).map_err(|e| CatalogError::Parse(name, e))
 }
 
 /// How the provider behaves.
@@ -503,7 +483,7 @@ impl CloudProvider for KwokProvider {
                 "instance-memory",
             ]
             .iter()
-            .map(|l| format!("{}/{l}", karpctl::builtin_catalog::LABEL_GROUP))
+            .map(|l| format!("{}/{l}", karpenter_catalog::kwok::LABEL_GROUP))
             .collect(),
             drift_reasons: vec!["ImageDrift".into()],
             provider_id_prefix: PROVIDER_ID_PREFIX.into(),

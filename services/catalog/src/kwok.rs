@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as pb;
 
 /// The zones every type is offered in.
@@ -79,9 +80,9 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
     }
     pb::InstanceType {
         requirements: vec![
-            label("node.kubernetes.io/instance-type", name.clone()),
-            label("kubernetes.io/arch", arch),
-            label("kubernetes.io/os", "linux"),
+            label(labels::INSTANCE_TYPE, name.clone()),
+            label(labels::ARCH, arch),
+            label(labels::OS, "linux"),
             label(&format!("{LABEL_GROUP}/instance-size"), format!("{cpu}x")),
             label(&format!("{LABEL_GROUP}/instance-family"), family),
             label(&format!("{LABEL_GROUP}/instance-cpu"), cpu.to_string()),
@@ -90,13 +91,13 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
                 format!("{memory_gib}Gi"),
             ),
             pb::Requirement {
-                key: "topology.kubernetes.io/zone".to_string(),
+                key: labels::TOPOLOGY_ZONE.to_string(),
                 operator: pb::Operator::In as i32,
                 values: ZONES.iter().map(|z| z.to_string()).collect(),
                 min_values: None,
             },
             pb::Requirement {
-                key: "karpenter.sh/capacity-type".to_string(),
+                key: labels::CAPACITY_TYPE.to_string(),
                 operator: pb::Operator::In as i32,
                 values: vec!["on-demand".to_string(), "spot".to_string()],
                 min_values: None,
