@@ -448,8 +448,7 @@ mod tests {
         assert!(missing.message.contains("no InstanceTypeCatalog"));
         let bad =
             load("kind: ConfigMap\n---\nkind: InstanceTypeCatalog\ninstanceTypes: [{name: a}]\n")
-                .err()
-                .expect("bad catalog");
+                .expect_err("bad catalog");
         assert_eq!(bad.field, "document 2: instanceTypes[0].capacity");
     }
 }
