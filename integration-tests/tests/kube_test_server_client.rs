@@ -476,3 +476,41 @@ async fn streaming_list_and_paged_list_watchers_see_existing_objects() {
         assert_eq!(names.len(), 7, "{names:?}");
     }
 }
+
+#[tokio::test]
+async fn a_crd_that_serves_no_version_leaves_discovery_working() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let (_s, client) = start(Config::default()).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{
+                "name": "v1", "served": false, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object"}}
+            }]
+        }
+    }))
+    .expect("crd");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("a CRD serving nothing is accepted");
+    let groups = client
+        .list_api_groups()
+        .await
+        .expect("/apis answers after the CRD");
+    assert!(
+        groups.groups.iter().all(|g| g.name != "example.com"),
+        "a group with no served version is not listed"
+    );
+    let discovery = kube::discovery::Discovery::new(client)
+        .run()
+        .await
+        .expect("discovery of every group works");
+    assert!(discovery.groups().all(|g| g.name() != "example.com"));
+}

@@ -23,7 +23,7 @@ fn run_python(args: &[&str]) -> String {
 fn scheduler() -> karpenter_runtime::Service {
     karpenter_scheduler::service(
         karpenter_runtime::Metrics::new("karpenter_scheduler"),
-        karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES,
+        karpenter_scheduler::Limits::default(),
     )
 }
 

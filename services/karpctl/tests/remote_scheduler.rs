@@ -22,7 +22,7 @@ async fn local_and_remote(command: &'static [&'static str]) -> (String, String) 
     let service = RunningService::start(|| {
         karpenter_scheduler::service(
             karpenter_runtime::Metrics::new("karpenter_scheduler"),
-            karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES,
+            karpenter_scheduler::Limits::default(),
         )
     })
     .await

@@ -589,12 +589,13 @@ fn group_list(store: &Store) -> Value {
     }
     let groups: Vec<Value> = groups
         .into_iter()
-        .map(|(g, vs)| {
+        .filter_map(|(g, vs)| {
             let versions: Vec<Value> = vs
                 .iter()
                 .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
                 .collect();
-            json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
+            let preferred = versions.first()?.clone();
+            Some(json!({"name": g, "versions": versions, "preferredVersion": preferred}))
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})

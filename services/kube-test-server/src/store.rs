@@ -1491,8 +1491,14 @@ impl State {
             ],
         });
         let info = resources::from_crd(validator, obj.clone());
-        self.resources
-            .insert(resource_key(&info.group, &info.plural), Arc::new(info));
+        let key = resource_key(&info.group, &info.plural);
+        // A CRD that serves no version registers no resource (its objects,
+        // if any, are kept but not served), as kube-apiserver does.
+        if info.versions.is_empty() {
+            self.resources.remove(&key);
+        } else {
+            self.resources.insert(key, Arc::new(info));
+        }
         Ok(())
     }
 

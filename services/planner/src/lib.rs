@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cron;
 pub mod disruption;
 pub mod hostports;
 pub mod model;

@@ -231,9 +231,11 @@ impl OfferingFilter {
 
 #[derive(Clone, Debug, Default)]
 pub struct Budget {
+    /// A count (`"3"`) or a percentage of the pool's nodes (`"10%"`).
     pub nodes: String,
-    pub schedule: String,
-    pub duration_seconds: Option<i64>,
+    /// When the budget applies: after each firing of the schedule, for the
+    /// duration in seconds; `None`: always.
+    pub window: Option<(crate::cron::Cron, i64)>,
     /// The disruption reasons the budget limits; empty: all of them.
     pub reasons: Vec<crate::disruption::Reason>,
 }

@@ -9,6 +9,8 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
 use crate::hostports::{HostPort, HostPortUsage};
 use crate::labels;
@@ -36,7 +38,24 @@ pub struct Options {
     pub ignore_preferences: bool,
     /// Label keys the provider defines, beyond Karpenter's own.
     pub well_known_labels: Vec<String>,
+    /// Set by the caller once the answer is no longer wanted (its deadline
+    /// passed): runs stop at the next pod and plans at the next round, so a
+    /// hostile or huge request cannot hold a thread. The planner reads no
+    /// clock itself.
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
+
+impl Options {
+    /// Whether the caller asked to stop.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(|flag| flag.load(AtomicOrdering::Relaxed))
+    }
+}
+
+/// Why a pod was left unplaced when the caller interrupted the run.
+pub const INTERRUPTED: &str = "not scheduled: the request was interrupted (its deadline passed)";
 
 /// A node claim to launch.
 #[derive(Clone, Debug)]
@@ -1390,6 +1409,11 @@ impl Prepared<'_> {
         };
         let mut errors: BTreeMap<usize, String> = BTreeMap::new();
         while let Some(index) = queue.pop() {
+            if options.interrupted() {
+                errors.insert(index, INTERRUPTED.to_owned());
+                errors.extend(queue.pods.drain(..).map(|i| (i, INTERRUPTED.to_owned())));
+                break;
+            }
             match scheduler.try_schedule(index, &pending[index]) {
                 Ok(()) => {
                     errors.remove(&index);

@@ -46,7 +46,7 @@ use nodeclass::NodeClass;
 use provider::Provider;
 
 /// Counters the provider adds to the service's registry.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ProviderMetrics {
     pub instances_launched: Counter,
     pub insufficient_capacity: Counter,
@@ -66,29 +66,20 @@ impl AwsProvider {
     /// Builds the SDK clients and starts the price refresher.
     pub async fn new(settings: Settings, metrics: &karpenter_runtime::Metrics) -> Self {
         let clients = Clients::new(&settings).await;
-        let own = ProviderMetrics::default();
-        metrics.with_registry(|registry| {
-            registry.register(
-                "instances_launched",
-                "Instances launched by CreateFleet",
-                own.instances_launched.clone(),
-            );
-            registry.register(
+        let own = ProviderMetrics {
+            instances_launched: metrics
+                .counter("instances_launched", "Instances launched by CreateFleet"),
+            insufficient_capacity: metrics.counter(
                 "insufficient_capacity",
                 "Create calls that ended with insufficient capacity",
-                own.insufficient_capacity.clone(),
-            );
-            registry.register(
-                "interruption_events",
-                "Interruption events streamed",
-                own.interruption_events.clone(),
-            );
-            registry.register(
+            ),
+            interruption_events: metrics
+                .counter("interruption_events", "Interruption events streamed"),
+            interruption_messages_malformed: metrics.counter(
                 "interruption_messages_malformed",
                 "Interruption queue messages that were malformed or not handled (deleted)",
-                own.interruption_messages_malformed.clone(),
-            );
-        });
+            ),
+        };
         let provider = Arc::new(Provider::new(clients, settings));
         provider.catalog.spawn_price_refresher();
         provider.spawn_launch_template_janitor();

@@ -122,7 +122,7 @@ fn volumes(nc: &NodeClass) -> Vec<Volume> {
                 .and_then(|q| {
                     karpenter_core::quantity::parse(&q.0, karpenter_core::quantity::Unit::Base).ok()
                 })
-                .map(|bytes| (bytes + (1 << 30) - 1) >> 30);
+                .map(|bytes| bytes / (1 << 30) + i64::from(bytes % (1 << 30) != 0));
             let root = if any_root {
                 m.root_volume
             } else {
@@ -1289,4 +1289,37 @@ fn nc_metadata(nc: &NodeClass) -> LaunchTemplateInstanceMetadataOptionsRequest {
             _ => LaunchTemplateHttpTokensState::Required,
         })
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_class(spec: serde_json::Value) -> NodeClass {
+        NodeClass::from_wire(
+            "node_class",
+            Some(&pb::NodeClass {
+                name: "default".into(),
+                spec_json: spec.to_string(),
+                ..Default::default()
+            }),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_huge_root_volume_saturates_instead_of_overflowing() {
+        let nc = node_class(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": "KarpenterNodeRole",
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "blockDeviceMappings": [{
+                "deviceName": "/dev/xvda",
+                "rootVolume": true,
+                "ebs": {"volumeSize": "9223372036854775806"}
+            }]
+        }));
+        assert_eq!(ephemeral_storage_bytes(&nc), i64::MAX);
+    }
 }

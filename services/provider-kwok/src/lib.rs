@@ -524,9 +524,17 @@ impl CloudProvider for KwokProvider {
         let image = spec_field(claim.node_class.as_ref(), "imageID")
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| DEFAULT_IMAGE.into());
-        let delay = spec_field(claim.node_class.as_ref(), "nodeRegistrationDelay")
-            .and_then(|v| v.as_str().and_then(|text| parse_go_duration(text).ok()))
-            .unwrap_or(self.inner.options.node_delay);
+        let delay = match spec_field(claim.node_class.as_ref(), "nodeRegistrationDelay") {
+            None => self.inner.options.node_delay,
+            Some(Value::String(text)) => parse_go_duration(&text).map_err(|e| {
+                Status::invalid_argument(format!("node_class.spec.nodeRegistrationDelay: {e}"))
+            })?,
+            Some(other) => {
+                return Err(Status::invalid_argument(format!(
+                    "node_class.spec.nodeRegistrationDelay: must be a duration such as \"2s\", got {other}"
+                )));
+            }
+        };
         let instance = {
             let mut st = self.state();
             if let Some(existing) = st.instances.get(&claim.name) {

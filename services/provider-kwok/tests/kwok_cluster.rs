@@ -451,3 +451,47 @@ async fn admin_http_injects_faults_and_interruptions() {
     let r = send("GET", "/instances", "").await;
     assert!(r.contains(r#"{"instances":[]}"#), "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_node_classes_and_claims_are_refused_not_crashed_on() {
+    let mut e = env().await;
+    let with_delay = |name: &str, delay: serde_json::Value| {
+        let mut request = claim(name, 1000, vec![]);
+        if let Some(c) = request.node_claim.as_mut() {
+            c.node_class = Some(pv::NodeClass {
+                spec_json: json!({"nodeRegistrationDelay": delay}).to_string(),
+                ..Default::default()
+            });
+        }
+        request
+    };
+    // A delay past what any clock can add (it used to panic the provider).
+    for delay in [json!("6000000000000000h"), json!("soon"), json!(3)] {
+        let err = e
+            .grpc
+            .create(with_delay("hostile", delay.clone()))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{delay}");
+        assert!(
+            err.message().contains("nodeRegistrationDelay"),
+            "{delay}: {}",
+            err.message()
+        );
+    }
+    // An operator the provider does not know no longer matches every type.
+    let mut unknown = claim("unknown-operator", 1000, vec![]);
+    if let Some(c) = unknown.node_claim.as_mut() {
+        c.requirements = vec![pb::Requirement {
+            operator: 42,
+            ..req("kubernetes.io/arch", &["s390x"])
+        }];
+    }
+    let err = e.grpc.create(unknown).await.expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    // The provider still serves.
+    e.grpc
+        .create(with_delay("fine", json!("1s")))
+        .await
+        .expect("a valid claim launches");
+}

@@ -11,12 +11,16 @@
 //! ```
 //!
 //! A service builds its tonic `Routes`, hands them to [`serve`] with its
-//! [`ServiceArgs`], and gets health, reflection, request metrics, logging and
-//! graceful shutdown on SIGTERM / Ctrl-C without writing any of it.
+//! [`ServiceArgs`], and gets health, reflection, request metrics, logging,
+//! graceful shutdown on SIGTERM / Ctrl-C, and a handler that panics answering
+//! INTERNAL for that call while the server keeps serving, without writing any
+//! of it. Services register their own metrics with [`Metrics::counter`] and
+//! friends.
 
 #![forbid(unsafe_code)]
 
 mod metrics;
+mod panics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +31,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 pub use metrics::{GrpcMetricsLayer, Metrics};
+pub use panics::CatchPanicLayer;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
@@ -168,6 +173,7 @@ pub async fn serve_with_shutdown(
     let mut grpc_stop = stop_rx;
     let grpc_result = tonic::transport::Server::builder()
         .layer(GrpcMetricsLayer::new(service.metrics.clone()))
+        .layer(CatchPanicLayer::new(service.metrics.clone()))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = grpc_stop.wait_for(|stopped| *stopped).await;

@@ -10,6 +10,7 @@ use std::time::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -29,6 +30,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<MethodCodeLabels, Counter>,
     durations: Family<MethodLabels, Histogram>,
+    panics: Family<MethodLabels, Counter>,
 }
 
 impl Metrics {
@@ -49,11 +51,47 @@ impl Metrics {
             "Time to answer a gRPC request, by method",
             durations.clone(),
         );
+        let panics = Family::<MethodLabels, Counter>::default();
+        registry.register(
+            "grpc_handler_panics",
+            "gRPC calls whose handler panicked (answered INTERNAL), by method",
+            panics.clone(),
+        );
         Arc::new(Self {
             registry: Mutex::new(registry),
             requests,
             durations,
+            panics,
         })
+    }
+
+    /// A counter registered under `name` (prefixed with the service's prefix).
+    pub fn counter(&self, name: &str, help: &str) -> Counter {
+        let counter = Counter::default();
+        self.with_registry(|registry| registry.register(name, help, counter.clone()));
+        counter
+    }
+
+    /// A gauge registered under `name`.
+    pub fn gauge(&self, name: &str, help: &str) -> Gauge {
+        let gauge = Gauge::default();
+        self.with_registry(|registry| registry.register(name, help, gauge.clone()));
+        gauge
+    }
+
+    /// A histogram of seconds (0.5 ms to about 16 s) registered under `name`.
+    pub fn seconds_histogram(&self, name: &str, help: &str) -> Histogram {
+        let histogram = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        self.with_registry(|registry| registry.register(name, help, histogram.clone()));
+        histogram
+    }
+
+    pub(crate) fn record_panic(&self, method: &str) {
+        self.panics
+            .get_or_create(&MethodLabels {
+                method: method.to_owned(),
+            })
+            .inc();
     }
 
     /// Lets a service register its own metrics.

@@ -7,6 +7,7 @@ use karpenter_core::labels;
 use karpenter_core::requirements::{Requirement, Requirements};
 use karpenter_core::resources::Resources;
 use karpenter_core::taints::{Effect, Taint};
+use karpenter_planner::cron::Cron;
 use karpenter_planner::disruption::Reason;
 use karpenter_planner::hostports::HostPort;
 use karpenter_planner::model::{
@@ -519,16 +520,29 @@ pub fn node_pool(
                 ),
             ));
         }
-        if b.schedule.is_empty() != b.duration.is_none() {
-            return Err(InvalidField::new(
-                bfield,
-                "schedule and duration must be set together",
-            ));
-        }
+        let window = match (b.schedule.is_empty(), &b.duration) {
+            (true, None) => None,
+            (false, Some(duration)) => {
+                let cron = Cron::parse(&b.schedule)
+                    .map_err(|e| InvalidField::new(format!("{bfield}.schedule"), e))?;
+                if duration.seconds < 0 {
+                    return Err(InvalidField::new(
+                        format!("{bfield}.duration"),
+                        "must not be negative",
+                    ));
+                }
+                Some((cron, duration.seconds))
+            }
+            _ => {
+                return Err(InvalidField::new(
+                    bfield,
+                    "schedule and duration must be set together",
+                ));
+            }
+        };
         budgets.push(Budget {
             nodes: nodes.to_owned(),
-            schedule: b.schedule.clone(),
-            duration_seconds: duration_seconds(b.duration.as_ref()),
+            window,
             reasons: disruption_reasons(&format!("{bfield}.reasons"), &b.reasons)?,
         });
     }

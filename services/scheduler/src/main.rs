@@ -13,6 +13,12 @@ struct Args {
     /// Largest request accepted, in bytes.
     #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES)]
     max_request_bytes: usize,
+    /// Longest a call may compute, in seconds (a shorter client deadline wins).
+    #[arg(long, env = "MAX_CALL_SECONDS", default_value_t = karpenter_scheduler::DEFAULT_MAX_CALL_SECONDS)]
+    max_call_seconds: f64,
+    /// Calls computing at once (default: one per CPU).
+    #[arg(long, env = "CONCURRENT_CALLS")]
+    concurrent_calls: Option<usize>,
 }
 
 #[tokio::main]
@@ -20,6 +26,16 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
     let metrics = karpenter_runtime::Metrics::new("karpenter_scheduler");
-    let service = karpenter_scheduler::service(metrics, args.max_request_bytes);
+    anyhow::ensure!(
+        args.max_call_seconds.is_finite() && args.max_call_seconds > 0.0,
+        "--max-call-seconds must be a positive number of seconds"
+    );
+    let defaults = karpenter_scheduler::Limits::default();
+    let limits = karpenter_scheduler::Limits {
+        max_request_bytes: args.max_request_bytes,
+        max_call: std::time::Duration::from_secs_f64(args.max_call_seconds),
+        concurrent_calls: args.concurrent_calls.unwrap_or(defaults.concurrent_calls),
+    };
+    let service = karpenter_scheduler::service(metrics, limits);
     karpenter_runtime::serve(&args.service, service).await
 }

@@ -1,12 +1,14 @@
 //! From the planner's decisions back to the wire types, and the two
 //! requests end to end (what the gRPC service and the in-process CLI call).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
 use karpenter_proto::convert::{
     requirement_list as requirements, resource_list, taint_list as taints,
 };
 use karpenter_proto::scheduler::v1 as pb;
-
-use std::collections::HashMap;
 
 use karpenter_planner::disruption::{DisruptionOptions, Method, Reason};
 use karpenter_planner::model::{Cluster, PodKey};
@@ -28,6 +30,7 @@ pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
         ignore_preferences: options.preference_policy
             == pb::scheduling_options::PreferencePolicy::Ignore as i32,
         well_known_labels: options.well_known_labels.clone(),
+        interrupt: None,
     }
 }
 
@@ -122,11 +125,24 @@ pub fn solve_response(
 /// Validates and solves a wire request: what the gRPC service and the
 /// in-process `plan` command both call.
 pub fn solve_request(request: &pb::SolveRequest) -> Result<pb::SolveResponse, InvalidField> {
-    let snapshot = request.cluster.clone().unwrap_or_default();
-    let cluster = crate::from_wire::cluster(&snapshot)?;
-    let options = options(request.options.as_ref());
+    solve_request_until(request, None)
+}
+
+/// [`solve_request`] that stops early once `interrupt` is set (the answer
+/// is then incomplete: the caller discards it).
+pub fn solve_request_until(
+    request: &pb::SolveRequest,
+    interrupt: Option<Arc<AtomicBool>>,
+) -> Result<pb::SolveResponse, InvalidField> {
+    let empty = pb::ClusterSnapshot::default();
+    let snapshot = request.cluster.as_ref().unwrap_or(&empty);
+    let cluster = crate::from_wire::cluster(snapshot)?;
+    let options = Options {
+        interrupt,
+        ..options(request.options.as_ref())
+    };
     let solution = karpenter_planner::solve::solve(&cluster, &options);
-    Ok(solve_response(&solution, &cluster, &snapshot))
+    Ok(solve_response(&solution, &cluster, snapshot))
 }
 
 fn disruption_reason(reason: Reason) -> pb::DisruptionReason {
@@ -153,9 +169,21 @@ fn disruption_method(method: Method) -> pb::DisruptionMethod {
 pub fn plan_disruption_request(
     request: &pb::PlanDisruptionRequest,
 ) -> Result<pb::PlanDisruptionResponse, InvalidField> {
-    let snapshot = request.cluster.clone().unwrap_or_default();
-    let cluster = crate::from_wire::cluster(&snapshot)?;
-    let scheduling = options(request.options.as_ref());
+    plan_disruption_request_until(request, None)
+}
+
+/// [`plan_disruption_request`] that stops early once `interrupt` is set.
+pub fn plan_disruption_request_until(
+    request: &pb::PlanDisruptionRequest,
+    interrupt: Option<Arc<AtomicBool>>,
+) -> Result<pb::PlanDisruptionResponse, InvalidField> {
+    let empty = pb::ClusterSnapshot::default();
+    let snapshot = request.cluster.as_ref().unwrap_or(&empty);
+    let cluster = crate::from_wire::cluster(snapshot)?;
+    let scheduling = Options {
+        interrupt,
+        ..options(request.options.as_ref())
+    };
     let disruption = DisruptionOptions {
         spot_to_spot: request
             .options
@@ -171,7 +199,7 @@ pub fn plan_disruption_request(
         .chain(cluster.pending.iter())
         .map(|p| (&p.key, p.uid.as_str()))
         .collect();
-    let node_class_refs = node_class_refs(&snapshot);
+    let node_class_refs = node_class_refs(snapshot);
     Ok(pb::PlanDisruptionResponse {
         commands: plan
             .commands

@@ -16,6 +16,10 @@ struct Running {
 }
 
 async fn start() -> Running {
+    start_with(karpenter_scheduler::Limits::default()).await
+}
+
+async fn start_with(limits: karpenter_scheduler::Limits) -> Running {
     let args = ServiceArgs {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
@@ -26,8 +30,7 @@ async fn start() -> Running {
     let grpc = format!("http://{}", listeners.grpc_addr().unwrap());
     let http = listeners.http_addr().unwrap();
     let metrics = karpenter_runtime::Metrics::new("karpenter_scheduler");
-    let service =
-        karpenter_scheduler::service(metrics, karpenter_scheduler::DEFAULT_MAX_REQUEST_BYTES);
+    let service = karpenter_scheduler::service(metrics, limits);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(karpenter_runtime::serve_with_shutdown(
         listeners,
@@ -199,6 +202,146 @@ async fn a_bad_field_is_invalid_argument_naming_it() {
         status.message().contains("one integer value"),
         "{}",
         status.message()
+    );
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}
+
+/// `request()` with `count` pods of `cpu` millicores each.
+fn request_with_pods(count: usize, cpu: i64) -> pb::SolveRequest {
+    let mut request = request();
+    let cluster = request.cluster.as_mut().unwrap();
+    let template = cluster.pending_pods[0].clone();
+    cluster.pending_pods = (0..count)
+        .map(|i| {
+            let mut pod = template.clone();
+            pod.name = format!("app-{i}");
+            pod.containers[0].requests = Some(pb::ResourceList {
+                quantities: [("cpu".to_owned(), cpu)].into_iter().collect(),
+            });
+            pod
+        })
+        .collect();
+    request
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_is_interrupted_with_deadline_exceeded() {
+    let running = start_with(karpenter_scheduler::Limits {
+        max_call: Duration::from_millis(1),
+        concurrent_calls: 1,
+        ..karpenter_scheduler::Limits::default()
+    })
+    .await;
+    let mut client = connect(&running.grpc).await;
+    let status = client
+        .solve(request_with_pods(3_000, 100))
+        .await
+        .expect_err("3,000 pods take longer than a millisecond");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    let metrics = http_get(running.http, "/metrics").await;
+    assert!(
+        metrics.contains("karpenter_scheduler_interrupted_calls_total 1"),
+        "{metrics}"
+    );
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn requests_that_overflow_a_sum_are_unschedulable_not_a_crash() {
+    let running = start().await;
+    let mut client = connect(&running.grpc).await;
+    let mut huge = request();
+    let pod = &mut huge.cluster.as_mut().unwrap().pending_pods[0];
+    let half = i64::MAX / 2 + 1;
+    let container = pod.containers[0].clone();
+    pod.containers = vec![container.clone(), container.clone(), container];
+    for c in &mut pod.containers {
+        c.requests = Some(pb::ResourceList {
+            quantities: [("cpu".to_owned(), half)].into_iter().collect(),
+        });
+    }
+    let response = client.solve(huge).await.expect("answered").into_inner();
+    assert!(response.node_claims.is_empty(), "{response:?}");
+    assert_eq!(response.unschedulable.len(), 1);
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn budget_schedules_are_checked_and_huge_windows_answer_at_once() {
+    let running = start().await;
+    let mut client = connect(&running.grpc).await;
+    // One empty node of the pool: emptiness would delete it unless a budget
+    // of zero is active.
+    let disruption = |schedule: &str, seconds: i64| {
+        let mut request = request();
+        let cluster = request.cluster.as_mut().unwrap();
+        cluster.pending_pods.clear();
+        cluster.node_pools[0].disruption = Some(pb::Disruption {
+            consolidate_after: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 0,
+            }),
+            budgets: vec![pb::Budget {
+                nodes: "0".into(),
+                schedule: schedule.into(),
+                duration: Some(prost_types::Duration { seconds, nanos: 0 }),
+                reasons: vec![],
+            }],
+            ..Default::default()
+        });
+        let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
+        cluster.nodes = vec![pb::StateNode {
+            name: "idle".into(),
+            node_claim_name: "idle".into(),
+            node_pool: "default".into(),
+            capacity: m5.capacity.clone(),
+            allocatable: m5.capacity.clone(),
+            has_node: true,
+            registered: true,
+            initialized: true,
+            price: 0.096,
+            capacity_type: "on-demand".into(),
+            zone: "us-west-2a".into(),
+            instance_type: "m5.large".into(),
+            ..Default::default()
+        }];
+        cluster.now = Some(prost_types::Timestamp {
+            seconds: 1_800_000_000,
+            nanos: 0,
+        });
+        pb::PlanDisruptionRequest {
+            cluster: request.cluster,
+            options: None,
+        }
+    };
+    // February 30th never comes: the window is searched, boundedly, for a
+    // duration of about 30,000 years, and the budget never applies.
+    let plan = client
+        .plan_disruption(disruption("0 0 30 2 *", 1_000_000_000_000))
+        .await
+        .expect("a huge budget window answers")
+        .into_inner();
+    assert_eq!(plan.commands.len(), 1, "{plan:?}");
+    assert_eq!(plan.commands[0].candidates, vec!["idle"]);
+    // Every minute fires: the zero budget blocks.
+    let plan = client
+        .plan_disruption(disruption("* * * * *", 1_000_000_000_000))
+        .await
+        .expect("answers")
+        .into_inner();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    let status = client
+        .plan_disruption(disruption("every tuesday", 3600))
+        .await
+        .expect_err("an unparsable schedule is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let details = status.get_error_details();
+    assert_eq!(
+        details.bad_request().unwrap().field_violations[0].field,
+        "cluster.node_pools[0].disruption.budgets[0].schedule"
     );
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();
