@@ -16,7 +16,7 @@ use tokio_stream::StreamExt;
 async fn start(config: Config) -> (KubeTestServer, kube::Client) {
     let server = KubeTestServer::start(config).await.expect("server starts");
     let cfg = kube::Config::new(server.url().parse().expect("url"));
-    let client = kube::Client::try_from(cfg).expect("client");
+    let client = karpenter_kube::client(cfg).expect("client");
     (server, client)
 }
 

@@ -50,9 +50,9 @@ pub fn plan_disruption(
         cluster: Some(built.snapshot.clone()),
         options: Some(plan::options(args, well_known)?),
     };
-    match &args.scheduler {
+    let response = match &args.scheduler {
         None => karpenter_scheduler::plan_disruption_request(&request)
-            .map_err(|e| plan::rejected(built, &e.field, &e.message)),
+            .map_err(|e| plan::rejected(built, &e.field, &e.message))?,
         Some(url) => runtime.block_on(async {
             let mut client = plan::connect_scheduler(url).await?;
             client
@@ -60,8 +60,10 @@ pub fn plan_disruption(
                 .await
                 .map(tonic::Response::into_inner)
                 .map_err(|status| plan::status_error(built, url, "PlanDisruption", &status))
-        }),
-    }
+        })?,
+    };
+    plan::refuse_left_out(built, None, &response.rejected)?;
+    Ok(response)
 }
 
 /// Runs `disrupt` and returns the rendered output and the warnings.

@@ -417,8 +417,10 @@ mod tests {
             unschedulable: vec![pb::UnschedulablePod {
                 pod: Some(pod("big-0")),
                 reason: "too big".into(),
+                ..Default::default()
             }],
             cost_per_hour: 0.152,
+            ..Default::default()
         }
     }
 

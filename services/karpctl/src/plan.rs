@@ -303,9 +303,9 @@ pub fn solve(
         cluster: Some(built.snapshot.clone()),
         options: Some(options(args, well_known)?),
     };
-    match &args.scheduler {
+    let response = match &args.scheduler {
         None => karpenter_scheduler::solve_request(&request)
-            .map_err(|e| rejected(built, &e.field, &e.message)),
+            .map_err(|e| rejected(built, &e.field, &e.message))?,
         Some(url) => runtime.block_on(async {
             let mut client = connect_scheduler(url).await?;
             client
@@ -313,7 +313,31 @@ pub fn solve(
                 .await
                 .map(tonic::Response::into_inner)
                 .map_err(|status| status_error(built, url, "Solve", &status))
-        }),
+        })?,
+    };
+    let invalid_pod = response
+        .unschedulable
+        .iter()
+        .find(|u| !u.invalid_field.is_empty())
+        .map(|u| (u.invalid_field.as_str(), u.reason.as_str()));
+    refuse_left_out(built, invalid_pod, &response.rejected)?;
+    Ok(response)
+}
+
+/// Manifests are checked before planning, so anything the scheduler still
+/// left out (a pod or object it could not understand) is bad input: named,
+/// with its file and document, like every other input error.
+pub fn refuse_left_out(
+    built: &Built,
+    invalid_pod: Option<(&str, &str)>,
+    rejected_objects: &[pb::RejectedObject],
+) -> Result<(), CliError> {
+    if let Some((field, reason)) = invalid_pod {
+        return Err(rejected(built, field, reason));
+    }
+    match rejected_objects.first() {
+        Some(object) => Err(rejected(built, &object.field, &object.message)),
+        None => Ok(()),
     }
 }
 

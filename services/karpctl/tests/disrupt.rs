@@ -505,6 +505,7 @@ fn response() -> pb::PlanDisruptionResponse {
             lower_bound: 0.3,
         }),
         candidates_evaluated: 6,
+        rejected: vec![],
     }
 }
 

@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         ..Config::default()
     })
     .await?;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse()?))?;
+    let client = karpenter_kube::client(kube::Config::new(server.url().parse()?))?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
 
     let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();

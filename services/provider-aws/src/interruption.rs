@@ -3,7 +3,7 @@
 //! changes and instance state changes.
 //!
 //! ```text
-//!   SQS ──ReceiveMessage (long poll)──▶ parse ──▶ InterruptionEvent{id = receipt handle}
+//!   SQS ──ReceiveMessage (long poll)──▶ parse ──▶ InterruptionEvent{id = SQS message id}
 //!                                        │ malformed / not ours: log, count, DeleteMessage
 //!   AcknowledgeInterruption(id) ──DeleteMessage──▶ SQS   (unacked: redelivered after visibility timeout)
 //! ```

@@ -171,6 +171,9 @@ impl CloudProvider for AwsProvider {
                 provider::DRIFT_NODE_CLASS.into(),
             ],
             provider_id_prefix: "aws://".into(),
+            repair_policies: repair_policies(),
+            node_class_hash_annotation: l::AWS_EC2_NODE_CLASS_HASH.into(),
+            node_class_hash_version_annotation: l::AWS_EC2_NODE_CLASS_HASH_VERSION.into(),
         }))
     }
 
@@ -347,8 +350,14 @@ impl CloudProvider for AwsProvider {
                             None => format!("aws:///{id}"),
                         });
                     }
+                    // The message id stays the same across redeliveries; the
+                    // receipt handle needed to delete it does not.
+                    let id = message
+                        .message_id()
+                        .map_or_else(|| receipt.to_string(), str::to_string);
+                    provider.remember_receipt(&id, receipt);
                     let event = pb::InterruptionEvent {
-                        id: receipt.to_string(),
+                        id,
                         kind: parsed.kind as i32,
                         provider_ids,
                         state: parsed.state,
@@ -380,9 +389,54 @@ impl CloudProvider for AwsProvider {
             return Err(Error::invalid("id", "the event id to acknowledge is required").into());
         }
         let url = self.queue_url().await?;
-        delete_message(&self.provider.clients.sqs, &url, &request.id).await?;
+        // Unknown ids (a restarted provider) are acknowledged when the
+        // message comes again and its receipt is known.
+        match self.provider.take_receipt(&request.id) {
+            Some(receipt) => delete_message(&self.provider.clients.sqs, &url, &receipt).await?,
+            None => tracing::info!(
+                id = %request.id,
+                "acknowledged an interruption whose message this process has not received; it is deleted on redelivery"
+            ),
+        }
         Ok(Response::new(pb::AcknowledgeInterruptionResponse {}))
     }
+
+    #[tracing::instrument(name = "FinalizeNodeClass", skip_all, fields(node_class))]
+    async fn finalize_node_class(
+        &self,
+        request: Request<pb::FinalizeNodeClassRequest>,
+    ) -> Result<Response<pb::FinalizeNodeClassResponse>, Status> {
+        let request = request.into_inner();
+        let nc = NodeClass::from_wire("node_class", request.node_class.as_ref())?;
+        tracing::Span::current().record("node_class", nc.name.as_str());
+        self.provider.finalize_node_class(&nc).await?;
+        Ok(Response::new(pb::FinalizeNodeClassResponse {}))
+    }
+}
+
+/// Karpenter's AWS repair policies: the kubelet's Ready condition, and the
+/// conditions of the EKS node monitoring agent.
+pub fn repair_policies() -> Vec<pb::RepairPolicy> {
+    let minutes = |m: i64| {
+        Some(prost_types::Duration {
+            seconds: m * 60,
+            nanos: 0,
+        })
+    };
+    let policy = |condition: &str, status: &str, toleration| pb::RepairPolicy {
+        condition_type: condition.into(),
+        condition_status: status.into(),
+        toleration,
+    };
+    vec![
+        policy("Ready", "False", minutes(30)),
+        policy("Ready", "Unknown", minutes(30)),
+        policy("AcceleratedHardwareReady", "False", minutes(10)),
+        policy("StorageReady", "False", minutes(30)),
+        policy("NetworkingReady", "False", minutes(30)),
+        policy("KernelReady", "False", minutes(30)),
+        policy("ContainerRuntimeReady", "False", minutes(30)),
+    ]
 }
 
 /// The runtime `Service` for `karpenter_runtime::serve`.

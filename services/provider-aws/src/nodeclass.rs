@@ -680,6 +680,67 @@ pub async fn resolve_instance_profile(
     }
 }
 
+/// Deletes the instance profile the provider made for a node class (none
+/// when the class names its own `instanceProfile`): its role is removed
+/// first, as IAM requires. Gone already is fine.
+pub async fn delete_managed_instance_profile(
+    clients: &Clients,
+    settings: &Settings,
+    node_class: &NodeClass,
+) -> Result<(), Error> {
+    if node_class.spec.instance_profile.is_some() {
+        return Ok(());
+    }
+    let name = instance_profile_name(settings, &node_class.name);
+    let roles = match clients
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+    {
+        Ok(out) => out
+            .instance_profile()
+            .map(|p| {
+                p.roles()
+                    .iter()
+                    .map(|r| r.role_name().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default(),
+        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => return Ok(()),
+        Err(e) => return Err(Error::aws("iam:GetInstanceProfile", &e)),
+    };
+    for role in &roles {
+        match clients
+            .iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(role)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => {}
+            Err(e) => return Err(Error::aws("iam:RemoveRoleFromInstanceProfile", &e)),
+        }
+    }
+    match clients
+        .iam
+        .delete_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(instance_profile = %name, "deleted the node class's instance profile");
+            Ok(())
+        }
+        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(()),
+        Err(e) => Err(Error::aws("iam:DeleteInstanceProfile", &e)),
+    }
+}
+
 fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pb::Condition {
     pb::Condition {
         r#type: type_.into(),

@@ -60,6 +60,8 @@ pub struct Provider {
     built: std::sync::Mutex<BTreeMap<String, (u64, Built)>>,
     /// When this process last used each launch template, by name.
     templates_used: std::sync::Mutex<BTreeMap<String, std::time::SystemTime>>,
+    /// Interruption message id to the receipt handle of its last delivery.
+    receipts: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 /// A block device as the launch template gets it.
@@ -234,7 +236,23 @@ impl Provider {
             catalog,
             built: std::sync::Mutex::new(BTreeMap::new()),
             templates_used: std::sync::Mutex::new(BTreeMap::new()),
+            receipts: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The receipt handle of the last delivery of interruption message `id`.
+    pub fn remember_receipt(&self, id: &str, receipt: &str) {
+        self.receipts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), receipt.to_string());
+    }
+
+    pub fn take_receipt(&self, id: &str) -> Option<String> {
+        self.receipts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
     }
 
     fn template_used(&self, name: &str) {
@@ -310,6 +328,59 @@ impl Provider {
                 .remove(&name);
         }
         Ok(deleted)
+    }
+
+    /// Releases what the provider made for a node class being deleted: its
+    /// launch templates and its managed instance profile.
+    pub async fn finalize_node_class(&self, nc: &NodeClass) -> Result<(), Error> {
+        let mut pages = self
+            .clients
+            .ec2
+            .describe_launch_templates()
+            .filters(
+                Filter::builder()
+                    .name("tag:karpenter.k8s.aws/cluster")
+                    .values(&self.settings.cluster_name)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", l::AWS_EC2_NODE_CLASS))
+                    .values(&nc.name)
+                    .build(),
+            )
+            .into_paginator()
+            .send();
+        let mut names = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| Error::aws("ec2:DescribeLaunchTemplates", &e))?;
+            names.extend(
+                page.launch_templates()
+                    .iter()
+                    .filter_map(|t| t.launch_template_name().map(str::to_string)),
+            );
+        }
+        for name in names {
+            match self
+                .clients
+                .ec2
+                .delete_launch_template()
+                .launch_template_name(&name)
+                .send()
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(launch_template = %name, node_class = %nc.name, "deleted launch template")
+                }
+                Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
+                Err(e) => return Err(Error::aws("ec2:DeleteLaunchTemplate", &e)),
+            }
+            self.templates_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+        }
+        nodeclass::delete_managed_instance_profile(&self.clients, &self.settings, nc).await
     }
 
     /// Collects unused launch templates every `janitor_interval` until the
@@ -1146,11 +1217,11 @@ impl Provider {
         if !want.is_empty() && !have.is_empty() && have != want {
             return Ok(DRIFT_SECURITY_GROUP.into());
         }
-        let hash = claim.annotations.get(l::AWS_EC2_NODE_CLASS_HASH);
-        let version = claim.annotations.get(l::AWS_EC2_NODE_CLASS_HASH_VERSION);
-        if let Some(hash) = hash
-            && version.map(String::as_str) == Some(nodeclass::HASH_VERSION)
-            && *hash != nodeclass::spec_hash(&nc.spec)
+        // Static drift: the spec changed since launch (only comparable when
+        // the claim's hash was made the way this provider makes it).
+        if !request.node_class_hash.is_empty()
+            && request.node_class_hash_version == nodeclass::HASH_VERSION
+            && request.node_class_hash != nodeclass::spec_hash(&nc.spec)
         {
             return Ok(DRIFT_NODE_CLASS.into());
         }

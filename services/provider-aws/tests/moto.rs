@@ -311,12 +311,19 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     let mut world = World::start().await;
     let (node_class, resolution) = resolved(&mut world, seed_node_class()).await;
     let mut claim = seed_node_claim("default-abcde", &node_class);
+    // The adapter writes the hash under the keys Info names.
+    let info = world
+        .client
+        .info(pb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     claim.annotations.insert(
-        "karpenter.k8s.aws/ec2nodeclass-hash".into(),
+        info.node_class_hash_annotation.clone(),
         resolution.hash.clone(),
     );
     claim.annotations.insert(
-        "karpenter.k8s.aws/ec2nodeclass-hash-version".into(),
+        info.node_class_hash_version_annotation.clone(),
         resolution.hash_version.clone(),
     );
     let started = Instant::now();
@@ -417,12 +424,17 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     let drift = |world: &mut World, claim: pb::NodeClaim| {
         let provider_id = instance.provider_id.clone();
         let mut client = world.client.clone();
+        let node_class_hash = claim.annotations[&info.node_class_hash_annotation].clone();
+        let node_class_hash_version =
+            claim.annotations[&info.node_class_hash_version_annotation].clone();
         async move {
             client
                 .is_drifted(pb::IsDriftedRequest {
                     node_claim: Some(claim),
                     provider_id,
                     image_id: String::new(),
+                    node_class_hash,
+                    node_class_hash_version,
                 })
                 .await
                 .unwrap()
@@ -1209,5 +1221,147 @@ async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
         devices,
         vec![("/dev/xvda", Some(4)), ("/dev/xvdb", Some(20))]
     );
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizing_a_node_class_deletes_its_instance_profile_and_launch_templates() {
+    let mut world = World::start().await;
+    let (node_class, resolution) = resolved(&mut world, seed_node_class()).await;
+    let status: serde_json::Value = serde_json::from_str(&resolution.status_json).unwrap();
+    let profile = status["instanceProfile"]
+        .as_str()
+        .expect("a managed instance profile")
+        .to_string();
+    create(&mut world, seed_node_claim("default-final", &node_class))
+        .await
+        .expect("launched");
+    let templates = |world: &World| {
+        let ec2 = world.setup.ec2.clone();
+        async move {
+            ec2.describe_launch_templates()
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                        .values("default")
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap()
+                .launch_templates()
+                .len()
+        }
+    };
+    assert!(templates(&world).await > 0, "the launch made a template");
+    for _ in 0..2 {
+        world
+            .client
+            .finalize_node_class(pb::FinalizeNodeClassRequest {
+                node_class: Some(node_class.clone()),
+            })
+            .await
+            .expect("finalize (again: idempotent)");
+    }
+    assert_eq!(templates(&world).await, 0);
+    let gone = world
+        .setup
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the instance profile {profile} is deleted");
+    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_interruption_comes_again_with_the_same_id() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-again", &node_class))
+        .await
+        .unwrap();
+    world
+        .setup
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&world.made.queue_url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .unwrap();
+    let id = instance.provider_id.rsplit('/').next().unwrap().to_string();
+    let body = serde_json::json!({"version": "0", "id": "e", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2", "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": REGION, "resources": [], "detail": {"instance-id": id, "instance-action": "terminate"}});
+    world
+        .setup
+        .sqs
+        .send_message()
+        .queue_url(&world.made.queue_url)
+        .message_body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut stream = world
+        .client
+        .watch_interruptions(pb::WatchInterruptionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        let event = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("an event")
+            .expect("stream open")
+            .expect("ok");
+        events.push(event);
+    }
+    let (first, again) = (&events[0], &events[1]);
+    assert_eq!(first.id, again.id, "the same message keeps its id");
+    world
+        .client
+        .acknowledge_interruption(pb::AcknowledgeInterruptionRequest {
+            id: again.id.clone(),
+        })
+        .await
+        .unwrap();
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attributes = world
+            .setup
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&world.made.queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        let attributes = attributes.attributes().cloned().unwrap_or_default();
+        let total: i64 = [
+            aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
+            aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        ]
+        .iter()
+        .map(|name| {
+            attributes
+                .get(name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(-1)
+        })
+        .sum();
+        if total == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the acknowledged message is deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     world.assert_least_privilege();
 }

@@ -51,6 +51,10 @@ pub const NODE_CLASS_GROUP: &str = "karpenter.kwok.sh";
 pub const NODE_CLASS_VERSION: &str = "v1alpha1";
 pub const NODE_CLASS_KIND: &str = "KWOKNodeClass";
 pub const PROVIDER_ID_PREFIX: &str = "kwok://";
+/// Where the adapter keeps a node class's hash (on the class and its claims).
+pub const NODE_CLASS_HASH_ANNOTATION: &str = "karpenter.kwok.sh/kwoknodeclass-hash";
+pub const NODE_CLASS_HASH_VERSION_ANNOTATION: &str = "karpenter.kwok.sh/kwoknodeclass-hash-version";
+const NODE_CLASS_HASH_VERSION: &str = "v1";
 /// How long an offering that ran out of capacity is reported unavailable.
 pub const ICE_TTL: Duration = Duration::from_secs(180);
 const DEFAULT_IMAGE: &str = "kwok-image-v1";
@@ -485,8 +489,21 @@ impl CloudProvider for KwokProvider {
             .iter()
             .map(|l| format!("{}/{l}", karpenter_catalog::kwok::LABEL_GROUP))
             .collect(),
-            drift_reasons: vec!["ImageDrift".into()],
+            drift_reasons: vec!["ImageDrift".into(), "NodeClassDrift".into()],
             provider_id_prefix: PROVIDER_ID_PREFIX.into(),
+            repair_policies: ["False", "Unknown"]
+                .into_iter()
+                .map(|status| pv::RepairPolicy {
+                    condition_type: "Ready".into(),
+                    condition_status: status.into(),
+                    toleration: Some(prost_types::Duration {
+                        seconds: 10 * 60,
+                        nanos: 0,
+                    }),
+                })
+                .collect(),
+            node_class_hash_annotation: NODE_CLASS_HASH_ANNOTATION.into(),
+            node_class_hash_version_annotation: NODE_CLASS_HASH_VERSION_ANNOTATION.into(),
         }))
     }
 
@@ -681,8 +698,18 @@ impl CloudProvider for KwokProvider {
             .and_then(|c| spec_field(c.node_class.as_ref(), "imageID"))
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| DEFAULT_IMAGE.into());
+        let spec_now = req
+            .node_claim
+            .as_ref()
+            .and_then(|c| c.node_class.as_ref())
+            .map(|class| spec_hash(&class.spec_json));
         let reason = if !req.image_id.is_empty() && req.image_id != want {
             "ImageDrift"
+        } else if !req.node_class_hash.is_empty()
+            && req.node_class_hash_version == NODE_CLASS_HASH_VERSION
+            && spec_now.is_some_and(|now| now != req.node_class_hash)
+        {
+            "NodeClassDrift"
         } else {
             ""
         };
@@ -698,10 +725,7 @@ impl CloudProvider for KwokProvider {
         let class = req.into_inner().node_class.unwrap_or_default();
         let spec: Value = serde_json::from_str(&class.spec_json).unwrap_or_else(|_| json!({}));
         let image = spec["imageID"].as_str().unwrap_or(DEFAULT_IMAGE);
-        let text = spec.to_string();
-        let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
+        let hash = spec_hash(&class.spec_json);
         Ok(Response::new(pv::ResolveNodeClassResponse {
             status_json: json!({"imageID": image}).to_string(),
             conditions: vec![pv::Condition {
@@ -710,8 +734,8 @@ impl CloudProvider for KwokProvider {
                 reason: "Ready".into(),
                 message: String::new(),
             }],
-            hash: hash.to_string(),
-            hash_version: "v1".into(),
+            hash,
+            hash_version: NODE_CLASS_HASH_VERSION.into(),
         }))
     }
 
@@ -758,6 +782,40 @@ impl CloudProvider for KwokProvider {
         self.state().unacked.remove(&req.into_inner().id);
         Ok(Response::new(pv::AcknowledgeInterruptionResponse {}))
     }
+
+    async fn finalize_node_class(
+        &self,
+        _: Request<pv::FinalizeNodeClassRequest>,
+    ) -> Result<Response<pv::FinalizeNodeClassResponse>, Status> {
+        // The simulated cloud keeps nothing per node class.
+        Ok(Response::new(pv::FinalizeNodeClassResponse {}))
+    }
+}
+
+/// A hash of a node class spec that does not depend on key order.
+pub fn spec_hash(spec_json: &str) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let spec: Value = serde_json::from_str(spec_json).unwrap_or_else(|_| json!({}));
+    let text = sorted(&spec).to_string();
+    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    hash.to_string()
 }
 
 impl KwokProvider {

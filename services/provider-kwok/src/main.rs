@@ -21,9 +21,10 @@ use provider_kwok::{KwokProvider, Options};
 struct Args {
     #[command(flatten)]
     service: karpenter_runtime::ServiceArgs,
-    /// The cluster to create Nodes in (none: instances only).
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
+    /// The cluster to create Nodes in (without a kubeconfig and outside a
+    /// cluster: instances only).
+    #[command(flatten)]
+    kube: karpenter_kube::KubeArgs,
     /// An InstanceTypeCatalog file (default: the built-in kwok-shaped catalog).
     #[arg(long)]
     catalog: Option<PathBuf>,
@@ -46,21 +47,17 @@ async fn main() -> anyhow::Result<()> {
         provider_kwok::load_catalog(args.catalog.as_deref()).context("loading the catalog")?;
     let node_delay = karpenter_core::duration::parse_go_duration(&args.node_delay)
         .context("--node-delay is not a duration")?;
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).context("reading the kubeconfig")?;
-            let cfg = kube::Config::from_custom_kubeconfig(
-                kc,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .context("loading the kubeconfig")?;
-            Some(kube::Client::try_from(cfg).context("building the Kubernetes client")?)
+    let client = match karpenter_kube::config(&args.kube).await? {
+        Some(config) => Some(karpenter_kube::client(config)?),
+        None => {
+            tracing::warn!("no kubeconfig and not in a cluster: instances will not become Nodes");
+            None
         }
-        None => None,
     };
     if args.install_crd {
-        let client = client.clone().context("--install-crd needs --kubeconfig")?;
+        let client = client
+            .clone()
+            .context("--install-crd needs a cluster (--kubeconfig or in-cluster)")?;
         let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
             serde_yaml::from_str(provider_kwok::NODE_CLASS_CRD).context("parsing the CRD")?;
         let api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = kube::Api::all(client);

@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 
 struct Env {
+    _dir: tempfile::TempDir,
     _server: KubeTestServer,
     client: kube::Client,
     provider: KwokProvider,
@@ -27,14 +28,29 @@ struct Env {
 }
 
 async fn env() -> Env {
+    env_with(false).await
+}
+
+/// With `tls`, the server speaks HTTPS and the provider's client comes from
+/// the kubeconfig it writes (trusting its CA), as the binary builds it.
+async fn env_with(tls: bool) -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
     let server = KubeTestServer::start(Config {
         controllers: true,
+        tls,
+        kubeconfig: Some(kubeconfig.clone()),
         ..Config::default()
     })
     .await
     .expect("server");
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().expect("url")))
-        .expect("client");
+    let config = karpenter_kube::config(&karpenter_kube::KubeArgs {
+        kubeconfig: Some(kubeconfig),
+    })
+    .await
+    .expect("kubeconfig")
+    .expect("a cluster");
+    let client = karpenter_kube::client(config).expect("client");
     let provider = KwokProvider::new(
         provider_kwok::load_catalog(None).expect("catalog"),
         Some(client.clone()),
@@ -52,6 +68,7 @@ async fn env() -> Env {
         .await
         .expect("connect");
     Env {
+        _dir: dir,
         _server: server,
         client,
         provider,
@@ -297,6 +314,21 @@ async fn deployment_pods_bind_once_provider_kwok_nodes_appear() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_written_over_https_with_the_kubeconfigs_ca() {
+    let mut e = env_with(true).await;
+    e.grpc
+        .create(claim("secure", 1000, vec![]))
+        .await
+        .expect("launch");
+    let nodes: Api<Node> = Api::all(e.client.clone());
+    eventually("the node over HTTPS", || {
+        let nodes = nodes.clone();
+        async move { nodes.get("secure").await.is_ok() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insufficient_capacity_falls_back_then_exhausts_with_details() {
     let mut e = env().await;
     let zone_a = || {
@@ -494,4 +526,86 @@ async fn hostile_node_classes_and_claims_are_refused_not_crashed_on() {
         .create(with_delay("fine", json!("1s")))
         .await
         .expect("a valid claim launches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_names_repair_policies_and_hash_keys_and_a_changed_class_drifts() {
+    let mut e = env().await;
+    let info = e
+        .grpc
+        .info(pv::InfoRequest::default())
+        .await
+        .expect("info")
+        .into_inner();
+    let ready: Vec<(&str, &str, i64)> = info
+        .repair_policies
+        .iter()
+        .map(|p| {
+            (
+                p.condition_type.as_str(),
+                p.condition_status.as_str(),
+                p.toleration.as_ref().map_or(0, |d| d.seconds),
+            )
+        })
+        .collect();
+    assert_eq!(ready, [("Ready", "False", 600), ("Ready", "Unknown", 600)]);
+    assert!(!info.node_class_hash_annotation.is_empty());
+
+    let class = |spec: serde_json::Value| pv::NodeClass {
+        name: "default".into(),
+        spec_json: spec.to_string(),
+        ..Default::default()
+    };
+    let launched_with = e
+        .grpc
+        .resolve_node_class(pv::ResolveNodeClassRequest {
+            node_class: Some(class(
+                json!({"imageID": "img-1", "nodeRegistrationDelay": "1s"}),
+            )),
+        })
+        .await
+        .expect("resolve")
+        .into_inner();
+    let mut request = claim("drifty", 1000, vec![]);
+    let node_claim = request.node_claim.as_mut().expect("claim");
+    node_claim.node_class = Some(class(
+        json!({"imageID": "img-1", "nodeRegistrationDelay": "1s"}),
+    ));
+    let instance = e
+        .grpc
+        .create(request.clone())
+        .await
+        .expect("launch")
+        .into_inner()
+        .instance
+        .expect("instance");
+    let drifted = |node_class: pv::NodeClass| {
+        let mut node_claim = request.node_claim.clone().expect("claim");
+        node_claim.node_class = Some(node_class);
+        pv::IsDriftedRequest {
+            node_claim: Some(node_claim),
+            provider_id: instance.provider_id.clone(),
+            image_id: instance.image_id.clone(),
+            node_class_hash: launched_with.hash.clone(),
+            node_class_hash_version: launched_with.hash_version.clone(),
+        }
+    };
+    let reason = |r: tonic::Response<pv::IsDriftedResponse>| r.into_inner().reason;
+    // Same spec, keys in another order: not drifted.
+    let same = class(json!({"nodeRegistrationDelay": "1s", "imageID": "img-1"}));
+    assert_eq!(
+        reason(e.grpc.is_drifted(drifted(same)).await.expect("drift")),
+        ""
+    );
+    let changed = class(json!({"imageID": "img-1", "nodeRegistrationDelay": "5s"}));
+    assert_eq!(
+        reason(e.grpc.is_drifted(drifted(changed)).await.expect("drift")),
+        "NodeClassDrift"
+    );
+    e.grpc
+        .finalize_node_class(pv::FinalizeNodeClassRequest {
+            node_class: Some(class(json!({}))),
+        })
+        .await
+        .expect("nothing to release, but it answers");
 }

@@ -209,7 +209,9 @@ fn measure(count: usize, runs: usize) {
     let mut unschedulable = 0;
     for _ in 0..runs {
         let started = Instant::now();
-        let cluster = from_wire::cluster(&snapshot).expect("valid benchmark snapshot");
+        let cluster = from_wire::cluster(&snapshot)
+            .expect("valid benchmark snapshot")
+            .cluster;
         best_parse = best_parse.min(started.elapsed().as_secs_f64());
         let started = Instant::now();
         let solution = solve::solve(&cluster, &options);

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use karpenter_core::labels;
 use karpenter_core::requirements::{Requirement, Requirements};
 use karpenter_core::resources::Resources;
+use karpenter_core::selector::LabelSelector;
 use karpenter_core::taints::{Effect, Taint};
 use karpenter_planner::cron::Cron;
 use karpenter_planner::disruption::Reason;
@@ -663,118 +664,156 @@ fn state_node(
     })
 }
 
-/// The whole snapshot, checked.
-pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Cluster, InvalidField> {
-    {
-        let namespaces: BTreeMap<String, BTreeMap<String, String>> = snapshot
-            .namespaces
-            .iter()
-            .map(|ns| (ns.name.clone(), ns.labels.clone().into_iter().collect()))
-            .collect();
-        let catalog_names: Vec<String> = snapshot
-            .instance_type_catalogs
-            .iter()
-            .map(|c| c.name.clone())
-            .collect();
-        let mut catalogs = snapshot
-            .instance_type_catalogs
-            .iter()
-            .enumerate()
-            .map(|(c, catalog)| {
-                catalog
-                    .instance_types
-                    .iter()
-                    .enumerate()
-                    .map(|(i, it)| {
-                        instance_type(
-                            &format!("cluster.instance_type_catalogs[{c}].instance_types[{i}]"),
-                            it,
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let node_pools = snapshot
-            .node_pools
-            .iter()
-            .enumerate()
-            .map(|(i, np)| node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names))
-            .collect::<Result<Vec<_>, _>>()?;
-        let offering_space = OfferingSpace::number(&mut catalogs);
-        if !node_pools.is_empty() && catalogs.is_empty() {
-            return Err(InvalidField::new(
-                "cluster.instance_type_catalogs",
-                "node pools are given but no instance type catalog",
-            ));
+/// A request understood: the planner's model, plus what was left out.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub cluster: Cluster,
+    /// Pending pods that could not be understood, with why: they are
+    /// reported unschedulable.
+    pub invalid_pods: Vec<(pb::PodRef, InvalidField)>,
+    /// Other objects left out of the planning.
+    pub rejected: Vec<pb::RejectedObject>,
+}
+
+fn rejected(kind: &str, namespace: &str, name: &str, error: InvalidField) -> pb::RejectedObject {
+    pb::RejectedObject {
+        kind: kind.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        field: error.field,
+        message: error.message,
+    }
+}
+
+/// The whole snapshot, checked. One object that cannot be understood (a
+/// pod, node, node pool, daemonset or PDB) is left out and reported; only a
+/// request broken as a whole (its instance-type catalogs) is an error.
+pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
+    let mut rejections = Vec::new();
+    let namespaces: BTreeMap<String, BTreeMap<String, String>> = snapshot
+        .namespaces
+        .iter()
+        .map(|ns| (ns.name.clone(), ns.labels.clone().into_iter().collect()))
+        .collect();
+    let catalog_names: Vec<String> = snapshot
+        .instance_type_catalogs
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let mut catalogs = snapshot
+        .instance_type_catalogs
+        .iter()
+        .enumerate()
+        .map(|(c, catalog)| {
+            catalog
+                .instance_types
+                .iter()
+                .enumerate()
+                .map(|(i, it)| {
+                    instance_type(
+                        &format!("cluster.instance_type_catalogs[{c}].instance_types[{i}]"),
+                        it,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !snapshot.node_pools.is_empty() && catalogs.is_empty() {
+        return Err(InvalidField::new(
+            "cluster.instance_type_catalogs",
+            "node pools are given but no instance type catalog",
+        ));
+    }
+    let offering_space = OfferingSpace::number(&mut catalogs);
+    let mut node_pools = Vec::with_capacity(snapshot.node_pools.len());
+    for (i, np) in snapshot.node_pools.iter().enumerate() {
+        match node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names) {
+            Ok(pool) => node_pools.push(pool),
+            Err(e) => rejections.push(rejected("NodePool", "", &np.name, e)),
         }
-        let mut seen = BTreeSet::new();
-        let mut pending = Vec::with_capacity(snapshot.pending_pods.len());
-        for (i, p) in snapshot.pending_pods.iter().enumerate() {
-            let field = format!("cluster.pending_pods[{i}]");
-            let parsed = pod(&field, p, &namespaces)?;
-            if !seen.insert(parsed.key.clone()) {
-                return Err(InvalidField::new(
+    }
+    let mut seen = BTreeSet::new();
+    let mut pending = Vec::with_capacity(snapshot.pending_pods.len());
+    let mut invalid_pods = Vec::new();
+    for (i, p) in snapshot.pending_pods.iter().enumerate() {
+        let field = format!("cluster.pending_pods[{i}]");
+        match pod(&field, p, &namespaces) {
+            Ok(parsed) if !seen.insert(parsed.key.clone()) => rejections.push(rejected(
+                "Pod",
+                &p.namespace,
+                &p.name,
+                InvalidField::new(
                     format!("{field}.name"),
                     format!("pod {} appears twice", parsed.key),
+                ),
+            )),
+            Ok(parsed) => pending.push(parsed),
+            Err(e) => invalid_pods.push((
+                pb::PodRef {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                },
+                e,
+            )),
+        }
+    }
+    let mut nodes = Vec::with_capacity(snapshot.nodes.len());
+    for (i, n) in snapshot.nodes.iter().enumerate() {
+        match state_node(&format!("cluster.nodes[{i}]"), n, &namespaces) {
+            Ok(node) => nodes.push(node),
+            Err(e) => rejections.push(rejected("Node", "", &n.name, e)),
+        }
+    }
+    let mut daemon_sets = Vec::with_capacity(snapshot.daemon_sets.len());
+    for (i, ds) in snapshot.daemon_sets.iter().enumerate() {
+        match daemon_set(&format!("cluster.daemon_sets[{i}]"), ds, &namespaces) {
+            Ok(parsed) => daemon_sets.push(parsed),
+            Err(e) => rejections.push(rejected("DaemonSet", &ds.namespace, &ds.name, e)),
+        }
+    }
+    let mut pdbs = Vec::with_capacity(snapshot.pod_disruption_budgets.len());
+    for (i, pdb) in snapshot.pod_disruption_budgets.iter().enumerate() {
+        let field = format!("cluster.pod_disruption_budgets[{i}]");
+        let key = PodKey {
+            namespace: pdb.namespace.clone(),
+            name: pdb.name.clone(),
+        };
+        let selector = pdb
+            .selector
+            .as_ref()
+            .map(|s| label_selector(&format!("{field}.selector"), s))
+            .transpose();
+        match selector {
+            Ok(selector) => pdbs.push(Pdb {
+                key,
+                selector,
+                disruptions_allowed: pdb.disruptions_allowed,
+                always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
+                fully_blocking: matches!(pdb.max_unavailable.trim(), "0" | "0%")
+                    || pdb.min_available.trim() == "100%",
+            }),
+            Err(e) => {
+                // Which pods it protects is unknown: it protects every pod of
+                // its namespace, so nothing it might cover is evicted.
+                pdbs.push(Pdb {
+                    key,
+                    selector: Some(LabelSelector::default()),
+                    disruptions_allowed: 0,
+                    always_allow_unhealthy: false,
+                    fully_blocking: true,
+                });
+                rejections.push(rejected(
+                    "PodDisruptionBudget",
+                    &pdb.namespace,
+                    &pdb.name,
+                    e,
                 ));
             }
-            pending.push(parsed);
         }
-        let nodes = snapshot
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| state_node(&format!("cluster.nodes[{i}]"), n, &namespaces))
-            .collect::<Result<Vec<_>, _>>()?;
-        let daemon_sets = snapshot
-            .daemon_sets
-            .iter()
-            .enumerate()
-            .map(|(i, ds)| {
-                let field = format!("cluster.daemon_sets[{i}]");
-                let template = ds.template.clone().unwrap_or_default();
-                let mut template = template;
-                if template.name.is_empty() {
-                    template.name = ds.name.clone();
-                }
-                if template.namespace.is_empty() {
-                    template.namespace = ds.namespace.clone();
-                }
-                let mut pod = pod(&format!("{field}.template"), &template, &namespaces)?;
-                pod.owner_kind = "DaemonSet".to_owned();
-                Ok(DaemonSet {
-                    key: PodKey {
-                        namespace: ds.namespace.clone(),
-                        name: ds.name.clone(),
-                    },
-                    pod,
-                })
-            })
-            .collect::<Result<Vec<_>, InvalidField>>()?;
-        let pdbs = snapshot
-            .pod_disruption_budgets
-            .iter()
-            .enumerate()
-            .map(|(i, pdb)| {
-                let field = format!("cluster.pod_disruption_budgets[{i}]");
-                Ok(Pdb {
-                    key: PodKey {
-                        namespace: pdb.namespace.clone(),
-                        name: pdb.name.clone(),
-                    },
-                    selector: pdb
-                        .selector
-                        .as_ref()
-                        .map(|s| label_selector(&format!("{field}.selector"), s))
-                        .transpose()?,
-                    disruptions_allowed: pdb.disruptions_allowed,
-                    always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
-                    fully_blocking: matches!(pdb.max_unavailable.trim(), "0" | "0%")
-                        || pdb.min_available.trim() == "100%",
-                })
-            })
-            .collect::<Result<Vec<_>, InvalidField>>()?;
-        Ok(Cluster {
+    }
+    Ok(Parsed {
+        cluster: Cluster {
             pending,
             nodes,
             node_pools,
@@ -784,8 +823,33 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Cluster, InvalidField> 
             pdbs,
             namespaces,
             now_seconds: seconds(snapshot.now.as_ref()),
-        })
+        },
+        invalid_pods,
+        rejected: rejections,
+    })
+}
+
+fn daemon_set(
+    field: &str,
+    ds: &pb::DaemonSet,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<DaemonSet, InvalidField> {
+    let mut template = ds.template.clone().unwrap_or_default();
+    if template.name.is_empty() {
+        template.name = ds.name.clone();
     }
+    if template.namespace.is_empty() {
+        template.namespace = ds.namespace.clone();
+    }
+    let mut pod = pod(&format!("{field}.template"), &template, namespaces)?;
+    pod.owner_kind = "DaemonSet".to_owned();
+    Ok(DaemonSet {
+        key: PodKey {
+            namespace: ds.namespace.clone(),
+            name: ds.name.clone(),
+        },
+        pod,
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ use karpenter_proto::convert::{
 use karpenter_proto::scheduler::v1 as pb;
 
 use karpenter_planner::disruption::{DisruptionOptions, Method, Reason};
-use karpenter_planner::model::{Cluster, PodKey};
+use karpenter_planner::model::PodKey;
+
+use crate::from_wire::Parsed;
 use karpenter_planner::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
 use karpenter_proto::convert::InvalidField;
 
@@ -59,6 +61,7 @@ pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> pb::No
         pods: claim.pods.iter().map(|p| pod_ref(p, uids)).collect(),
         requests: Some(resource_list(&claim.requests)),
         node_class_ref: None,
+        min_values_relaxed: claim.min_values_relaxed,
     }
 }
 
@@ -87,9 +90,10 @@ fn node_class_refs(snapshot: &pb::ClusterSnapshot) -> HashMap<&str, &pb::NodeCla
 
 pub fn solve_response(
     solution: &Solution,
-    cluster: &Cluster,
+    parsed: &Parsed,
     snapshot: &pb::ClusterSnapshot,
 ) -> pb::SolveResponse {
+    let cluster = &parsed.cluster;
     let uids: HashMap<&PodKey, &str> = cluster
         .pending
         .iter()
@@ -116,9 +120,21 @@ pub fn solve_response(
             .map(|(pod, reason)| pb::UnschedulablePod {
                 pod: Some(pod_ref(pod, &uids)),
                 reason: reason.clone(),
+                invalid_field: String::new(),
             })
+            .chain(
+                parsed
+                    .invalid_pods
+                    .iter()
+                    .map(|(pod, error)| pb::UnschedulablePod {
+                        pod: Some(pod.clone()),
+                        reason: format!("the pod could not be understood: {error}"),
+                        invalid_field: error.field.clone(),
+                    }),
+            )
             .collect(),
         cost_per_hour: solution.cost_per_hour(),
+        rejected: parsed.rejected.clone(),
     }
 }
 
@@ -136,13 +152,13 @@ pub fn solve_request_until(
 ) -> Result<pb::SolveResponse, InvalidField> {
     let empty = pb::ClusterSnapshot::default();
     let snapshot = request.cluster.as_ref().unwrap_or(&empty);
-    let cluster = crate::from_wire::cluster(snapshot)?;
+    let parsed = crate::from_wire::cluster(snapshot)?;
     let options = Options {
         interrupt,
         ..options(request.options.as_ref())
     };
-    let solution = karpenter_planner::solve::solve(&cluster, &options);
-    Ok(solve_response(&solution, &cluster, snapshot))
+    let solution = karpenter_planner::solve::solve(&parsed.cluster, &options);
+    Ok(solve_response(&solution, &parsed, snapshot))
 }
 
 fn disruption_reason(reason: Reason) -> pb::DisruptionReason {
@@ -179,7 +195,8 @@ pub fn plan_disruption_request_until(
 ) -> Result<pb::PlanDisruptionResponse, InvalidField> {
     let empty = pb::ClusterSnapshot::default();
     let snapshot = request.cluster.as_ref().unwrap_or(&empty);
-    let cluster = crate::from_wire::cluster(snapshot)?;
+    let parsed = crate::from_wire::cluster(snapshot)?;
+    let cluster = &parsed.cluster;
     let scheduling = Options {
         interrupt,
         ..options(request.options.as_ref())
@@ -191,7 +208,7 @@ pub fn plan_disruption_request_until(
             .and_then(|o| o.feature_gates.get("SpotToSpotConsolidation").copied())
             .unwrap_or(false),
     };
-    let plan = karpenter_planner::disruption::plan(&cluster, &scheduling, &disruption);
+    let plan = karpenter_planner::disruption::plan(cluster, &scheduling, &disruption);
     let uids: HashMap<&PodKey, &str> = cluster
         .nodes
         .iter()
@@ -238,5 +255,24 @@ pub fn plan_disruption_request_until(
             lower_bound: plan.lower_bound,
         }),
         candidates_evaluated: i32::try_from(plan.candidates_evaluated).unwrap_or(i32::MAX),
+        // Pending pods only matter to disruption as pods to place; one that
+        // could not be understood is reported like any other object.
+        rejected: parsed
+            .rejected
+            .iter()
+            .cloned()
+            .chain(
+                parsed
+                    .invalid_pods
+                    .iter()
+                    .map(|(pod, error)| pb::RejectedObject {
+                        kind: "Pod".into(),
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        field: error.field.clone(),
+                        message: error.message.clone(),
+                    }),
+            )
+            .collect(),
     })
 }

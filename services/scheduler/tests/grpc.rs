@@ -113,6 +113,7 @@ async fn solve_health_reflection_and_metrics_over_a_socket() {
     let claim = &response.node_claims[0];
     assert_eq!(claim.instance_types, vec!["m5.large"]);
     assert_eq!(claim.pods[0].name, "app-0");
+    assert!(!claim.min_values_relaxed);
     assert!((response.cost_per_hour - 0.096).abs() < 1e-9);
 
     let channel = tonic::transport::Channel::from_shared(running.grpc.clone())
@@ -179,24 +180,24 @@ async fn solve_health_reflection_and_metrics_over_a_socket() {
 }
 
 #[tokio::test]
-async fn a_bad_field_is_invalid_argument_naming_it() {
+async fn a_broken_catalog_is_invalid_argument_naming_the_field() {
     let running = start().await;
     let mut client = connect(&running.grpc).await;
     let mut bad = request();
     let cluster = bad.cluster.as_mut().unwrap();
-    cluster.node_pools[0].requirements.push(pb::Requirement {
+    cluster.instance_type_catalogs[0].instance_types[0].requirements = vec![pb::Requirement {
         key: "karpenter.k8s.aws/instance-generation".into(),
         operator: pb::Operator::Gt as i32,
         values: vec!["five".into()],
         min_values: None,
-    });
+    }];
     let status = client.solve(bad).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     let details = status.get_error_details();
     let violation = &details.bad_request().unwrap().field_violations[0];
     assert_eq!(
         violation.field,
-        "cluster.node_pools[0].requirements[0].values"
+        "cluster.instance_type_catalogs[0].instance_types[0].requirements[0].values"
     );
     assert!(
         status.message().contains("one integer value"),
@@ -333,15 +334,103 @@ async fn budget_schedules_are_checked_and_huge_windows_answer_at_once() {
         .expect("answers")
         .into_inner();
     assert!(plan.commands.is_empty(), "{plan:?}");
-    let status = client
+    // An unparsable schedule rejects its pool, named by field, and the
+    // pool's nodes are left alone.
+    let plan = client
         .plan_disruption(disruption("every tuesday", 3600))
         .await
-        .expect_err("an unparsable schedule is refused");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    let details = status.get_error_details();
+        .expect("answers")
+        .into_inner();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    assert_eq!(plan.rejected.len(), 1, "{plan:?}");
+    assert_eq!(plan.rejected[0].kind, "NodePool");
     assert_eq!(
-        details.bad_request().unwrap().field_violations[0].field,
+        plan.rejected[0].field,
         "cluster.node_pools[0].disruption.budgets[0].schedule"
+    );
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn one_bad_object_is_reported_and_the_rest_is_planned() {
+    let running = start().await;
+    let mut client = connect(&running.grpc).await;
+    let mut mixed = request_with_pods(2, 500);
+    let cluster = mixed.cluster.as_mut().unwrap();
+    cluster.pending_pods[1].tolerations.push(pb::Toleration {
+        key: "k".into(),
+        effect: 42,
+        ..Default::default()
+    });
+    let good_pool = cluster.node_pools[0].clone();
+    let mut bad_pool = good_pool.clone();
+    bad_pool.name = "broken".into();
+    bad_pool.weight = 500;
+    cluster.node_pools.push(bad_pool);
+    cluster.nodes.push(pb::StateNode {
+        name: "node-with-a-bad-taint".into(),
+        taints: vec![pb::Taint {
+            key: "k".into(),
+            value: String::new(),
+            effect: 7,
+        }],
+        ..Default::default()
+    });
+    let response = client
+        .solve(mixed.clone())
+        .await
+        .expect("answered")
+        .into_inner();
+    let planned: Vec<&str> = response
+        .node_claims
+        .iter()
+        .flat_map(|c| c.pods.iter().map(|p| p.name.as_str()))
+        .collect();
+    assert_eq!(planned, ["app-0"], "the valid pod is planned");
+    assert_eq!(response.unschedulable.len(), 1);
+    let invalid = &response.unschedulable[0];
+    assert_eq!(invalid.pod.as_ref().unwrap().name, "app-1");
+    assert_eq!(
+        invalid.invalid_field,
+        "cluster.pending_pods[1].tolerations[0].effect"
+    );
+    let mut rejected: Vec<(&str, &str, &str)> = response
+        .rejected
+        .iter()
+        .map(|r| (r.kind.as_str(), r.name.as_str(), r.field.as_str()))
+        .collect();
+    rejected.sort();
+    assert_eq!(
+        rejected,
+        [
+            (
+                "Node",
+                "node-with-a-bad-taint",
+                "cluster.nodes[0].taints[0].effect"
+            ),
+            ("NodePool", "broken", "cluster.node_pools[1].weight"),
+        ]
+    );
+    // Disruption leaves the rejected node alone and says so.
+    let plan = client
+        .plan_disruption(pb::PlanDisruptionRequest {
+            cluster: mixed.cluster,
+            options: None,
+        })
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    assert!(
+        plan.rejected
+            .iter()
+            .any(|r| r.kind == "Node" && r.name == "node-with-a-bad-taint")
+    );
+    assert!(
+        plan.rejected
+            .iter()
+            .any(|r| r.kind == "Pod" && r.name == "app-1")
     );
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();

@@ -681,6 +681,10 @@ fn min_values_strict_and_best_effort() {
     let outcome = s.solve(vec![pod("a")]);
     assert!(outcome.scheduled("a"));
     let claim = outcome.claim_of("a").unwrap();
+    assert!(
+        claim.min_values_relaxed,
+        "the response says minValues were relaxed"
+    );
     let it = claim
         .requirements
         .iter()
