@@ -8,8 +8,8 @@
 //! the field (exit status 2 for input the command cannot use).
 //!
 //! * `plan` ([`plan`]) turns the manifests into the scheduler's
-//!   `ClusterSnapshot` ([`snapshot`], [`podspec`], [`catalog`], with
-//!   quantities parsed by `karpenter-core`), solves it in-process with
+//!   `ClusterSnapshot` ([`snapshot`] over `karpenter-snapshot`, [`catalog`]),
+//!   solves it in-process with
 //!   the scheduler's planner or through a running scheduler (`--scheduler`),
 //!   and prints the decisions ([`output`]): the stable JSON of
 //!   `PLAN_CLI.md`, the same as YAML, or a table. Instance types come from
@@ -33,11 +33,9 @@ pub mod convert;
 pub mod crds;
 pub mod disrupt;
 pub mod example;
-pub mod fields;
 pub mod input;
 pub mod output;
 pub mod plan;
-pub mod podspec;
 pub mod snapshot;
 pub mod validate;
 

@@ -7,7 +7,20 @@ use std::fmt::Write as _;
 use karpenter_proto::scheduler::v1 as pb;
 use serde_json::{Map, Value, json};
 
-use crate::fields::{effect_name, operator_name};
+/// A wire operator as manifests spell it.
+fn operator_name(op: i32) -> &'static str {
+    karpenter_proto::convert::operator("", op).map_or("", |o| o.as_str())
+}
+
+/// A wire taint effect as manifests spell it.
+fn effect_name(effect: i32) -> &'static str {
+    match pb::TaintEffect::try_from(effect) {
+        Ok(pb::TaintEffect::NoSchedule) => "NoSchedule",
+        Ok(pb::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
+        Ok(pb::TaintEffect::NoExecute) => "NoExecute",
+        _ => "",
+    }
+}
 
 /// Output formats of `-o`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -162,7 +162,7 @@ pub fn build_snapshot_at(
     let mut warnings = Vec::new();
     let docs = load_documents(args)?;
     let docs = snapshot::upgrade(docs, &mut warnings)?;
-    let mut built = snapshot::build(&docs)?;
+    let mut built = snapshot::build(&docs, now)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();
 
@@ -203,8 +203,7 @@ pub fn build_snapshot_at(
             .instance_type_catalogs
             .push(builtin_catalog::catalog());
     }
-    snapshot::fill_from_catalogs(&mut built.snapshot);
-    built.snapshot.now = Some(now);
+    karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     Ok(Prepared {
         built,
         warnings,
@@ -345,7 +344,6 @@ pub fn refuse_left_out(
 /// when the field names a snapshot entry.
 pub fn rejected(built: &Built, field: &str, message: &str) -> CliError {
     let location = built
-        .origins
         .locate(field)
         .map(str::to_string)
         .unwrap_or_else(|| "the scheduler".to_string());

@@ -28,8 +28,8 @@ fn stderr(o: &Output) -> String {
 fn build(docs: Vec<input::Document>) -> pb::ClusterSnapshot {
     let mut warnings = Vec::new();
     let docs = snapshot::upgrade(docs, &mut warnings).expect("upgrade");
-    let mut built = snapshot::build(&docs).expect("build");
-    snapshot::fill_from_catalogs(&mut built.snapshot);
+    let mut built = snapshot::build(&docs, karpctl::plan::wall_clock()).expect("build");
+    karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     built.snapshot
 }
 
@@ -285,7 +285,7 @@ status:
         "starting",
         "",
         "",
-        r#"  conditions: [{type: Initialized, status: "False"}, {type: Drifted, status: "False", reason: NotDrifted}]"#,
+        r#"  conditions: [{type: Initialized, status: "False", lastTransitionTime: "2024-05-01T00:00:00Z"}, {type: Drifted, status: "False", reason: NotDrifted, lastTransitionTime: "2024-05-01T00:00:00Z"}]"#,
     );
     // The initialized label wins over a missing condition; no status: ready.
     yaml += &plain_node("labelled", "  annotations: {}", "").replace(
@@ -403,11 +403,11 @@ fn pdb_disruptions_allowed_is_computed_from_the_pods() {
 
 #[test]
 fn pdb_int_or_percent_rounds_up() {
-    assert_eq!(snapshot::int_or_percent("3", 10), Some(3));
-    assert_eq!(snapshot::int_or_percent("34%", 10), Some(4));
-    assert_eq!(snapshot::int_or_percent("0%", 10), Some(0));
-    assert_eq!(snapshot::int_or_percent("x", 10), None);
-    assert_eq!(snapshot::int_or_percent("-1", 10), None);
+    assert_eq!(karpenter_snapshot::int_or_percent("3", 10), Some(3));
+    assert_eq!(karpenter_snapshot::int_or_percent("34%", 10), Some(4));
+    assert_eq!(karpenter_snapshot::int_or_percent("0%", 10), Some(0));
+    assert_eq!(karpenter_snapshot::int_or_percent("x", 10), None);
+    assert_eq!(karpenter_snapshot::int_or_percent("-1", 10), None);
 }
 
 #[test]

@@ -1,0 +1,450 @@
+//! Typed Kubernetes objects into the scheduler's `ClusterSnapshot`.
+//!
+//! ```text
+//!   k8s-openapi Pod, Node, DaemonSet, PDB, Namespace, PriorityClass,   ┐
+//!   PVC / PV / StorageClass, (Deployment, ReplicaSet, StatefulSet, Job) │  Objects ──build(mode)──▶ Built
+//!   karpenter-api NodePool, NodeClaim; node-class readiness; catalogs  ┘                            ├─ snapshot (pb::ClusterSnapshot)
+//!                                                                                                   ├─ origins (entry → source object)
+//!                                                                                                   ├─ warnings
+//!                                                                                                   └─ skipped (live mode: bad objects)
+//! ```
+//!
+//! Two modes, because a file of manifests and a running cluster say
+//! different things with the same objects:
+//!
+//! | | [`Mode::Manifests`] (`karpctl plan`) | [`Mode::Live`] (the adapter) |
+//! |---|---|---|
+//! | pending pod | any pod without `spec.nodeName` | `PodScheduled=False, reason=Unschedulable`, no node, not nominated, not gated, not terminal, not a DaemonSet's or a Node's |
+//! | workloads | Deployments, ReplicaSets, StatefulSets, Jobs expand into `replicas` pods | never expanded: their pods are in the cluster |
+//! | node initialized | the `karpenter.sh/initialized` label, else registered | the label or the NodeClaim's `Initialized` condition only |
+//! | a bad object | the first one is the error | it is skipped and reported in [`Built::skipped`]; the rest is built |
+//!
+//! Node classes are whatever kind the provider serves: the caller says
+//! which kind that is and which of its objects are ready.
+
+#![forbid(unsafe_code)]
+
+mod fields;
+mod node;
+mod nodepool;
+mod pdb;
+mod pod;
+mod volumes;
+mod workload;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::labels;
+use karpenter_proto::scheduler::v1 as pb;
+
+pub use fields::FieldError;
+pub use pdb::{disruptions_allowed, int_or_percent};
+
+/// How objects are read: see the [crate docs](crate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Manifests,
+    Live,
+}
+
+/// An object and the caller's name for where it came from (a document of a
+/// file, an index entry), so errors and snapshot entries can be traced back.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a, T> {
+    pub id: usize,
+    pub object: &'a T,
+}
+
+/// The node-class kind the provider serves and the readiness of each
+/// object of it, by name.
+#[derive(Clone, Debug, Default)]
+pub struct NodeClasses {
+    pub group: String,
+    pub kind: String,
+    /// Name → ready. A pool whose class is missing or not ready is not ready;
+    /// in manifest mode a class that is not given counts as ready (manifests
+    /// straight from a repository rarely carry every class).
+    pub ready: BTreeMap<String, bool>,
+}
+
+/// Everything a snapshot is built from.
+#[derive(Default)]
+pub struct Objects<'a> {
+    pub pods: Vec<Source<'a, Pod>>,
+    pub nodes: Vec<Source<'a, Node>>,
+    pub node_claims: Vec<Source<'a, NodeClaim>>,
+    pub node_pools: Vec<Source<'a, NodePool>>,
+    pub daemon_sets: Vec<Source<'a, DaemonSet>>,
+    pub pod_disruption_budgets: Vec<Source<'a, PodDisruptionBudget>>,
+    pub namespaces: Vec<Source<'a, Namespace>>,
+    pub priority_classes: Vec<Source<'a, PriorityClass>>,
+    pub persistent_volume_claims: Vec<Source<'a, PersistentVolumeClaim>>,
+    pub persistent_volumes: Vec<Source<'a, PersistentVolume>>,
+    pub storage_classes: Vec<Source<'a, StorageClass>>,
+    /// Expanded into pods in manifest mode only.
+    pub deployments: Vec<Source<'a, Deployment>>,
+    pub replica_sets: Vec<Source<'a, ReplicaSet>>,
+    pub stateful_sets: Vec<Source<'a, StatefulSet>>,
+    pub jobs: Vec<Source<'a, Job>>,
+    pub node_classes: NodeClasses,
+    /// Instance types; every pool uses the one named in
+    /// [`Objects::pool_catalogs`], else the first.
+    pub catalogs: Vec<pb::InstanceTypeCatalog>,
+    /// Pool name → catalog name.
+    pub pool_catalogs: BTreeMap<String, String>,
+    /// The time decisions are made at (ages, expiry, do-not-disrupt
+    /// durations).
+    pub now: Option<prost_types::Timestamp>,
+    /// Manifest mode: the NodeClaims (by source id) whose manifest gives no
+    /// `spec.expireAfter`; their expiry follows their pool's template, as
+    /// Karpenter copies it at creation.
+    pub claims_expiring_with_pool: BTreeSet<usize>,
+}
+
+/// An object that could not be understood.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name:?}: {field}: {message}", name = qualified(namespace, name))]
+pub struct ObjectError {
+    /// The [`Source::id`] of the object.
+    pub id: usize,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// The field at fault (`spec.containers[0].resources.requests.cpu`);
+    /// empty for the object as a whole.
+    pub field: String,
+    pub message: String,
+}
+
+fn qualified(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
+/// Which source object each snapshot entry came from.
+#[derive(Clone, Debug, Default)]
+pub struct Origins {
+    pub pending_pods: Vec<usize>,
+    pub nodes: Vec<usize>,
+    pub node_pools: Vec<usize>,
+    pub daemon_sets: Vec<usize>,
+    pub pod_disruption_budgets: Vec<usize>,
+}
+
+impl Origins {
+    /// The source of the entry a scheduler field path names
+    /// (`cluster.pending_pods[3].containers[0]` → the pod's source).
+    pub fn locate(&self, field: &str) -> Option<usize> {
+        let rest = field.strip_prefix("cluster.")?;
+        let (collection, rest) = rest.split_once('[')?;
+        let (index, _) = rest.split_once(']')?;
+        let index: usize = index.parse().ok()?;
+        let list = match collection {
+            "pending_pods" => &self.pending_pods,
+            "nodes" => &self.nodes,
+            "node_pools" => &self.node_pools,
+            "daemon_sets" => &self.daemon_sets,
+            "pod_disruption_budgets" => &self.pod_disruption_budgets,
+            _ => return None,
+        };
+        list.get(index).copied()
+    }
+}
+
+/// A note about the input that does not stop the build.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub id: usize,
+    pub message: String,
+}
+
+/// The snapshot and what was learned building it.
+#[derive(Debug, Default)]
+pub struct Built {
+    pub snapshot: pb::ClusterSnapshot,
+    pub origins: Origins,
+    pub warnings: Vec<Warning>,
+    /// Live mode: objects left out because they could not be understood.
+    pub skipped: Vec<ObjectError>,
+}
+
+/// Builds the snapshot. In manifest mode the first object that cannot be
+/// understood is the error; in live mode it is skipped and reported.
+pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
+    let mut builder = Builder {
+        mode,
+        built: Built::default(),
+        now_seconds: objects.now.as_ref().map_or(0, |t| t.seconds),
+    };
+    builder.built.snapshot.now = objects.now;
+    builder.built.snapshot.instance_type_catalogs = objects.catalogs.clone();
+    let context = pod::PodContext::new(objects, &mut builder)?;
+    let mut namespaces = builder.namespaces(objects)?;
+
+    let mut nodes = node::Nodes::default();
+    for source in &objects.nodes {
+        if let Some(state) = builder.keep(node::node(source, mode))? {
+            nodes.add(&mut builder.built, source.id, state)?;
+        }
+    }
+    let mut pool_expiries = Vec::new();
+    for source in &objects.node_claims {
+        let from_pool = objects.claims_expiring_with_pool.contains(&source.id);
+        let claim = node::node_claim(source, mode, from_pool, &mut nodes, &mut builder.built);
+        if let Some(expiry) = builder.keep(claim)?.flatten() {
+            pool_expiries.push(expiry);
+        }
+    }
+    for source in &objects.node_pools {
+        let pool = nodepool::node_pool(source, &objects.node_classes, mode);
+        if let Some(mut pool) = builder.keep(pool)? {
+            pool.instance_type_catalog = objects
+                .pool_catalogs
+                .get(&pool.name)
+                .cloned()
+                .unwrap_or_default();
+            builder.add_pool(source, pool)?;
+        }
+    }
+    node::apply_pool_expiries(&mut builder.built.snapshot, pool_expiries);
+
+    let mut seen_pods = BTreeSet::new();
+    for source in &objects.pods {
+        let Some(pod) =
+            builder.keep(pod::pod_object(source, &context, mode, builder.now_seconds))?
+        else {
+            continue;
+        };
+        let Some(pod) = pod else { continue };
+        builder.place_pod(source.id, pod, &nodes, &mut seen_pods, "Pod")?;
+    }
+    if mode == Mode::Manifests {
+        for (id, pod) in workload::expand(objects, &context, builder.now_seconds)? {
+            builder.place_pod(id, pod, &nodes, &mut seen_pods, "workload")?;
+        }
+    }
+    for source in &objects.daemon_sets {
+        if let Some(ds) =
+            builder.keep(workload::daemon_set(source, &context, builder.now_seconds))?
+        {
+            builder.built.snapshot.daemon_sets.push(ds);
+            builder.built.origins.daemon_sets.push(source.id);
+        }
+    }
+    let mut given = Vec::new();
+    for source in &objects.pod_disruption_budgets {
+        if let Some((budget, status)) = builder.keep(pdb::pdb(source))? {
+            builder.built.snapshot.pod_disruption_budgets.push(budget);
+            builder.built.origins.pod_disruption_budgets.push(source.id);
+            given.push(status);
+        }
+    }
+    pdb::fill_status(&mut builder.built.snapshot, &given);
+
+    for pod in builder.all_pods() {
+        namespaces.entry(pod).or_default();
+    }
+    for (name, mut ns_labels) in namespaces {
+        ns_labels.insert(labels::NAMESPACE_NAME.to_string(), name.clone());
+        builder.built.snapshot.namespaces.push(pb::Namespace {
+            name,
+            labels: ns_labels,
+        });
+    }
+    Ok(builder.built)
+}
+
+/// The state of one build.
+pub(crate) struct Builder {
+    mode: Mode,
+    built: Built,
+    now_seconds: i64,
+}
+
+impl Builder {
+    /// `Ok(Some)` for a good object; a bad one is the error in manifest mode
+    /// and `Ok(None)` (recorded as skipped) in live mode.
+    pub(crate) fn keep<T>(
+        &mut self,
+        result: Result<T, ObjectError>,
+    ) -> Result<Option<T>, ObjectError> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(error) if self.mode == Mode::Live => {
+                self.built.skipped.push(error);
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    pub(crate) fn warn(&mut self, id: usize, message: String) {
+        self.built.warnings.push(Warning { id, message });
+    }
+
+    fn namespaces(
+        &mut self,
+        objects: &Objects<'_>,
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, ObjectError> {
+        let mut out = BTreeMap::new();
+        for source in &objects.namespaces {
+            let meta = &source.object.metadata;
+            let name = meta.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                let error = ObjectError {
+                    id: source.id,
+                    kind: "Namespace",
+                    namespace: String::new(),
+                    name,
+                    field: "metadata.name".into(),
+                    message: "is required".into(),
+                };
+                self.keep::<()>(Err(error))?;
+                continue;
+            }
+            out.insert(name, meta.labels.clone().unwrap_or_default());
+        }
+        Ok(out)
+    }
+
+    fn add_pool(
+        &mut self,
+        source: &Source<'_, NodePool>,
+        pool: pb::NodePool,
+    ) -> Result<(), ObjectError> {
+        if self
+            .built
+            .snapshot
+            .node_pools
+            .iter()
+            .any(|p| p.name == pool.name)
+        {
+            let error = ObjectError {
+                id: source.id,
+                kind: "NodePool",
+                namespace: String::new(),
+                name: pool.name.clone(),
+                field: "metadata.name".into(),
+                message: format!("node pool {:?} is defined twice", pool.name),
+            };
+            self.keep::<()>(Err(error))?;
+            return Ok(());
+        }
+        self.built.snapshot.node_pools.push(pool);
+        self.built.origins.node_pools.push(source.id);
+        Ok(())
+    }
+
+    /// A pod goes to its node, or is pending.
+    fn place_pod(
+        &mut self,
+        id: usize,
+        pod: pb::Pod,
+        nodes: &node::Nodes,
+        seen: &mut BTreeSet<(String, String)>,
+        what: &str,
+    ) -> Result<(), ObjectError> {
+        if !seen.insert((pod.namespace.clone(), pod.name.clone())) {
+            let error = ObjectError {
+                id,
+                kind: "Pod",
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                field: "metadata.name".into(),
+                message: if what == "workload" {
+                    format!(
+                        "pod {}/{} (expanded from this workload) is defined twice",
+                        pod.namespace, pod.name
+                    )
+                } else {
+                    format!("pod {}/{} is defined twice", pod.namespace, pod.name)
+                },
+            };
+            return self.keep::<()>(Err(error)).map(|_| ());
+        }
+        if pod.node_name.is_empty() {
+            self.built.snapshot.pending_pods.push(pod);
+            self.built.origins.pending_pods.push(id);
+        } else if let Some(i) = nodes.index_of(&pod.node_name) {
+            self.built.snapshot.nodes[i].pods.push(pod);
+        } else if self.mode == Mode::Manifests {
+            self.warn(
+                id,
+                format!(
+                    "spec.nodeName: node {:?} is not in the input; the pod is ignored",
+                    pod.node_name
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn all_pods(&self) -> Vec<String> {
+        let snapshot = &self.built.snapshot;
+        snapshot
+            .pending_pods
+            .iter()
+            .chain(snapshot.nodes.iter().flat_map(|n| n.pods.iter()))
+            .map(|p| p.namespace.clone())
+            .chain(snapshot.daemon_sets.iter().map(|d| d.namespace.clone()))
+            .collect()
+    }
+}
+
+/// Fills in what depends on the catalogs: node prices, and capacity of
+/// in-flight claims that report none (from their instance type).
+pub fn fill_from_catalogs(snapshot: &mut pb::ClusterSnapshot) {
+    let types: BTreeMap<&str, &pb::InstanceType> = snapshot
+        .instance_type_catalogs
+        .iter()
+        .flat_map(|c| c.instance_types.iter())
+        .map(|it| (it.name.as_str(), it))
+        .collect();
+    let mut updates = Vec::new();
+    for (i, node) in snapshot.nodes.iter().enumerate() {
+        let Some(it) = types.get(node.instance_type.as_str()) else {
+            continue;
+        };
+        let price = it
+            .offerings
+            .iter()
+            .find(|o| o.zone == node.zone && o.capacity_type == node.capacity_type)
+            .map(|o| o.price);
+        let allocatable = pb::ResourceList {
+            quantities: karpenter_proto::convert::allocatable(it),
+        };
+        updates.push((i, price, it.capacity.clone(), allocatable));
+    }
+    for (i, price, capacity, allocatable) in updates {
+        let node = &mut snapshot.nodes[i];
+        if let Some(price) = price
+            && node.price == 0.0
+        {
+            node.price = price;
+        }
+        if node
+            .allocatable
+            .as_ref()
+            .is_none_or(|a| a.quantities.is_empty())
+        {
+            node.allocatable = Some(allocatable);
+        }
+        if node
+            .capacity
+            .as_ref()
+            .is_none_or(|c| c.quantities.is_empty())
+        {
+            node.capacity = capacity;
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Nodes and NodeClaims into state nodes: a claim with its Node is one
+//! state node (the claim's disruption state on the node), a claim without
+//! one is in flight.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::{ConditionsExt as _, NodeClaim};
+use karpenter_core::labels;
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::fields::{self, FieldError};
+use crate::{Built, Mode, ObjectError, Source};
+
+/// Where each state node is, by node name and by provider ID.
+#[derive(Default)]
+pub struct Nodes {
+    by_name: BTreeMap<String, usize>,
+    by_provider_id: BTreeMap<String, usize>,
+}
+
+impl Nodes {
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    pub(crate) fn add(
+        &mut self,
+        built: &mut Built,
+        id: usize,
+        node: pb::StateNode,
+    ) -> Result<(), ObjectError> {
+        if self.by_name.contains_key(&node.name) {
+            return Err(ObjectError {
+                id,
+                kind: "Node",
+                namespace: String::new(),
+                name: node.name.clone(),
+                field: "metadata.name".into(),
+                message: format!("node {:?} is defined twice", node.name),
+            });
+        }
+        let index = built.snapshot.nodes.len();
+        self.by_name.insert(node.name.clone(), index);
+        if !node.provider_id.is_empty() {
+            self.by_provider_id.insert(node.provider_id.clone(), index);
+        }
+        built.snapshot.nodes.push(node);
+        built.origins.nodes.push(id);
+        Ok(())
+    }
+}
+
+fn label(node_labels: &BTreeMap<String, String>, key: &str) -> String {
+    node_labels.get(key).cloned().unwrap_or_default()
+}
+
+/// A Node object.
+pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<pb::StateNode, ObjectError> {
+    let object = source.object;
+    let meta = &object.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let error = |e: FieldError| ObjectError {
+        id: source.id,
+        kind: "Node",
+        namespace: String::new(),
+        name: name.clone(),
+        field: e.field,
+        message: e.message,
+    };
+    if name.is_empty() {
+        return Err(error(FieldError::new("metadata.name", "is required")));
+    }
+    let node_labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let spec = object.spec.clone().unwrap_or_default();
+    let status = object.status.clone().unwrap_or_default();
+    let all_taints = fields::node_taints(spec.taints.as_ref(), "spec.taints").map_err(error)?;
+    let (startup_taints, taints): (Vec<_>, Vec<_>) = all_taints
+        .into_iter()
+        .partition(|t| t.key == labels::UNREGISTERED_TAINT_KEY);
+    let registered = startup_taints.is_empty();
+    let capacity = fields::resources(status.capacity.as_ref(), "status.capacity").map_err(error)?;
+    let allocatable = fields::resources(status.allocatable.as_ref(), "status.allocatable")
+        .map_err(error)?
+        .or_else(|| capacity.clone());
+    // In a cluster only the label (or, below, the claim's condition) says a
+    // node is initialized; manifests from a repository rarely carry either,
+    // so there a registered node counts as initialized.
+    let initialized = match node_labels.get(labels::INITIALIZED).map(String::as_str) {
+        Some(value) => value == "true",
+        None => mode == Mode::Manifests && registered,
+    };
+    let conditions = status.conditions.unwrap_or_default();
+    // A node that reports no conditions (a manifest without status) is ready.
+    let not_ready = !conditions.is_empty()
+        && !conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+    let disruption = pb::NodeClaimDisruptionState {
+        do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+        disrupting: taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
+        node_not_ready: not_ready,
+        ..Default::default()
+    };
+    Ok(pb::StateNode {
+        node_claim_name: String::new(),
+        provider_id: spec.provider_id.clone().unwrap_or_default(),
+        node_pool: label(&node_labels, labels::NODE_POOL),
+        capacity_type: label(&node_labels, labels::CAPACITY_TYPE),
+        zone: label(&node_labels, labels::TOPOLOGY_ZONE),
+        instance_type: label(&node_labels, labels::INSTANCE_TYPE),
+        labels: node_labels,
+        taints,
+        startup_taints,
+        capacity,
+        allocatable,
+        pods: Vec::new(),
+        has_node: true,
+        registered,
+        initialized,
+        marked_for_deletion: meta.deletion_timestamp.is_some(),
+        unschedulable: spec.unschedulable.unwrap_or(false),
+        price: 0.0,
+        creation_timestamp: fields::optional_timestamp(meta.creation_timestamp.as_ref()),
+        disruption: Some(disruption),
+        name,
+    })
+}
+
+/// A claim whose expiry comes from its pool (it sets no `expireAfter`):
+/// resolved once the pools are read.
+pub struct PoolExpiry {
+    node: usize,
+    created: prost_types::Timestamp,
+    pool: String,
+}
+
+/// A NodeClaim: merged into its Node's state node (by `status.nodeName` or
+/// provider ID), or an in-flight state node of its own.
+pub(crate) fn node_claim(
+    source: &Source<'_, NodeClaim>,
+    mode: Mode,
+    expiry_from_pool: bool,
+    nodes: &mut Nodes,
+    built: &mut Built,
+) -> Result<Option<PoolExpiry>, ObjectError> {
+    let claim = source.object;
+    let meta = &claim.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let error = |e: FieldError| ObjectError {
+        id: source.id,
+        kind: "NodeClaim",
+        namespace: String::new(),
+        name: name.clone(),
+        field: e.field,
+        message: e.message,
+    };
+    if name.is_empty() {
+        return Err(error(FieldError::new("metadata.name", "is required")));
+    }
+    let status = claim.status.clone().unwrap_or_default();
+    let mut claim_labels = meta.labels.clone().unwrap_or_default();
+    let requirements = fields::karpenter_requirements(&claim.spec.requirements);
+    for r in &requirements {
+        if r.operator == pb::Operator::In as i32 && r.values.len() == 1 {
+            claim_labels
+                .entry(r.key.clone())
+                .or_insert_with(|| r.values[0].clone());
+        }
+    }
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let creation = fields::optional_timestamp(meta.creation_timestamp.as_ref());
+    let expire_after = claim
+        .spec
+        .expire_after
+        .as_std()
+        .map(fields::std_duration)
+        .filter(|_| !(mode == Mode::Manifests && expiry_from_pool));
+    let disruption = disruption_state(
+        claim,
+        &annotations,
+        creation.as_ref(),
+        expire_after.as_ref(),
+    );
+    let claim_initialized = status
+        .conditions
+        .condition("Initialized")
+        .map(|c| c.status == karpenter_api::ConditionStatus::True);
+    let node_name = status.node_name.clone().unwrap_or_default();
+    let provider_id = status.provider_id.clone().unwrap_or_default();
+    let existing = nodes.by_name.get(&node_name).copied().or_else(|| {
+        nodes
+            .by_provider_id
+            .get(&provider_id)
+            .copied()
+            .filter(|_| !provider_id.is_empty())
+    });
+    // A claim in a cluster always has its expireAfter (copied from its pool
+    // at creation); one from a manifest that gives none follows its pool.
+    let from_pool = mode == Mode::Manifests && expiry_from_pool;
+    let pool_expiry = |node: usize, pool: &str| {
+        creation
+            .filter(|_| from_pool && !pool.is_empty())
+            .map(|created| PoolExpiry {
+                node,
+                created,
+                pool: pool.to_string(),
+            })
+    };
+    if let Some(i) = existing {
+        let node = &mut built.snapshot.nodes[i];
+        node.node_claim_name = name;
+        if node.node_pool.is_empty() {
+            node.node_pool = label(&claim_labels, labels::NODE_POOL);
+        }
+        if creation.is_some() {
+            node.creation_timestamp = creation;
+        }
+        let labelled = node.labels.get(labels::INITIALIZED).map(String::as_str);
+        node.initialized = match (labelled, claim_initialized) {
+            (Some("true"), _) | (_, Some(true)) => true,
+            (None, None) => node.initialized,
+            _ => false,
+        };
+        node.marked_for_deletion |= meta.deletion_timestamp.is_some();
+        let from_node = node.disruption.take().unwrap_or_default();
+        node.disruption = Some(pb::NodeClaimDisruptionState {
+            do_not_disrupt: disruption.do_not_disrupt || from_node.do_not_disrupt,
+            disrupting: from_node.disrupting,
+            node_not_ready: from_node.node_not_ready,
+            ..disruption
+        });
+        let pool = node.node_pool.clone();
+        return Ok(pool_expiry(i, &pool));
+    }
+    if nodes.by_name.contains_key(&name) {
+        return Err(error(FieldError::new(
+            "metadata.name",
+            format!("a node named {name:?} already exists"),
+        )));
+    }
+    let mut startup_taints = fields::karpenter_taints(&claim.spec.startup_taints);
+    startup_taints.push(pb::Taint {
+        key: labels::UNREGISTERED_TAINT_KEY.to_string(),
+        value: String::new(),
+        effect: pb::TaintEffect::NoExecute as i32,
+    });
+    let capacity = fields::resources(Some(&status.capacity), "status.capacity")
+        .map_err(error)?
+        .filter(|c| !c.quantities.is_empty());
+    let allocatable = fields::resources(Some(&status.allocatable), "status.allocatable")
+        .map_err(error)?
+        .filter(|a| !a.quantities.is_empty())
+        .or_else(|| capacity.clone());
+    let node_pool = label(&claim_labels, labels::NODE_POOL);
+    let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
+    let state = pb::StateNode {
+        name: name.clone(),
+        node_claim_name: name.clone(),
+        provider_id,
+        node_pool,
+        capacity_type: label(&claim_labels, labels::CAPACITY_TYPE),
+        zone: label(&claim_labels, labels::TOPOLOGY_ZONE),
+        instance_type: label(&claim_labels, labels::INSTANCE_TYPE),
+        labels: claim_labels,
+        taints: fields::karpenter_taints(&claim.spec.taints),
+        startup_taints,
+        capacity,
+        allocatable,
+        pods: Vec::new(),
+        has_node: false,
+        registered: false,
+        initialized: claim_initialized == Some(true),
+        marked_for_deletion: meta.deletion_timestamp.is_some(),
+        unschedulable: false,
+        price: 0.0,
+        creation_timestamp: creation,
+        disruption: Some(disruption),
+    };
+    nodes.add(built, source.id, state)?;
+    Ok(expiry)
+}
+
+fn disruption_state(
+    claim: &NodeClaim,
+    annotations: &BTreeMap<String, String>,
+    creation: Option<&prost_types::Timestamp>,
+    expire_after: Option<&prost_types::Duration>,
+) -> pb::NodeClaimDisruptionState {
+    let conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let true_since = |kind: &str| {
+        conditions
+            .condition(kind)
+            .filter(|c| c.status == karpenter_api::ConditionStatus::True)
+            .map(|c| fields::timestamp(&c.last_transition_time))
+    };
+    let drifted_reason = conditions
+        .condition("Drifted")
+        .filter(|c| c.status == karpenter_api::ConditionStatus::True)
+        .map(|c| {
+            if c.reason.is_empty() {
+                "Drifted".to_owned()
+            } else {
+                c.reason.clone()
+            }
+        })
+        .unwrap_or_default();
+    pb::NodeClaimDisruptionState {
+        drifted_reason,
+        drifted_time: true_since("Drifted"),
+        consolidatable: conditions.is_true("Consolidatable"),
+        last_pod_event_time: fields::optional_timestamp(
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref()),
+        ),
+        initialized_time: true_since("Initialized"),
+        do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+        expiration_time: match (creation, expire_after) {
+            (Some(c), Some(d)) => Some(fields::plus(c, d)),
+            _ => None,
+        },
+        node_pool_hash: annotations
+            .get(labels::NODE_POOL_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        disrupting: false,
+        node_not_ready: false,
+        nominated: false,
+        termination_grace_period: claim
+            .spec
+            .termination_grace_period
+            .as_ref()
+            .map(|d| fields::std_duration(d.as_std())),
+    }
+}
+
+/// Claims whose expiry follows their pool get it from the pool's template.
+pub(crate) fn apply_pool_expiries(snapshot: &mut pb::ClusterSnapshot, expiries: Vec<PoolExpiry>) {
+    for expiry in expiries {
+        let expire_after = snapshot
+            .node_pools
+            .iter()
+            .find(|p| p.name == expiry.pool)
+            .and_then(|p| p.expire_after);
+        if let (Some(d), Some(disruption)) = (
+            expire_after,
+            snapshot.nodes[expiry.node].disruption.as_mut(),
+        ) {
+            disruption.expiration_time = Some(fields::plus(&expiry.created, &d));
+        }
+    }
+}

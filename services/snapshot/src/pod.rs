@@ -1,0 +1,584 @@
+//! Pod specs (of Pods, workload templates, DaemonSets) to wire pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_core::labels;
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::fields::{self, FieldError, join};
+use crate::{Builder, Mode, ObjectError, Objects, Source};
+
+/// Cluster objects pods refer to: priority classes and storage.
+#[derive(Debug, Default)]
+pub struct PodContext {
+    /// PriorityClass name → value.
+    pub priority_classes: BTreeMap<String, i32>,
+    /// The value of the PriorityClass with `globalDefault: true`.
+    pub default_priority: Option<i32>,
+    /// `namespace/name` → PersistentVolumeClaim spec.
+    pub claims: BTreeMap<String, core::PersistentVolumeClaimSpec>,
+    pub volumes: BTreeMap<String, core::PersistentVolumeSpec>,
+    pub storage_classes: BTreeMap<String, k8s_openapi::api::storage::v1::StorageClass>,
+    /// The StorageClass annotated as the default.
+    pub default_storage_class: Option<String>,
+}
+
+const DEFAULT_STORAGE_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+impl PodContext {
+    pub(crate) fn new(objects: &Objects<'_>, builder: &mut Builder) -> Result<Self, ObjectError> {
+        let mut context = PodContext::default();
+        for source in &objects.priority_classes {
+            let class = source.object;
+            let name = class.metadata.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                builder.keep::<()>(Err(ObjectError {
+                    id: source.id,
+                    kind: "PriorityClass",
+                    namespace: String::new(),
+                    name,
+                    field: "metadata.name".into(),
+                    message: "is required".into(),
+                }))?;
+                continue;
+            }
+            let Some(value) = class.value else {
+                builder.keep::<()>(Err(ObjectError {
+                    id: source.id,
+                    kind: "PriorityClass",
+                    namespace: String::new(),
+                    name,
+                    field: "value".into(),
+                    message: "is required".into(),
+                }))?;
+                continue;
+            };
+            if class.global_default == Some(true) {
+                context.default_priority = Some(value);
+            }
+            context.priority_classes.insert(name, value);
+        }
+        for source in &objects.persistent_volume_claims {
+            let meta = &source.object.metadata;
+            let key = format!(
+                "{}/{}",
+                namespace_of(meta),
+                meta.name.clone().unwrap_or_default()
+            );
+            context
+                .claims
+                .insert(key, source.object.spec.clone().unwrap_or_default());
+        }
+        for source in &objects.persistent_volumes {
+            context.volumes.insert(
+                source.object.metadata.name.clone().unwrap_or_default(),
+                source.object.spec.clone().unwrap_or_default(),
+            );
+        }
+        for source in &objects.storage_classes {
+            let class = source.object;
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let default = class
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_STORAGE_CLASS))
+                .is_some_and(|v| v == "true");
+            if default {
+                context.default_storage_class = Some(name.clone());
+            }
+            context.storage_classes.insert(name, class.clone());
+        }
+        Ok(context)
+    }
+}
+
+/// The namespace of an object, `default` when unset.
+pub fn namespace_of(meta: &ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// What a pod is made from, beyond its spec.
+pub struct PodSource<'a> {
+    pub namespace: String,
+    pub name: String,
+    /// Labels and annotations (`metadata` of the pod or template).
+    pub metadata: Option<&'a ObjectMeta>,
+    pub metadata_path: &'a str,
+    pub spec: &'a core::PodSpec,
+    pub spec_path: &'a str,
+    pub owner_kind: String,
+    pub owner_name: String,
+    /// StatefulSet volumeClaimTemplates: volume name → claim spec.
+    pub claim_templates: BTreeMap<String, core::PersistentVolumeClaimSpec>,
+    /// `status.startTime`, for duration-valued do-not-disrupt.
+    pub start_time: Option<prost_types::Timestamp>,
+}
+
+/// A Pod object: `None` when it does not take part (terminal; in live mode
+/// also a bound pod's peers are kept, but gated or unschedulable-by-design
+/// pods are not pending).
+pub(crate) fn pod_object(
+    source: &Source<'_, core::Pod>,
+    context: &PodContext,
+    mode: Mode,
+    now: i64,
+) -> Result<Option<pb::Pod>, ObjectError> {
+    let object = source.object;
+    let meta = &object.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = namespace_of(meta);
+    let error = |e: FieldError| ObjectError {
+        id: source.id,
+        kind: "Pod",
+        namespace: namespace.clone(),
+        name: name.clone(),
+        field: e.field,
+        message: e.message,
+    };
+    if name.is_empty() {
+        return Err(error(FieldError::new("metadata.name", "is required")));
+    }
+    let status = object.status.clone().unwrap_or_default();
+    let phase = status.phase.clone().unwrap_or_default();
+    if matches!(phase.as_str(), "Succeeded" | "Failed") {
+        return Ok(None);
+    }
+    let spec = object
+        .spec
+        .as_ref()
+        .ok_or_else(|| error(FieldError::new("spec", "is required")))?;
+    let bound = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
+    if mode == Mode::Live && !bound && !provisionable(object) {
+        return Ok(None);
+    }
+    let (owner_kind, owner_name) = controller(meta);
+    let mut pod = pod(
+        &PodSource {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            metadata: Some(meta),
+            metadata_path: "metadata",
+            spec,
+            spec_path: "spec",
+            owner_kind,
+            owner_name,
+            claim_templates: BTreeMap::new(),
+            start_time: fields::optional_timestamp(status.start_time.as_ref()),
+        },
+        context,
+        now,
+    )
+    .map_err(error)?;
+    pod.phase = if phase.is_empty() {
+        if pod.node_name.is_empty() {
+            "Pending".into()
+        } else {
+            "Running".into()
+        }
+    } else {
+        phase
+    };
+    pod.nominated_node_name = status.nominated_node_name.unwrap_or_default();
+    Ok(Some(pod))
+}
+
+/// Karpenter's `IsProvisionable`: kube-scheduler said `Unschedulable`, no
+/// node, not preempting (nominated), and not a DaemonSet's or a Node's (a
+/// scheduling-gated pod has reason `SchedulingGated`, so it is not one).
+pub fn provisionable(pod: &core::Pod) -> bool {
+    let status = pod.status.as_ref();
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"));
+    let nominated = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let (owner, _) = controller(&pod.metadata);
+    let terminal = matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    unschedulable && !nominated && !gated && !terminal && owner != "DaemonSet" && owner != "Node"
+}
+
+/// The kind and name of the controlling owner.
+pub fn controller(meta: &ObjectMeta) -> (String, String) {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.clone(), o.name.clone()))
+        .unwrap_or_default()
+}
+
+/// Karpenter's `IsDoNotDisruptActive`: `"true"`, or a positive duration not
+/// yet passed since the pod started (protected when the start is unknown);
+/// anything else does not protect.
+pub fn do_not_disrupt(
+    annotations: &BTreeMap<String, String>,
+    start: Option<&prost_types::Timestamp>,
+    now: i64,
+) -> bool {
+    let Some(value) = annotations.get(labels::DO_NOT_DISRUPT) else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Ok(duration) = karpenter_core::duration::parse_go_duration(value) else {
+        return false;
+    };
+    if duration.is_zero() {
+        return false;
+    }
+    match start {
+        None => true,
+        Some(start) => {
+            let seconds = i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
+            now.saturating_sub(start.seconds) < seconds
+        }
+    }
+}
+
+pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb::Pod> {
+    let spec = src.spec;
+    let sp = src.spec_path;
+    let mp = src.metadata_path;
+    let empty = ObjectMeta::default();
+    let meta = src.metadata.unwrap_or(&empty);
+    let pod_labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+
+    let containers_path = join(sp, "containers");
+    let containers = containers(&spec.containers, &containers_path)?;
+    if containers.is_empty() {
+        return Err(FieldError::new(
+            containers_path,
+            "a pod needs at least one container",
+        ));
+    }
+    let init_containers = self::containers(
+        spec.init_containers.as_deref().unwrap_or_default(),
+        &join(sp, "initContainers"),
+    )?;
+    let affinity = affinity(spec.affinity.as_ref(), &join(sp, "affinity"))?;
+    let topology_spread_constraints = spread(
+        spec.topology_spread_constraints
+            .as_deref()
+            .unwrap_or_default(),
+        &join(sp, "topologySpreadConstraints"),
+    )?;
+    let tolerations = tolerations(
+        spec.tolerations.as_deref().unwrap_or_default(),
+        &join(sp, "tolerations"),
+    )?;
+    let priority_class_name = spec.priority_class_name.clone().unwrap_or_default();
+    let priority = priority(spec.priority, &priority_class_name, ctx, sp)?;
+    let deletion_cost = match annotations.get(labels::POD_DELETION_COST) {
+        Some(text) => text.parse::<i32>().map_err(|_| {
+            FieldError::new(
+                format!("{}.{}", join(mp, "annotations"), labels::POD_DELETION_COST),
+                format!("must be a 32-bit integer, got {text:?}"),
+            )
+        })?,
+        None => 0,
+    };
+    let volumes = crate::volumes::volumes(src, ctx)?;
+    let uid = meta
+        .uid
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}", src.namespace, src.name));
+    let creation_timestamp = fields::optional_timestamp(meta.creation_timestamp.as_ref());
+    let start = src.start_time.or(creation_timestamp);
+    Ok(pb::Pod {
+        namespace: src.namespace.clone(),
+        name: src.name.clone(),
+        uid,
+        labels: pod_labels,
+        node_name: spec.node_name.clone().unwrap_or_default(),
+        containers,
+        init_containers,
+        overhead: fields::resources(spec.overhead.as_ref(), &join(sp, "overhead"))?,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        required_node_affinity: affinity.required_node,
+        preferred_node_affinity: affinity.preferred_node,
+        required_pod_affinity: affinity.required_pod,
+        preferred_pod_affinity: affinity.preferred_pod,
+        required_pod_anti_affinity: affinity.required_anti,
+        preferred_pod_anti_affinity: affinity.preferred_anti,
+        topology_spread_constraints,
+        tolerations,
+        volumes,
+        priority,
+        priority_class_name,
+        do_not_disrupt: do_not_disrupt(&annotations, start.as_ref(), now),
+        deletion_cost,
+        owner_kind: src.owner_kind.clone(),
+        owner_name: src.owner_name.clone(),
+        creation_timestamp,
+        phase: String::new(),
+        terminating: meta.deletion_timestamp.is_some(),
+        nominated_node_name: String::new(),
+        termination_grace_period_seconds: spec.termination_grace_period_seconds,
+    })
+}
+
+fn priority(
+    explicit: Option<i32>,
+    class: &str,
+    ctx: &PodContext,
+    spec_path: &str,
+) -> fields::Result<i32> {
+    if let Some(priority) = explicit {
+        return Ok(priority);
+    }
+    if class.is_empty() {
+        return Ok(ctx.default_priority.unwrap_or(0));
+    }
+    match ctx.priority_classes.get(class) {
+        Some(value) => Ok(*value),
+        None if class == "system-cluster-critical" => Ok(2_000_000_000),
+        None if class == "system-node-critical" => Ok(2_000_001_000),
+        None => Err(FieldError::new(
+            join(spec_path, "priorityClassName"),
+            format!("no PriorityClass {class:?} in the input"),
+        )),
+    }
+}
+
+fn containers(list: &[core::Container], path: &str) -> fields::Result<Vec<pb::Container>> {
+    let mut out = Vec::with_capacity(list.len());
+    for (i, c) in list.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let rp = join(&p, "resources");
+        let resources = c.resources.clone().unwrap_or_default();
+        let ports = c
+            .ports
+            .iter()
+            .flatten()
+            .map(|port| pb::ContainerPort {
+                container_port: port.container_port,
+                host_port: port.host_port.unwrap_or(0),
+                protocol: port.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                host_ip: port.host_ip.clone().unwrap_or_default(),
+            })
+            .collect();
+        out.push(pb::Container {
+            name: c.name.clone(),
+            requests: fields::resources(resources.requests.as_ref(), &join(&rp, "requests"))?,
+            limits: fields::resources(resources.limits.as_ref(), &join(&rp, "limits"))?,
+            ports,
+            restart_policy_always: c.restart_policy.as_deref() == Some("Always"),
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Affinity {
+    required_node: Vec<pb::NodeSelectorTerm>,
+    preferred_node: Vec<pb::PreferredSchedulingTerm>,
+    required_pod: Vec<pb::PodAffinityTerm>,
+    preferred_pod: Vec<pb::WeightedPodAffinityTerm>,
+    required_anti: Vec<pb::PodAffinityTerm>,
+    preferred_anti: Vec<pb::WeightedPodAffinityTerm>,
+}
+
+fn affinity(affinity: Option<&core::Affinity>, path: &str) -> fields::Result<Affinity> {
+    let mut out = Affinity::default();
+    let Some(affinity) = affinity else {
+        return Ok(out);
+    };
+    if let Some(node) = &affinity.node_affinity {
+        let nap = join(path, "nodeAffinity");
+        if let Some(required) = &node.required_during_scheduling_ignored_during_execution {
+            let p = join(
+                &join(&nap, "requiredDuringSchedulingIgnoredDuringExecution"),
+                "nodeSelectorTerms",
+            );
+            for (i, term) in required.node_selector_terms.iter().enumerate() {
+                out.required_node
+                    .push(fields::node_selector_term(term, &format!("{p}[{i}]"))?);
+            }
+        }
+        let pp = join(&nap, "preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, term) in node
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            let p = format!("{pp}[{i}]");
+            out.preferred_node.push(pb::PreferredSchedulingTerm {
+                weight: term.weight,
+                preference: Some(fields::node_selector_term(
+                    &term.preference,
+                    &join(&p, "preference"),
+                )?),
+            });
+        }
+    }
+    if let Some(pod) = &affinity.pod_affinity {
+        (out.required_pod, out.preferred_pod) = pod_terms(
+            pod.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            pod.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
+            &join(path, "podAffinity"),
+        )?;
+    }
+    if let Some(anti) = &affinity.pod_anti_affinity {
+        (out.required_anti, out.preferred_anti) = pod_terms(
+            anti.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            anti.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
+            &join(path, "podAntiAffinity"),
+        )?;
+    }
+    Ok(out)
+}
+
+type AffinityTerms = (Vec<pb::PodAffinityTerm>, Vec<pb::WeightedPodAffinityTerm>);
+
+fn pod_terms(
+    required: Option<&[core::PodAffinityTerm]>,
+    preferred: Option<&[core::WeightedPodAffinityTerm]>,
+    path: &str,
+) -> fields::Result<AffinityTerms> {
+    let rp = join(path, "requiredDuringSchedulingIgnoredDuringExecution");
+    let required = required
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| affinity_term(t, &format!("{rp}[{i}]")))
+        .collect::<fields::Result<Vec<_>>>()?;
+    let pp = join(path, "preferredDuringSchedulingIgnoredDuringExecution");
+    let preferred = preferred
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = format!("{pp}[{i}]");
+            Ok(pb::WeightedPodAffinityTerm {
+                weight: t.weight,
+                term: Some(affinity_term(
+                    &t.pod_affinity_term,
+                    &join(&p, "podAffinityTerm"),
+                )?),
+            })
+        })
+        .collect::<fields::Result<Vec<_>>>()?;
+    Ok((required, preferred))
+}
+
+fn affinity_term(t: &core::PodAffinityTerm, p: &str) -> fields::Result<pb::PodAffinityTerm> {
+    if t.topology_key.is_empty() {
+        return Err(FieldError::new(join(p, "topologyKey"), "is required"));
+    }
+    Ok(pb::PodAffinityTerm {
+        label_selector: fields::label_selector(
+            t.label_selector.as_ref(),
+            &join(p, "labelSelector"),
+        )?,
+        namespaces: t.namespaces.clone().unwrap_or_default(),
+        namespace_selector: fields::label_selector(
+            t.namespace_selector.as_ref(),
+            &join(p, "namespaceSelector"),
+        )?,
+        topology_key: t.topology_key.clone(),
+        match_label_keys: t.match_label_keys.clone().unwrap_or_default(),
+        mismatch_label_keys: t.mismatch_label_keys.clone().unwrap_or_default(),
+    })
+}
+
+fn spread(
+    list: &[core::TopologySpreadConstraint],
+    path: &str,
+) -> fields::Result<Vec<pb::TopologySpreadConstraint>> {
+    use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
+    let mut out = Vec::with_capacity(list.len());
+    for (i, c) in list.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let when_unsatisfiable = match c.when_unsatisfiable.as_str() {
+            "" | "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+            "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+            other => {
+                return Err(FieldError::new(
+                    join(&p, "whenUnsatisfiable"),
+                    format!("must be DoNotSchedule or ScheduleAnyway, got {other:?}"),
+                ));
+            }
+        };
+        let policy = |key: &str, value: &Option<String>| match value.as_deref() {
+            None | Some("") => Ok(InclusionPolicy::Unspecified),
+            Some("Honor") => Ok(InclusionPolicy::Honor),
+            Some("Ignore") => Ok(InclusionPolicy::Ignore),
+            Some(other) => Err(FieldError::new(
+                join(&p, key),
+                format!("must be Honor or Ignore, got {other:?}"),
+            )),
+        };
+        if c.topology_key.is_empty() {
+            return Err(FieldError::new(join(&p, "topologyKey"), "is required"));
+        }
+        out.push(pb::TopologySpreadConstraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key.clone(),
+            when_unsatisfiable: when_unsatisfiable as i32,
+            label_selector: fields::label_selector(
+                c.label_selector.as_ref(),
+                &join(&p, "labelSelector"),
+            )?,
+            min_domains: c.min_domains,
+            node_affinity_policy: policy("nodeAffinityPolicy", &c.node_affinity_policy)? as i32,
+            node_taints_policy: policy("nodeTaintsPolicy", &c.node_taints_policy)? as i32,
+            match_label_keys: c.match_label_keys.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+fn tolerations(list: &[core::Toleration], path: &str) -> fields::Result<Vec<pb::Toleration>> {
+    use pb::toleration::TolerationOperator;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let operator = match t.operator.as_deref() {
+            None | Some("") => TolerationOperator::Unspecified,
+            Some("Equal") => TolerationOperator::Equal,
+            Some("Exists") => TolerationOperator::Exists,
+            Some(other) => {
+                return Err(FieldError::new(
+                    join(&p, "operator"),
+                    format!("must be Equal or Exists, got {other:?}"),
+                ));
+            }
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => pb::TaintEffect::Unspecified,
+            Some(effect) => fields::taint_effect(effect, &join(&p, "effect"))?,
+        };
+        out.push(pb::Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator: operator as i32,
+            value: t.value.clone().unwrap_or_default(),
+            effect: effect as i32,
+            toleration_seconds: t.toleration_seconds,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,99 @@
+//! The volumes of a pod that constrain where it can run: persistent volume
+//! claims, generic ephemeral volumes and StatefulSet claim templates, with
+//! the topology their volume or storage class allows.
+
+use k8s_openapi::api::core::v1 as core;
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::fields;
+use crate::pod::{PodContext, PodSource};
+
+pub fn volumes(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<Vec<pb::Volume>> {
+    // (volume name, claim name, the claim's spec when the pod makes it)
+    let mut claims: Vec<(String, String, Option<core::PersistentVolumeClaimSpec>)> = Vec::new();
+    for v in src.spec.volumes.iter().flatten() {
+        if let Some(pvc) = &v.persistent_volume_claim {
+            claims.push((v.name.clone(), pvc.claim_name.clone(), None));
+        } else if let Some(ephemeral) = &v.ephemeral {
+            let template = ephemeral
+                .volume_claim_template
+                .as_ref()
+                .map(|t| t.spec.clone());
+            claims.push((v.name.clone(), format!("{}-{}", src.name, v.name), template));
+        }
+    }
+    for (volume, template) in &src.claim_templates {
+        claims.push((
+            volume.clone(),
+            format!("{volume}-{}", src.name),
+            Some(template.clone()),
+        ));
+    }
+    Ok(claims
+        .into_iter()
+        .map(|(volume, claim, template)| {
+            let claim_id = format!("{}/{claim}", src.namespace);
+            let spec = ctx.claims.get(&claim_id).cloned().or(template);
+            let (driver, topology) = spec.map(|s| placement(&s, ctx)).unwrap_or_default();
+            pb::Volume {
+                name: volume,
+                driver,
+                claim_id,
+                topology,
+            }
+        })
+        .collect())
+}
+
+/// The CSI driver and allowed topology of a claim: from its bound volume,
+/// else from its storage class (or the default one).
+fn placement(
+    spec: &core::PersistentVolumeClaimSpec,
+    ctx: &PodContext,
+) -> (String, Vec<pb::NodeSelectorTerm>) {
+    let bound = spec
+        .volume_name
+        .as_deref()
+        .and_then(|name| ctx.volumes.get(name));
+    if let Some(volume) = bound {
+        let driver = volume
+            .csi
+            .as_ref()
+            .map(|c| c.driver.clone())
+            .unwrap_or_default();
+        let topology = volume
+            .node_affinity
+            .as_ref()
+            .and_then(|a| a.required.as_ref())
+            .map(|r| fields::lenient_terms(&r.node_selector_terms))
+            .unwrap_or_default();
+        return (driver, topology);
+    }
+    let class = spec
+        .storage_class_name
+        .clone()
+        .or_else(|| ctx.default_storage_class.clone());
+    let Some(class) = class.and_then(|c| ctx.storage_classes.get(&c)) else {
+        return (String::new(), Vec::new());
+    };
+    let topology = class
+        .allowed_topologies
+        .iter()
+        .flatten()
+        .map(|term| pb::NodeSelectorTerm {
+            match_expressions: term
+                .match_label_expressions
+                .iter()
+                .flatten()
+                .map(|e| pb::Requirement {
+                    key: e.key.clone(),
+                    operator: pb::Operator::In as i32,
+                    values: e.values.clone(),
+                    min_values: None,
+                })
+                .collect(),
+            match_fields: Vec::new(),
+        })
+        .collect();
+    (class.provisioner.clone(), topology)
+}

@@ -1,0 +1,218 @@
+//! Workloads of a manifest set expanded into the pods their controllers
+//! would make (`<name>-<i>`), and DaemonSets as overhead templates.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_proto::scheduler::v1 as pb;
+
+use crate::fields::{FieldError, join};
+use crate::pod::{self, PodContext, PodSource, namespace_of};
+use crate::{ObjectError, Objects, Source};
+
+/// What expanding needs from any workload kind.
+struct Workload<'a> {
+    id: usize,
+    kind: &'static str,
+    meta: &'a ObjectMeta,
+    count_field: &'static str,
+    count: Option<i32>,
+    template: Option<&'a core::PodTemplateSpec>,
+    claim_templates: BTreeMap<String, core::PersistentVolumeClaimSpec>,
+}
+
+/// Every workload's pods, in input order of the kinds.
+pub(crate) fn expand(
+    objects: &Objects<'_>,
+    context: &PodContext,
+    now: i64,
+) -> Result<Vec<(usize, pb::Pod)>, ObjectError> {
+    let mut workloads = Vec::new();
+    for s in &objects.deployments {
+        let spec = Some(&s.object.spec);
+        workloads.push(Workload {
+            id: s.id,
+            kind: "Deployment",
+            meta: &s.object.metadata,
+            count_field: "spec.replicas",
+            count: spec.and_then(|s| s.replicas),
+            template: spec.map(|s| &s.template),
+            claim_templates: BTreeMap::new(),
+        });
+    }
+    for s in &objects.replica_sets {
+        let spec = Some(&s.object.spec);
+        workloads.push(Workload {
+            id: s.id,
+            kind: "ReplicaSet",
+            meta: &s.object.metadata,
+            count_field: "spec.replicas",
+            count: spec.and_then(|s| s.replicas),
+            template: spec.and_then(|s| s.template.as_ref()),
+            claim_templates: BTreeMap::new(),
+        });
+    }
+    for s in &objects.stateful_sets {
+        let spec = Some(&s.object.spec);
+        let claim_templates = spec
+            .and_then(|s| s.volume_claim_templates.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t.metadata.name.clone().unwrap_or_default(),
+                    t.spec.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        workloads.push(Workload {
+            id: s.id,
+            kind: "StatefulSet",
+            meta: &s.object.metadata,
+            count_field: "spec.replicas",
+            count: spec.and_then(|s| s.replicas),
+            template: spec.map(|s| &s.template),
+            claim_templates,
+        });
+    }
+    for s in &objects.jobs {
+        let spec = s.object.spec.as_ref();
+        workloads.push(Workload {
+            id: s.id,
+            kind: "Job",
+            meta: &s.object.metadata,
+            count_field: "spec.parallelism",
+            count: spec.and_then(|s| s.parallelism),
+            template: spec.map(|s| &s.template),
+            claim_templates: BTreeMap::new(),
+        });
+    }
+    workloads.sort_by_key(|w| w.id);
+    let mut pods = Vec::new();
+    for workload in &workloads {
+        pods.extend(
+            pods_of(workload, context, now)?
+                .into_iter()
+                .map(|p| (workload.id, p)),
+        );
+    }
+    Ok(pods)
+}
+
+fn pods_of(w: &Workload<'_>, context: &PodContext, now: i64) -> Result<Vec<pb::Pod>, ObjectError> {
+    let name = w.meta.name.clone().unwrap_or_default();
+    let namespace = namespace_of(w.meta);
+    let error = |e: FieldError| ObjectError {
+        id: w.id,
+        kind: w.kind,
+        namespace: namespace.clone(),
+        name: name.clone(),
+        field: e.field,
+        message: e.message,
+    };
+    if name.is_empty() {
+        return Err(error(FieldError::new("metadata.name", "is required")));
+    }
+    let count = w.count.unwrap_or(1);
+    if !(0..=100_000).contains(&count) {
+        return Err(error(FieldError::new(
+            w.count_field,
+            format!("must be between 0 and 100000, got {count}"),
+        )));
+    }
+    let template = w
+        .template
+        .and_then(|t| t.spec.as_ref().map(|spec| (t.metadata.as_ref(), spec)))
+        .ok_or_else(|| error(FieldError::new("spec.template.spec", "is required")))?;
+    // A Deployment's pods are controlled by its ReplicaSet.
+    let owner_kind = if w.kind == "Deployment" {
+        "ReplicaSet"
+    } else {
+        w.kind
+    };
+    let mut pods = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let mut pod = pod::pod(
+            &PodSource {
+                namespace: namespace.clone(),
+                name: format!("{name}-{i}"),
+                metadata: template.0,
+                metadata_path: "spec.template.metadata",
+                spec: template.1,
+                spec_path: "spec.template.spec",
+                owner_kind: owner_kind.to_string(),
+                owner_name: name.clone(),
+                claim_templates: w.claim_templates.clone(),
+                start_time: None,
+            },
+            context,
+            now,
+        )
+        .map_err(error)?;
+        pod.uid = format!("{namespace}/{name}-{i}");
+        pod.node_name.clear();
+        pod.phase = "Pending".into();
+        pod.creation_timestamp = None;
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
+/// A DaemonSet: the pod it would run on every node it selects.
+pub(crate) fn daemon_set(
+    source: &Source<'_, DaemonSet>,
+    context: &PodContext,
+    now: i64,
+) -> Result<pb::DaemonSet, ObjectError> {
+    let meta = &source.object.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = namespace_of(meta);
+    let error = |e: FieldError| ObjectError {
+        id: source.id,
+        kind: "DaemonSet",
+        namespace: namespace.clone(),
+        name: name.clone(),
+        field: e.field,
+        message: e.message,
+    };
+    if name.is_empty() {
+        return Err(error(FieldError::new("metadata.name", "is required")));
+    }
+    let template = source
+        .object
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .map(|spec| (source.object.spec.template.metadata.as_ref(), spec))
+        .ok_or_else(|| {
+            error(FieldError::new(
+                join("spec.template", "spec"),
+                "is required",
+            ))
+        })?;
+    let pod = pod::pod(
+        &PodSource {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            metadata: template.0,
+            metadata_path: "spec.template.metadata",
+            spec: template.1,
+            spec_path: "spec.template.spec",
+            owner_kind: "DaemonSet".into(),
+            owner_name: name.clone(),
+            claim_templates: BTreeMap::new(),
+            start_time: None,
+        },
+        context,
+        now,
+    )
+    .map_err(error)?;
+    Ok(pb::DaemonSet {
+        namespace,
+        name,
+        template: Some(pod),
+    })
+}

@@ -1,0 +1,335 @@
+//! The same objects read as manifests and as a live cluster.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_proto::scheduler::v1 as pb;
+use karpenter_snapshot::{Mode, NodeClasses, Objects, Source, build};
+use serde_json::{Value, json};
+
+fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn pod(name: &str, extra: Value) -> Pod {
+    let mut value = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]},
+    });
+    merge(&mut value, extra);
+    object(value)
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, value) => *slot = value,
+    }
+}
+
+fn unschedulable() -> Value {
+    json!({"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+}
+
+fn pool(class: &str) -> NodePool {
+    object(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": class},
+            "requirements": []
+        }}}
+    }))
+}
+
+fn node(name: &str, labels: Value) -> Node {
+    object(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": format!("kwok://{name}")},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+}
+
+fn kwok_classes(ready: &[(&str, bool)]) -> NodeClasses {
+    NodeClasses {
+        group: "karpenter.kwok.sh".into(),
+        kind: "KWOKNodeClass".into(),
+        ready: ready.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+    }
+}
+
+fn names(pods: &[pb::Pod]) -> Vec<&str> {
+    pods.iter().map(|p| p.name.as_str()).collect()
+}
+
+#[test]
+fn only_pods_kube_scheduler_gave_up_on_are_pending_in_a_live_cluster() {
+    let pods = [
+        pod("waiting", unschedulable()),
+        pod("not-yet-tried", json!({"status": {"phase": "Pending"}})),
+        pod(
+            "gated",
+            merge_all([
+                unschedulable(),
+                json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+            ]),
+        ),
+        pod(
+            "preempting",
+            merge_all([
+                unschedulable(),
+                json!({"status": {"nominatedNodeName": "n1"}}),
+            ]),
+        ),
+        pod(
+            "daemon",
+            merge_all([
+                unschedulable(),
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": true}]}}),
+            ]),
+        ),
+        pod(
+            "finished",
+            json!({"status": {"phase": "Succeeded", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+        ),
+        pod(
+            "running",
+            json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}),
+        ),
+    ];
+    let nodes = [node("n1", json!({}))];
+    let objects = Objects {
+        pods: pods
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        nodes: vec![Source {
+            id: 100,
+            object: &nodes[0],
+        }],
+        ..Objects::default()
+    };
+    let live = build(&objects, Mode::Live).expect("live");
+    assert_eq!(names(&live.snapshot.pending_pods), ["waiting"]);
+    assert_eq!(names(&live.snapshot.nodes[0].pods), ["running"]);
+
+    let manifests = build(&objects, Mode::Manifests).expect("manifests");
+    assert_eq!(
+        names(&manifests.snapshot.pending_pods),
+        ["waiting", "not-yet-tried", "gated", "preempting", "daemon"],
+        "in manifests every unbound, unfinished pod is pending"
+    );
+}
+
+fn merge_all<const N: usize>(values: [Value; N]) -> Value {
+    let mut out = json!({});
+    for v in values {
+        merge(&mut out, v);
+    }
+    out
+}
+
+#[test]
+fn workloads_expand_only_from_manifests() {
+    let deployment: Deployment = object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": {"app": "a"}},
+                              "spec": {"containers": [{"name": "c"}]}}}
+    }));
+    let objects = Objects {
+        deployments: vec![Source {
+            id: 0,
+            object: &deployment,
+        }],
+        ..Objects::default()
+    };
+    let manifests = build(&objects, Mode::Manifests).expect("manifests");
+    assert_eq!(
+        names(&manifests.snapshot.pending_pods),
+        ["app-0", "app-1", "app-2"]
+    );
+    let live = build(&objects, Mode::Live).expect("live");
+    assert!(
+        live.snapshot.pending_pods.is_empty(),
+        "its pods are in the cluster"
+    );
+}
+
+#[test]
+fn a_live_node_is_initialized_only_when_karpenter_says_so() {
+    let plain = node("plain", json!({"karpenter.sh/nodepool": "default"}));
+    let labelled = node(
+        "labelled",
+        json!({"karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true"}),
+    );
+    let by_claim = node("by-claim", json!({"karpenter.sh/nodepool": "default"}));
+    let claim: NodeClaim = object(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "by-claim", "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                 "requirements": []},
+        "status": {"nodeName": "by-claim", "providerID": "kwok://by-claim",
+                   "conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }));
+    let nodes = [plain, labelled, by_claim];
+    let objects = Objects {
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        node_claims: vec![Source {
+            id: 10,
+            object: &claim,
+        }],
+        ..Objects::default()
+    };
+    let initialized = |mode| -> Vec<(String, bool)> {
+        build(&objects, mode)
+            .expect("built")
+            .snapshot
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.initialized))
+            .collect()
+    };
+    assert_eq!(
+        initialized(Mode::Live),
+        [
+            ("plain".to_owned(), false),
+            ("labelled".to_owned(), true),
+            ("by-claim".to_owned(), true),
+        ]
+    );
+    assert_eq!(
+        initialized(Mode::Manifests)[0],
+        ("plain".to_owned(), true),
+        "a registered node from a manifest counts as initialized"
+    );
+}
+
+#[test]
+fn pools_are_ready_only_with_a_ready_class_of_the_providers_kind() {
+    let ready = pool("ready");
+    let missing = pool("missing");
+    let not_ready = pool("broken");
+    for (pool, classes, mode, want) in [
+        (&ready, kwok_classes(&[("ready", true)]), Mode::Live, true),
+        (&missing, kwok_classes(&[]), Mode::Live, false),
+        (&missing, kwok_classes(&[]), Mode::Manifests, true),
+        (
+            &not_ready,
+            kwok_classes(&[("broken", false)]),
+            Mode::Live,
+            false,
+        ),
+        (
+            &ready,
+            NodeClasses {
+                kind: "EC2NodeClass".into(),
+                ..kwok_classes(&[])
+            },
+            Mode::Live,
+            false,
+        ),
+    ] {
+        let objects = Objects {
+            node_pools: vec![Source {
+                id: 0,
+                object: pool,
+            }],
+            node_classes: classes.clone(),
+            ..Objects::default()
+        };
+        let built = build(&objects, mode).expect("built");
+        assert_eq!(
+            built.snapshot.node_pools[0].ready, want,
+            "{:?} in {mode:?} with {classes:?}",
+            pool.spec.template.spec.node_class_ref.name
+        );
+    }
+}
+
+#[test]
+fn a_bad_object_is_skipped_in_a_live_cluster_and_the_error_in_manifests() {
+    let good = pod("good", unschedulable());
+    let bad = pod(
+        "bad",
+        merge_all([
+            unschedulable(),
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}}),
+        ]),
+    );
+    let objects = Objects {
+        pods: vec![
+            Source {
+                id: 0,
+                object: &bad,
+            },
+            Source {
+                id: 1,
+                object: &good,
+            },
+        ],
+        ..Objects::default()
+    };
+    let live = build(&objects, Mode::Live).expect("live never fails");
+    assert_eq!(names(&live.snapshot.pending_pods), ["good"]);
+    assert_eq!(live.skipped.len(), 1);
+    let skipped = &live.skipped[0];
+    assert_eq!(
+        (skipped.id, skipped.kind, skipped.name.as_str()),
+        (0, "Pod", "bad")
+    );
+    assert_eq!(skipped.field, "spec.containers[0].resources.requests.cpu");
+
+    let error = build(&objects, Mode::Manifests).expect_err("manifests stop");
+    assert_eq!(error.field, "spec.containers[0].resources.requests.cpu");
+}
+
+#[test]
+fn a_do_not_disrupt_duration_protects_until_it_has_passed() {
+    let started = |annotation: &str| {
+        pod(
+            "p",
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": annotation}},
+                   "spec": {"nodeName": "n1"},
+                   "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}}),
+        )
+    };
+    let n1 = node("n1", json!({}));
+    let start = 1_767_225_600; // 2026-01-01T00:00:00Z
+    for (annotation, minutes_later, protected) in [
+        ("true", 600, true),
+        ("30m", 10, true),
+        ("30m", 31, false),
+        ("soon", 1, false),
+        ("0s", 1, false),
+    ] {
+        let p = started(annotation);
+        let objects = Objects {
+            pods: vec![Source { id: 0, object: &p }],
+            nodes: vec![Source { id: 1, object: &n1 }],
+            now: Some(prost_types::Timestamp {
+                seconds: start + minutes_later * 60,
+                nanos: 0,
+            }),
+            ..Objects::default()
+        };
+        let built = build(&objects, Mode::Live).expect("built");
+        assert_eq!(
+            built.snapshot.nodes[0].pods[0].do_not_disrupt, protected,
+            "{annotation} after {minutes_later} minutes"
+        );
+    }
+}
