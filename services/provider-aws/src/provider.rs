@@ -262,51 +262,39 @@ impl Provider {
             .insert(name.to_string(), std::time::SystemTime::now());
     }
 
-    /// Deletes this cluster's launch templates that no launch used for
-    /// `launch_template_ttl` (templates of earlier processes count from
-    /// their creation). Returns how many were deleted.
-    pub async fn collect_launch_templates(&self) -> Result<usize, Error> {
-        let now = std::time::SystemTime::now();
-        let mut pages = self
-            .clients
-            .ec2
-            .describe_launch_templates()
-            .filters(
+    /// This cluster's launch templates (of one node class, if given).
+    async fn launch_templates(
+        &self,
+        node_class: Option<&str>,
+    ) -> Result<Vec<aws_sdk_ec2::types::LaunchTemplate>, Error> {
+        let mut request = self.clients.ec2.describe_launch_templates().filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/cluster")
+                .values(&self.settings.cluster_name)
+                .build(),
+        );
+        if let Some(node_class) = node_class {
+            request = request.filters(
                 Filter::builder()
-                    .name("tag:karpenter.k8s.aws/cluster")
-                    .values(&self.settings.cluster_name)
+                    .name(format!("tag:{}", l::AWS_EC2_NODE_CLASS))
+                    .values(node_class)
                     .build(),
-            )
-            .into_paginator()
-            .send();
-        let mut stale = Vec::new();
+            );
+        }
+        let mut pages = request.into_paginator().send();
+        let mut templates = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| Error::aws("ec2:DescribeLaunchTemplates", &e))?;
-            for template in page.launch_templates() {
-                let Some(name) = template.launch_template_name() else {
-                    continue;
-                };
-                let used = self
-                    .templates_used
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(name)
-                    .copied();
-                let last = used.or_else(|| {
-                    template
-                        .create_time()
-                        .and_then(|t| std::time::SystemTime::try_from(*t).ok())
-                });
-                let idle = last
-                    .and_then(|at| now.duration_since(at).ok())
-                    .unwrap_or_default();
-                if idle >= self.settings.launch_template_ttl {
-                    stale.push(name.to_string());
-                }
-            }
+            templates.extend(page.launch_templates().iter().cloned());
         }
+        Ok(templates)
+    }
+
+    /// Deletes launch templates by name (gone already is fine); returns how
+    /// many this call deleted.
+    async fn delete_launch_templates(&self, names: Vec<String>) -> Result<usize, Error> {
         let mut deleted = 0;
-        for name in stale {
+        for name in names {
             match self
                 .clients
                 .ec2
@@ -317,7 +305,7 @@ impl Provider {
             {
                 Ok(_) => {
                     deleted += 1;
-                    tracing::info!(launch_template = %name, "deleted unused launch template");
+                    tracing::info!(launch_template = %name, "deleted launch template");
                 }
                 Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
                 Err(e) => return Err(Error::aws("ec2:DeleteLaunchTemplate", &e)),
@@ -330,56 +318,47 @@ impl Provider {
         Ok(deleted)
     }
 
+    /// Deletes this cluster's launch templates that no launch used for
+    /// `launch_template_ttl` (templates of earlier processes count from
+    /// their creation). Returns how many were deleted.
+    pub async fn collect_launch_templates(&self) -> Result<usize, Error> {
+        let now = std::time::SystemTime::now();
+        let mut stale = Vec::new();
+        for template in self.launch_templates(None).await? {
+            let Some(name) = template.launch_template_name() else {
+                continue;
+            };
+            let used = self
+                .templates_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+                .copied();
+            let last = used.or_else(|| {
+                template
+                    .create_time()
+                    .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+            });
+            let idle = last
+                .and_then(|at| now.duration_since(at).ok())
+                .unwrap_or_default();
+            if idle >= self.settings.launch_template_ttl {
+                stale.push(name.to_string());
+            }
+        }
+        self.delete_launch_templates(stale).await
+    }
+
     /// Releases what the provider made for a node class being deleted: its
     /// launch templates and its managed instance profile.
     pub async fn finalize_node_class(&self, nc: &NodeClass) -> Result<(), Error> {
-        let mut pages = self
-            .clients
-            .ec2
-            .describe_launch_templates()
-            .filters(
-                Filter::builder()
-                    .name("tag:karpenter.k8s.aws/cluster")
-                    .values(&self.settings.cluster_name)
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", l::AWS_EC2_NODE_CLASS))
-                    .values(&nc.name)
-                    .build(),
-            )
-            .into_paginator()
-            .send();
-        let mut names = Vec::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| Error::aws("ec2:DescribeLaunchTemplates", &e))?;
-            names.extend(
-                page.launch_templates()
-                    .iter()
-                    .filter_map(|t| t.launch_template_name().map(str::to_string)),
-            );
-        }
-        for name in names {
-            match self
-                .clients
-                .ec2
-                .delete_launch_template()
-                .launch_template_name(&name)
-                .send()
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(launch_template = %name, node_class = %nc.name, "deleted launch template")
-                }
-                Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
-                Err(e) => return Err(Error::aws("ec2:DeleteLaunchTemplate", &e)),
-            }
-            self.templates_used
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
-        }
+        let names = self
+            .launch_templates(Some(&nc.name))
+            .await?
+            .iter()
+            .filter_map(|t| t.launch_template_name().map(str::to_string))
+            .collect();
+        self.delete_launch_templates(names).await?;
         nodeclass::delete_managed_instance_profile(&self.clients, &self.settings, nc).await
     }
 
