@@ -38,6 +38,7 @@ pub mod common;
 mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
+pub mod hash;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod schema;

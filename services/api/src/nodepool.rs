@@ -157,6 +157,12 @@ impl NodePoolSpec {
         self.weight.unwrap_or(0)
     }
 
+    /// `karpenter.sh/nodepool-hash`: Karpenter's hash of the template (see
+    /// [`crate::hash`]).
+    pub fn template_hash(&self) -> String {
+        crate::hash::template_hash(&self.template)
+    }
+
     /// Whether this is a static NodePool (`replicas` set).
     pub fn is_static(&self) -> bool {
         self.replicas.is_some()
