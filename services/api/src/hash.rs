@@ -31,9 +31,9 @@ const FNV_PRIME: u64 = 1_099_511_628_211;
 
 /// FNV-1 (multiply, then xor) over `bytes`.
 fn fnv1(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET, |h, b| {
-        h.wrapping_mul(FNV_PRIME) ^ u64::from(*b)
-    })
+    bytes
+        .iter()
+        .fold(FNV_OFFSET, |h, b| h.wrapping_mul(FNV_PRIME) ^ u64::from(*b))
 }
 
 fn text(s: &str) -> u64 {
@@ -100,9 +100,7 @@ fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> u64 {
     const SECONDS_FROM_YEAR_1_TO_1970: i64 = 62_135_596_800;
     let mut bytes = Vec::with_capacity(15);
     bytes.push(1u8);
-    bytes.extend_from_slice(
-        &(t.0.as_second() + SECONDS_FROM_YEAR_1_TO_1970).to_be_bytes(),
-    );
+    bytes.extend_from_slice(&(t.0.as_second() + SECONDS_FROM_YEAR_1_TO_1970).to_be_bytes());
     bytes.extend_from_slice(&t.0.subsec_nanosecond().to_be_bytes());
     bytes.extend_from_slice(&(-1i16).to_be_bytes());
     let inner = fnv1(&bytes);
@@ -152,7 +150,10 @@ pub fn template_hash(template: &NodeClaimTemplate) -> String {
     let spec = &template.spec;
     let tgp = spec.termination_grace_period.as_ref().map(|d| {
         Struct::new("Duration")
-            .field("Duration", Some(nanos(d.as_std())).filter(|n| *n != 0).map(int))
+            .field(
+                "Duration",
+                Some(nanos(d.as_std())).filter(|n| *n != 0).map(int),
+            )
             .done()
     });
     let spec_hash = Struct::new("NodeClaimTemplateSpec")
@@ -203,13 +204,17 @@ mod tests {
     fn matches_upstream_byte_for_byte() {
         let minimal = pool(serde_json::json!({"spec": spec(serde_json::json!({}))}));
         assert_eq!(template_hash(&minimal.spec.template), "6821555240594823858");
-        let never = pool(serde_json::json!({"spec": spec(serde_json::json!({"expireAfter": "Never"}))}));
+        let never =
+            pool(serde_json::json!({"spec": spec(serde_json::json!({"expireAfter": "Never"}))}));
         assert_eq!(template_hash(&never.spec.template), "9594794698745994005");
         let labelled = pool(serde_json::json!({
             "metadata": {"labels": {"team": "b"}},
             "spec": spec(serde_json::json!({}))
         }));
-        assert_eq!(template_hash(&labelled.spec.template), "2206156644763247185");
+        assert_eq!(
+            template_hash(&labelled.spec.template),
+            "2206156644763247185"
+        );
         let full = pool(serde_json::json!({
             "metadata": {"labels": {"team": "a", "env": "prod"}, "annotations": {"example.com/owner": "platform"}},
             "spec": spec(serde_json::json!({
@@ -231,6 +236,9 @@ mod tests {
             "taints": [{"key": "b", "effect": "NoExecute"}, {"key": "a", "effect": "NoSchedule"}],
             "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]
         }))}));
-        assert_eq!(template_hash(&a.spec.template), template_hash(&b.spec.template));
+        assert_eq!(
+            template_hash(&a.spec.template),
+            template_hash(&b.spec.template)
+        );
     }
 }

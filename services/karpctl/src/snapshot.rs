@@ -282,6 +282,21 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
     Ok(built)
 }
 
+/// A manifest file's whole text to a snapshot: its documents read, older
+/// Karpenter versions converted, the snapshot built at `now`.
+pub fn from_text(name: &str, text: &str, now: prost_types::Timestamp) -> Result<Built, InputError> {
+    let docs = crate::input::parse_source(&crate::input::Source {
+        name: name.to_owned(),
+        text: text.to_owned(),
+    })?;
+    let mut warnings = Vec::new();
+    let docs = upgrade(docs, &mut warnings)?;
+    let mut built = build(&docs, now)?;
+    warnings.append(&mut built.warnings);
+    built.warnings = warnings;
+    Ok(built)
+}
+
 /// A `Ready` condition that is `False` (no status: ready, as manifests from
 /// a repository have none).
 fn not_ready(value: &Value) -> bool {
