@@ -60,6 +60,26 @@ impl Toleration {
     }
 }
 
+/// Taints a node carries only while it starts (not ready, unreachable,
+/// not yet initialized by the cloud controller, not yet registered by
+/// Karpenter, or gated by a readiness controller): Karpenter waits for them
+/// to go before it calls a node initialized, and ignores them when it plans
+/// pods onto a node that is still starting.
+pub fn is_known_ephemeral(key: &str, effect: Effect) -> bool {
+    matches!(
+        (key, effect),
+        (
+            "node.kubernetes.io/not-ready",
+            Effect::NoSchedule | Effect::NoExecute
+        ) | ("node.kubernetes.io/unreachable", Effect::NoSchedule)
+            | (
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                Effect::NoSchedule
+            )
+            | (crate::labels::UNREGISTERED_TAINT_KEY, Effect::NoExecute)
+    ) || key.starts_with("readiness.k8s.io/")
+}
+
 /// Karpenter checks every taint, PreferNoSchedule included: a pod that does
 /// not tolerate a soft taint is first tried elsewhere, and tolerates it only
 /// once its preferences are relaxed.
@@ -72,6 +92,31 @@ pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starting_taints_are_known_by_key_and_effect() {
+        assert!(is_known_ephemeral(
+            "node.kubernetes.io/not-ready",
+            Effect::NoExecute
+        ));
+        assert!(is_known_ephemeral(
+            "karpenter.sh/unregistered",
+            Effect::NoExecute
+        ));
+        assert!(!is_known_ephemeral(
+            "karpenter.sh/unregistered",
+            Effect::NoSchedule
+        ));
+        assert!(!is_known_ephemeral(
+            "node.kubernetes.io/unreachable",
+            Effect::NoExecute
+        ));
+        assert!(is_known_ephemeral(
+            "readiness.k8s.io/network",
+            Effect::NoSchedule
+        ));
+        assert!(!is_known_ephemeral("dedicated", Effect::NoSchedule));
+    }
 
     fn taint(key: &str, value: &str, effect: Effect) -> Taint {
         Taint {

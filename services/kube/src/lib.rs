@@ -13,6 +13,8 @@
 
 #![forbid(unsafe_code)]
 
+mod rate;
+
 use std::path::{Path, PathBuf};
 
 use rustls_pki_types::CertificateDer;
@@ -120,9 +122,28 @@ pub fn in_cluster(url: http::Uri, dir: &Path) -> Result<kube::Config, KubeError>
 
 /// A client for `config`.
 pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
+    install_crypto();
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn install_crypto() {
     // Several crypto backends can be linked into one binary (the AWS SDK
     // brings its own); rustls then needs to be told which one to use. The
     // first choice made in the process stands.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Ok(kube::Client::try_from(config)?)
+}
+
+/// A client for `config` that sends at most `qps` requests a second on
+/// average and `burst` at once (client-go's `QPS` and `Burst`); a long
+/// watch counts as the one request that opened it.
+pub fn rate_limited_client(
+    config: kube::Config,
+    qps: u32,
+    burst: u32,
+) -> Result<kube::Client, KubeError> {
+    install_crypto();
+    let layer = rate::RateLimitLayer::new(f64::from(qps.max(1)), f64::from(burst.max(1)));
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
 }

@@ -5,7 +5,8 @@
 //!                                     │             that fits the requirements
 //!                                     │             (skipping injected ICE faults)
 //!                                     └─ after --node-delay ──▶ Node in the cluster
-//!                                        (labels, capacity, allocatable, taints,
+//!                                        (labels, capacity, allocatable, taints
+//!                                         with karpenter.sh/unregistered:NoExecute,
 //!                                         providerID kwok://NAME, Ready=True)
 //!   tests ──admin HTTP──▶ fail offerings (insufficient capacity),
 //!                         send interruption events, list instances
@@ -234,18 +235,25 @@ pub fn node_object(
         labels.insert(k.clone(), json!(v));
     }
     labels.insert(karpenter_core::labels::HOSTNAME.into(), json!(claim.name));
-    let taints: Vec<Value> = claim
-        .taints
-        .iter()
-        .chain(claim.startup_taints.iter())
-        .map(|t| {
-            let mut v = json!({"key": t.key, "effect": effect(t.effect)});
-            if !t.value.is_empty() {
-                v["value"] = json!(t.value);
-            }
-            v
-        })
-        .collect();
+    // As a kubelet Karpenter launched registers: tainted unregistered
+    // (NoExecute) until Karpenter's registration syncs the node and lifts it.
+    let taints: Vec<Value> = std::iter::once(
+        json!({"key": karpenter_core::labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}),
+    )
+    .chain(
+        claim
+            .taints
+            .iter()
+            .chain(claim.startup_taints.iter())
+            .map(|t| {
+                let mut v = json!({"key": t.key, "effect": effect(t.effect)});
+                if !t.value.is_empty() {
+                    v["value"] = json!(t.value);
+                }
+                v
+            }),
+    )
+    .collect();
     let mut spec = json!({"providerID": instance.provider_id});
     if !taints.is_empty() {
         spec["taints"] = json!(taints);

@@ -241,6 +241,26 @@ async fn deployment_pods_bind_once_provider_kwok_nodes_appear() {
             .as_deref(),
         Some("kwok://default-abcde")
     );
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "karpenter.sh/unregistered" && t.effect == "NoExecute"),
+        "a new node waits for Karpenter's registration: {taints:?}"
+    );
+    // What the adapter's registration does: lift the taint.
+    nodes
+        .patch(
+            "default-abcde",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"taints": []}})),
+        )
+        .await
+        .expect("registered");
     let alloc = node
         .status
         .as_ref()

@@ -72,6 +72,34 @@ pub fn init_tracing(filter: &str, json: bool) {
     };
 }
 
+/// Installs the global tracing subscriber writing to `output`: `stdout`,
+/// `stderr` or a file path (appended to), as Karpenter's
+/// `LOG_OUTPUT_PATHS` names it.
+pub fn init_tracing_output(filter: &str, json: bool, output: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let writer = match output {
+        "" | "stdout" => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout),
+        "stderr" => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
+        path => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening the log file {path}"))?;
+            tracing_subscriber::fmt::writer::BoxMakeWriter::new(Arc::new(file))
+        }
+    };
+    let builder = builder.with_writer(writer);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    Ok(())
+}
+
 /// Bound listeners, so a caller that asked for port 0 learns the real ports
 /// before serving (tests do this).
 pub struct Listeners {
@@ -107,10 +135,33 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
 }
 
+/// Whether a process is ready to serve (what `/readyz` answers).
+pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
+
 #[derive(Clone)]
 struct HttpState {
     metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` (200 while `ready` says
+/// so, 503 otherwise) on `listener` until `shutdown` resolves. Services
+/// without a gRPC server of their own (the adapter) use this alone.
+pub async fn serve_http(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz_handler))
+        .with_state(HttpState { metrics, ready });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("metrics server failed")
 }
 
 /// Serves the service until `shutdown` resolves: gRPC with health and
@@ -138,15 +189,10 @@ pub async fn serve_with_shutdown(
         .context("building the gRPC reflection service")?;
 
     let ready = Arc::new(AtomicBool::new(false));
-    let http_state = HttpState {
-        metrics: service.metrics.clone(),
-        ready: ready.clone(),
+    let readiness: Readiness = {
+        let ready = ready.clone();
+        Arc::new(move || ready.load(Ordering::SeqCst))
     };
-    let http_app = axum::Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz_handler))
-        .with_state(http_state);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -155,13 +201,14 @@ pub async fn serve_with_shutdown(
     });
 
     let mut http_stop = stop_rx.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(listeners.http, http_app)
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|stopped| *stopped).await;
-            })
-            .await
-    });
+    let http = tokio::spawn(serve_http(
+        listeners.http,
+        service.metrics.clone(),
+        readiness,
+        async move {
+            let _ = http_stop.wait_for(|stopped| *stopped).await;
+        },
+    ));
 
     let routes = service
         .routes
@@ -186,9 +233,7 @@ pub async fn serve_with_shutdown(
             .await;
     }
     grpc_result.context("gRPC server failed")?;
-    http.await
-        .context("metrics server task failed")?
-        .context("metrics server failed")?;
+    http.await.context("metrics server task failed")??;
     Ok(())
 }
 
@@ -241,7 +286,7 @@ async fn metrics_handler(State(state): State<HttpState>) -> (StatusCode, String)
 }
 
 async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, &'static str) {
-    if state.ready.load(Ordering::SeqCst) {
+    if (state.ready)() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")

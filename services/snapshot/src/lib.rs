@@ -46,6 +46,7 @@ use karpenter_proto::scheduler::v1 as pb;
 
 pub use fields::FieldError;
 pub use pdb::{disruptions_allowed, int_or_percent};
+pub use pod::{do_not_disrupt, provisionable};
 
 /// How objects are read: see the [crate docs](crate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,440 @@
+//! NodeClaims from the scheduler's plans, shaped as Karpenter's provisioner
+//! shapes them, and the wire form of a NodeClaim for the provider.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use karpenter_api::nodeclaim::{NodeClaimSpec, ResourceRequirements};
+use karpenter_api::{
+    NodeClaim, NodePool, NodeSelectorOperator, NodeSelectorRequirementWithMinValues,
+};
+use karpenter_core::labels;
+use karpenter_core::requirements::Operator;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::scheduler::v1 as pb;
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+
+/// Annotation recording that a claim's minValues were relaxed.
+pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+
+/// The node-class label of a claim: `<group>/<lower kind>` = name.
+pub fn node_class_label(pool: &NodePool) -> (String, String) {
+    let r = &pool.spec.template.spec.node_class_ref;
+    (
+        labels::node_class_label_key(&r.group, &r.kind),
+        r.name.clone(),
+    )
+}
+
+fn operator(op: i32) -> Option<NodeSelectorOperator> {
+    match karpenter_proto::convert::operator("", op).ok()? {
+        Operator::In => Some(NodeSelectorOperator::In),
+        Operator::NotIn => Some(NodeSelectorOperator::NotIn),
+        Operator::Exists => Some(NodeSelectorOperator::Exists),
+        Operator::DoesNotExist => Some(NodeSelectorOperator::DoesNotExist),
+        Operator::Gt => Some(NodeSelectorOperator::Gt),
+        Operator::Lt => Some(NodeSelectorOperator::Lt),
+        // The CRD knows Gt and Lt only: Gte n is Gt n-1, Lte n is Lt n+1.
+        Operator::Gte | Operator::Lte => None,
+    }
+}
+
+/// A wire requirement in the CRD's terms.
+fn requirement(r: &pb::Requirement) -> Option<NodeSelectorRequirementWithMinValues> {
+    let (op, values) = match operator(r.operator) {
+        Some(op) => (op, r.values.clone()),
+        None => {
+            let bound: i64 = r.values.first()?.parse().ok()?;
+            match karpenter_proto::convert::operator("", r.operator).ok()? {
+                Operator::Gte => (NodeSelectorOperator::Gt, vec![(bound - 1).to_string()]),
+                _ => (NodeSelectorOperator::Lt, vec![(bound + 1).to_string()]),
+            }
+        }
+    };
+    Some(NodeSelectorRequirementWithMinValues {
+        key: r.key.clone(),
+        operator: op,
+        values,
+        min_values: r.min_values.map(i64::from),
+    })
+}
+
+/// What a claim is built from besides its plan.
+pub struct Template<'a> {
+    pub pool: &'a NodePool,
+    /// Labels the provider's instance types define (not written at creation:
+    /// the provider sets them at launch).
+    pub provider_well_known: &'a [String],
+    /// The node class's hash annotations (provider keys), copied onto the claim.
+    pub node_class_hash: BTreeMap<String, String>,
+}
+
+/// The NodeClaim a plan asks for (created with `generateName`).
+pub fn node_claim(plan: &pb::NodeClaimPlan, template: &Template<'_>) -> NodeClaim {
+    let pool = template.pool;
+    let pool_name = pool.name_any();
+    let spec = &pool.spec.template.spec;
+    let well_known: BTreeSet<&str> = labels::NEUTRAL_WELL_KNOWN_LABELS
+        .iter()
+        .copied()
+        .chain(template.provider_well_known.iter().map(String::as_str))
+        .collect();
+
+    let mut claim_labels = pool.spec.template.metadata.labels.clone();
+    for (key, value) in &plan.labels {
+        // Well-known labels come from the provider at launch; restricted
+        // ones are never Karpenter's to set.
+        let restricted =
+            labels::in_restricted_domain(key, labels::NEUTRAL_RESTRICTED_LABEL_DOMAINS);
+        if !well_known.contains(key.as_str())
+            && !restricted
+            && key != labels::REGISTERED
+            && key != labels::INITIALIZED
+        {
+            claim_labels.insert(key.clone(), value.clone());
+        }
+    }
+    claim_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
+    let (class_key, class_name) = node_class_label(pool);
+    claim_labels.insert(class_key, class_name);
+
+    let mut annotations = pool.spec.template.metadata.annotations.clone();
+    annotations.insert(labels::NODE_POOL_HASH.to_owned(), pool.spec.template_hash());
+    annotations.insert(
+        labels::NODE_POOL_HASH_VERSION.to_owned(),
+        karpenter_api::hash::NODE_POOL_HASH_VERSION.to_owned(),
+    );
+    annotations.insert(
+        MIN_VALUES_RELAXED.to_owned(),
+        plan.min_values_relaxed.to_string(),
+    );
+    annotations.extend(template.node_class_hash.clone());
+
+    // The instance types the plan allows, written sorted as upstream does.
+    let mut requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
+        .requirements
+        .iter()
+        .filter(|r| {
+            ![
+                labels::INSTANCE_TYPE,
+                labels::HOSTNAME,
+                labels::REGISTERED,
+                labels::INITIALIZED,
+            ]
+            .contains(&r.key.as_str())
+        })
+        .filter_map(requirement)
+        .collect();
+    if !plan.instance_types.is_empty() {
+        let mut types = plan.instance_types.clone();
+        types.sort();
+        types.dedup();
+        let min_values = plan
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .and_then(|r| r.min_values)
+            .map(i64::from);
+        requirements.push(NodeSelectorRequirementWithMinValues {
+            key: labels::INSTANCE_TYPE.to_owned(),
+            operator: NodeSelectorOperator::In,
+            values: types,
+            min_values,
+        });
+    }
+    requirements.sort_by(|a, b| a.key.cmp(&b.key));
+
+    let requests: BTreeMap<String, Quantity> = plan
+        .requests
+        .as_ref()
+        .map(|r| {
+            r.quantities
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.clone(),
+                        Quantity(karpenter_core::quantity::format(name, *value)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let owner = OwnerReference {
+        api_version: "karpenter.sh/v1".to_owned(),
+        kind: "NodePool".to_owned(),
+        name: pool_name.clone(),
+        uid: pool.uid().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    };
+    let mut claim = NodeClaim::new(
+        "",
+        NodeClaimSpec {
+            taints: spec.taints.clone(),
+            startup_taints: spec.startup_taints.clone(),
+            requirements,
+            resources: ResourceRequirements { requests },
+            node_class_ref: spec.node_class_ref.clone(),
+            termination_grace_period: spec.termination_grace_period.clone(),
+            expire_after: spec.expire_after.clone(),
+        },
+    );
+    claim.metadata = ObjectMeta {
+        generate_name: Some(format!("{pool_name}-")),
+        labels: Some(claim_labels),
+        annotations: Some(annotations),
+        owner_references: Some(vec![owner]),
+        ..ObjectMeta::default()
+    };
+    claim
+}
+
+/// The node class as the provider receives it.
+pub fn wire_node_class(object: &DynamicObject) -> pv::NodeClass {
+    pv::NodeClass {
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        generation: object.meta().generation.unwrap_or(0),
+        spec_json: object
+            .data
+            .get("spec")
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "{}".to_owned()),
+        status_json: object
+            .data
+            .get("status")
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        annotations: object.annotations().clone(),
+    }
+}
+
+/// A NodeClaim as the provider's `Create` receives it.
+pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::NodeClaim {
+    let spec = &claim.spec;
+    let requirements = spec
+        .requirements
+        .iter()
+        .map(|r| {
+            let op: Operator = r.operator.into();
+            pb::Requirement {
+                key: r.key.clone(),
+                operator: karpenter_proto::convert::wire_operator(op) as i32,
+                values: r.values.clone(),
+                min_values: r.min_values.and_then(|m| i32::try_from(m).ok()),
+            }
+        })
+        .collect();
+    let quantities = spec
+        .resources
+        .requests
+        .iter()
+        .filter_map(|(name, Quantity(text))| {
+            karpenter_core::quantity::parse_resource(name, text)
+                .ok()
+                .map(|v| (name.clone(), v))
+        })
+        .collect();
+    let taints = |list: &[karpenter_api::Taint]| -> Vec<pb::Taint> {
+        list.iter()
+            .map(|t| pb::Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: match t.effect {
+                    karpenter_api::TaintEffect::NoSchedule => pb::TaintEffect::NoSchedule,
+                    karpenter_api::TaintEffect::PreferNoSchedule => {
+                        pb::TaintEffect::PreferNoSchedule
+                    }
+                    karpenter_api::TaintEffect::NoExecute => pb::TaintEffect::NoExecute,
+                } as i32,
+            })
+            .collect()
+    };
+    pv::NodeClaim {
+        name: claim.name_any(),
+        node_pool: claim
+            .labels()
+            .get(labels::NODE_POOL)
+            .cloned()
+            .unwrap_or_default(),
+        labels: claim.labels().clone(),
+        annotations: claim.annotations().clone(),
+        requirements,
+        resources: Some(pb::ResourceList { quantities }),
+        taints: taints(&spec.taints),
+        startup_taints: taints(&spec.startup_taints),
+        node_class: node_class.map(wire_node_class),
+        instance_types: Vec::new(),
+    }
+}
+
+/// A wire resource list as Kubernetes quantities.
+pub fn quantities(list: Option<&pb::ResourceList>) -> BTreeMap<String, Quantity> {
+    list.map(|l| {
+        l.quantities
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.clone(),
+                    Quantity(karpenter_core::quantity::format(name, *value)),
+                )
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool() -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default", "uid": "pool-uid"},
+            "spec": {"template": {
+                "metadata": {"labels": {"team": "a"}, "annotations": {"example.com/note": "x"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                    "requirements": [],
+                    "taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}],
+                    "terminationGracePeriod": "1h"
+                }
+            }}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
+        pb::Requirement {
+            key: key.into(),
+            operator: op as i32,
+            values: values.iter().map(|v| (*v).into()).collect(),
+            min_values: None,
+        }
+    }
+
+    #[test]
+    fn a_plan_becomes_a_claim_shaped_as_karpenter_shapes_it() {
+        let pool = pool();
+        let plan = pb::NodeClaimPlan {
+            node_pool: "default".into(),
+            instance_types: vec!["m-4x".into(), "c-2x".into()],
+            requirements: vec![
+                req(labels::TOPOLOGY_ZONE, pb::Operator::In, &["z1"]),
+                req(
+                    labels::INSTANCE_TYPE,
+                    pb::Operator::In,
+                    &["c-2x", "m-4x", "x"],
+                ),
+                req("example.com/rack", pb::Operator::In, &["r1"]),
+                req("example.com/size", pb::Operator::Gte, &["4"]),
+            ],
+            labels: [
+                (labels::TOPOLOGY_ZONE.to_owned(), "z1".to_owned()),
+                ("example.com/rack".to_owned(), "r1".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+            requests: Some(pb::ResourceList {
+                quantities: [("cpu".to_owned(), 1500), ("pods".to_owned(), 2)]
+                    .into_iter()
+                    .collect(),
+            }),
+            min_values_relaxed: true,
+            ..Default::default()
+        };
+        let claim = node_claim(
+            &plan,
+            &Template {
+                pool: &pool,
+                provider_well_known: &[],
+                node_class_hash: [(
+                    "karpenter.kwok.sh/kwoknodeclass-hash".to_owned(),
+                    "42".to_owned(),
+                )]
+                .into_iter()
+                .collect(),
+            },
+        );
+        assert_eq!(claim.metadata.generate_name.as_deref(), Some("default-"));
+        let claim_labels = claim.labels();
+        assert_eq!(claim_labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            claim_labels.get("example.com/rack").map(String::as_str),
+            Some("r1")
+        );
+        assert_eq!(
+            claim_labels.get(labels::NODE_POOL).map(String::as_str),
+            Some("default")
+        );
+        assert_eq!(
+            claim_labels
+                .get("karpenter.kwok.sh/kwoknodeclass")
+                .map(String::as_str),
+            Some("default")
+        );
+        assert!(
+            !claim_labels.contains_key(labels::TOPOLOGY_ZONE),
+            "the provider sets it"
+        );
+        let annotations = claim.annotations();
+        assert_eq!(
+            annotations.get(MIN_VALUES_RELAXED).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            annotations.get(labels::NODE_POOL_HASH),
+            Some(&pool.spec.template_hash())
+        );
+        assert_eq!(
+            annotations
+                .get("karpenter.kwok.sh/kwoknodeclass-hash")
+                .map(String::as_str),
+            Some("42")
+        );
+        let owner = &claim.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.uid.as_str(),
+                owner.block_owner_deletion
+            ),
+            ("NodePool", "pool-uid", Some(true))
+        );
+        let types = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .expect("instance types");
+        assert_eq!(types.values, ["c-2x", "m-4x"], "the plan's options, sorted");
+        let size = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == "example.com/size")
+            .expect("bound");
+        assert_eq!(
+            (size.operator, size.values.clone()),
+            (NodeSelectorOperator::Gt, vec!["3".to_owned()])
+        );
+        assert_eq!(
+            claim.spec.resources.requests.get("cpu"),
+            Some(&Quantity("1500m".into()))
+        );
+        assert_eq!(claim.spec.taints.len(), 1);
+        assert!(claim.spec.termination_grace_period.is_some());
+
+        let wire = wire_claim(&claim, None);
+        assert_eq!(
+            wire.resources.expect("resources").quantities.get("cpu"),
+            Some(&1500)
+        );
+        assert_eq!(wire.node_pool, "default");
+    }
+}

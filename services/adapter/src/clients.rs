@@ -1,0 +1,349 @@
+//! The adapter's two gRPC peers: the scheduler and the cloud provider.
+//!
+//! Every call has a deadline; calls that failed for a reason worth another
+//! try (the peer is down, restarting or slow) are retried a few times with
+//! exponential backoff, then the error goes back to the controller, whose
+//! next pass tries again. A call is never retried after an answer that
+//! means "no" (invalid argument, insufficient capacity, not found).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
+use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1::scheduler_client::SchedulerClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Requests larger than this are refused by the scheduler anyway.
+const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long one call may take.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    pub solve: Duration,
+    pub provider: Duration,
+    /// `Create` waits for the cloud to start an instance.
+    pub create: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            solve: Duration::from_secs(60),
+            provider: Duration::from_secs(30),
+            create: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Whether an error is the peer being unavailable (worth retrying), not
+/// an answer.
+pub fn transient(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
+    ) || (status.code() == Code::Internal && status.message().contains("transport"))
+}
+
+/// Runs `call` until it answers, at most `attempts` times, waiting
+/// 200 ms, 400 ms, ... between transient failures.
+pub async fn with_retry<T, F, Fut>(attempts: u32, mut call: F) -> Result<T, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let mut wait = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Ok(value) => return Ok(value),
+            Err(status) if attempt < attempts && transient(&status) => {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+                attempt += 1;
+            }
+            Err(status) => return Err(status),
+        }
+    }
+}
+
+fn endpoint(address: &str) -> Result<Endpoint, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(address.to_owned())?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Some(Duration::from_secs(30)))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true))
+}
+
+/// Both peers; cheap to clone.
+#[derive(Clone)]
+pub struct Clients {
+    scheduler: SchedulerClient<Channel>,
+    provider: CloudProviderClient<Channel>,
+    scheduler_channel: Channel,
+    provider_channel: Channel,
+    pub deadlines: Deadlines,
+    /// Whether each peer answered its last call (for /readyz).
+    scheduler_up: Arc<AtomicBool>,
+    provider_up: Arc<AtomicBool>,
+}
+
+impl Clients {
+    /// Clients that connect lazily: the adapter starts while its peers do.
+    pub fn new(scheduler: &str, provider: &str) -> Result<Self, tonic::transport::Error> {
+        let scheduler_channel = endpoint(scheduler)?.connect_lazy();
+        let provider_channel = endpoint(provider)?.connect_lazy();
+        let scheduler = SchedulerClient::new(scheduler_channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let provider = CloudProviderClient::new(provider_channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Self {
+            scheduler,
+            provider,
+            scheduler_channel,
+            provider_channel,
+            deadlines: Deadlines::default(),
+            scheduler_up: Arc::new(AtomicBool::new(false)),
+            provider_up: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Asks both peers' gRPC health service whether they serve, and
+    /// records the answers (what `/readyz` reports between calls).
+    pub async fn probe(&self) {
+        async fn serving(channel: Channel) -> bool {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+            let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            });
+            request.set_timeout(Duration::from_secs(5));
+            health.check(request).await.is_ok_and(|r| {
+                r.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            })
+        }
+        let (scheduler, provider) = tokio::join!(
+            serving(self.scheduler_channel.clone()),
+            serving(self.provider_channel.clone())
+        );
+        self.scheduler_up.store(scheduler, Ordering::Relaxed);
+        self.provider_up.store(provider, Ordering::Relaxed);
+    }
+
+    /// Both peers answered their last call.
+    pub fn up(&self) -> bool {
+        self.scheduler_up.load(Ordering::Relaxed) && self.provider_up.load(Ordering::Relaxed)
+    }
+
+    fn note<T>(flag: &AtomicBool, result: &Result<T, Status>) {
+        let down = matches!(result, Err(status) if transient(status));
+        flag.store(!down, Ordering::Relaxed);
+    }
+
+    fn request<T>(message: T, deadline: Duration) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(deadline);
+        request
+    }
+
+    pub async fn solve(&self, request: pb::SolveRequest) -> Result<pb::SolveResponse, Status> {
+        let deadline = self.deadlines.solve;
+        let result = with_retry(3, || {
+            let mut client = self.scheduler.clone();
+            let request = Self::request(request.clone(), deadline);
+            async move { client.solve(request).await.map(tonic::Response::into_inner) }
+        })
+        .await;
+        Self::note(&self.scheduler_up, &result);
+        result
+    }
+
+    pub async fn plan_disruption(
+        &self,
+        request: pb::PlanDisruptionRequest,
+    ) -> Result<pb::PlanDisruptionResponse, Status> {
+        let deadline = self.deadlines.solve;
+        let result = with_retry(3, || {
+            let mut client = self.scheduler.clone();
+            let request = Self::request(request.clone(), deadline);
+            async move {
+                client
+                    .plan_disruption(request)
+                    .await
+                    .map(tonic::Response::into_inner)
+            }
+        })
+        .await;
+        Self::note(&self.scheduler_up, &result);
+        result
+    }
+
+    /// One provider call with the provider deadline and retries.
+    async fn provider_call<Req, Resp, F, Fut>(
+        &self,
+        message: Req,
+        deadline: Duration,
+        call: F,
+    ) -> Result<Resp, Status>
+    where
+        Req: Clone,
+        F: Fn(CloudProviderClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        let result = with_retry(3, || {
+            call(
+                self.provider.clone(),
+                Self::request(message.clone(), deadline),
+            )
+        })
+        .await
+        .map(tonic::Response::into_inner);
+        Self::note(&self.provider_up, &result);
+        result
+    }
+
+    pub async fn info(&self) -> Result<pv::InfoResponse, Status> {
+        self.provider_call(
+            pv::InfoRequest {},
+            self.deadlines.provider,
+            |mut c, r| async move { c.info(r).await },
+        )
+        .await
+    }
+
+    pub async fn instance_types(
+        &self,
+        request: pv::GetInstanceTypesRequest,
+    ) -> Result<Vec<pb::InstanceType>, Status> {
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.get_instance_types(r).await
+        })
+        .await
+        .map(|r| r.instance_types)
+    }
+
+    pub async fn create(&self, claim: pv::NodeClaim) -> Result<pv::Instance, Status> {
+        let request = pv::CreateRequest {
+            node_claim: Some(claim),
+        };
+        self.provider_call(request, self.deadlines.create, |mut c, r| async move {
+            c.create(r).await
+        })
+        .await?
+        .instance
+        .ok_or_else(|| Status::internal("the provider answered Create without an instance"))
+    }
+
+    /// Terminates the instance; `Ok(true)` once it is gone (NOT_FOUND).
+    pub async fn delete(&self, provider_id: &str) -> Result<bool, Status> {
+        let request = pv::DeleteRequest {
+            provider_id: provider_id.to_owned(),
+        };
+        match self
+            .provider_call(request, self.deadlines.provider, |mut c, r| async move {
+                c.delete(r).await
+            })
+            .await
+        {
+            Ok(_) => Ok(false),
+            Err(status) if status.code() == Code::NotFound => Ok(true),
+            Err(status) => Err(status),
+        }
+    }
+
+    /// The instance, or `None` when it no longer exists.
+    pub async fn get(&self, provider_id: &str) -> Result<Option<pv::Instance>, Status> {
+        let request = pv::GetRequest {
+            provider_id: provider_id.to_owned(),
+        };
+        match self
+            .provider_call(request, self.deadlines.provider, |mut c, r| async move {
+                c.get(r).await
+            })
+            .await
+        {
+            Ok(response) => Ok(response.instance),
+            Err(status) if status.code() == Code::NotFound => Ok(None),
+            Err(status) => Err(status),
+        }
+    }
+
+    pub async fn list(&self) -> Result<Vec<pv::Instance>, Status> {
+        self.provider_call(
+            pv::ListRequest {},
+            self.deadlines.provider,
+            |mut c, r| async move { c.list(r).await },
+        )
+        .await
+        .map(|r| r.instances)
+    }
+
+    pub async fn resolve_node_class(
+        &self,
+        node_class: pv::NodeClass,
+    ) -> Result<pv::ResolveNodeClassResponse, Status> {
+        let request = pv::ResolveNodeClassRequest {
+            node_class: Some(node_class),
+        };
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.resolve_node_class(r).await
+        })
+        .await
+    }
+
+    pub async fn finalize_node_class(&self, node_class: pv::NodeClass) -> Result<(), Status> {
+        let request = pv::FinalizeNodeClassRequest {
+            node_class: Some(node_class),
+        };
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.finalize_node_class(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn is_drifted(&self, request: pv::IsDriftedRequest) -> Result<String, Status> {
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.is_drifted(r).await
+        })
+        .await
+        .map(|r| r.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_and_answers_are_not() {
+        let calls = AtomicU32::new(0);
+        let result = with_retry(3, || {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    Err(Status::unavailable("restarting"))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(result.ok(), Some(2));
+        let calls = AtomicU32::new(0);
+        let result: Result<(), Status> = with_retry(3, || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(Status::resource_exhausted("no capacity")) }
+        })
+        .await;
+        assert_eq!(result.map_err(|s| s.code()), Err(Code::ResourceExhausted));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "an answer is not retried");
+    }
+}

@@ -1,0 +1,139 @@
+//! A deleted claim: record when its pods must be gone (deletion time plus
+//! `terminationGracePeriod`), delete its Nodes (their termination drains
+//! them), delete the instance, and release the finalizer only once the
+//! provider says the instance is gone and no Node of it is left.
+
+use std::time::Duration;
+
+use karpenter_api::NodeClaim;
+use karpenter_api::nodeclaim::CONDITION_REGISTERED;
+use karpenter_core::labels;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::claim_conditions;
+use crate::controllers::{Context, Requeue};
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::Index;
+use crate::metrics::TerminatedLabels;
+use crate::patch;
+
+/// How often a claim whose instance is still going away is looked at.
+const INSTANCE_GONE_POLL: Duration = Duration::from_secs(5);
+
+/// The condition set while the instance is being terminated.
+pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+
+/// The time by which every pod of the claim's node is deleted, as written
+/// in the claim's annotation (RFC 3339).
+pub fn termination_deadline(claim: &NodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {
+    claim
+        .annotations()
+        .get(labels::NODE_CLAIM_TERMINATION_TIMESTAMP)
+        .and_then(|t| t.parse().ok())
+}
+
+pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -> Result<Requeue> {
+    if !stored
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        return Ok(None);
+    }
+    let api = ctx.node_claims();
+    let mut claim = annotate_deadline(ctx, stored).await?;
+
+    if claim.conditions().iter().any(|c| {
+        c.type_ == CONDITION_REGISTERED && c.status == karpenter_api::ConditionStatus::True
+    }) {
+        let nodes = index.nodes_for_provider_id(claim.provider_id().unwrap_or_default());
+        for node in nodes {
+            patch::delete(&ctx.nodes(), node.as_ref()).await?;
+        }
+        if !nodes.is_empty() {
+            // Node termination drains and releases them; their events
+            // bring this claim back.
+            return Ok(Some(Duration::from_secs(10)));
+        }
+    }
+    if let Some(provider_id) = claim
+        .provider_id()
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+    {
+        let gone = ctx
+            .clients
+            .delete(&provider_id)
+            .await
+            .map_err(Error::peer("Delete"))?
+            || ctx
+                .clients
+                .get(&provider_id)
+                .await
+                .map_err(Error::peer("Get"))?
+                .is_none();
+        if !gone {
+            let before = claim.status.clone();
+            claim_conditions(&mut claim).set_true(INSTANCE_TERMINATING);
+            if claim.status != before {
+                let status = serde_json::to_value(&claim.status)
+                    .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
+                patch::merge_status(&api, &claim, status).await?;
+            }
+            return Ok(Some(INSTANCE_GONE_POLL));
+        }
+    }
+    patch::remove_finalizer(&api, &claim, labels::TERMINATION_FINALIZER).await?;
+    let (zone, capacity_type) = super::zone_and_capacity(claim.labels());
+    ctx.metrics
+        .nodeclaims_terminated
+        .get_or_create(&TerminatedLabels {
+            nodepool: claim.node_pool().unwrap_or_default().to_owned(),
+            capacity_type,
+            zone,
+        })
+        .inc();
+    tracing::info!("deleted nodeclaim");
+    Ok(None)
+}
+
+/// Writes the termination deadline annotation once (never moving one that
+/// is there) and announces it.
+async fn annotate_deadline(ctx: &Context, claim: &NodeClaim) -> Result<NodeClaim> {
+    if claim
+        .annotations()
+        .contains_key(labels::NODE_CLAIM_TERMINATION_TIMESTAMP)
+    {
+        return Ok(claim.clone());
+    }
+    let (Some(grace), Some(deleted)) = (
+        claim.spec.termination_grace_period.clone(),
+        claim.meta().deletion_timestamp.as_ref(),
+    ) else {
+        return Ok(claim.clone());
+    };
+    let grace: Duration = grace.into();
+    let Ok(span) = k8s_openapi::jiff::SignedDuration::try_from(grace) else {
+        return Ok(claim.clone());
+    };
+    let Ok(deadline) = deleted.0.checked_add(span) else {
+        return Ok(claim.clone());
+    };
+    let text = deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let written = patch::merge(
+        &ctx.node_claims(),
+        claim,
+        json!({"metadata": {"annotations": {labels::NODE_CLAIM_TERMINATION_TIMESTAMP: text}}}),
+    )
+    .await?;
+    tracing::info!(deadline = %text, "annotated nodeclaim");
+    ctx.recorder.emit(Event::new(
+        claim,
+        Kind::Warning,
+        "TerminationGracePeriodExpiring",
+        format!("All pods will be deleted by {text}"),
+    ));
+    Ok(written)
+}

@@ -1,0 +1,167 @@
+//! Launch: `Create` through the provider, then the instance's details on
+//! the claim and `Launched=True`.
+//!
+//! No capacity for any offering (RESOURCE_EXHAUSTED) or a node class that
+//! cannot launch (FAILED_PRECONDITION) deletes the claim, so the next batch
+//! plans again with what is left. Any other failure leaves `Launched`
+//! Unknown with the reason and is retried with backoff: `Create` is
+//! idempotent by claim name, so a retry never launches a second instance.
+
+use karpenter_api::NodeClaim;
+use karpenter_api::nodeclaim::CONDITION_LAUNCHED;
+use karpenter_core::labels;
+use karpenter_proto::provider::v1 as pv;
+use kube::ResourceExt;
+use tonic::Code;
+
+use super::{Step, claim_conditions};
+use crate::claim::{quantities, wire_claim};
+use crate::controllers::Context;
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::Index;
+use crate::metrics::DisruptedLabels;
+use crate::patch;
+
+/// A message cut to `limit` characters, as Karpenter cuts provider errors.
+pub(crate) fn truncate(message: &str, limit: usize) -> String {
+    if message.chars().count() <= limit {
+        return message.to_owned();
+    }
+    let cut: String = message.chars().take(limit).collect();
+    format!("{cut}...")
+}
+
+pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) -> Result<Step> {
+    {
+        let mut conditions = claim_conditions(claim);
+        if !conditions.is_unknown(CONDITION_LAUNCHED) {
+            conditions.refresh(CONDITION_LAUNCHED);
+            return Ok(Step::Continue(None));
+        }
+    }
+    let class_name = &claim.spec.node_class_ref.name;
+    let Some(node_class) = index.node_classes.named(class_name) else {
+        ctx.recorder.emit(Event::new(
+            claim,
+            Kind::Warning,
+            "",
+            format!("Failed resolving NodeClass {class_name:?}: it does not exist"),
+        ));
+        delete_for(ctx, claim, "nodeclass_not_found").await?;
+        return Ok(Step::Deleted);
+    };
+    match ctx
+        .clients
+        .create(wire_claim(claim, Some(node_class)))
+        .await
+    {
+        Ok(instance) => {
+            populate(claim, &instance);
+            claim_conditions(claim).set_true(CONDITION_LAUNCHED);
+            let pool = claim.node_pool().unwrap_or_default().to_owned();
+            ctx.metrics
+                .nodeclaims_launched
+                .get_or_create(&crate::metrics::PoolLabels { nodepool: pool })
+                .inc();
+            tracing::info!(
+                provider_id = %instance.provider_id,
+                instance_type = %instance.instance_type,
+                zone = %instance.zone,
+                capacity_type = %instance.capacity_type,
+                "launched nodeclaim"
+            );
+            Ok(Step::Continue(None))
+        }
+        Err(status) if status.code() == Code::ResourceExhausted => {
+            ctx.recorder.emit(Event::new(
+                claim,
+                Kind::Warning,
+                "InsufficientCapacityError",
+                format!(
+                    "NodeClaim {} event: {}",
+                    claim.name_any(),
+                    truncate(status.message(), 300)
+                ),
+            ));
+            tracing::warn!(error = %status.message(), "failed launching nodeclaim: insufficient capacity");
+            delete_for(ctx, claim, "insufficient_capacity").await?;
+            Ok(Step::Deleted)
+        }
+        Err(status) if status.code() == Code::FailedPrecondition => {
+            ctx.recorder.emit(Event::new(
+                claim,
+                Kind::Warning,
+                "NodeClassNotReady",
+                format!(
+                    "NodeClaim {} cannot launch: {}",
+                    claim.name_any(),
+                    truncate(status.message(), 300)
+                ),
+            ));
+            tracing::warn!(error = %status.message(), "failed launching nodeclaim: node class not ready");
+            delete_for(ctx, claim, "nodeclass_not_ready").await?;
+            Ok(Step::Deleted)
+        }
+        Err(status) => {
+            claim_conditions(claim).set_unknown(
+                CONDITION_LAUNCHED,
+                "LaunchFailed",
+                &truncate(status.message(), 300),
+            );
+            Err(Error::peer("Create")(status))
+        }
+    }
+}
+
+/// The instance's labels (the claim's own win), provider ID, image and
+/// resources on the claim.
+fn populate(claim: &mut NodeClaim, instance: &pv::Instance) {
+    let mut merged = instance
+        .labels
+        .clone()
+        .into_iter()
+        .collect::<std::collections::BTreeMap<_, _>>();
+    merged.extend(claim.labels().clone());
+    *claim.labels_mut() = merged;
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.provider_id = Some(instance.provider_id.clone());
+    if !instance.image_id.is_empty() {
+        status.image_id = Some(instance.image_id.clone());
+    }
+    status.capacity = quantities(instance.capacity.as_ref());
+    status.allocatable = quantities(instance.allocatable.as_ref());
+}
+
+/// Deletes a claim that cannot launch, counted as a disruption for `reason`.
+async fn delete_for(ctx: &Context, claim: &NodeClaim, reason: &str) -> Result<()> {
+    patch::delete(&ctx.node_claims(), claim).await?;
+    let (_, capacity_type) = super::zone_and_capacity(claim.labels());
+    ctx.metrics
+        .nodeclaims_disrupted
+        .get_or_create(&DisruptedLabels {
+            reason: reason.to_owned(),
+            nodepool: claim
+                .labels()
+                .get(labels::NODE_POOL)
+                .cloned()
+                .unwrap_or_default(),
+            capacity_type,
+        })
+        .inc();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_provider_errors_are_cut() {
+        assert_eq!(truncate("short", 300), "short");
+        let long = "x".repeat(400);
+        let cut = truncate(&long, 300);
+        assert_eq!(cut.len(), 303);
+        assert!(cut.ends_with("..."));
+    }
+}

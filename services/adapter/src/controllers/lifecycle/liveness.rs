@@ -1,0 +1,46 @@
+//! Liveness: a claim that does not launch within the launch timeout, or
+//! whose Node does not register within the registration timeout, is
+//! deleted, so its pods are planned again. Both clocks run from the last
+//! transition of their condition, which for a claim still waiting is its
+//! creation.
+
+use karpenter_api::NodeClaim;
+use karpenter_api::nodeclaim::{CONDITION_LAUNCHED, CONDITION_REGISTERED};
+use kube::ResourceExt;
+
+use super::{Step, since_transition};
+use crate::controllers::Context;
+use crate::error::Result;
+use crate::metrics::DisruptedLabels;
+use crate::patch;
+
+pub(super) async fn check(ctx: &Context, claim: &NodeClaim) -> Result<Step> {
+    if claim.is_registered() {
+        return Ok(Step::Continue(None));
+    }
+    let (timeout, condition, reason) = if claim.is_launched() {
+        (
+            ctx.timing.registration_ttl,
+            CONDITION_REGISTERED,
+            "registration_timeout",
+        )
+    } else {
+        (ctx.timing.launch_ttl, CONDITION_LAUNCHED, "launch_timeout")
+    };
+    let waited = since_transition(claim, condition);
+    if waited < timeout {
+        return Ok(Step::Continue(Some(timeout - waited)));
+    }
+    tracing::warn!(?waited, reason, "terminating due to timeout");
+    patch::delete(&ctx.node_claims(), claim).await?;
+    let (_, capacity_type) = super::zone_and_capacity(claim.labels());
+    ctx.metrics
+        .nodeclaims_disrupted
+        .get_or_create(&DisruptedLabels {
+            reason: reason.to_owned(),
+            nodepool: claim.node_pool().unwrap_or_default().to_owned(),
+            capacity_type,
+        })
+        .inc();
+    Ok(Step::Deleted)
+}

@@ -1,0 +1,121 @@
+//! The controllers, one module per Karpenter controller. Each reads index
+//! snapshots and acts through the API and the provider. Per-object
+//! controllers (lifecycle, termination, node pools, node classes) run under
+//! [`runner`]; singletons (provisioning, garbage collection) run their own
+//! loop. Everything they decide is derived from the objects
+//! (level-triggered), so a restart picks up where the last process stopped.
+
+pub mod gc;
+pub mod lifecycle;
+pub mod nodeclass;
+pub mod nodepool;
+pub mod provisioning;
+pub mod runner;
+pub mod termination;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_api::NodeClaim;
+use karpenter_proto::provider::v1 as pv;
+use kube::api::{Api, ApiResource, DynamicObject};
+
+use crate::clients::Clients;
+use crate::events::Recorder;
+use crate::metrics::AdapterMetrics;
+use crate::settings::Settings;
+
+/// What every controller shares.
+#[derive(Clone)]
+pub struct Context {
+    pub client: kube::Client,
+    pub clients: Clients,
+    /// The provider's `Info`: its node-class kind, labels, hash keys.
+    pub info: Arc<pv::InfoResponse>,
+    pub node_class: ApiResource,
+    pub settings: Arc<Settings>,
+    pub recorder: Recorder,
+    pub metrics: Arc<AdapterMetrics>,
+    pub timing: Timing,
+}
+
+/// Durations the controllers run by; tests shorten them.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// A NodeClaim whose node has not registered by then is deleted.
+    pub registration_ttl: Duration,
+    /// A NodeClaim not launched by then is deleted.
+    pub launch_ttl: Duration,
+    /// Instances without a NodeClaim are collected once this old.
+    pub orphan_age: Duration,
+    /// How often garbage collection lists the provider's instances.
+    pub gc_every: Duration,
+    /// How often node classes are resolved again.
+    pub resolve_every: Duration,
+    /// How long a drain lasts at least (pods' deletions reach the API).
+    pub min_drain: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            registration_ttl: Duration::from_secs(15 * 60),
+            launch_ttl: Duration::from_secs(5 * 60),
+            orphan_age: Duration::from_secs(30),
+            gc_every: Duration::from_secs(60),
+            resolve_every: Duration::from_secs(60),
+            min_drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a pass decided about the next one.
+pub type Requeue = Option<Duration>;
+
+/// The soonest of two requeues.
+pub fn sooner(a: Requeue, b: Requeue) -> Requeue {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Context {
+    /// Whether the claim's node class is the provider's kind (Karpenter's
+    /// "managed"): claims of other kinds belong to another Karpenter.
+    pub fn manages(&self, claim: &NodeClaim) -> bool {
+        let r = &claim.spec.node_class_ref;
+        self.info
+            .node_class
+            .as_ref()
+            .is_some_and(|gvk| gvk.kind == r.kind && gvk.group == r.group)
+    }
+
+    /// The node-class kind the provider serves.
+    pub fn node_class_kind(&self) -> &str {
+        self.info
+            .node_class
+            .as_ref()
+            .map_or("", |gvk| gvk.kind.as_str())
+    }
+
+    pub fn node_claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn nodes(&self) -> Api<k8s_openapi::api::core::v1::Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn node_pools(&self) -> Api<karpenter_api::NodePool> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn node_classes(&self) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &self.node_class)
+    }
+
+    pub fn pods(&self, namespace: &str) -> Api<k8s_openapi::api::core::v1::Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}

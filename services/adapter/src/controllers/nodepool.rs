@@ -1,0 +1,380 @@
+//! NodePool status (Karpenter's `nodepool.readiness`, `.validation`,
+//! `.counter` and `.hash`): per pool of the provider's node-class kind,
+//!
+//! - `karpenter.sh/nodepool-hash` and its version on the pool (static drift
+//!   compares them with the claims'),
+//! - `status.resources` and `status.nodes` from the pool's claims and
+//!   Nodes,
+//! - `ValidationSucceeded` (what the API server cannot check),
+//!   `NodeClassReady` (the node class exists, is not being deleted and is
+//!   Ready) and the root `Ready` over them: only Ready pools provision.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_api::nodepool::{CONDITION_NODE_CLASS_READY, CONDITION_VALIDATION_SUCCEEDED};
+use karpenter_api::{NodePool, NodeSelectorOperator};
+use karpenter_core::labels;
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::runner::{Reconciler, fingerprint};
+use super::{Context, Requeue};
+use crate::conditions::Conditions;
+use crate::error::{Error, Result};
+use crate::index::{Index, Key};
+use crate::live::pool_usage;
+use crate::metrics::ResourceLabels;
+use crate::patch;
+use crate::watch::Versions;
+
+/// The dependents of a pool's `Ready` condition.
+pub const POOL_CONDITIONS: &[&str] = &[CONDITION_VALIDATION_SUCCEEDED, CONDITION_NODE_CLASS_READY];
+
+/// Resources `status.resources` always lists, zero when unused.
+const ALWAYS_COUNTED: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage", "nodes"];
+
+/// The pool controller.
+pub struct NodePools {
+    pub ctx: Context,
+}
+
+/// What the API server's schema cannot say about a pool; `Err` names the
+/// field at fault.
+pub fn validate(pool: &NodePool) -> std::result::Result<(), String> {
+    let template = &pool.spec.template;
+    for key in template.metadata.labels.keys() {
+        if key == labels::NODE_POOL {
+            return Err(format!(
+                "spec.template.metadata.labels: {key} is set by Karpenter and may not be set"
+            ));
+        }
+        labels::check_label_allowed(key)
+            .map_err(|e| format!("spec.template.metadata.labels[{key}]: {e}"))?;
+    }
+    let spec = &template.spec;
+    let mut seen = std::collections::BTreeSet::new();
+    for (field, taint) in spec
+        .taints
+        .iter()
+        .map(|t| ("taints", t))
+        .chain(spec.startup_taints.iter().map(|t| ("startupTaints", t)))
+    {
+        if !seen.insert((taint.key.clone(), taint.effect.as_str())) {
+            return Err(format!(
+                "spec.template.spec.{field}: duplicate taint {}:{}",
+                taint.key,
+                taint.effect.as_str()
+            ));
+        }
+    }
+    for (i, requirement) in spec.requirements.iter().enumerate() {
+        let field = format!("spec.template.spec.requirements[{i}]");
+        if requirement.key == labels::NODE_POOL {
+            return Err(format!(
+                "{field}.key: {} may not be required",
+                labels::NODE_POOL
+            ));
+        }
+        labels::check_label_allowed(&requirement.key).map_err(|e| format!("{field}.key: {e}"))?;
+        if requirement.operator == NodeSelectorOperator::In {
+            if requirement.values.is_empty() {
+                return Err(format!(
+                    "{field}.values: operator In needs at least one value"
+                ));
+            }
+            if let Some(min) = requirement.min_values
+                && usize::try_from(min).unwrap_or(usize::MAX) > requirement.values.len()
+            {
+                return Err(format!(
+                    "{field}.minValues: {min} is more than the {} values given",
+                    requirement.values.len()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `NodeClassReady` for a pool whose class is `class`: (status, reason,
+/// message), as Karpenter's readiness controller words it.
+pub fn node_class_readiness(class: Option<&DynamicObject>) -> (bool, String, String) {
+    let Some(class) = class else {
+        return (
+            false,
+            "NodeClassNotFound".into(),
+            "NodeClass not found on cluster".into(),
+        );
+    };
+    if class.meta().deletion_timestamp.is_some() {
+        return (
+            false,
+            "NodeClassTerminating".into(),
+            "NodeClass is Terminating".into(),
+        );
+    }
+    let ready = class
+        .data
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    match ready.and_then(|c| c["status"].as_str()) {
+        Some("True") => (true, CONDITION_NODE_CLASS_READY.into(), String::new()),
+        Some("False") => {
+            let ready = ready.cloned().unwrap_or_default();
+            (
+                false,
+                ready["reason"]
+                    .as_str()
+                    .unwrap_or("NodeClassNotReady")
+                    .to_owned(),
+                ready["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        }
+        _ => (
+            false,
+            "NodeClassReadinessUnknown".into(),
+            "Node Class Readiness Unknown".into(),
+        ),
+    }
+}
+
+fn status_resources(usage: &BTreeMap<String, i64>) -> BTreeMap<String, Quantity> {
+    let mut resources: BTreeMap<String, Quantity> = ALWAYS_COUNTED
+        .iter()
+        .map(|name| ((*name).to_owned(), Quantity("0".to_owned())))
+        .collect();
+    for (name, value) in usage {
+        resources.insert(
+            name.clone(),
+            Quantity(karpenter_core::quantity::format(name, *value)),
+        );
+    }
+    resources
+}
+
+impl NodePools {
+    fn managed(&self, pool: &NodePool) -> bool {
+        let r = &pool.spec.template.spec.node_class_ref;
+        self.ctx
+            .info
+            .node_class
+            .as_ref()
+            .is_some_and(|gvk| gvk.kind == r.kind && gvk.group == r.group)
+    }
+
+    fn record_metrics(&self, pool: &NodePool, usage: &BTreeMap<String, i64>) {
+        let name = pool.name_any();
+        let metric_name = |resource: &str| resource.to_lowercase().replace('-', "_");
+        let value = |resource: &str, v: i64| {
+            if resource == "cpu" {
+                v as f64 / 1000.0
+            } else {
+                v as f64
+            }
+        };
+        for (resource, v) in usage {
+            self.ctx
+                .metrics
+                .nodepool_usage
+                .get_or_create(&ResourceLabels {
+                    resource_type: metric_name(resource),
+                    nodepool: name.clone(),
+                })
+                .set(value(resource, *v));
+        }
+        for (resource, Quantity(text)) in &pool.spec.limits {
+            if let Ok(v) = karpenter_core::quantity::parse_resource(resource, text) {
+                self.ctx
+                    .metrics
+                    .nodepool_limit
+                    .get_or_create(&ResourceLabels {
+                        resource_type: metric_name(resource),
+                        nodepool: name.clone(),
+                    })
+                    .set(value(resource, v));
+            }
+        }
+    }
+}
+
+impl Reconciler for NodePools {
+    const NAME: &'static str = "nodepool.status";
+
+    fn relevant(versions: &Versions) -> u64 {
+        versions.node_pools + versions.node_classes + versions.node_claims + versions.nodes
+    }
+
+    fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
+        index
+            .node_pools
+            .iter()
+            .filter(|p| self.managed(p))
+            .map(|pool| {
+                let name = pool.name_any();
+                let class = index
+                    .node_classes
+                    .named(&pool.spec.template.spec.node_class_ref.name);
+                let usage = format!("{:?}", pool_usage(index, &name));
+                let print = fingerprint([
+                    pool.meta().resource_version.as_deref(),
+                    class.and_then(|c| c.meta().resource_version.as_deref()),
+                    Some(usage.as_str()),
+                ]);
+                ((String::new(), name), print)
+            })
+            .collect()
+    }
+
+    async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
+        let Some(stored) = index.node_pools.named(&key.1).cloned() else {
+            return Ok(None);
+        };
+        if !self.managed(&stored) || stored.meta().deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let api = self.ctx.node_pools();
+        let mut current = (*stored).clone();
+        let hash = stored.spec.template_hash();
+        let annotations = stored.annotations();
+        if annotations.get(labels::NODE_POOL_HASH) != Some(&hash)
+            || annotations
+                .get(labels::NODE_POOL_HASH_VERSION)
+                .map(String::as_str)
+                != Some(karpenter_api::hash::NODE_POOL_HASH_VERSION)
+        {
+            current = patch::merge(
+                &api,
+                &current,
+                json!({"metadata": {"annotations": {
+                    labels::NODE_POOL_HASH: hash,
+                    labels::NODE_POOL_HASH_VERSION: karpenter_api::hash::NODE_POOL_HASH_VERSION,
+                }}}),
+            )
+            .await?;
+        }
+
+        let usage = pool_usage(&index, &key.1);
+        self.record_metrics(&stored, &usage);
+        let class = index
+            .node_classes
+            .named(&stored.spec.template.spec.node_class_ref.name)
+            .map(|c| c.as_ref());
+        let mut next = current.clone();
+        let status = next.status.get_or_insert_with(Default::default);
+        status.resources = status_resources(&usage);
+        status.nodes = Some(usage.get("nodes").copied().unwrap_or(0));
+        if let Some(class) = class {
+            status.node_class_observed_generation = class.meta().generation;
+        }
+        let generation = next.metadata.generation.unwrap_or(0);
+        let created = next.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let status = next.status.get_or_insert_with(Default::default);
+        let mut conditions =
+            Conditions::new(&mut status.conditions, generation, created, POOL_CONDITIONS);
+        match validate(&stored) {
+            Ok(()) => conditions.set_true(CONDITION_VALIDATION_SUCCEEDED),
+            Err(message) => conditions.set_false(
+                CONDITION_VALIDATION_SUCCEEDED,
+                "NodePoolValidationFailed",
+                &message,
+            ),
+        }
+        match node_class_readiness(class) {
+            (true, _, _) => conditions.set_true(CONDITION_NODE_CLASS_READY),
+            (false, reason, message) => {
+                conditions.set_false(CONDITION_NODE_CLASS_READY, &reason, &message);
+            }
+        }
+        if next.status != current.status {
+            let status = serde_json::to_value(&next.status)
+                .map_err(|e| Error::Invalid(format!("NodePool {}: status: {e}", key.1)))?;
+            patch::merge_status(&api, &current, status).await?;
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(template: serde_json::Value) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"template": template}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn validation_names_the_field_at_fault() {
+        let class =
+            json!({"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"});
+        let ok = pool(json!({"spec": {"nodeClassRef": class, "requirements": []}}));
+        assert_eq!(validate(&ok), Ok(()));
+        let labelled = pool(
+            json!({"metadata": {"labels": {"karpenter.sh/nodepool": "x"}},
+                                   "spec": {"nodeClassRef": class, "requirements": []}}),
+        );
+        assert!(validate(&labelled).is_err_and(|e| e.starts_with("spec.template.metadata.labels")));
+        let duplicate = pool(json!({"spec": {"nodeClassRef": class, "requirements": [],
+            "taints": [{"key": "a", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "a", "value": "x", "effect": "NoSchedule"}]}}));
+        assert!(
+            validate(&duplicate)
+                .is_err_and(|e| e.contains("startupTaints: duplicate taint a:NoSchedule"))
+        );
+        let restricted = pool(json!({"spec": {"nodeClassRef": class,
+            "requirements": [{"key": "kubernetes.io/custom", "operator": "Exists"}]}}));
+        assert!(
+            validate(&restricted)
+                .is_err_and(|e| e.starts_with("spec.template.spec.requirements[0].key"))
+        );
+    }
+
+    #[test]
+    fn readiness_follows_the_node_class() {
+        assert_eq!(node_class_readiness(None).1, "NodeClassNotFound");
+        let class = |status: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+                "metadata": {"name": "default"}, "status": status
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(
+            node_class_readiness(Some(&class(
+                json!({"conditions": [{"type": "Ready", "status": "True"}]})
+            )))
+            .0
+        );
+        let not_ready = class(
+            json!({"conditions": [{"type": "Ready", "status": "False", "reason": "SubnetsNotFound", "message": "no subnet"}]}),
+        );
+        assert_eq!(
+            node_class_readiness(Some(&not_ready)),
+            (false, "SubnetsNotFound".to_owned(), "no subnet".to_owned())
+        );
+        assert_eq!(
+            node_class_readiness(Some(&class(json!({})))).1,
+            "NodeClassReadinessUnknown"
+        );
+    }
+
+    #[test]
+    fn status_resources_always_list_the_basics() {
+        let usage: BTreeMap<String, i64> = [("cpu".to_owned(), 4000), ("nodes".to_owned(), 2)]
+            .into_iter()
+            .collect();
+        let resources = status_resources(&usage);
+        assert_eq!(resources.get("cpu"), Some(&Quantity("4".into())));
+        assert_eq!(resources.get("memory"), Some(&Quantity("0".into())));
+        assert_eq!(resources.get("nodes"), Some(&Quantity("2".into())));
+    }
+}

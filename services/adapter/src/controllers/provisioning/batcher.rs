@@ -1,0 +1,199 @@
+//! The batcher: pending pods open a batch window that closes after
+//! `BATCH_IDLE_DURATION` without a new pod, or after `BATCH_MAX_DURATION`
+//! at most, so a burst of pods (a Deployment scaled up) is planned at once.
+//!
+//! A pod triggers when it becomes provisionable, when it changes, and again
+//! every [`RETRIGGER`] while it stays provisionable (Karpenter requeues each
+//! pending pod every ten seconds). A pod that already triggered in the open
+//! window does not extend it.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use kube::{Resource, ResourceExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::index::Index;
+use crate::watch::Published;
+
+/// How often a pod that stays pending triggers again.
+pub const RETRIGGER: Duration = Duration::from_secs(10);
+
+/// Waits for batches of pending pods.
+pub struct Batcher {
+    idle: Duration,
+    max: Duration,
+    /// Pod UID → (resource version, when it last triggered).
+    seen: HashMap<String, (String, Instant)>,
+}
+
+/// UIDs and resource versions of the pods Karpenter provisions for.
+pub fn provisionable(index: &Index) -> impl Iterator<Item = (String, String)> + '_ {
+    index
+        .pods
+        .iter()
+        .filter(|p| {
+            p.meta().deletion_timestamp.is_none()
+                && p.spec.as_ref().is_none_or(|s| s.node_name.is_none())
+                && karpenter_snapshot::provisionable(p)
+        })
+        .map(|p| {
+            (
+                p.uid().unwrap_or_else(|| {
+                    format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
+                }),
+                p.meta().resource_version.clone().unwrap_or_default(),
+            )
+        })
+}
+
+impl Batcher {
+    pub fn new(idle: Duration, max: Duration) -> Self {
+        Self {
+            idle,
+            max,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Records the pods of `index`; how many triggered that were not yet
+    /// in `window`.
+    pub fn scan(&mut self, index: &Index, window: &mut HashSet<String>, now: Instant) -> usize {
+        let mut triggered = 0;
+        let mut present = HashSet::new();
+        for (uid, version) in provisionable(index) {
+            let fresh = self
+                .seen
+                .get(&uid)
+                .is_none_or(|(seen, at)| *seen != version || now.duration_since(*at) >= RETRIGGER);
+            if fresh {
+                self.seen.insert(uid.clone(), (version, now));
+                if window.insert(uid.clone()) {
+                    triggered += 1;
+                }
+            }
+            present.insert(uid);
+        }
+        self.seen.retain(|uid, _| present.contains(uid));
+        triggered
+    }
+
+    /// Waits until a batch closes; `None` when the snapshots end.
+    pub async fn next(&mut self, snapshots: &mut watch::Receiver<Published>) -> Option<()> {
+        let mut window = HashSet::new();
+        loop {
+            let index = snapshots.borrow_and_update().index.clone();
+            if self.scan(&index, &mut window, Instant::now()) > 0 {
+                break;
+            }
+            // Wake for a change, or to notice a pod due to trigger again.
+            tokio::select! {
+                changed = snapshots.changed() => changed.ok()?,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+        let opened = Instant::now();
+        let closes_at = opened + self.max;
+        let mut idle_until = opened + self.idle;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(idle_until.min(closes_at)) => return Some(()),
+                changed = snapshots.changed() => {
+                    changed.ok()?;
+                    let index = snapshots.borrow_and_update().index.clone();
+                    if self.scan(&index, &mut window, Instant::now()) > 0 {
+                        idle_until = Instant::now() + self.idle;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    use crate::index::Update;
+    use crate::watch::Versions;
+
+    fn pending(name: &str, version: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "resourceVersion": version},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn publish(sender: &watch::Sender<Published>, index: &mut Index, pod: Pod) {
+        index.apply(Update::Pod(Event::Apply(pod)));
+        let versions = sender.borrow().versions;
+        sender.send_replace(Published {
+            index: Arc::new(index.clone()),
+            versions: Versions {
+                pods: versions.pods + 1,
+                ..versions
+            },
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_closes_when_idle_and_only_new_pods_extend_it() {
+        let (sender, mut receiver) = watch::channel(Published::default());
+        let mut index = Index::default();
+        let mut batcher = Batcher::new(Duration::from_secs(5), Duration::from_secs(10));
+        publish(&sender, &mut index, pending("a", "1"));
+        let started = Instant::now();
+        let feeder = {
+            let sender = sender.clone();
+            let mut index = index.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                // The same pod again does not extend the window...
+                publish(&sender, &mut index, pending("a", "2"));
+            })
+        };
+        batcher.next(&mut receiver).await.expect("a batch");
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        feeder.await.expect("feeder");
+
+        // ...a new pod does: 3 s, new pod, 3 s still open, closes at 3 + 5.
+        publish(&sender, &mut index, pending("b", "1"));
+        let started = Instant::now();
+        let feeder = {
+            let sender = sender.clone();
+            let mut index = index.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                publish(&sender, &mut index, pending("c", "1"));
+            })
+        };
+        batcher.next(&mut receiver).await.expect("a batch");
+        assert_eq!(started.elapsed(), Duration::from_secs(8));
+        feeder.await.expect("feeder");
+    }
+
+    #[test]
+    fn a_pod_that_stays_pending_triggers_again_after_a_while() {
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Apply(pending("a", "1"))));
+        let mut batcher = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
+        let now = Instant::now();
+        assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);
+        assert_eq!(
+            batcher.scan(&index, &mut HashSet::new(), now + Duration::from_secs(5)),
+            0
+        );
+        assert_eq!(
+            batcher.scan(&index, &mut HashSet::new(), now + RETRIGGER),
+            1
+        );
+    }
+}

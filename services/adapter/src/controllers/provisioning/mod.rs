@@ -1,0 +1,465 @@
+//! Provisioning (Karpenter's provisioner): batches of pending pods become
+//! NodeClaims.
+//!
+//! ```text
+//!   batcher ──window closed──▶ wait until synced (every claim launched)
+//!     ──▶ ready pools of the provider's kind ──GetInstanceTypes──▶ catalogs
+//!     ──▶ live snapshot ──Solve──▶ plans ──▶ NodeClaims created (limits re-checked)
+//!     ──▶ events: Nominated / FailedScheduling ──▶ wait until the index shows the new claims
+//! ```
+//!
+//! The wait at the end is what keeps a batch from planning again for pods
+//! the previous one already launched capacity for: the next snapshot holds
+//! the new claims as in-flight nodes.
+
+pub mod batcher;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use karpenter_api::NodePool;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::scheduler::v1 as pb;
+use kube::ResourceExt;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::Context;
+use super::nodepool::{node_class_readiness, validate};
+use crate::claim::{self, Template, wire_node_class};
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::Index;
+use crate::live;
+use crate::metrics::{ControllerLabels, CreatedLabels};
+use crate::watch::Published;
+use batcher::Batcher;
+
+/// How long `FailedScheduling` is not repeated for the same pod.
+const FAILED_SCHEDULING_DEDUPE: Duration = Duration::from_secs(300);
+/// How long a batch waits for the index to show the claims it created.
+const CREATED_VISIBLE_WITHIN: Duration = Duration::from_secs(10);
+/// Claims created at once.
+const CREATE_CONCURRENCY: usize = 16;
+
+/// Runs the provisioner until the snapshots end.
+pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
+    if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
+        return;
+    }
+    let mut batcher = Batcher::new(
+        ctx.settings.batch_idle_duration,
+        ctx.settings.batch_max_duration,
+    );
+    let kind = ctx.node_class_kind().to_owned();
+    let mut failures = 0u32;
+    loop {
+        if batcher.next(&mut snapshots).await.is_none() {
+            return;
+        }
+        let synced = snapshots.wait_for(|p| p.index.synced(&kind)).await;
+        let Ok(published) = synced.map(|p| p.clone()) else {
+            return;
+        };
+        ctx.metrics.cluster_state_synced.set(1);
+        let span = tracing::info_span!("reconcile", controller = "provisioner");
+        let result = tracing::Instrument::instrument(provision(&ctx, &published.index), span).await;
+        match result {
+            Ok(created) => {
+                failures = 0;
+                await_visible(&mut snapshots, &created).await;
+            }
+            Err(error) => {
+                failures += 1;
+                let wait = error.backoff(failures);
+                tracing::warn!(%error, retry_in = ?wait, "provisioning failed");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// Waits (a while at most) until every claim in `names` is in the index.
+async fn await_visible(snapshots: &mut watch::Receiver<Published>, names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    let visible =
+        snapshots.wait_for(|p| names.iter().all(|n| p.index.node_claims.named(n).is_some()));
+    if tokio::time::timeout(CREATED_VISIBLE_WITHIN, visible)
+        .await
+        .is_err()
+    {
+        tracing::warn!(claims = ?names, "created node claims did not appear in the watch in time");
+    }
+}
+
+/// The pools that may get new claims: the provider's kind, valid, node
+/// class ready, not being deleted, not static.
+fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
+    let kind = ctx.node_class_kind();
+    index
+        .node_pools
+        .iter()
+        .filter(|pool| {
+            let class = index
+                .node_classes
+                .named(&pool.spec.template.spec.node_class_ref.name)
+                .map(|c| c.as_ref());
+            live::managed(pool, kind) && validate(pool).is_ok() && node_class_readiness(class).0
+        })
+        .cloned()
+        .collect()
+}
+
+/// The instance types of each pool, from the provider; a pool whose lookup
+/// fails is left out of this batch.
+async fn catalogs(
+    ctx: &Context,
+    index: &Index,
+    pools: &[Arc<NodePool>],
+) -> Vec<pb::InstanceTypeCatalog> {
+    let mut out = Vec::new();
+    for pool in pools {
+        let name = pool.name_any();
+        let Some(class) = index
+            .node_classes
+            .named(&pool.spec.template.spec.node_class_ref.name)
+        else {
+            continue;
+        };
+        let request = pv::GetInstanceTypesRequest {
+            node_pool: name.clone(),
+            node_class: Some(wire_node_class(class)),
+        };
+        match ctx.clients.instance_types(request).await {
+            Ok(instance_types) if !instance_types.is_empty() => out.push(pb::InstanceTypeCatalog {
+                name,
+                instance_types,
+            }),
+            Ok(_) => {
+                tracing::warn!(nodepool = %name, "the provider has no instance types for this pool")
+            }
+            Err(status) => {
+                tracing::warn!(nodepool = %name, error = %status.message(), "getting instance types failed")
+            }
+        }
+    }
+    out
+}
+
+fn options(ctx: &Context) -> pb::SchedulingOptions {
+    let settings = &ctx.settings;
+    pb::SchedulingOptions {
+        min_values_policy: settings.min_values_policy as i32,
+        preference_policy: settings.preference_policy as i32,
+        feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
+        well_known_labels: ctx.info.well_known_labels.clone(),
+    }
+}
+
+/// One batch: plan and create. Returns the names of the claims created.
+async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
+    let started = Instant::now();
+    let pools = ready_pools(ctx, index);
+    if pools.is_empty() {
+        tracing::warn!("pods are pending but no node pool is ready to provision for them");
+        return Ok(Vec::new());
+    }
+    let catalogs = catalogs(ctx, index, &pools).await;
+    let kind = ctx.node_class_kind();
+    let group = ctx
+        .info
+        .node_class
+        .as_ref()
+        .map_or("", |g| g.group.as_str());
+    let classes = live::node_classes(index, group, kind);
+    let built = live::snapshot(index, &pools, classes, catalogs, live::now());
+    report_skipped(ctx, index, &built.skipped);
+    if built.snapshot.pending_pods.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pending = built.snapshot.pending_pods.len();
+    let request = pb::SolveRequest {
+        cluster: Some(built.snapshot),
+        options: Some(options(ctx)),
+    };
+    let solved = ctx
+        .clients
+        .solve(request)
+        .await
+        .map_err(Error::peer("Solve"))?;
+    ctx.metrics
+        .scheduling_duration
+        .get_or_create(&ControllerLabels {
+            controller: "provisioner".to_owned(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .unschedulable_pods
+        .get_or_create(&ControllerLabels {
+            controller: "provisioner".to_owned(),
+        })
+        .set(i64::try_from(solved.unschedulable.len()).unwrap_or(i64::MAX));
+    tracing::info!(
+        pods = pending,
+        nodeclaims = solved.node_claims.len(),
+        unschedulable = solved.unschedulable.len(),
+        "computed new nodeclaim(s) to fit pod(s)"
+    );
+    let created = create_all(ctx, index, &pools, &solved.node_claims).await;
+    nominate_existing(ctx, index, &solved.existing_nodes);
+    for unschedulable in &solved.unschedulable {
+        if let Some(pod) = pod_of(index, unschedulable.pod.as_ref()) {
+            ctx.recorder.emit(
+                Event::new(
+                    pod.as_ref(),
+                    Kind::Warning,
+                    "FailedScheduling",
+                    format!("Failed to schedule pod, {}", unschedulable.reason),
+                )
+                .dedupe_for(FAILED_SCHEDULING_DEDUPE),
+            );
+        }
+    }
+    created
+}
+
+fn pod_of<'a>(
+    index: &'a Index,
+    pod: Option<&pb::PodRef>,
+) -> Option<&'a Arc<k8s_openapi::api::core::v1::Pod>> {
+    let pod = pod?;
+    index.pods.get(&pod.namespace, &pod.name)
+}
+
+/// Objects the snapshot could not read: a warning on each pod, a log line
+/// for anything else; the batch goes on without them.
+fn report_skipped(ctx: &Context, index: &Index, skipped: &[karpenter_snapshot::ObjectError]) {
+    for error in skipped {
+        if error.kind == "Pod"
+            && let Some(pod) = index.pods.get(&error.namespace, &error.name)
+        {
+            ctx.recorder.emit(
+                Event::new(
+                    pod.as_ref(),
+                    Kind::Warning,
+                    "FailedScheduling",
+                    format!("Failed to schedule pod, {}: {}", error.field, error.message),
+                )
+                .dedupe_for(FAILED_SCHEDULING_DEDUPE),
+            );
+        } else {
+            tracing::warn!(%error, "left out of planning");
+        }
+    }
+}
+
+/// Creates a claim per plan (a few at once); the names of those created.
+/// A failed create is logged and its pods are planned again next batch.
+async fn create_all(
+    ctx: &Context,
+    index: &Arc<Index>,
+    pools: &[Arc<NodePool>],
+    plans: &[pb::NodeClaimPlan],
+) -> Result<Vec<String>> {
+    let by_name: BTreeMap<String, &Arc<NodePool>> =
+        pools.iter().map(|p| (p.name_any(), p)).collect();
+    let creates: Vec<_> = plans
+        .iter()
+        .map(|plan| {
+            let pool = by_name.get(&plan.node_pool).copied();
+            async move {
+                match pool {
+                    Some(pool) => create(ctx, index, pool, plan).await,
+                    None => Err(Error::Invalid(format!(
+                        "the scheduler planned a claim for node pool {:?}, which was not offered",
+                        plan.node_pool
+                    ))),
+                }
+            }
+        })
+        .collect();
+    let results: Vec<Result<Option<String>>> = futures_util::stream::iter(creates)
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut created = Vec::new();
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(Some(name)) => created.push(name),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "creating node claim failed");
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) if created.is_empty() => Err(error),
+        _ => Ok(created),
+    }
+}
+
+/// Whether the pool's usage already exceeds a limit (then nothing more is
+/// created from it); the message names the resource.
+fn exceeded(pool: &NodePool, usage: &BTreeMap<String, i64>) -> Option<String> {
+    pool.spec.limits.iter().find_map(|(name, quantity)| {
+        let limit = karpenter_core::quantity::parse_resource(name, &quantity.0).ok()?;
+        let used = usage.get(name).copied().unwrap_or(0);
+        (used > limit).then(|| {
+            format!(
+                "resource usage exceeds limit (limit={}, resource-name={name}, usage={used})",
+                quantity.0
+            )
+        })
+    })
+}
+
+async fn create(
+    ctx: &Context,
+    index: &Index,
+    pool: &Arc<NodePool>,
+    plan: &pb::NodeClaimPlan,
+) -> Result<Option<String>> {
+    let pool_name = pool.name_any();
+    if let Some(why) = exceeded(pool, &live::pool_usage(index, &pool_name)) {
+        tracing::warn!(nodepool = %pool_name, "{why}");
+        return Ok(None);
+    }
+    let class = index
+        .node_classes
+        .named(&pool.spec.template.spec.node_class_ref.name);
+    let node_class_hash: BTreeMap<String, String> = class
+        .map(|c| {
+            [
+                &ctx.info.node_class_hash_annotation,
+                &ctx.info.node_class_hash_version_annotation,
+            ]
+            .into_iter()
+            .filter(|key| !key.is_empty())
+            .filter_map(|key| c.annotations().get(key).map(|v| (key.clone(), v.clone())))
+            .collect()
+        })
+        .unwrap_or_default();
+    let template = Template {
+        pool,
+        provider_well_known: &ctx.info.well_known_labels,
+        node_class_hash,
+    };
+    let claim = claim::node_claim(plan, &template);
+    let created = ctx
+        .node_claims()
+        .create(&PostParams::default(), &claim)
+        .await?;
+    let name = created.name_any();
+    let shown: Vec<&str> = plan
+        .instance_types
+        .iter()
+        .take(5)
+        .map(String::as_str)
+        .collect();
+    tracing::info!(
+        nodeclaim = %name,
+        nodepool = %pool_name,
+        requests = ?plan.requests.as_ref().map(|r| &r.quantities),
+        instance_types = %describe_types(&shown, plan.instance_types.len()),
+        "created nodeclaim"
+    );
+    ctx.metrics
+        .nodeclaims_created
+        .get_or_create(&CreatedLabels {
+            reason: "provisioned".to_owned(),
+            nodepool: pool_name,
+            min_values_relaxed: plan.min_values_relaxed.to_string(),
+        })
+        .inc();
+    for pod in &plan.pods {
+        if let Some(object) = index.pods.get(&pod.namespace, &pod.name) {
+            ctx.recorder.emit(Event::new(
+                object.as_ref(),
+                Kind::Normal,
+                "Nominated",
+                format!("Pod should schedule on: nodeclaim/{name}"),
+            ));
+        }
+    }
+    Ok(Some(name))
+}
+
+fn describe_types(shown: &[&str], total: usize) -> String {
+    let mut text = shown.join(", ");
+    if total > shown.len() {
+        text.push_str(&format!(" and {} other(s)", total - shown.len()));
+    }
+    text
+}
+
+/// Pods planned onto existing or in-flight capacity are told where.
+fn nominate_existing(ctx: &Context, index: &Index, placements: &[pb::NodePlacement]) {
+    for placement in placements {
+        let target = if let Some(node) = index.nodes.named(&placement.node) {
+            let pid = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .unwrap_or_default();
+            match index.claim_for_provider_id(pid) {
+                Some(claim) => format!("nodeclaim/{}, node/{}", claim.name_any(), placement.node),
+                None => format!("node/{}", placement.node),
+            }
+        } else {
+            format!("nodeclaim/{}", placement.node)
+        };
+        for pod in &placement.pods {
+            if let Some(object) = index.pods.get(&pod.namespace, &pod.name) {
+                ctx.recorder.emit(Event::new(
+                    object.as_ref(),
+                    Kind::Normal,
+                    "Nominated",
+                    format!("Pod should schedule on: {target}"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pool_over_its_limit_gets_no_more_claims() {
+        let pool: NodePool = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"limits": {"cpu": "20"}, "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "requirements": []}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let usage = |cpu: i64| {
+            [("cpu".to_owned(), cpu)]
+                .into_iter()
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            exceeded(&pool, &usage(20_000)),
+            None,
+            "at the limit is not over it"
+        );
+        assert_eq!(
+            exceeded(&pool, &usage(20_001)),
+            Some(
+                "resource usage exceeds limit (limit=20, resource-name=cpu, usage=20001)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(describe_types(&["a", "b"], 7), "a, b and 5 other(s)");
+    }
+}

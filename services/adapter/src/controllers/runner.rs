@@ -1,0 +1,212 @@
+//! Runs a per-object controller over index snapshots, as controller-runtime
+//! runs a reconciler over its work queue:
+//!
+//! ```text
+//!   snapshot ──keys()──▶ (key, fingerprint) ──changed or due?──▶ reconcile(key, snapshot)  (one task per key)
+//!                                                                   │ Ok(requeue) → due again after it
+//!                                                                   └ Err       → due again after backoff
+//! ```
+//!
+//! A key is reconciled when its fingerprint (the versions of the objects it
+//! reads) changes, when its requeue or backoff comes due, and again right
+//! after a run during which it changed. The same key never runs twice at
+//! once; different keys run concurrently up to a limit.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use crate::error::Result;
+use crate::index::{Index, Key};
+use crate::watch::{Published, Versions};
+
+use super::Requeue;
+
+/// A controller that reconciles one object at a time.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The controller's name (logs, spans).
+    const NAME: &'static str;
+
+    /// A counter that moves whenever something this controller reads changed.
+    fn relevant(versions: &Versions) -> u64;
+
+    /// The objects to reconcile in this snapshot, each with a fingerprint of
+    /// what its reconcile reads (see [`fingerprint`]).
+    fn keys(&self, index: &Index) -> Vec<(Key, u64)>;
+
+    /// Brings one object closer to what it should be.
+    fn reconcile(
+        &self,
+        key: Key,
+        index: Arc<Index>,
+    ) -> impl Future<Output = Result<Requeue>> + Send;
+}
+
+/// A fingerprint of resource versions (and anything else that, changed,
+/// should run a reconcile again).
+pub fn fingerprint<'a>(parts: impl IntoIterator<Item = Option<&'a str>>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for part in parts {
+        part.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Fingerprints last reconciled.
+    seen: HashMap<Key, u64>,
+    in_flight: HashSet<Key>,
+    /// Keys that changed while in flight.
+    dirty: HashSet<Key>,
+    due: HashMap<Key, Instant>,
+    failures: HashMap<Key, u32>,
+}
+
+/// Runs `reconciler` until the snapshots end.
+pub async fn run<R: Reconciler>(
+    reconciler: Arc<R>,
+    mut snapshots: watch::Receiver<Published>,
+    concurrency: usize,
+) {
+    if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
+        return;
+    }
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut queue = Queue::default();
+    let mut tasks: JoinSet<(Key, Result<Requeue>)> = JoinSet::new();
+    let mut keys_changed = true;
+    loop {
+        let current = snapshots.borrow_and_update().clone();
+        let now = Instant::now();
+        let mut start: Vec<Key> = Vec::new();
+        if keys_changed {
+            let keys = reconciler.keys(&current.index);
+            let present: HashSet<&Key> = keys.iter().map(|(k, _)| k).collect();
+            queue.failures.retain(|k, _| present.contains(k));
+            queue.seen.retain(|k, _| present.contains(k));
+            for (key, print) in &keys {
+                if queue.seen.get(key) != Some(print) {
+                    queue.seen.insert(key.clone(), *print);
+                    start.push(key.clone());
+                }
+            }
+            keys_changed = false;
+        }
+        // Due keys run even if their object is gone: the reconcile sees that.
+        start.extend(
+            queue
+                .due
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(k, _)| k.clone()),
+        );
+        for key in start {
+            if queue.in_flight.contains(&key) {
+                queue.dirty.insert(key);
+                continue;
+            }
+            queue.due.remove(&key);
+            queue.in_flight.insert(key.clone());
+            spawn(&mut tasks, &reconciler, &permits, key, &current.index);
+        }
+        let next_due = queue.due.values().min().copied();
+        let seen_version = R::relevant(&current.versions);
+        tokio::select! {
+            changed = snapshots.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                if R::relevant(&snapshots.borrow().versions) != seen_version {
+                    keys_changed = true;
+                }
+            }
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                finish(&mut queue, joined, R::NAME);
+                while let Some(joined) = tasks.try_join_next() {
+                    finish(&mut queue, joined, R::NAME);
+                }
+            }
+            () = sleep_until(next_due) => {}
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn spawn<R: Reconciler>(
+    tasks: &mut JoinSet<(Key, Result<Requeue>)>,
+    reconciler: &Arc<R>,
+    permits: &Arc<Semaphore>,
+    key: Key,
+    index: &Arc<Index>,
+) {
+    let reconciler = reconciler.clone();
+    let permits = permits.clone();
+    let index = index.clone();
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = R::NAME,
+        namespace = %key.0,
+        name = %key.1
+    );
+    tasks.spawn(
+        async move {
+            let _permit = permits.acquire_owned().await;
+            let result = reconciler.reconcile(key.clone(), index).await;
+            (key, result)
+        }
+        .instrument(span),
+    );
+}
+
+fn finish(
+    queue: &mut Queue,
+    joined: std::result::Result<(Key, Result<Requeue>), tokio::task::JoinError>,
+    name: &str,
+) {
+    let (key, result) = match joined {
+        Ok(done) => done,
+        Err(error) => {
+            // A panic in one reconcile: the key is lost for this round (its
+            // next change runs it again); the controller goes on.
+            tracing::error!(controller = name, %error, "a reconcile panicked");
+            return;
+        }
+    };
+    queue.in_flight.remove(&key);
+    let now = Instant::now();
+    match result {
+        Ok(requeue) => {
+            queue.failures.remove(&key);
+            if let Some(after) = requeue {
+                queue.due.insert(key.clone(), now + after);
+            }
+        }
+        Err(error) => {
+            let failures = queue.failures.entry(key.clone()).or_insert(0);
+            *failures += 1;
+            let backoff = error.backoff(*failures);
+            if error.is_conflict() {
+                tracing::debug!(controller = name, name = %key.1, %error, "conflict; reading again");
+            } else {
+                tracing::warn!(controller = name, namespace = %key.0, name = %key.1, %error, retry_in = ?backoff, "reconcile failed");
+            }
+            queue.due.insert(key.clone(), now + backoff);
+        }
+    }
+    if queue.dirty.remove(&key) {
+        queue.due.insert(key, now);
+    }
+}

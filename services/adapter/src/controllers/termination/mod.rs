@@ -1,0 +1,331 @@
+//! Node termination (Karpenter's `node.termination`): a deleted Node with
+//! the termination finalizer is tainted, drained, its instance deleted, and
+//! only once the provider says the instance is gone is the finalizer
+//! released.
+//!
+//! ```text
+//!   Node deleted ──▶ delete its NodeClaim (if not already)
+//!                ──▶ instance already gone and Node not Ready? release at once
+//!                ──▶ taint karpenter.sh/disrupted:NoSchedule
+//!                ──▶ drain (Drained) ──▶ delete instance (InstanceTerminating) ──▶ gone? release finalizer
+//! ```
+
+pub mod drain;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use karpenter_api::NodeClaim;
+use karpenter_core::labels;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::lifecycle::claim_conditions;
+use super::runner::{Reconciler, fingerprint};
+use super::{Context, Requeue};
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::{Index, Key};
+use crate::metrics::{PoolLabels, PoolZoneLabels};
+use crate::patch;
+use crate::watch::Versions;
+use drain::Drain;
+
+/// The claim condition a drain keeps.
+pub const DRAINED: &str = "Drained";
+/// Nodes being terminated leave external load balancers.
+pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+
+const DRAIN_POLL: Duration = Duration::from_secs(1);
+const INSTANCE_GONE_POLL: Duration = Duration::from_secs(5);
+
+/// The node termination controller.
+pub struct Termination {
+    pub ctx: Context,
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn terminating(node: &Node) -> bool {
+    node.meta().deletion_timestamp.is_some()
+        && node
+            .finalizers()
+            .iter()
+            .any(|f| f == labels::TERMINATION_FINALIZER)
+}
+
+impl Reconciler for Termination {
+    const NAME: &'static str = "node.termination";
+
+    fn relevant(versions: &Versions) -> u64 {
+        versions.nodes + versions.pods + versions.node_claims
+    }
+
+    fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
+        index
+            .nodes
+            .iter()
+            .filter(|n| terminating(n))
+            .map(|node| {
+                let name = node.name_any();
+                let pid = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .unwrap_or_default();
+                let versions = std::iter::once(node.meta().resource_version.as_deref())
+                    .chain(
+                        index
+                            .claims_for_provider_id(pid)
+                            .iter()
+                            .map(|c| c.meta().resource_version.as_deref()),
+                    )
+                    .chain(
+                        index
+                            .pods_on(&name)
+                            .iter()
+                            .map(|p| p.meta().resource_version.as_deref()),
+                    );
+                ((String::new(), name), fingerprint(versions))
+            })
+            .collect()
+    }
+
+    async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
+        let Some(node) = index.nodes.named(&key.1).cloned() else {
+            return Ok(None);
+        };
+        if !terminating(&node) {
+            return Ok(None);
+        }
+        terminate(&self.ctx, &index, &node).await
+    }
+}
+
+async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue> {
+    let provider_id = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .unwrap_or_default();
+    let claim = index.claim_for_provider_id(&provider_id).cloned();
+    if let Some(claim) = &claim {
+        patch::delete(&ctx.node_claims(), claim.as_ref()).await?;
+    }
+    if !provider_id.is_empty()
+        && !is_ready(node)
+        && ctx
+            .clients
+            .get(&provider_id)
+            .await
+            .map_err(Error::peer("Get"))?
+            .is_none()
+    {
+        return release(ctx, node).await;
+    }
+    let deadline = claim
+        .as_deref()
+        .and_then(super::lifecycle::termination_deadline);
+    if let Some(deadline) = deadline {
+        ctx.recorder.emit(Event::new(
+            node,
+            Kind::Warning,
+            "TerminationGracePeriodExpiring",
+            format!(
+                "All pods will be deleted by {}",
+                deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        ));
+    }
+    let node = taint(ctx, node).await?;
+    let Some(claim) = claim else {
+        // A Node without a claim: drain it, then let it go.
+        return match drain::drain(ctx, &node, index.pods_on(&node.name_any()), None, "").await? {
+            Drain::Done => release(ctx, &node).await,
+            Drain::Waiting(_) => Ok(Some(DRAIN_POLL)),
+        };
+    };
+    let reason = disruption_reason(&claim);
+    let mut next = (*claim).clone();
+    let outcome = drain::drain(
+        ctx,
+        &node,
+        index.pods_on(&node.name_any()),
+        deadline,
+        &reason,
+    )
+    .await?;
+    let requeue = match outcome {
+        Drain::Waiting(count) => {
+            if claim_conditions(&mut next).get(DRAINED).is_none() {
+                claim_conditions(&mut next).set_unknown(DRAINED, "Draining", "Draining");
+            }
+            ctx.recorder.emit(Event::new(
+                &node,
+                Kind::Warning,
+                "FailedDraining",
+                format!("Failed to drain node, {count} pods are waiting to be evicted"),
+            ));
+            Some(DRAIN_POLL)
+        }
+        Drain::Done => finish_drain(ctx, &node, &mut next).await?,
+    };
+    if next.status != claim.status {
+        let status = serde_json::to_value(&next.status)
+            .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
+        patch::merge_status(&ctx.node_claims(), claim.as_ref(), status).await?;
+    }
+    match requeue {
+        Some(after) => Ok(Some(after)),
+        None => release(ctx, &node).await,
+    }
+}
+
+/// The drain is done: after the minimum drain time the claim is `Drained`,
+/// then the instance is deleted; `None` once it is gone.
+async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Result<Requeue> {
+    let mut conditions = claim_conditions(claim);
+    let drained_at_least = conditions.is_unknown(DRAINED)
+        && conditions.get(DRAINED).is_some()
+        && since_transition_of(&conditions) < ctx.timing.min_drain;
+    if drained_at_least {
+        return Ok(Some(DRAIN_POLL));
+    }
+    if !conditions.is_true(DRAINED) {
+        conditions.set_true(DRAINED);
+        let pool = node
+            .labels()
+            .get(labels::NODE_POOL)
+            .cloned()
+            .unwrap_or_default();
+        ctx.metrics
+            .nodes_drained
+            .get_or_create(&PoolLabels { nodepool: pool })
+            .inc();
+    }
+    let provider_id = claim.provider_id().unwrap_or_default().to_owned();
+    if provider_id.is_empty() {
+        return Ok(None);
+    }
+    let gone = ctx
+        .clients
+        .delete(&provider_id)
+        .await
+        .map_err(Error::peer("Delete"))?
+        || ctx
+            .clients
+            .get(&provider_id)
+            .await
+            .map_err(Error::peer("Get"))?
+            .is_none();
+    claim_conditions(claim).set_true(super::lifecycle::INSTANCE_TERMINATING);
+    Ok((!gone).then_some(INSTANCE_GONE_POLL))
+}
+
+fn since_transition_of(conditions: &crate::conditions::Conditions<'_>) -> Duration {
+    conditions
+        .get(DRAINED)
+        .map(|c| super::lifecycle::elapsed(c.last_transition_time.0))
+        .unwrap_or_default()
+}
+
+/// The reason pods are drained for: the claim's disruption reason, else
+/// a forceful termination.
+fn disruption_reason(claim: &NodeClaim) -> String {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == "DisruptionReason" && c.status == karpenter_api::ConditionStatus::True)
+        .map_or_else(|| "Forceful Termination".to_owned(), |c| c.reason.clone())
+}
+
+/// Taints the Node `karpenter.sh/disrupted:NoSchedule` (replacing one with
+/// another effect) and takes it out of external load balancers.
+async fn taint(ctx: &Context, node: &Node) -> Result<Node> {
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let has = taints
+        .iter()
+        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY && t.effect == "NoSchedule");
+    let excluded = node
+        .labels()
+        .get(EXCLUDE_FROM_LOAD_BALANCERS)
+        .map(String::as_str)
+        == Some("karpenter");
+    if has && excluded {
+        return Ok(node.clone());
+    }
+    taints.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
+    taints.push(Taint {
+        key: labels::DISRUPTED_TAINT_KEY.to_owned(),
+        value: None,
+        effect: "NoSchedule".to_owned(),
+        time_added: None,
+    });
+    let written = patch::merge(
+        &ctx.nodes(),
+        node,
+        json!({
+            "metadata": {"labels": {EXCLUDE_FROM_LOAD_BALANCERS: "karpenter"}},
+            "spec": {"taints": taints},
+        }),
+    )
+    .await?;
+    tracing::info!("tainted node");
+    Ok(written)
+}
+
+/// Releases the Node's finalizer: the instance is gone.
+async fn release(ctx: &Context, node: &Node) -> Result<Requeue> {
+    patch::remove_finalizer(&ctx.nodes(), node, labels::TERMINATION_FINALIZER).await?;
+    ctx.metrics
+        .nodes_terminated
+        .get_or_create(&PoolZoneLabels {
+            nodepool: node
+                .labels()
+                .get(labels::NODE_POOL)
+                .cloned()
+                .unwrap_or_default(),
+            zone: node
+                .labels()
+                .get(labels::TOPOLOGY_ZONE)
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .inc();
+    tracing::info!("deleted node");
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_reason_follows_the_claims_disruption() {
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+            "status": {"conditions": [{"type": "DisruptionReason", "status": "True", "reason": "Underutilized",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(disruption_reason(&claim), "Underutilized");
+        let mut plain = claim.clone();
+        plain.status = None;
+        assert_eq!(disruption_reason(&plain), "Forceful Termination");
+    }
+}

@@ -1,0 +1,462 @@
+//! The cluster index: every object the adapter reasons about, kept from
+//! watch events by one task, read by controllers as consistent snapshots.
+//!
+//! ```text
+//!   watcher(Pod) ─┐                          ┌─▶ Arc<Index> (snapshot) ─▶ provisioner
+//!   watcher(Node) ├─ Update ─▶ Index::apply ─┤                           ─▶ lifecycle, termination, ...
+//!   ...          ─┘   (one owner task)       └─▶ what changed (kinds)
+//! ```
+//!
+//! Each kind is a [`Store`]: a map behind an `Arc`, so a snapshot is a
+//! handful of reference counts, and the owner copies a map only when it
+//! changes one a snapshot still holds. Relists replace a store atomically
+//! (`Init` .. `InitDone`), as a reflector does. Nothing here does I/O, so
+//! the index is tested with synthetic events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use karpenter_api::{NodeClaim, NodePool};
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub type Key = (String, String);
+
+/// One kind's objects.
+#[derive(Debug)]
+pub struct Store<K> {
+    objects: Arc<BTreeMap<Key, Arc<K>>>,
+    /// Objects of a relist in progress, swapped in at `InitDone`.
+    relist: Option<BTreeMap<Key, Arc<K>>>,
+    /// The first list has completed.
+    synced: bool,
+}
+
+impl<K> Default for Store<K> {
+    fn default() -> Self {
+        Self {
+            objects: Arc::default(),
+            relist: None,
+            synced: false,
+        }
+    }
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        // A snapshot never carries a relist in progress.
+        Self {
+            objects: self.objects.clone(),
+            relist: None,
+            synced: self.synced,
+        }
+    }
+}
+
+fn key<K: Resource>(object: &K) -> Key {
+    (
+        object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// Drops what the adapter never reads and what makes objects large.
+fn slim<K: Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    object
+}
+
+impl<K: Resource + Clone> Store<K> {
+    /// Applies one watch event; whether the visible objects changed.
+    pub fn apply(&mut self, event: Event<K>) -> bool {
+        match event {
+            Event::Apply(object) => {
+                let object = slim(object);
+                Arc::make_mut(&mut self.objects).insert(key(&object), Arc::new(object));
+                true
+            }
+            Event::Delete(object) => Arc::make_mut(&mut self.objects)
+                .remove(&key(&object))
+                .is_some(),
+            Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(object) => {
+                let object = slim(object);
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key(&object), Arc::new(object));
+                false
+            }
+            Event::InitDone => {
+                self.objects = Arc::new(self.relist.take().unwrap_or_default());
+                self.synced = true;
+                true
+            }
+        }
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.objects.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// A cluster-scoped object by name.
+    pub fn named(&self, name: &str) -> Option<&Arc<K>> {
+        self.get("", name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.objects.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+}
+
+/// A watch event of one kind. (Pods and Nodes are large; an update is
+/// moved once, into the owner's channel, so boxing would only add an
+/// allocation per event.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Update {
+    Pod(Event<Pod>),
+    Node(Event<Node>),
+    NodePool(Event<NodePool>),
+    NodeClaim(Event<NodeClaim>),
+    NodeClass(Event<DynamicObject>),
+    DaemonSet(Event<DaemonSet>),
+    PodDisruptionBudget(Event<PodDisruptionBudget>),
+    Namespace(Event<Namespace>),
+    PriorityClass(Event<PriorityClass>),
+    PersistentVolumeClaim(Event<PersistentVolumeClaim>),
+    PersistentVolume(Event<PersistentVolume>),
+    StorageClass(Event<StorageClass>),
+    CsiNode(Event<CSINode>),
+}
+
+/// Which kinds an update touched, so controllers wake only for theirs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub pods: bool,
+    pub nodes: bool,
+    pub node_pools: bool,
+    pub node_claims: bool,
+    pub node_classes: bool,
+    pub other: bool,
+}
+
+impl Changed {
+    pub fn any(&self) -> bool {
+        self.pods
+            || self.nodes
+            || self.node_pools
+            || self.node_claims
+            || self.node_classes
+            || self.other
+    }
+
+    pub fn merge(&mut self, other: Changed) {
+        self.pods |= other.pods;
+        self.nodes |= other.nodes;
+        self.node_pools |= other.node_pools;
+        self.node_claims |= other.node_claims;
+        self.node_classes |= other.node_classes;
+        self.other |= other.other;
+    }
+}
+
+/// Lookups derived from the stores, built on first use in a snapshot and
+/// dropped when their kind changes.
+#[derive(Clone, Debug, Default)]
+struct Lookups {
+    nodes_by_provider_id: OnceLock<Arc<HashMap<String, Vec<Arc<Node>>>>>,
+    claims_by_provider_id: OnceLock<Arc<HashMap<String, Vec<Arc<NodeClaim>>>>>,
+    pods_by_node: OnceLock<Arc<HashMap<String, Vec<Arc<Pod>>>>>,
+}
+
+/// Every object the adapter reasons about.
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    lookups: Lookups,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub node_pools: Store<NodePool>,
+    pub node_claims: Store<NodeClaim>,
+    /// Objects of the node-class kind the provider serves.
+    pub node_classes: Store<DynamicObject>,
+    pub daemon_sets: Store<DaemonSet>,
+    pub pod_disruption_budgets: Store<PodDisruptionBudget>,
+    pub namespaces: Store<Namespace>,
+    pub priority_classes: Store<PriorityClass>,
+    pub persistent_volume_claims: Store<PersistentVolumeClaim>,
+    pub persistent_volumes: Store<PersistentVolume>,
+    pub storage_classes: Store<StorageClass>,
+    pub csi_nodes: Store<CSINode>,
+}
+
+impl Index {
+    pub fn apply(&mut self, update: Update) -> Changed {
+        let mut changed = Changed::default();
+        match update {
+            Update::Pod(e) => changed.pods = self.pods.apply(e),
+            Update::Node(e) => changed.nodes = self.nodes.apply(e),
+            Update::NodePool(e) => changed.node_pools = self.node_pools.apply(e),
+            Update::NodeClaim(e) => changed.node_claims = self.node_claims.apply(e),
+            Update::NodeClass(e) => changed.node_classes = self.node_classes.apply(e),
+            Update::DaemonSet(e) => changed.other = self.daemon_sets.apply(e),
+            Update::PodDisruptionBudget(e) => {
+                changed.other = self.pod_disruption_budgets.apply(e);
+            }
+            Update::Namespace(e) => changed.other = self.namespaces.apply(e),
+            Update::PriorityClass(e) => changed.other = self.priority_classes.apply(e),
+            Update::PersistentVolumeClaim(e) => {
+                changed.other = self.persistent_volume_claims.apply(e);
+            }
+            Update::PersistentVolume(e) => changed.other = self.persistent_volumes.apply(e),
+            Update::StorageClass(e) => changed.other = self.storage_classes.apply(e),
+            Update::CsiNode(e) => changed.other = self.csi_nodes.apply(e),
+        }
+        if changed.nodes {
+            self.lookups.nodes_by_provider_id = OnceLock::new();
+        }
+        if changed.node_claims {
+            self.lookups.claims_by_provider_id = OnceLock::new();
+        }
+        if changed.pods {
+            self.lookups.pods_by_node = OnceLock::new();
+        }
+        changed
+    }
+
+    /// Every store has completed its first list.
+    pub fn listed(&self) -> bool {
+        self.pods.synced()
+            && self.nodes.synced()
+            && self.node_pools.synced()
+            && self.node_claims.synced()
+            && self.node_classes.synced()
+            && self.daemon_sets.synced()
+            && self.pod_disruption_budgets.synced()
+            && self.namespaces.synced()
+            && self.priority_classes.synced()
+            && self.persistent_volume_claims.synced()
+            && self.persistent_volumes.synced()
+            && self.storage_classes.synced()
+            && self.csi_nodes.synced()
+    }
+
+    /// Karpenter's cluster-state "synced": listed, and every NodeClaim of
+    /// the provider's node-class kind has launched (has a provider ID), so
+    /// in-flight capacity is known and a batch cannot launch twice for the
+    /// same pods.
+    pub fn synced(&self, node_class_kind: &str) -> bool {
+        self.listed()
+            && self.node_claims.iter().all(|claim| {
+                claim.spec.node_class_ref.kind != node_class_kind
+                    || claim.provider_id().is_some_and(|id| !id.is_empty())
+                    || claim.meta().deletion_timestamp.is_some()
+            })
+    }
+
+    /// The NodeClaims launched as `provider_id` (one, unless something
+    /// is badly wrong).
+    pub fn claims_for_provider_id(&self, provider_id: &str) -> &[Arc<NodeClaim>] {
+        let map = self.lookups.claims_by_provider_id.get_or_init(|| {
+            let mut map: HashMap<String, Vec<Arc<NodeClaim>>> = HashMap::new();
+            for claim in self.node_claims.iter() {
+                if let Some(id) = claim.provider_id().filter(|id| !id.is_empty()) {
+                    map.entry(id.to_owned()).or_default().push(claim.clone());
+                }
+            }
+            Arc::new(map)
+        });
+        map.get(provider_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// The NodeClaim launched as `provider_id`, when exactly one is.
+    pub fn claim_for_provider_id(&self, provider_id: &str) -> Option<&Arc<NodeClaim>> {
+        match self.claims_for_provider_id(provider_id) {
+            [claim] => Some(claim),
+            _ => None,
+        }
+    }
+
+    /// The Nodes whose `spec.providerID` is `provider_id`.
+    pub fn nodes_for_provider_id(&self, provider_id: &str) -> &[Arc<Node>] {
+        let map = self.lookups.nodes_by_provider_id.get_or_init(|| {
+            let mut map: HashMap<String, Vec<Arc<Node>>> = HashMap::new();
+            for node in self.nodes.iter() {
+                if let Some(id) = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .filter(|id| !id.is_empty())
+                {
+                    map.entry(id.to_owned()).or_default().push(node.clone());
+                }
+            }
+            Arc::new(map)
+        });
+        map.get(provider_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// The Node of a claim, when exactly one has its provider ID.
+    pub fn node_of(&self, claim: &NodeClaim) -> Option<&Arc<Node>> {
+        match self.nodes_for_provider_id(claim.provider_id().unwrap_or_default()) {
+            [node] => Some(node),
+            _ => None,
+        }
+    }
+
+    /// Pods bound to `node`.
+    pub fn pods_on(&self, node: &str) -> &[Arc<Pod>] {
+        let map = self.lookups.pods_by_node.get_or_init(|| {
+            let mut map: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+            for pod in self.pods.iter() {
+                if let Some(name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    map.entry(name.to_owned()).or_default().push(pod.clone());
+                }
+            }
+            Arc::new(map)
+        });
+        map.get(node).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Name of an object, for logs and keys.
+pub fn name_of<K: Resource>(object: &K) -> String {
+    object.name_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"containers": [{"name": "c"}], "nodeName": node}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                     "requirements": []},
+            "status": {"providerID": provider_id}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn list_all(index: &mut Index) {
+        for update in [
+            Update::Pod(Event::InitDone),
+            Update::Node(Event::InitDone),
+            Update::NodePool(Event::InitDone),
+            Update::NodeClaim(Event::InitDone),
+            Update::NodeClass(Event::InitDone),
+            Update::DaemonSet(Event::InitDone),
+            Update::PodDisruptionBudget(Event::InitDone),
+            Update::Namespace(Event::InitDone),
+            Update::PriorityClass(Event::InitDone),
+            Update::PersistentVolumeClaim(Event::InitDone),
+            Update::PersistentVolume(Event::InitDone),
+            Update::StorageClass(Event::InitDone),
+            Update::CsiNode(Event::InitDone),
+        ] {
+            index.apply(update);
+        }
+    }
+
+    #[test]
+    fn a_relist_replaces_the_store_at_once() {
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Init));
+        index.apply(Update::Pod(Event::InitApply(pod("a", None))));
+        assert!(index.pods.is_empty(), "nothing visible before InitDone");
+        assert!(index.apply(Update::Pod(Event::InitDone)).pods);
+        assert_eq!(index.pods.len(), 1);
+        // A later relist without "a" removes it, and keeps "b".
+        index.apply(Update::Pod(Event::Init));
+        index.apply(Update::Pod(Event::InitApply(pod("b", Some("n1")))));
+        assert!(
+            index.pods.get("default", "a").is_some(),
+            "old state until done"
+        );
+        index.apply(Update::Pod(Event::InitDone));
+        assert!(index.pods.get("default", "a").is_none());
+        assert_eq!(index.pods_on("n1").len(), 1);
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_events() {
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Apply(pod("a", None))));
+        let snapshot = index.clone();
+        index.apply(Update::Pod(Event::Apply(pod("b", None))));
+        index.apply(Update::Pod(Event::Delete(pod("a", None))));
+        assert_eq!(snapshot.pods.len(), 1);
+        assert!(snapshot.pods.get("default", "a").is_some());
+        assert!(index.pods.get("default", "a").is_none());
+    }
+
+    #[test]
+    fn objects_are_kept_without_managed_fields() {
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Apply(pod("a", None))));
+        let kept = index.pods.get("default", "a").expect("kept");
+        assert!(kept.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn synced_waits_for_every_list_and_every_launch() {
+        let mut index = Index::default();
+        index.apply(Update::NodeClaim(Event::Apply(claim("launching", None))));
+        assert!(!index.synced("KWOKNodeClass"), "nothing listed yet");
+        list_all(&mut index);
+        index.apply(Update::NodeClaim(Event::Apply(claim("launching", None))));
+        assert!(
+            !index.synced("KWOKNodeClass"),
+            "a claim without a provider ID is still launching"
+        );
+        assert!(
+            index.synced("EC2NodeClass"),
+            "claims of other kinds are not ours to wait for"
+        );
+        index.apply(Update::NodeClaim(Event::Apply(claim(
+            "launching",
+            Some("kwok://x"),
+        ))));
+        assert!(index.synced("KWOKNodeClass"));
+        assert_eq!(
+            index
+                .claim_for_provider_id("kwok://x")
+                .map(|c| name_of(c.as_ref())),
+            Some("launching".to_owned())
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! The index as the scheduler sees it: a live-mode `ClusterSnapshot`, with
+//! node-pool usage counted from the index itself (in-flight claims
+//! included), so limits hold between batches before any status catches up.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_api::{ConditionsExt as _, NodePool};
+use karpenter_core::labels;
+use karpenter_proto::scheduler::v1 as pb;
+use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+
+use crate::index::Index;
+
+fn sources<'a, K>(store: impl Iterator<Item = &'a std::sync::Arc<K>>) -> Vec<Source<'a, K>>
+where
+    K: 'a,
+{
+    store
+        .enumerate()
+        .map(|(id, object)| Source {
+            id,
+            object: object.as_ref(),
+        })
+        .collect()
+}
+
+/// Whether a node class object reports `Ready=True`.
+pub fn node_class_ready(object: &DynamicObject) -> bool {
+    object
+        .data
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        && object.meta().deletion_timestamp.is_none()
+}
+
+/// The provider's node-class kind and which of its objects are ready.
+pub fn node_classes(index: &Index, group: &str, kind: &str) -> NodeClasses {
+    NodeClasses {
+        group: group.to_owned(),
+        kind: kind.to_owned(),
+        ready: index
+            .node_classes
+            .iter()
+            .map(|c| (c.name_any(), node_class_ready(c)))
+            .collect(),
+    }
+}
+
+fn parse(list: &BTreeMap<String, Quantity>) -> BTreeMap<String, i64> {
+    list.iter()
+        .filter_map(|(name, Quantity(text))| {
+            karpenter_core::quantity::parse_resource(name, text)
+                .ok()
+                .map(|v| (name.clone(), v))
+        })
+        .collect()
+}
+
+/// What a node pool's nodes and claims hold (Karpenter's usage): each one's
+/// capacity (its Node's, with gaps filled from the claim while it is not
+/// initialized; the claim's before a Node exists) plus `nodes: 1`. Claims
+/// being deleted count nothing.
+pub fn pool_usage(index: &Index, pool: &str) -> BTreeMap<String, i64> {
+    let mut usage: BTreeMap<String, i64> = BTreeMap::new();
+    let mut add = |capacity: BTreeMap<String, i64>| {
+        for (name, value) in capacity {
+            let total = usage.entry(name).or_insert(0);
+            *total = total.saturating_add(value);
+        }
+        let nodes = usage.entry("nodes".to_owned()).or_insert(0);
+        *nodes += 1;
+    };
+    for claim in index.node_claims.iter() {
+        if claim.labels().get(labels::NODE_POOL).map(String::as_str) != Some(pool)
+            || claim.meta().deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let status = claim.status.clone().unwrap_or_default();
+        let mut capacity = parse(&status.capacity);
+        let provider_id = status.provider_id.as_deref().unwrap_or_default();
+        if let Some(node) = index.nodes_for_provider_id(provider_id).first() {
+            if node.meta().deletion_timestamp.is_some() {
+                continue;
+            }
+            let from_node = node
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .map(parse)
+                .unwrap_or_default();
+            let initialized = status.conditions.is_true("Initialized");
+            for (name, value) in from_node {
+                if initialized || value != 0 || !capacity.contains_key(&name) {
+                    capacity.insert(name, value);
+                }
+            }
+        }
+        add(capacity);
+    }
+    usage
+}
+
+/// Whether the adapter provisions for this pool: the provider's kind, not
+/// being deleted, not static.
+pub fn managed(pool: &NodePool, node_class_kind: &str) -> bool {
+    pool.spec.template.spec.node_class_ref.kind == node_class_kind
+        && pool.meta().deletion_timestamp.is_none()
+        && !pool.spec.is_static()
+}
+
+/// The live snapshot: `pools` with `catalogs` (one per pool, by pool name)
+/// and their usage from the index.
+pub fn snapshot(
+    index: &Index,
+    pools: &[std::sync::Arc<NodePool>],
+    classes: NodeClasses,
+    catalogs: Vec<pb::InstanceTypeCatalog>,
+    now: prost_types::Timestamp,
+) -> karpenter_snapshot::Built {
+    let pool_catalogs = catalogs
+        .iter()
+        .map(|c| (c.name.clone(), c.name.clone()))
+        .collect();
+    let objects = Objects {
+        pods: sources(index.pods.iter()),
+        nodes: sources(index.nodes.iter()),
+        node_claims: sources(index.node_claims.iter()),
+        node_pools: sources(pools.iter()),
+        daemon_sets: sources(index.daemon_sets.iter()),
+        pod_disruption_budgets: sources(index.pod_disruption_budgets.iter()),
+        namespaces: sources(index.namespaces.iter()),
+        priority_classes: sources(index.priority_classes.iter()),
+        persistent_volume_claims: sources(index.persistent_volume_claims.iter()),
+        persistent_volumes: sources(index.persistent_volumes.iter()),
+        storage_classes: sources(index.storage_classes.iter()),
+        node_classes: classes,
+        catalogs,
+        pool_catalogs,
+        now: Some(now),
+        ..Objects::default()
+    };
+    // Live mode never fails: bad objects are in `skipped`.
+    let mut built = karpenter_snapshot::build(&objects, Mode::Live).unwrap_or_default();
+    for pool in &mut built.snapshot.node_pools {
+        pool.usage = Some(pb::ResourceList {
+            quantities: pool_usage(index, &pool.name),
+        });
+        // A pool without its own catalog has no instance types this round.
+        if !built
+            .snapshot
+            .instance_type_catalogs
+            .iter()
+            .any(|c| c.name == pool.name)
+        {
+            pool.ready = false;
+        }
+    }
+    karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
+    built
+}
+
+/// Now, as the snapshot's clock.
+pub fn now() -> prost_types::Timestamp {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    prost_types::Timestamp {
+        seconds: now.as_second(),
+        nanos: now.subsec_nanosecond(),
+    }
+}

@@ -1,0 +1,41 @@
+//! The adapter binary: settings from flags and Karpenter's environment
+//! variables, then [`karpenter_adapter::run::run`] until SIGTERM.
+
+#![forbid(unsafe_code)]
+
+use anyhow::Context as _;
+use clap::Parser;
+use karpenter_adapter::run::{Options, run};
+use karpenter_adapter::settings::Settings;
+
+#[derive(Parser)]
+#[command(
+    name = "adapter",
+    about = "Watches the cluster and carries out the scheduler's plans through the cloud provider (Karpenter v1 semantics)"
+)]
+struct Cli {
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let level = match cli.settings.log_level.as_str() {
+        "" => "info",
+        other => other,
+    };
+    karpenter_runtime::init_tracing_output(level, false, &cli.settings.log_output_paths)
+        .context("LOG_OUTPUT_PATHS")?;
+    let http = tokio::net::TcpListener::bind(cli.settings.metrics_listen)
+        .await
+        .with_context(|| format!("binding {}", cli.settings.metrics_listen))?;
+    tracing::info!(metrics = %http.local_addr()?, "adapter starting");
+    run(
+        cli.settings,
+        Options::default(),
+        http,
+        karpenter_runtime::shutdown_signal(),
+    )
+    .await
+}

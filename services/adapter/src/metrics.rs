@@ -1,0 +1,229 @@
+//! Karpenter's metrics, by Karpenter's names (`karpenter_*`), so existing
+//! dashboards and alerts keep working.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CreatedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub min_values_relaxed: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolZoneLabels {
+    pub nodepool: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TerminatedLabels {
+    pub nodepool: String,
+    pub capacity_type: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource_type: String,
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodStateLabels {
+    pub name: String,
+    pub namespace: String,
+    pub node: String,
+    pub nodepool: String,
+    pub phase: String,
+    pub scheduled: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+/// The adapter's metrics, registered on the service's registry.
+#[derive(Clone)]
+pub struct AdapterMetrics {
+    pub nodeclaims_created: Family<CreatedLabels, Counter>,
+    pub nodeclaims_launched: Family<PoolLabels, Counter>,
+    pub nodeclaims_registered: Family<PoolLabels, Counter>,
+    pub nodeclaims_initialized: Family<PoolLabels, Counter>,
+    pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
+    pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    pub nodes_created: Family<PoolZoneLabels, Counter>,
+    pub nodes_terminated: Family<PoolZoneLabels, Counter>,
+    pub nodes_drained: Family<PoolLabels, Counter>,
+    pub pods_state: Family<PodStateLabels, Gauge>,
+    pub pods_startup_duration: Histogram,
+    pub pods_drained: Family<ReasonLabels, Counter>,
+    pub pods_eviction_requests: Family<CodeLabels, Counter>,
+    pub scheduling_duration: Family<ControllerLabels, Histogram>,
+    pub unschedulable_pods: Family<ControllerLabels, Gauge>,
+    pub cluster_state_synced: Gauge,
+    pub cluster_state_node_count: Gauge,
+    pub nodepool_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub nodepool_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub leader: Gauge,
+}
+
+fn duration_buckets() -> Histogram {
+    // 5 ms to about 10 minutes, as Karpenter's DurationBuckets span.
+    Histogram::new(exponential_buckets(0.005, 2.0, 18))
+}
+
+impl AdapterMetrics {
+    pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {
+        let m = AdapterMetrics {
+            nodeclaims_created: Family::default(),
+            nodeclaims_launched: Family::default(),
+            nodeclaims_registered: Family::default(),
+            nodeclaims_initialized: Family::default(),
+            nodeclaims_terminated: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            nodes_created: Family::default(),
+            nodes_terminated: Family::default(),
+            nodes_drained: Family::default(),
+            pods_state: Family::default(),
+            pods_startup_duration: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
+            pods_drained: Family::default(),
+            pods_eviction_requests: Family::default(),
+            scheduling_duration: Family::new_with_constructor(duration_buckets),
+            unschedulable_pods: Family::default(),
+            cluster_state_synced: Gauge::default(),
+            cluster_state_node_count: Gauge::default(),
+            nodepool_usage: Family::default(),
+            nodepool_limit: Family::default(),
+            leader: Gauge::default(),
+        };
+        metrics.with_registry(|r| {
+            r.register(
+                "nodeclaims_created",
+                "NodeClaims created, by reason and node pool",
+                m.nodeclaims_created.clone(),
+            );
+            r.register(
+                "nodeclaims_launched",
+                "NodeClaims whose instance launched",
+                m.nodeclaims_launched.clone(),
+            );
+            r.register(
+                "nodeclaims_registered",
+                "NodeClaims whose node registered",
+                m.nodeclaims_registered.clone(),
+            );
+            r.register(
+                "nodeclaims_initialized",
+                "NodeClaims whose node initialized",
+                m.nodeclaims_initialized.clone(),
+            );
+            r.register(
+                "nodeclaims_terminated",
+                "NodeClaims terminated",
+                m.nodeclaims_terminated.clone(),
+            );
+            r.register(
+                "nodeclaims_disrupted",
+                "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
+                m.nodeclaims_disrupted.clone(),
+            );
+            r.register(
+                "nodes_created",
+                "Nodes that registered",
+                m.nodes_created.clone(),
+            );
+            r.register(
+                "nodes_terminated",
+                "Nodes terminated",
+                m.nodes_terminated.clone(),
+            );
+            r.register("nodes_drained", "Nodes drained", m.nodes_drained.clone());
+            r.register(
+                "pods_state",
+                "Pods, one series each with its node, node pool and phase",
+                m.pods_state.clone(),
+            );
+            r.register(
+                "pods_startup_duration_seconds",
+                "Time from a pod's creation to it being Ready",
+                m.pods_startup_duration.clone(),
+            );
+            r.register(
+                "pods_drained",
+                "Pods evicted or deleted by a drain",
+                m.pods_drained.clone(),
+            );
+            r.register(
+                "pods_eviction_requests",
+                "Eviction requests, by response code",
+                m.pods_eviction_requests.clone(),
+            );
+            r.register(
+                "scheduler_scheduling_duration_seconds",
+                "Time to plan a provisioning batch, Solve included",
+                m.scheduling_duration.clone(),
+            );
+            r.register(
+                "scheduler_unschedulable_pods_count",
+                "Pending pods the last plan could not place",
+                m.unschedulable_pods.clone(),
+            );
+            r.register(
+                "cluster_state_synced",
+                "1 when the cluster state is synced (every NodeClaim launched and every object listed)",
+                m.cluster_state_synced.clone(),
+            );
+            r.register(
+                "cluster_state_node_count",
+                "Nodes and in-flight NodeClaims the adapter knows",
+                m.cluster_state_node_count.clone(),
+            );
+            r.register(
+                "nodepools_usage",
+                "Resources the node pool's nodes have",
+                m.nodepool_usage.clone(),
+            );
+            r.register(
+                "nodepools_limit",
+                "The node pool's limits",
+                m.nodepool_limit.clone(),
+            );
+            r.register(
+                "leader",
+                "1 while this replica holds the leader lease",
+                m.leader.clone(),
+            );
+        });
+        Arc::new(m)
+    }
+}

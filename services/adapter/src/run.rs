@@ -1,0 +1,275 @@
+//! Wires one adapter process: the Kubernetes client, the scheduler and
+//! provider clients, the watchers and their index, leader election, the
+//! controllers, and the HTTP server for `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Watchers start before the election, so a standby replica that takes
+//! over has its index listed already. Controllers run only while this
+//! replica leads; losing the lease ends the process (its restart makes it a
+//! standby), as controller-runtime does.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::ConfigMap;
+use karpenter_proto::provider::v1 as pv;
+use kube::api::{Api, ApiResource};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::clients::Clients;
+use crate::controllers::lifecycle::Lifecycle;
+use crate::controllers::nodeclass::NodeClasses;
+use crate::controllers::nodepool::NodePools;
+use crate::controllers::runner;
+use crate::controllers::termination::Termination;
+use crate::controllers::{Context, Timing, gc, provisioning};
+use crate::events::Recorder;
+use crate::leader::Elector;
+use crate::metrics::AdapterMetrics;
+use crate::settings::{LEGACY_CONFIG_MAP, LEGACY_KEYS, Settings};
+
+/// Reconciles of one controller that run at once.
+const CONCURRENCY: usize = 64;
+
+/// What a running adapter needs besides its settings.
+#[derive(Default)]
+pub struct Options {
+    pub timing: Timing,
+    pub election: crate::leader::Timing,
+}
+
+/// The provider's answer to `Info`, retried until the provider is up.
+async fn provider_info(clients: &Clients) -> pv::InfoResponse {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match clients.info().await {
+            Ok(info) => return info,
+            Err(status) => {
+                tracing::warn!(error = %status.message(), code = ?status.code(), "the provider does not answer Info yet; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn node_class_resource(info: &pv::InfoResponse) -> anyhow::Result<ApiResource> {
+    let gvk = info
+        .node_class
+        .as_ref()
+        .context("the provider's Info names no node-class kind")?;
+    if gvk.kind.is_empty() || info.node_class_resource.is_empty() {
+        bail!("the provider's Info names no node-class kind or resource");
+    }
+    let api_version = if gvk.group.is_empty() {
+        gvk.version.clone()
+    } else {
+        format!("{}/{}", gvk.group, gvk.version)
+    };
+    Ok(ApiResource {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        api_version,
+        kind: gvk.kind.clone(),
+        plural: info.node_class_resource.clone(),
+    })
+}
+
+/// Reads the pre-v0.32 settings ConfigMap, if there is one, warning about
+/// each key it still uses.
+async fn apply_legacy_settings(client: &kube::Client, namespace: &str, settings: &mut Settings) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let Ok(Some(map)) = api.get_opt(LEGACY_CONFIG_MAP).await else {
+        return;
+    };
+    let data: BTreeMap<String, String> = map.data.unwrap_or_default();
+    let explicit: Vec<&str> = LEGACY_KEYS
+        .iter()
+        .map(|k| k.env)
+        .filter(|env| std::env::var_os(env).is_some())
+        .collect();
+    for warning in settings.apply_legacy(&data, &explicit) {
+        tracing::warn!("{warning}");
+    }
+}
+
+fn identity(settings: &Settings) -> String {
+    if !settings.identity.is_empty() {
+        return settings.identity.clone();
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "adapter".to_owned());
+    format!("{host}_{}", std::process::id())
+}
+
+/// Runs the adapter until `shutdown` resolves (Ok) or it stops leading
+/// (an error: the process should exit and come back as a standby).
+pub async fn run(
+    mut settings: Settings,
+    options: Options,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let config = karpenter_kube::config(&settings.kube)
+        .await?
+        .context("no cluster to talk to: pass --kubeconfig (or KUBECONFIG), or run in a pod")?;
+    let client = karpenter_kube::rate_limited_client(
+        config,
+        settings.kube_client_qps,
+        settings.kube_client_burst,
+    )?;
+    let namespace = if settings.leader_election_namespace.is_empty() {
+        client.default_namespace().to_owned()
+    } else {
+        settings.leader_election_namespace.clone()
+    };
+    apply_legacy_settings(&client, &namespace, &mut settings).await;
+    let clients = Clients::new(&settings.scheduler_address, &settings.provider_address)
+        .context("the scheduler or provider address is not a URL")?;
+
+    let registry = karpenter_runtime::Metrics::new("karpenter");
+    let metrics = AdapterMetrics::register(&registry);
+    let reconciling = Arc::new(AtomicBool::new(false));
+    let readiness: karpenter_runtime::Readiness = {
+        let reconciling = reconciling.clone();
+        let clients = clients.clone();
+        Arc::new(move || reconciling.load(Ordering::SeqCst) && clients.up())
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut http_stopped = stopped.clone();
+    let http = tokio::spawn(karpenter_runtime::serve_http(
+        http,
+        registry,
+        readiness,
+        async move {
+            let _ = http_stopped.wait_for(|s| *s).await;
+        },
+    ));
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let result = lead(
+        settings,
+        options,
+        client,
+        clients,
+        metrics,
+        reconciling,
+        &namespace,
+        stopped,
+    )
+    .await;
+    http.abort();
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lead(
+    settings: Settings,
+    options: Options,
+    client: kube::Client,
+    clients: Clients,
+    metrics: Arc<AdapterMetrics>,
+    reconciling: Arc<AtomicBool>,
+    namespace: &str,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let stop = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stop);
+    let probing = {
+        let clients = clients.clone();
+        tokio::spawn(async move {
+            loop {
+                clients.probe().await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        })
+    };
+    let info = tokio::select! {
+        info = provider_info(&clients) => info,
+        () = &mut stop => { probing.abort(); return Ok(()) }
+    };
+    let node_class = node_class_resource(&info)?;
+    tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
+    let snapshots = crate::watch::start(client.clone(), node_class.clone());
+
+    let elector = Elector::new(
+        client.clone(),
+        namespace,
+        &settings.leader_election_name,
+        &identity(&settings),
+        options.election,
+    );
+    if !settings.disable_leader_election {
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = &mut stop => { probing.abort(); return Ok(()) }
+        }
+    }
+    metrics.leader.set(1);
+    let ctx = Context {
+        client: client.clone(),
+        clients,
+        info: Arc::new(info),
+        node_class,
+        settings: Arc::new(settings.clone()),
+        recorder: Recorder::new(client),
+        metrics: metrics.clone(),
+        timing: options.timing,
+    };
+    let mut controllers = JoinSet::new();
+    controllers.spawn(provisioning::run(ctx.clone(), snapshots.clone()));
+    controllers.spawn(gc::run(ctx.clone(), snapshots.clone()));
+    controllers.spawn(runner::run(
+        Arc::new(Lifecycle { ctx: ctx.clone() }),
+        snapshots.clone(),
+        CONCURRENCY,
+    ));
+    controllers.spawn(runner::run(
+        Arc::new(Termination { ctx: ctx.clone() }),
+        snapshots.clone(),
+        CONCURRENCY,
+    ));
+    controllers.spawn(runner::run(
+        Arc::new(NodePools { ctx: ctx.clone() }),
+        snapshots.clone(),
+        CONCURRENCY,
+    ));
+    controllers.spawn(runner::run(
+        Arc::new(NodeClasses { ctx: ctx.clone() }),
+        snapshots.clone(),
+        CONCURRENCY,
+    ));
+    let mut listed = snapshots.clone();
+    tokio::select! {
+        _ = listed.wait_for(|p| p.index.listed()) => {
+            reconciling.store(true, Ordering::SeqCst);
+            tracing::info!("reconciling");
+        }
+        () = &mut stop => {}
+    }
+
+    let outcome = if settings.disable_leader_election {
+        (&mut stop).await;
+        Ok(())
+    } else {
+        tokio::select! {
+            () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease")),
+            () = &mut stop => Ok(()),
+        }
+    };
+    reconciling.store(false, Ordering::SeqCst);
+    controllers.abort_all();
+    probing.abort();
+    metrics.leader.set(0);
+    if outcome.is_ok() && !settings.disable_leader_election {
+        elector.release().await;
+    }
+    outcome
+}

@@ -1,0 +1,240 @@
+//! The adapter's settings, named as Karpenter's (flags, or the environment
+//! variables a Karpenter deployment already sets), and the deprecated
+//! `karpenter-global-settings` ConfigMap keys of Karpenter before v0.32.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Settings of one adapter process.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Settings {
+    /// The cluster's name (tags, events); required with provider-aws.
+    #[arg(long, env = "CLUSTER_NAME", default_value = "")]
+    pub cluster_name: String,
+    /// The API server endpoint nodes join (passed on to the provider).
+    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
+    pub cluster_endpoint: String,
+    /// How long a batch waits for more pending pods (a Go duration).
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = go_duration)]
+    pub batch_idle_duration: Duration,
+    /// The longest a batch stays open (a Go duration).
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = go_duration)]
+    pub batch_max_duration: Duration,
+    /// Feature gates, `Name=true,Other=false` (unlisted gates keep their
+    /// defaults; unknown names are ignored, as Karpenter does).
+    #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = feature_gates)]
+    pub feature_gates: FeatureGates,
+    /// Requests per second the Kubernetes client may make.
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200)]
+    pub kube_client_qps: u32,
+    /// Requests the Kubernetes client may make in a burst.
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
+    pub kube_client_burst: u32,
+    /// The scheduler service (`http://host:port`).
+    #[arg(long, env = "SCHEDULER_ADDRESS")]
+    pub scheduler_address: String,
+    /// The cloud provider service (`http://host:port`).
+    #[arg(long, env = "PROVIDER_ADDRESS")]
+    pub provider_address: String,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, env = "METRICS_LISTEN_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// Log level (`debug`, `info`, `error`) or a filter (`info,adapter=debug`).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Where logs go: `stdout`, `stderr` or a file path.
+    #[arg(long, env = "LOG_OUTPUT_PATHS", default_value = "stdout")]
+    pub log_output_paths: String,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_NAME",
+        default_value = "karpenter-leader-election"
+    )]
+    pub leader_election_name: String,
+    /// Namespace of the Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
+    pub leader_election_namespace: String,
+    /// Act without electing a leader (a single replica).
+    #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value_t = false)]
+    pub disable_leader_election: bool,
+    /// This replica's identity in the Lease (default: the host name).
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub identity: String,
+    /// Whether a NodePool's `minValues` may be relaxed when they cannot be
+    /// met (`BestEffort`) or not (`Strict`).
+    #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
+    pub min_values_policy: MinValuesPolicy,
+    /// Whether pods' preferences are honoured (`Respect`) or ignored.
+    #[arg(long, env = "PREFERENCE_POLICY", value_enum, default_value = "Respect")]
+    pub preference_policy: PreferencePolicy,
+    #[command(flatten)]
+    pub kube: karpenter_kube::KubeArgs,
+}
+
+/// `MIN_VALUES_POLICY`; the values are the scheduler's wire numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MinValuesPolicy {
+    #[value(name = "Strict")]
+    Strict = 1,
+    #[value(name = "BestEffort")]
+    BestEffort = 2,
+}
+
+/// `PREFERENCE_POLICY`; the values are the scheduler's wire numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreferencePolicy {
+    #[value(name = "Respect")]
+    Respect = 1,
+    #[value(name = "Ignore")]
+    Ignore = 2,
+}
+
+fn go_duration(text: &str) -> Result<Duration, String> {
+    karpenter_core::duration::parse_go_duration(text).map_err(|e| e.to_string())
+}
+
+/// Feature gates with Karpenter's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureGates(pub BTreeMap<String, bool>);
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates(
+            [
+                ("NodeRepair", false),
+                ("ReservedCapacity", true),
+                ("SpotToSpotConsolidation", false),
+                ("NodeOverlay", false),
+                ("StaticCapacity", false),
+                ("CapacityBuffer", false),
+            ]
+            .into_iter()
+            .map(|(name, on)| (name.to_owned(), on))
+            .collect(),
+        )
+    }
+}
+
+impl FeatureGates {
+    pub fn enabled(&self, gate: &str) -> bool {
+        self.0.get(gate).copied().unwrap_or(false)
+    }
+}
+
+/// `Name=true,Other=false` over the defaults.
+pub fn feature_gates(text: &str) -> Result<FeatureGates, String> {
+    let mut gates = FeatureGates::default();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("feature gate {part:?} must be Name=true or Name=false"))?;
+        let value = match value.trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "feature gate {name}: {other:?} is not true or false"
+                ));
+            }
+        };
+        gates.0.insert(name.trim().to_owned(), value);
+    }
+    Ok(gates)
+}
+
+/// A key of the pre-v0.32 `karpenter-global-settings` ConfigMap and the
+/// setting that replaced it.
+pub struct LegacyKey {
+    pub key: &'static str,
+    pub env: &'static str,
+}
+
+/// The ConfigMap keys seed 000 shows and what they became.
+pub const LEGACY_KEYS: &[LegacyKey] = &[
+    LegacyKey {
+        key: "aws.clusterName",
+        env: "CLUSTER_NAME",
+    },
+    LegacyKey {
+        key: "aws.clusterEndpoint",
+        env: "CLUSTER_ENDPOINT",
+    },
+    LegacyKey {
+        key: "batchIdleDuration",
+        env: "BATCH_IDLE_DURATION",
+    },
+    LegacyKey {
+        key: "batchMaxDuration",
+        env: "BATCH_MAX_DURATION",
+    },
+    LegacyKey {
+        key: "aws.interruptionQueueName",
+        env: "INTERRUPTION_QUEUE",
+    },
+    LegacyKey {
+        key: "featureGates.driftEnabled",
+        env: "FEATURE_GATES",
+    },
+];
+
+/// The name of the deprecated settings ConfigMap.
+pub const LEGACY_CONFIG_MAP: &str = "karpenter-global-settings";
+
+impl Settings {
+    /// Applies the deprecated ConfigMap's values to settings still at their
+    /// defaults (flags and environment win); returns a warning per key read.
+    pub fn apply_legacy(
+        &mut self,
+        data: &BTreeMap<String, String>,
+        explicit: &[&str],
+    ) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for legacy in LEGACY_KEYS {
+            let Some(value) = data.get(legacy.key) else {
+                continue;
+            };
+            warnings.push(format!(
+                "ConfigMap {LEGACY_CONFIG_MAP} key {:?} is deprecated; set {} instead",
+                legacy.key, legacy.env
+            ));
+            if explicit.contains(&legacy.env) {
+                continue;
+            }
+            match legacy.env {
+                "CLUSTER_NAME" => self.cluster_name = value.clone(),
+                "CLUSTER_ENDPOINT" => self.cluster_endpoint = value.clone(),
+                "BATCH_IDLE_DURATION" => {
+                    if let Ok(d) = go_duration(value) {
+                        self.batch_idle_duration = d;
+                    }
+                }
+                "BATCH_MAX_DURATION" => {
+                    if let Ok(d) = go_duration(value) {
+                        self.batch_max_duration = d;
+                    }
+                }
+                // Drift is always on in v1; the queue is the provider's.
+                _ => {}
+            }
+        }
+        warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_gates_override_only_what_they_name() {
+        let gates = feature_gates("NodeRepair=true, Unknown=false").expect("valid");
+        assert!(gates.enabled("NodeRepair"));
+        assert!(gates.enabled("ReservedCapacity"), "default kept");
+        assert!(!gates.enabled("SpotToSpotConsolidation"));
+        assert!(feature_gates("NodeRepair=yes").is_err());
+        assert!(feature_gates("NodeRepair").is_err());
+        assert_eq!(feature_gates("").expect("empty"), FeatureGates::default());
+    }
+}
