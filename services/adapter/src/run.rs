@@ -138,66 +138,84 @@ pub async fn run(
         let clients = clients.clone();
         Arc::new(move || reconciling.load(Ordering::SeqCst) && clients.up())
     };
+    // Every task of this adapter lives in `tasks`: when `run` ends, or its
+    // future is dropped, they all stop.
+    let mut tasks = JoinSet::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut http_stopped = stopped.clone();
-    let http = tokio::spawn(karpenter_runtime::serve_http(
-        http,
-        registry,
-        readiness,
-        async move {
+    tasks.spawn(async move {
+        let served = karpenter_runtime::serve_http(http, registry, readiness, async move {
             let _ = http_stopped.wait_for(|s| *s).await;
-        },
-    ));
-    tokio::spawn(async move {
+        })
+        .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "the metrics and probes server failed");
+        }
+    });
+    tasks.spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
     });
-    let result = lead(
-        settings,
-        options,
-        client,
-        clients,
+    let peers = Peers { client, clients };
+    let state = State {
         metrics,
         reconciling,
-        &namespace,
         stopped,
-    )
-    .await;
-    http.abort();
-    result
+    };
+    lead(settings, options, peers, state, &namespace, &mut tasks).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The adapter's peers: the API server and the two gRPC services.
+struct Peers {
+    client: kube::Client,
+    clients: Clients,
+}
+
+/// What the process reports and listens to while it runs.
+struct State {
+    metrics: Arc<AdapterMetrics>,
+    /// Whether this replica reconciles (leads, index listed).
+    reconciling: Arc<AtomicBool>,
+    /// Becomes true on shutdown.
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Waits for the provider and the lease, then runs the controllers until
+/// shutdown or the lease is lost.
 async fn lead(
     settings: Settings,
     options: Options,
-    client: kube::Client,
-    clients: Clients,
-    metrics: Arc<AdapterMetrics>,
-    reconciling: Arc<AtomicBool>,
+    peers: Peers,
+    state: State,
     namespace: &str,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
+    tasks: &mut JoinSet<()>,
 ) -> anyhow::Result<()> {
+    let Peers { client, clients } = peers;
+    let State {
+        metrics,
+        reconciling,
+        mut stopped,
+    } = state;
     let stop = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
     tokio::pin!(stop);
-    let probing = {
+    {
         let clients = clients.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 clients.probe().await;
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
-        })
-    };
+        });
+    }
     let info = tokio::select! {
         info = provider_info(&clients) => info,
-        () = &mut stop => { probing.abort(); return Ok(()) }
+        () = &mut stop => return Ok(()),
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
-    let snapshots = crate::watch::start(client.clone(), node_class.clone());
+    let snapshots = crate::watch::start(client.clone(), node_class.clone(), tasks);
 
     let elector = Elector::new(
         client.clone(),
@@ -209,7 +227,7 @@ async fn lead(
     if !settings.disable_leader_election {
         tokio::select! {
             () = elector.acquire() => {}
-            () = &mut stop => { probing.abort(); return Ok(()) }
+            () = &mut stop => return Ok(()),
         }
     }
     metrics.leader.set(1);
@@ -265,8 +283,7 @@ async fn lead(
         }
     };
     reconciling.store(false, Ordering::SeqCst);
-    controllers.abort_all();
-    probing.abort();
+    tasks.abort_all();
     metrics.leader.set(0);
     if outcome.is_ok() && !settings.disable_leader_election {
         elector.release().await;

@@ -21,6 +21,7 @@ use karpenter_api::{NodeClaim, NodePool};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 
 use crate::index::{Changed, Index, Update};
 
@@ -53,54 +54,50 @@ pub struct Published {
     pub versions: Versions,
 }
 
-/// Starts one watcher per kind and the owner task; returns the snapshots.
-pub fn start(client: kube::Client, node_class: ApiResource) -> watch::Receiver<Published> {
+/// Starts one watcher per kind and the owner task on `tasks` (dropping
+/// the set stops them); returns the snapshots.
+pub fn start(
+    client: kube::Client,
+    node_class: ApiResource,
+    tasks: &mut JoinSet<()>,
+) -> watch::Receiver<Published> {
     let (updates, received) = mpsc::channel::<Update>(4096);
     let (publish, snapshots) = watch::channel(Published::default());
-    spawn_watch::<Pod>(Api::all(client.clone()), updates.clone(), Update::Pod);
-    spawn_watch::<Node>(Api::all(client.clone()), updates.clone(), Update::Node);
-    spawn_watch::<NodePool>(Api::all(client.clone()), updates.clone(), Update::NodePool);
-    spawn_watch::<NodeClaim>(Api::all(client.clone()), updates.clone(), Update::NodeClaim);
-    spawn_watch::<DaemonSet>(Api::all(client.clone()), updates.clone(), Update::DaemonSet);
-    spawn_watch::<PodDisruptionBudget>(
-        Api::all(client.clone()),
-        updates.clone(),
-        Update::PodDisruptionBudget,
-    );
-    spawn_watch::<Namespace>(Api::all(client.clone()), updates.clone(), Update::Namespace);
-    spawn_watch::<PriorityClass>(
-        Api::all(client.clone()),
-        updates.clone(),
-        Update::PriorityClass,
-    );
-    spawn_watch::<PersistentVolumeClaim>(
-        Api::all(client.clone()),
-        updates.clone(),
-        Update::PersistentVolumeClaim,
-    );
-    spawn_watch::<PersistentVolume>(
-        Api::all(client.clone()),
-        updates.clone(),
-        Update::PersistentVolume,
-    );
-    spawn_watch::<StorageClass>(
-        Api::all(client.clone()),
-        updates.clone(),
-        Update::StorageClass,
-    );
-    spawn_watch::<CSINode>(Api::all(client.clone()), updates.clone(), Update::CsiNode);
-    let classes: Api<DynamicObject> = Api::all_with(client, &node_class);
-    tokio::spawn(forward(
-        watcher::watcher(classes, watcher::Config::default()),
+    let u = &updates;
+    let c = &client;
+    spawn_watch::<Pod>(tasks, Api::all(c.clone()), u.clone(), Update::Pod);
+    spawn_watch::<Node>(tasks, Api::all(c.clone()), u.clone(), Update::Node);
+    spawn_watch::<NodePool>(tasks, Api::all(c.clone()), u.clone(), Update::NodePool);
+    spawn_watch::<NodeClaim>(tasks, Api::all(c.clone()), u.clone(), Update::NodeClaim);
+    spawn_watch::<DaemonSet>(tasks, Api::all(c.clone()), u.clone(), Update::DaemonSet);
+    let pdbs = Update::PodDisruptionBudget;
+    spawn_watch::<PodDisruptionBudget>(tasks, Api::all(c.clone()), u.clone(), pdbs);
+    spawn_watch::<Namespace>(tasks, Api::all(c.clone()), u.clone(), Update::Namespace);
+    let classes = Update::PriorityClass;
+    spawn_watch::<PriorityClass>(tasks, Api::all(c.clone()), u.clone(), classes);
+    let claims = Update::PersistentVolumeClaim;
+    spawn_watch::<PersistentVolumeClaim>(tasks, Api::all(c.clone()), u.clone(), claims);
+    let volumes = Update::PersistentVolume;
+    spawn_watch::<PersistentVolume>(tasks, Api::all(c.clone()), u.clone(), volumes);
+    let storage = Update::StorageClass;
+    spawn_watch::<StorageClass>(tasks, Api::all(c.clone()), u.clone(), storage);
+    spawn_watch::<CSINode>(tasks, Api::all(c.clone()), u.clone(), Update::CsiNode);
+    let node_classes: Api<DynamicObject> = Api::all_with(client, &node_class);
+    tasks.spawn(forward(
+        watcher::watcher(node_classes, watcher::Config::default()),
         updates,
         Update::NodeClass,
     ));
-    tokio::spawn(own(received, publish));
+    tasks.spawn(own(received, publish));
     snapshots
 }
 
-fn spawn_watch<K>(api: Api<K>, updates: mpsc::Sender<Update>, wrap: fn(Event<K>) -> Update)
-where
+fn spawn_watch<K>(
+    tasks: &mut JoinSet<()>,
+    api: Api<K>,
+    updates: mpsc::Sender<Update>,
+    wrap: fn(Event<K>) -> Update,
+) where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
@@ -108,7 +105,7 @@ where
         + Send
         + 'static,
 {
-    tokio::spawn(forward(
+    tasks.spawn(forward(
         watcher::watcher(api, watcher::Config::default()),
         updates,
         wrap,

@@ -114,3 +114,190 @@ async fn pending_pods_get_nodes_that_carry_the_pools_labels_and_taints() {
     );
     adapter.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_pool_limits_stop_provisioning() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    // One 1-CPU pod per node (host port), at most 2 CPUs of nodes.
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-2x-amd64-linux"]}]}}),
+            json!({"limits": {"cpu": "4"}}),
+        ))
+        .await;
+    cluster
+        .deployment(
+            "ports",
+            4,
+            "1",
+            json!({"containers": [{"name": "app", "image": "pause", "ports": [{"containerPort": 80, "hostPort": 80}],
+                                   "resources": {"requests": {"cpu": "1"}}}]}),
+        )
+        .await;
+    eventually("two nodes, the limit", Duration::from_secs(30), || async {
+        cluster.nodes().await.len() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.claims().await.len(), 2, "no claim past the limit");
+    let pending = cluster
+        .pods("ports")
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+        .count();
+    assert_eq!(pending, 2, "two pods wait for the limit to be raised");
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_heavier_pool_is_used_first() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "light",
+            json!({"metadata": {"labels": {"pool": "light"}}}),
+            json!({"weight": 10}),
+        ))
+        .await;
+    cluster
+        .node_pool(Cluster::pool(
+            "heavy",
+            json!({"metadata": {"labels": {"pool": "heavy"}}}),
+            json!({"weight": 50}),
+        ))
+        .await;
+    cluster.deployment("inflate", 2, "1", json!({})).await;
+    eventually("pods running", Duration::from_secs(30), || {
+        cluster.running("inflate", 2)
+    })
+    .await;
+    for node in cluster.nodes().await {
+        assert_eq!(label(&node, "pool"), Some("heavy"));
+        assert_eq!(label(&node, labels::NODE_POOL), Some("heavy"));
+    }
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insufficient_capacity_deletes_the_claim_and_a_later_batch_launches() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster.kwok.fail_offerings(provider_kwok::OfferingPattern {
+        instance_type: Some("c-4x-amd64-linux".into()),
+        zone: None,
+        capacity_type: None,
+    });
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4x-amd64-linux"]}]}}),
+            json!({}),
+        ))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    eventually(
+        "an InsufficientCapacityError event",
+        Duration::from_secs(30),
+        || {
+            let events = events.clone();
+            async move {
+                events.list(&Default::default()).await.is_ok_and(|l| {
+                    l.items
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some("InsufficientCapacityError"))
+                })
+            }
+        },
+    )
+    .await;
+    assert!(cluster.nodes().await.is_empty(), "nothing launched");
+    // Capacity comes back: the pod is planned again and launches.
+    cluster.kwok.clear_faults();
+    eventually("the pod running", Duration::from_secs(40), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    assert_eq!(cluster.claims().await.len(), 1, "the failed claim is gone");
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_without_its_node_class_is_not_ready_and_launches_nothing() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    let mut pool = Cluster::pool("missing", json!({}), json!({}));
+    pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("nope");
+    cluster.node_pool(pool).await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    let pools = kube::Api::<karpenter_api::NodePool>::all(cluster.client.clone());
+    eventually(
+        "NodeClassReady=False, NodeClassNotFound",
+        Duration::from_secs(20),
+        || {
+            let pools = pools.clone();
+            async move {
+                pools.get("missing").await.is_ok_and(|p| {
+                    p.conditions()
+                        .iter()
+                        .any(|c| c.type_ == "NodeClassReady" && c.reason == "NodeClassNotFound")
+                        && p.conditions().iter().any(|c| {
+                            c.type_ == "Ready" && c.status == karpenter_api::ConditionStatus::False
+                        })
+                })
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        cluster.claims().await.is_empty(),
+        "nothing launched for a pool that is not ready"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_with_an_unreadable_request_is_told_and_the_rest_provisioned() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    cluster.deployment("good", 2, "1", json!({})).await;
+    cluster
+        .deployment("huge", 1, "100000000000000000000", json!({}))
+        .await;
+    eventually("the good pods running", Duration::from_secs(30), || {
+        cluster.running("good", 2)
+    })
+    .await;
+    let events =
+        kube::Api::<k8s_openapi::api::core::v1::Event>::default_namespaced(cluster.client.clone());
+    eventually(
+        "a FailedScheduling warning on the huge pod",
+        Duration::from_secs(20),
+        || {
+            let events = events.clone();
+            async move {
+                events.list(&Default::default()).await.is_ok_and(|l| {
+                    l.items.iter().any(|e| {
+                        e.reason.as_deref() == Some("FailedScheduling")
+                            && e.involved_object
+                                .name
+                                .as_deref()
+                                .is_some_and(|n| n.starts_with("huge-"))
+                    })
+                })
+            }
+        },
+    )
+    .await;
+    adapter.stop().await;
+}

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod gate;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,7 +34,10 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     pub client: kube::Client,
     pub kwok: KwokProvider,
+    /// Where the adapter reaches provider-kwok: through a gate the test
+    /// can close.
     pub kwok_service: RunningService,
+    pub holds: std::sync::Arc<gate::Holds>,
     pub scheduler: RunningService,
 }
 
@@ -91,11 +96,14 @@ impl Cluster {
                 redelivery: Duration::from_millis(200),
             },
         );
-        let k = kwok.clone();
-        let kwok_service =
-            RunningService::start(move || k.service(karpenter_runtime::Metrics::new("kwok")))
-                .await
-                .expect("provider-kwok");
+        let holds = std::sync::Arc::new(gate::Holds::default());
+        let gated = gate::Gate {
+            inner: kwok.clone(),
+            holds: holds.clone(),
+        };
+        let kwok_service = RunningService::start(move || gated.service())
+            .await
+            .expect("provider-kwok");
         let scheduler = RunningService::start(|| {
             karpenter_scheduler::service(
                 karpenter_runtime::Metrics::new("scheduler"),
@@ -111,6 +119,7 @@ impl Cluster {
             client,
             kwok,
             kwok_service,
+            holds,
             scheduler,
         };
         cluster

@@ -1,0 +1,194 @@
+//! Crash safety: the adapter killed at each step of a launch and of a
+//! drain, then started again. Nothing may leak, launch twice or be lost.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_api::NodeClaim;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+/// One instance per claim, each claim launched on its own instance, every
+/// pod running.
+async fn consistent(cluster: &Cluster, app: &str, replicas: usize) {
+    eventually(
+        "pods running and one instance per claim",
+        Duration::from_secs(60),
+        || async {
+            let claims = cluster.claims().await;
+            let instances = cluster.kwok.instances();
+            cluster.running(app, replicas).await
+                && claims.len() == instances.len()
+                && claims.iter().all(|c| {
+                    instances.iter().any(|i| {
+                        Some(i.provider_id.as_str()) == c.provider_id()
+                            && i.node_claim_name == c.name_any()
+                    })
+                })
+        },
+    )
+    .await;
+}
+
+async fn pool_and_pods(cluster: &Cluster, replicas: i32) {
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    cluster
+        .deployment("inflate", replicas, "1", json!({}))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_the_claim_is_created() {
+    let cluster = Cluster::start().await;
+    cluster.holds.before_create.store(true, Ordering::SeqCst);
+    let adapter = cluster.adapter().await;
+    pool_and_pods(&cluster, 2).await;
+    eventually("a claim created", Duration::from_secs(20), || async {
+        !cluster.claims().await.is_empty()
+    })
+    .await;
+    adapter.kill();
+    assert!(cluster.kwok.instances().is_empty(), "nothing launched yet");
+    cluster.holds.before_create.store(false, Ordering::SeqCst);
+    let adapter = cluster.adapter().await;
+    consistent(&cluster, "inflate", 2).await;
+    assert_eq!(
+        cluster.claims().await.len(),
+        1,
+        "the claim of the first run is launched, not replaced"
+    );
+    adapter.stop().await;
+}
+
+async fn killed_after_create(cluster: Cluster) {
+    cluster.holds.after_create.store(true, Ordering::SeqCst);
+    let adapter = cluster.adapter().await;
+    pool_and_pods(&cluster, 2).await;
+    eventually("an instance launched", Duration::from_secs(20), || async {
+        !cluster.kwok.instances().is_empty()
+    })
+    .await;
+    adapter.kill();
+    let claims = cluster.claims().await;
+    assert_eq!(claims.len(), 1);
+    assert!(
+        claims[0].provider_id().is_none(),
+        "the answer never reached the claim"
+    );
+    cluster.holds.after_create.store(false, Ordering::SeqCst);
+    let adapter = cluster.adapter().await;
+    consistent(&cluster, "inflate", 2).await;
+    assert_eq!(cluster.kwok.instances().len(), 1, "not launched twice");
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_the_instance_is_created() {
+    killed_after_create(Cluster::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_the_instance_is_created_over_https() {
+    killed_after_create(Cluster::start_with(true).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_registration() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    pool_and_pods(&cluster, 2).await;
+    eventually("a claim registered", Duration::from_secs(20), || async {
+        cluster.claims().await.iter().any(|c| c.is_registered())
+    })
+    .await;
+    adapter.kill();
+    let adapter = cluster.adapter().await;
+    consistent(&cluster, "inflate", 2).await;
+    for claim in cluster.claims().await {
+        assert!(
+            claim.is_initialized(),
+            "{} initialized after the restart",
+            claim.name_any()
+        );
+    }
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_mid_drain() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    pool_and_pods(&cluster, 2).await;
+    consistent(&cluster, "inflate", 2).await;
+    // A PDB that allows no eviction holds the drain.
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "inflate"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "inflate"}}}
+    }))
+    .expect("pdb");
+    let pdbs = Api::<PodDisruptionBudget>::default_namespaced(cluster.client.clone());
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("pdb");
+    let victim = cluster.claims().await.remove(0);
+    Api::<NodeClaim>::all(cluster.client.clone())
+        .delete(&victim.name_any(), &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let node_name = victim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("node");
+    eventually(
+        "the node tainted for the drain",
+        Duration::from_secs(20),
+        || async {
+            cluster.nodes().await.iter().any(|n| {
+                n.name_any() == node_name
+                    && n.spec
+                        .as_ref()
+                        .and_then(|s| s.taints.as_ref())
+                        .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/disrupted"))
+            })
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    adapter.kill();
+    assert_eq!(
+        cluster.pods("inflate").await.len(),
+        2,
+        "the PDB kept the pods"
+    );
+    let adapter = cluster.adapter().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        cluster
+            .nodes()
+            .await
+            .iter()
+            .any(|n| n.name_any() == node_name),
+        "the drain still waits for the PDB after the restart"
+    );
+    pdbs.delete("inflate", &DeleteParams::default())
+        .await
+        .expect("pdb lifted");
+    eventually("the node gone", Duration::from_secs(30), || async {
+        !cluster
+            .nodes()
+            .await
+            .iter()
+            .any(|n| n.name_any() == node_name)
+    })
+    .await;
+    consistent(&cluster, "inflate", 2).await;
+    adapter.stop().await;
+}

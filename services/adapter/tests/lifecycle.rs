@@ -1,0 +1,195 @@
+//! The claim lifecycle's other half end to end: termination, garbage
+//! collection, liveness, leader failover.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually, test_timing};
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::NodeClaim;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+async fn scaled_out(cluster: &Cluster, replicas: i32) {
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    cluster
+        .deployment("inflate", replicas, "1", json!({}))
+        .await;
+    eventually("pods running", Duration::from_secs(40), || {
+        cluster.running("inflate", replicas as usize)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_node_claim_drains_and_terminates_its_node() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    scaled_out(&cluster, 2).await;
+    let claims = cluster.claims().await;
+    let victim = claims[0].clone();
+    let node_name = victim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("registered");
+    Api::<NodeClaim>::all(cluster.client.clone())
+        .delete(&victim.name_any(), &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually(
+        "the claim, its node and its instance gone",
+        Duration::from_secs(40),
+        || async {
+            let claims = cluster.claims().await;
+            let nodes = cluster.nodes().await;
+            !claims.iter().any(|c| c.name_any() == victim.name_any())
+                && !nodes.iter().any(|n| n.name_any() == node_name)
+                && !cluster
+                    .kwok
+                    .instances()
+                    .iter()
+                    .any(|i| i.node_claim_name == victim.name_any())
+        },
+    )
+    .await;
+    eventually(
+        "the evicted pods running again",
+        Duration::from_secs(40),
+        || cluster.running("inflate", 2),
+    )
+    .await;
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_node_removes_its_claim() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    scaled_out(&cluster, 1).await;
+    let node = cluster.nodes().await.remove(0);
+    Api::<Node>::all(cluster.client.clone())
+        .delete(&node.name_any(), &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually(
+        "the node's claim deleted",
+        Duration::from_secs(40),
+        || async {
+            !cluster.claims().await.iter().any(|c| {
+                c.status.as_ref().and_then(|s| s.node_name.as_deref())
+                    == Some(node.name_any().as_str())
+            }) && !cluster
+                .nodes()
+                .await
+                .iter()
+                .any(|n| n.name_any() == node.name_any())
+        },
+    )
+    .await;
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_no_claim_launched_is_collected() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    let mut grpc =
+        karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient::connect(
+            cluster.kwok_service.url(),
+        )
+        .await
+        .expect("connect");
+    grpc.create(karpenter_proto::provider::v1::CreateRequest {
+        node_claim: Some(karpenter_proto::provider::v1::NodeClaim {
+            name: "orphan".into(),
+            node_pool: "default".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .expect("launched behind Karpenter's back");
+    assert_eq!(cluster.kwok.instances().len(), 1);
+    eventually("the orphan terminated", Duration::from_secs(20), || async {
+        cluster.kwok.instances().is_empty()
+    })
+    .await;
+    eventually("its node gone", Duration::from_secs(20), || async {
+        cluster.nodes().await.is_empty()
+    })
+    .await;
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_node_never_registers_is_deleted() {
+    let cluster = Cluster::start().await;
+    let timing = karpenter_adapter::controllers::Timing {
+        registration_ttl: Duration::from_secs(3),
+        ..test_timing()
+    };
+    let adapter = cluster.adapter_with(cluster.settings(&[]), timing).await;
+    cluster
+        .create_dynamic(
+            "karpenter.kwok.sh/v1alpha1",
+            "KWOKNodeClass",
+            "kwoknodeclasses",
+            json!({"metadata": {"name": "slow"}, "spec": {"nodeRegistrationDelay": "1h"}}),
+        )
+        .await;
+    let mut pool = Cluster::pool("slow", json!({}), json!({}));
+    pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("slow");
+    cluster.node_pool(pool).await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("a claim launched", Duration::from_secs(20), || async {
+        cluster.claims().await.iter().any(|c| c.is_launched())
+    })
+    .await;
+    let first = cluster.claims().await.remove(0).name_any();
+    eventually(
+        "that claim deleted for not registering",
+        Duration::from_secs(30),
+        || async { !cluster.claims().await.iter().any(|c| c.name_any() == first) },
+    )
+    .await;
+    assert!(
+        !cluster
+            .kwok
+            .instances()
+            .iter()
+            .any(|i| i.node_claim_name == first),
+        "its instance is terminated"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_takes_over_when_the_leader_dies() {
+    let cluster = Cluster::start().await;
+    let leader = cluster
+        .adapter_with(cluster.settings(&["--identity", "one"]), test_timing())
+        .await;
+    eventually("the first replica leads", Duration::from_secs(10), || {
+        leader.ready()
+    })
+    .await;
+    let standby = cluster
+        .adapter_with(cluster.settings(&["--identity", "two"]), test_timing())
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!standby.ready().await, "a standby does not reconcile");
+    leader.kill();
+    eventually("the standby leads", Duration::from_secs(15), || {
+        standby.ready()
+    })
+    .await;
+    scaled_out(&cluster, 1).await;
+    standby.stop().await;
+}
