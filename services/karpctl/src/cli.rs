@@ -39,6 +39,9 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Validate Karpenter v1 manifests against the generated CRDs.
     Validate(ValidateArgs),
+    /// Start a local cluster: the Kubernetes API (kube-test-server), the
+    /// scheduler, provider-kwok and the adapter, until Ctrl-C.
+    Up(crate::up::UpArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -153,6 +156,7 @@ pub fn run(command: Command) -> Result<u8, CliError> {
             out(&crds::all_yaml())?;
             Ok(0)
         }
+        Command::Up(args) => crate::up::run(&args),
         Command::Convert(args) => {
             let sources = input::read_sources(&args.files)?;
             let options = karpenter_convert::Options {

@@ -26,6 +26,8 @@
 //! * `convert` upgrades older Karpenter manifests to v1 ([`mod@convert`]).
 //! * `validate` checks Karpenter v1 documents against the generated CRDs
 //!   with `crd-validation` ([`validate`]).
+//! * `up` starts the whole product on this machine, each service its own
+//!   process on loopback, and can replay a seed scenario ([`up`]).
 
 pub mod catalog;
 pub mod cli;
@@ -37,6 +39,7 @@ pub mod input;
 pub mod output;
 pub mod plan;
 pub mod snapshot;
+pub mod up;
 pub mod validate;
 
 pub use input::InputError;

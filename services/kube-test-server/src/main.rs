@@ -69,9 +69,25 @@ async fn main() -> anyhow::Result<()> {
     .context("starting kube-test-server")?;
     tracing::info!(url = %server.url(), kubeconfig = %args.kubeconfig.display(), "serving");
     println!("{}", server.url());
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for ctrl-c")?;
+    stopped().await?;
     server.stop().await.context("stopping")?;
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM (what `karpctl up` and Kubernetes send).
+async fn stopped() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result.context("waiting for ctrl-c")?,
+            _ = term.recv() => {}
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.context("waiting for ctrl-c")
+    }
 }

@@ -1,0 +1,458 @@
+//! Seed scenarios played against a `karpctl up` cluster, with a timeline of
+//! what Karpenter did and how long each step took.
+//!
+//! `seed-001` is the article of seed 001: three existing nodes (with the
+//! agents that already run on them), the Provisioner it shows converted to
+//! a NodePool (on-demand, one 2-vCPU/16-GiB instance type as r5.large is,
+//! limits 10 CPU / 80Gi), and a deployment of 1 CPU / 2Gi pods scaled from
+//! 1 to 5 replicas: two more fit on the existing nodes, three wait for new
+//! ones.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_api::{NodeClaim, NodePool};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// The scenarios `--replay` knows.
+pub const SCENARIOS: &[&str] = &["seed-001"];
+
+const APP: &str = "app";
+const SELECTOR: &str = "app.kubernetes.io/name=app";
+const SCALE_OUT_WITHIN: Duration = Duration::from_secs(180);
+
+/// The three nodes of the article, with what already runs on them (CPU in
+/// millicores): two more 1-CPU pods fit, on the second and third.
+const EXISTING: [(&str, &[(&str, i64)]); 3] = [
+    (
+        "ip-10-99-13-40.ap-northeast-1.compute.internal",
+        &[
+            ("datadog-agent-5vx8r", 200),
+            ("datadog-agent-cluster-agent-85cf48cf-77kkh", 800),
+        ],
+    ),
+    (
+        "ip-10-99-17-198.ap-northeast-1.compute.internal",
+        &[
+            ("datadog-agent-5xrdf", 200),
+            ("datadog-agent-kube-state-metrics-fb456b9bf-jbdnw", 500),
+        ],
+    ),
+    (
+        "ip-10-99-22-103.ap-northeast-1.compute.internal",
+        &[("datadog-agent-f9zfj", 200)],
+    ),
+];
+
+pub async fn run(scenario: &str, client: &kube::Client) -> anyhow::Result<()> {
+    match scenario {
+        "seed-001" => seed_001(client).await,
+        other => bail!("unknown scenario {other:?}"),
+    }
+}
+
+async fn seed_001(client: &kube::Client) -> anyhow::Result<()> {
+    for (name, pods) in EXISTING {
+        existing_node(client, name).await?;
+        for (pod, cpu) in pods {
+            system_pod(client, pod, name, *cpu).await?;
+        }
+    }
+    let pool: NodePool = serde_json::from_value(node_pool())?;
+    Api::<NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .context("creating the NodePool")?;
+    let deployment: Deployment = serde_json::from_value(deployment())?;
+    let deployments = Api::<Deployment>::default_namespaced(client.clone());
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .context("creating the deployment")?;
+    println!(
+        "seed-001: 3 existing nodes, NodePool \"default\", deployment {APP} with 1 replica (1 CPU, 2Gi)"
+    );
+    wait_running(client, 1, Duration::from_secs(60)).await?;
+    let existing = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .len();
+    println!(
+        "seed-001: 1 pod running on the existing nodes; {existing} nodes; scaling {APP} to 5 replicas"
+    );
+
+    let before: Vec<String> = Api::<Pod>::default_namespaced(client.clone())
+        .list(&ListParams::default().labels(SELECTOR))
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let start = Instant::now();
+    deployments
+        .patch(
+            APP,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .context("scaling the deployment")?;
+    let timeline = observe(client, start, &before).await?;
+    print!("{}", timeline.render());
+    Ok(())
+}
+
+fn existing_node_object(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": "m5.large",
+            "topology.kubernetes.io/zone": "ap-northeast-1a",
+            "eks.amazonaws.com/nodegroup": "ios-eks-nodegroup-20220414"}},
+        "spec": {"providerID": format!("aws:///ap-northeast-1a/i-{:016x}", name.len() * 7919)},
+    })
+}
+
+async fn existing_node(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let nodes = Api::<Node>::all(client.clone());
+    let node: Node = serde_json::from_value(existing_node_object(name))?;
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("creating node {name}"))?;
+    let status = json!({"status": {
+        "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+        "allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+    }});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("node {name} status"))?;
+    Ok(())
+}
+
+async fn system_pod(client: &kube::Client, name: &str, node: &str, cpu: i64) -> anyhow::Result<()> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app.kubernetes.io/part-of": "datadog"}},
+        "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "datadog/agent:7",
+                 "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": "256Mi"}}}]}
+    }))?;
+    Api::<Pod>::default_namespaced(client.clone())
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    Ok(())
+}
+
+/// Seed 001's Provisioner as a v1 NodePool on the local node class.
+fn node_pool() -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m-2x-amd64-linux"]}
+                ],
+                "expireAfter": "10m"
+            }},
+            "limits": {"cpu": "10", "memory": "80Gi"},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s"}
+        }
+    })
+}
+
+fn deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": APP, "labels": {"app.kubernetes.io/name": APP}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": APP}},
+            "template": {
+                "metadata": {"name": APP, "labels": {"app.kubernetes.io/name": APP}},
+                "spec": {"containers": [{
+                    "name": APP, "image": "alpine:latest", "command": ["sh", "-c", "sleep infinity"],
+                    "resources": {"requests": {"cpu": "1", "memory": "2048Mi"}}
+                }]}
+            }
+        }
+    })
+}
+
+fn running(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+}
+
+async fn wait_running(client: &kube::Client, count: usize, within: Duration) -> anyhow::Result<()> {
+    let pods = Api::<Pod>::default_namespaced(client.clone());
+    let deadline = Instant::now() + within;
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels(SELECTOR))
+            .await?
+            .items;
+        if list.len() == count && list.iter().all(running) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{count} pod(s) of {APP} were not running within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// When each thing was first seen, as offsets from the scale-out.
+#[derive(Default)]
+struct Timeline {
+    events: Vec<(Duration, String)>,
+    seen: BTreeMap<String, Duration>,
+    /// Per claim: created, launched, registered, initialized.
+    claims: BTreeMap<String, [Option<Duration>; 4]>,
+    /// Per pod that was pending: pending, bound.
+    pods: BTreeMap<String, [Option<Duration>; 2]>,
+}
+
+impl Timeline {
+    /// Records `what` once, at `at`.
+    fn first(&mut self, key: String, at: Duration, what: String) -> bool {
+        if self.seen.contains_key(&key) {
+            return false;
+        }
+        self.seen.insert(key, at);
+        self.events.push((at, what));
+        true
+    }
+
+    fn claim(&mut self, claim: &NodeClaim, at: Duration) {
+        let name = claim.name_any();
+        let steps = [
+            ("created", true),
+            ("launched", claim.is_launched()),
+            ("registered", claim.is_registered()),
+            ("initialized", claim.is_initialized()),
+        ];
+        for (i, (step, reached)) in steps.into_iter().enumerate() {
+            if !reached {
+                continue;
+            }
+            let detail = match step {
+                "launched" => format!(
+                    " ({}, {}, {})",
+                    label(claim, "node.kubernetes.io/instance-type"),
+                    label(claim, "karpenter.sh/capacity-type"),
+                    label(claim, "topology.kubernetes.io/zone")
+                ),
+                "registered" => format!(
+                    " as node {}",
+                    claim
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.node_name.clone())
+                        .unwrap_or_default()
+                ),
+                _ => String::new(),
+            };
+            if self.first(
+                format!("claim/{name}/{step}"),
+                at,
+                format!("nodeclaim {name} {step}{detail}"),
+            ) {
+                self.claims.entry(name.clone()).or_default()[i] = Some(at);
+            }
+        }
+    }
+
+    fn pod(&mut self, pod: &Pod, at: Duration) {
+        let name = pod.name_any();
+        if unschedulable(pod)
+            && pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
+            && self.first(
+                format!("pod/{name}/pending"),
+                at,
+                format!("pod {name} pending (Unschedulable)"),
+            )
+        {
+            self.pods.entry(name.clone()).or_default()[0] = Some(at);
+        }
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref())
+            && self.first(
+                format!("pod/{name}/bound"),
+                at,
+                format!("pod {name} bound to {node}"),
+            )
+        {
+            self.pods.entry(name.clone()).or_default()[1] = Some(at);
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut events = self.events.clone();
+        events.sort_by_key(|(at, _)| *at);
+        let mut out =
+            String::from("\nseed-001 timeline (t=0: deployment app scaled from 1 to 5 replicas)\n");
+        for (at, what) in &events {
+            out.push_str(&format!("  +{:>7.3}s  {what}\n", at.as_secs_f64()));
+        }
+        let first_pending = self.pods.values().filter_map(|p| p[0]).min();
+        let created: Vec<Duration> = self.claims.values().filter_map(|c| c[0]).collect();
+        let step = |from: usize, to: usize| -> Vec<Duration> {
+            self.claims
+                .values()
+                .filter_map(|c| Some(c[to]?.saturating_sub(c[from]?)))
+                .collect()
+        };
+        let pending_to_bound: Vec<Duration> = self
+            .pods
+            .values()
+            .filter_map(|p| Some(p[1]?.saturating_sub(p[0]?)))
+            .collect();
+        out.push_str("\nstep latencies (median over node claims / pods):\n");
+        let mut row = |what: &str, value: Duration, note: &str| {
+            out.push_str(&format!(
+                "  {what:<44}{:>9.3}s{note}\n",
+                value.as_secs_f64()
+            ));
+        };
+        if let (Some(pending), Some(first_claim)) = (first_pending, created.iter().min()) {
+            row(
+                "first pod pending -> first nodeclaim created",
+                first_claim.saturating_sub(pending),
+                "  (includes the batch window)",
+            );
+        }
+        for (from, to, what) in [
+            (0, 1, "nodeclaim created -> launched"),
+            (1, 2, "launched -> node registered"),
+            (2, 3, "registered -> initialized"),
+        ] {
+            if let Some(m) = median(step(from, to)) {
+                row(what, m, "");
+            }
+        }
+        if let Some(m) = median(pending_to_bound) {
+            row(
+                "pod pending -> bound",
+                m,
+                "  (includes the simulated node delay)",
+            );
+        }
+        if let Some(last) = self.pods.values().filter_map(|p| p[1]).max() {
+            row("scale-out -> every pod bound", last, "");
+        }
+        out
+    }
+}
+
+fn median(mut values: Vec<Duration>) -> Option<Duration> {
+    values.sort();
+    values.get(values.len() / 2).copied()
+}
+
+fn label(object: &impl kube::Resource, key: &str) -> String {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Polls the cluster until all five pods run, recording what it sees.
+async fn observe(
+    client: &kube::Client,
+    start: Instant,
+    before: &[String],
+) -> anyhow::Result<Timeline> {
+    let pods = Api::<Pod>::default_namespaced(client.clone());
+    let claims = Api::<NodeClaim>::all(client.clone());
+    let mut timeline = Timeline::default();
+    loop {
+        let at = start.elapsed();
+        let pod_list = pods
+            .list(&ListParams::default().labels(SELECTOR))
+            .await?
+            .items;
+        for pod in pod_list.iter().filter(|p| !before.contains(&p.name_any())) {
+            timeline.pod(pod, at);
+        }
+        for claim in claims.list(&ListParams::default()).await?.items {
+            timeline.claim(&claim, at);
+        }
+        if pod_list.len() == 5 && pod_list.iter().all(running) {
+            timeline.first("done".into(), at, "all 5 pods running".into());
+            return Ok(timeline);
+        }
+        if at > SCALE_OUT_WITHIN {
+            print!("{}", timeline.render());
+            bail!("the scale-out did not finish within {SCALE_OUT_WITHIN:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_pods_fit_on_the_existing_nodes_and_three_wait() {
+        let free: Vec<i64> = EXISTING
+            .iter()
+            .map(|(_, pods)| 1930 - pods.iter().map(|(_, cpu)| cpu).sum::<i64>())
+            .collect();
+        // The first replica takes the roomiest node.
+        let fits: i64 = free.iter().map(|m| m / 1000).sum();
+        assert_eq!(fits, 2, "{free:?}");
+        assert!(serde_json::from_value::<NodePool>(node_pool()).is_ok());
+        assert!(serde_json::from_value::<Deployment>(deployment()).is_ok());
+    }
+
+    #[test]
+    fn the_timeline_reports_each_step() {
+        let mut timeline = Timeline::default();
+        let s = Duration::from_secs;
+        timeline.pods.insert("a".into(), [Some(s(0)), Some(s(5))]);
+        timeline
+            .claims
+            .insert("c".into(), [Some(s(1)), Some(s(2)), Some(s(4)), Some(s(4))]);
+        let text = timeline.render();
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for expected in [
+            "first pod pending -> first nodeclaim created 1.000s",
+            "launched -> node registered 2.000s",
+            "scale-out -> every pod bound 5.000s",
+        ] {
+            assert!(words.contains(expected), "{expected}:\n{text}");
+        }
+    }
+}

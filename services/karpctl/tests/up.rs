@@ -1,0 +1,231 @@
+//! `karpctl up` as a user runs it: real processes for every service, the
+//! kubeconfig it writes, SIGTERM to stop.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+const SERVICES: [&str; 4] = ["kube-test-server", "scheduler", "provider-kwok", "adapter"];
+
+/// The directory of the service binaries, built if the test run did not
+/// build them (a `cargo test -p karpctl` run).
+fn bin_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_karpctl"))
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    let missing: Vec<&str> = SERVICES
+        .iter()
+        .copied()
+        .filter(|b| !dir.join(b).is_file())
+        .collect();
+    if !missing.is_empty() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.arg("build");
+        for bin in &missing {
+            build.args(["--bin", bin]);
+        }
+        assert!(
+            build.status().expect("cargo build").success(),
+            "building {missing:?}"
+        );
+    }
+    dir
+}
+
+fn karpctl_up(state: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_karpctl"))
+        .arg("up")
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--bin-dir")
+        .arg(bin_dir())
+        .args(["--node-delay", "500ms"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("karpctl up")
+}
+
+/// Stdout lines as they come.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (send, receive) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receive
+}
+
+fn wait_for_line(
+    lines: &mpsc::Receiver<String>,
+    prefix: &str,
+    within: Duration,
+    seen: &mut Vec<String>,
+) {
+    let deadline = Instant::now() + within;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.starts_with(prefix);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!(
+        "no line starting with {prefix:?} within {within:?}; saw:\n{}",
+        seen.join("\n")
+    );
+}
+
+fn terminate(child: &Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+}
+
+#[test]
+fn replaying_seed_001_prints_the_timeline_and_stops() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut child = karpctl_up(state.path(), &["--replay", "seed-001"]);
+    let lines = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_for_line(
+        &lines,
+        "kwok-admin: http://127.0.0.1:",
+        Duration::from_secs(90),
+        &mut seen,
+    );
+    wait_for_line(&lines, "ready", Duration::from_secs(60), &mut seen);
+    wait_for_line(
+        &lines,
+        "  scale-out -> every pod bound",
+        Duration::from_secs(120),
+        &mut seen,
+    );
+    let status = child.wait().expect("exit");
+    assert!(status.success(), "{status}");
+    let text = seen.join("\n");
+    for step in [
+        "pending (Unschedulable)",
+        "created",
+        "launched (",
+        "registered as node",
+        "initialized",
+        "bound to default-",
+        "all 5 pods running",
+        "first pod pending -> first nodeclaim created",
+    ] {
+        assert!(text.contains(step), "the timeline shows {step:?}:\n{text}");
+    }
+    let pending = text.matches("pending (Unschedulable)").count();
+    assert_eq!(
+        pending, 3,
+        "one new pod fits the existing nodes, three wait:\n{text}"
+    );
+    assert!(state.path().join("logs/adapter.log").is_file());
+}
+
+#[test]
+fn two_clusters_run_side_by_side_and_stop_on_sigterm() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let states = [
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    ];
+    let mut children: Vec<Child> = states.iter().map(|s| karpctl_up(s.path(), &[])).collect();
+    let mut outputs = Vec::new();
+    for child in &mut children {
+        let lines = lines(child);
+        let mut seen = Vec::new();
+        wait_for_line(&lines, "ready", Duration::from_secs(120), &mut seen);
+        outputs.push((lines, seen));
+    }
+    // Each cluster provisions for its own pods, through its kubeconfig.
+    for state in &states {
+        let kubeconfig = state.path().join("kubeconfig");
+        runtime.block_on(async {
+            let config = karpenter_kube::from_kubeconfig(&kubeconfig).await.expect("kubeconfig");
+            let client = karpenter_kube::client(config).expect("client");
+            let pool: serde_json::Value =
+                serde_yaml::from_str(&std::fs::read_to_string(state.path().join("nodepool.yaml")).expect("pool"))
+                    .expect("yaml");
+            let pool: karpenter_api::NodePool = serde_json::from_value(pool).expect("pool");
+            Api::<karpenter_api::NodePool>::all(client.clone())
+                .create(&PostParams::default(), &pool)
+                .await
+                .expect("pool created");
+            let deployment: Deployment = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "inflate"},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "inflate"}},
+                         "template": {"metadata": {"labels": {"app": "inflate"}},
+                                      "spec": {"containers": [{"name": "inflate",
+                                               "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                               "resources": {"requests": {"cpu": "1"}}}]}}}
+            }))
+            .expect("deployment");
+            let deployments = Api::<Deployment>::default_namespaced(client.clone());
+            deployments.create(&PostParams::default(), &deployment).await.expect("created");
+            deployments
+                .patch("inflate", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 5}})))
+                .await
+                .expect("scaled");
+            let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let count = nodes.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
+                if count > 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no node appeared in {}", state.path().display());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+    for child in &mut children {
+        terminate(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert!(status.success(), "stopped cleanly: {status}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "karpctl up did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Nothing it started is left: the API server's port no longer answers.
+    for state in &states {
+        let kubeconfig =
+            std::fs::read_to_string(state.path().join("kubeconfig")).expect("kubeconfig");
+        let server = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .expect("server")
+            .trim_start_matches("http://")
+            .to_owned();
+        assert!(
+            std::net::TcpStream::connect(&server).is_err(),
+            "the API server at {server} was stopped"
+        );
+    }
+}
