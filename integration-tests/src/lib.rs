@@ -28,8 +28,17 @@ pub struct RunningService {
 impl RunningService {
     /// Binds free loopback ports and serves `service` on them.
     pub async fn start(service: impl FnOnce() -> Service) -> anyhow::Result<Self> {
+        Self::start_at("127.0.0.1:0".parse()?, service).await
+    }
+
+    /// Serves `service` with its gRPC on `grpc` (a service coming back on
+    /// the address it had), metrics on a free port.
+    pub async fn start_at(
+        grpc: SocketAddr,
+        service: impl FnOnce() -> Service,
+    ) -> anyhow::Result<Self> {
         let args = ServiceArgs {
-            listen: "127.0.0.1:0".parse()?,
+            listen: grpc,
             metrics_listen: "127.0.0.1:0".parse()?,
             log_level: "warn".into(),
             log_json: false,

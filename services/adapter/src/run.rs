@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use karpenter_proto::provider::v1 as pv;
 use kube::api::{Api, ApiResource};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clients::Clients;
@@ -26,11 +27,12 @@ use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodepool::NodePools;
 use crate::controllers::runner;
 use crate::controllers::termination::Termination;
-use crate::controllers::{Context, Timing, gc, provisioning};
+use crate::controllers::{Context, Timing, gc, observability, provisioning};
 use crate::events::Recorder;
 use crate::leader::Elector;
 use crate::metrics::AdapterMetrics;
 use crate::settings::{LEGACY_CONFIG_MAP, LEGACY_KEYS, Settings};
+use crate::watch::Published;
 
 /// Reconciles of one controller that run at once.
 const CONCURRENCY: usize = 64;
@@ -241,29 +243,7 @@ async fn lead(
         metrics: metrics.clone(),
         timing: options.timing,
     };
-    let mut controllers = JoinSet::new();
-    controllers.spawn(provisioning::run(ctx.clone(), snapshots.clone()));
-    controllers.spawn(gc::run(ctx.clone(), snapshots.clone()));
-    controllers.spawn(runner::run(
-        Arc::new(Lifecycle { ctx: ctx.clone() }),
-        snapshots.clone(),
-        CONCURRENCY,
-    ));
-    controllers.spawn(runner::run(
-        Arc::new(Termination { ctx: ctx.clone() }),
-        snapshots.clone(),
-        CONCURRENCY,
-    ));
-    controllers.spawn(runner::run(
-        Arc::new(NodePools { ctx: ctx.clone() }),
-        snapshots.clone(),
-        CONCURRENCY,
-    ));
-    controllers.spawn(runner::run(
-        Arc::new(NodeClasses { ctx: ctx.clone() }),
-        snapshots.clone(),
-        CONCURRENCY,
-    ));
+    spawn_controllers(&ctx, &snapshots, tasks);
     let mut listed = snapshots.clone();
     tokio::select! {
         _ = listed.wait_for(|p| p.index.listed()) => {
@@ -289,4 +269,23 @@ async fn lead(
         elector.release().await;
     }
     outcome
+}
+
+/// Karpenter's controllers, each a task on `tasks`.
+fn spawn_controllers(
+    ctx: &Context,
+    snapshots: &watch::Receiver<Published>,
+    tasks: &mut JoinSet<()>,
+) {
+    tasks.spawn(provisioning::run(ctx.clone(), snapshots.clone()));
+    tasks.spawn(gc::run(ctx.clone(), snapshots.clone()));
+    tasks.spawn(observability::run(ctx.clone(), snapshots.clone()));
+    let lifecycle = Arc::new(Lifecycle { ctx: ctx.clone() });
+    tasks.spawn(runner::run(lifecycle, snapshots.clone(), CONCURRENCY));
+    let termination = Arc::new(Termination { ctx: ctx.clone() });
+    tasks.spawn(runner::run(termination, snapshots.clone(), CONCURRENCY));
+    let pools = Arc::new(NodePools { ctx: ctx.clone() });
+    tasks.spawn(runner::run(pools, snapshots.clone(), CONCURRENCY));
+    let classes = Arc::new(NodeClasses { ctx: ctx.clone() });
+    tasks.spawn(runner::run(classes, snapshots.clone(), CONCURRENCY));
 }

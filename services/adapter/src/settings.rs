@@ -237,4 +237,45 @@ mod tests {
         assert!(feature_gates("NodeRepair").is_err());
         assert_eq!(feature_gates("").expect("empty"), FeatureGates::default());
     }
+
+    #[derive(clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    #[test]
+    fn the_old_settings_config_map_is_read_with_a_warning_naming_the_new_setting() {
+        use clap::Parser as _;
+        let mut settings = Args::try_parse_from([
+            "adapter",
+            "--scheduler-address",
+            "http://127.0.0.1:1",
+            "--provider-address",
+            "http://127.0.0.1:2",
+        ])
+        .expect("settings")
+        .settings;
+        let data: BTreeMap<String, String> = [
+            ("aws.clusterName", "sample-1-22"),
+            ("batchIdleDuration", "3s"),
+            ("batchMaxDuration", "20s"),
+            ("unrelated", "x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let warnings = settings.apply_legacy(&data, &["BATCH_MAX_DURATION"]);
+        assert_eq!(settings.cluster_name, "sample-1-22");
+        assert_eq!(settings.batch_idle_duration, Duration::from_secs(3));
+        assert_eq!(
+            settings.batch_max_duration,
+            Duration::from_secs(10),
+            "an explicit setting wins over the ConfigMap"
+        );
+        assert_eq!(warnings.len(), 3);
+        assert!(
+            warnings[0].contains("\"aws.clusterName\" is deprecated; set CLUSTER_NAME instead")
+        );
+    }
 }

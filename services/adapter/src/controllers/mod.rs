@@ -9,6 +9,7 @@ pub mod gc;
 pub mod lifecycle;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod observability;
 pub mod provisioning;
 pub mod runner;
 pub mod termination;

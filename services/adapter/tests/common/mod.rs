@@ -133,6 +133,37 @@ impl Cluster {
         cluster
     }
 
+    /// Takes provider-kwok off the network (its instances stay).
+    pub async fn stop_provider(&mut self) -> SocketAddr {
+        let addr = self.kwok_service.grpc;
+        let placeholder = RunningService::start(|| {
+            karpenter_scheduler::service(
+                karpenter_runtime::Metrics::new("placeholder"),
+                karpenter_scheduler::Limits::default(),
+            )
+        })
+        .await
+        .expect("placeholder");
+        let stopped = std::mem::replace(&mut self.kwok_service, placeholder);
+        stopped.stop().await.expect("stopped");
+        addr
+    }
+
+    /// Brings provider-kwok back on the address it had.
+    pub async fn restart_provider(&mut self, addr: SocketAddr) {
+        let gated = gate::Gate {
+            inner: self.kwok.clone(),
+            holds: self.holds.clone(),
+        };
+        let old = std::mem::replace(
+            &mut self.kwok_service,
+            RunningService::start_at(addr, move || gated.service())
+                .await
+                .expect("provider-kwok back"),
+        );
+        old.stop().await.expect("placeholder stopped");
+    }
+
     /// Adapter settings for this cluster; `extra` flags are appended.
     pub fn settings(&self, extra: &[&str]) -> Settings {
         let mut args = vec![

@@ -64,7 +64,6 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
         let Ok(published) = synced.map(|p| p.clone()) else {
             return;
         };
-        ctx.metrics.cluster_state_synced.set(1);
         let span = tracing::info_span!("reconcile", controller = "provisioner");
         let result = tracing::Instrument::instrument(provision(&ctx, &published.index), span).await;
         match result {
