@@ -68,18 +68,76 @@ impl Event {
 /// A token bucket: `rate` per second, up to `burst` at once.
 #[derive(Debug)]
 struct Bucket {
+    rate: f64,
+    burst: f64,
     tokens: f64,
     at: Instant,
 }
 
-const NOMINATED_RATE: f64 = 5.0;
-const NOMINATED_BURST: f64 = 10.0;
+impl Bucket {
+    fn new(rate: f64, burst: f64, now: Instant) -> Self {
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.duration_since(self.at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.at = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+/// Events per second (and burst) by reason: one per pod can be thousands
+/// at once. Karpenter limits `Nominated` to 5/s; the rest keep the API
+/// server safe from a flood.
+const RATES: &[(&str, f64, f64)] = &[("Nominated", 5.0, 10.0), ("FailedScheduling", 10.0, 100.0)];
+/// Every other reason, together.
+const OTHER_RATE: (f64, f64) = (50.0, 500.0);
+/// How often expired dedupe entries are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct Sent {
     /// Dedupe key → (sent at, window).
     at: HashMap<String, (Instant, Duration)>,
-    nominated: Option<Bucket>,
+    swept: Option<Instant>,
+    buckets: HashMap<String, Bucket>,
+}
+
+impl Sent {
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < SWEEP_EVERY)
+        {
+            return;
+        }
+        self.at
+            .retain(|_, (at, window)| now.duration_since(*at) < *window);
+        self.swept = Some(now);
+    }
+
+    fn within_rate(&mut self, reason: &str, now: Instant) -> bool {
+        let (name, rate, burst) = RATES
+            .iter()
+            .find(|(r, _, _)| *r == reason)
+            .map_or(("", OTHER_RATE.0, OTHER_RATE.1), |(r, rate, burst)| {
+                (*r, *rate, *burst)
+            });
+        self.buckets
+            .entry(name.to_owned())
+            .or_insert_with(|| Bucket::new(rate, burst, now))
+            .take(now)
+    }
 }
 
 /// Publishes events; cheap to clone.
@@ -113,27 +171,14 @@ impl Recorder {
         );
         let now = Instant::now();
         let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
-        if sent.at.len() > 10_000 {
-            sent.at
-                .retain(|_, (at, window)| now.duration_since(*at) < *window);
-        }
+        sent.sweep(now);
         if let Some((at, window)) = sent.at.get(&key)
             && now.duration_since(*at) < *window
         {
             return false;
         }
-        if event.reason == "Nominated" {
-            let bucket = sent.nominated.get_or_insert(Bucket {
-                tokens: NOMINATED_BURST,
-                at: now,
-            });
-            let refill = now.duration_since(bucket.at).as_secs_f64() * NOMINATED_RATE;
-            bucket.tokens = (bucket.tokens + refill).min(NOMINATED_BURST);
-            bucket.at = now;
-            if bucket.tokens < 1.0 {
-                return false;
-            }
-            bucket.tokens -= 1.0;
+        if !sent.within_rate(&event.reason, now) {
+            return false;
         }
         sent.at.insert(key, (now, event.dedupe));
         true
@@ -205,5 +250,28 @@ pub fn dynamic(
         message: message.into(),
         dedupe: DEDUPE,
         dedupe_values: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_one_reason_is_cut_to_its_rate() {
+        let mut sent = Sent::default();
+        let now = Instant::now();
+        let admitted = (0..50)
+            .filter(|_| sent.within_rate("Nominated", now))
+            .count();
+        assert_eq!(admitted, 10, "the burst");
+        assert!(
+            sent.within_rate("FailedScheduling", now),
+            "other reasons have their own"
+        );
+        assert!(
+            sent.within_rate("Nominated", now + Duration::from_millis(200)),
+            "5 per second"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   watcher(kind) ×13 ──Update──▶ mpsc ──▶ owner task: Index::apply, versions += changed
-//!                                              └─▶ watch::Sender<Published> (at most every 50 ms)
+//!                                              └─▶ watch::Sender<Published> (bursts coalesced)
 //! ```
 //!
 //! Controllers hold a `watch::Receiver<Published>`; a snapshot is an
@@ -137,16 +137,26 @@ where
     }
 }
 
-/// The owner task: applies updates and publishes, at most every 50 ms.
+/// Publishes are at least this far apart: a burst of events becomes one
+/// snapshot, and a lone event is published at once.
+const MIN_PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The owner task: applies updates and publishes what changed.
 async fn own(mut received: mpsc::Receiver<Update>, publish: watch::Sender<Published>) {
     let mut index = Index::default();
     let mut versions = Versions::default();
+    let mut last_publish = tokio::time::Instant::now();
     while let Some(first) = received.recv().await {
         let mut changed = index.apply(first);
-        // Take whatever else is queued, then publish once.
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
+        let not_before = last_publish + MIN_PUBLISH_INTERVAL;
         loop {
-            match tokio::time::timeout_at(deadline, received.recv()).await {
+            while let Ok(update) = received.try_recv() {
+                changed.merge(index.apply(update));
+            }
+            if tokio::time::Instant::now() >= not_before {
+                break;
+            }
+            match tokio::time::timeout_at(not_before, received.recv()).await {
                 Ok(Some(update)) => changed.merge(index.apply(update)),
                 Ok(None) => return,
                 Err(_) => break,
@@ -162,6 +172,7 @@ async fn own(mut received: mpsc::Receiver<Update>, publish: watch::Sender<Publis
             if publish.send(snapshot).is_err() {
                 return;
             }
+            last_publish = tokio::time::Instant::now();
         }
     }
 }

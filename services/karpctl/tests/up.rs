@@ -27,7 +27,9 @@ fn bin_dir() -> PathBuf {
     if !missing.is_empty() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.arg("build");
+        // From the package directory cargo only sees karpctl's own
+        // targets; the services live elsewhere in the workspace.
+        build.args(["build", "--workspace"]);
         for bin in &missing {
             build.args(["--bin", bin]);
         }

@@ -18,6 +18,8 @@ pub struct Holds {
     pub after_create: AtomicBool,
     /// `Create` calls that reached the cloud.
     pub creates: AtomicUsize,
+    /// When each `Create` arrived, by claim name.
+    pub arrivals: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
 }
 
 #[derive(Clone)]
@@ -62,6 +64,17 @@ impl CloudProvider for Gate {
         &self,
         r: Request<pv::CreateRequest>,
     ) -> Result<Response<pv::CreateResponse>, Status> {
+        let claim = r
+            .get_ref()
+            .node_claim
+            .as_ref()
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        self.holds
+            .arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((claim, std::time::Instant::now()));
         Self::wait_while(&self.holds.before_create).await;
         let answer = self.inner.create(r).await;
         self.holds.creates.fetch_add(1, Ordering::SeqCst);

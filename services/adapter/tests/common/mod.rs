@@ -64,6 +64,11 @@ impl Cluster {
     }
 
     pub async fn start_with(tls: bool) -> Cluster {
+        Self::start_with_node_delay(tls, Duration::from_millis(200)).await
+    }
+
+    /// A cluster whose kwok nodes come up `node_delay` after launch.
+    pub async fn start_with_node_delay(tls: bool, node_delay: Duration) -> Cluster {
         karpenter_runtime::init_tracing("info,kube=warn,tower=warn,hyper=warn", false);
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
@@ -92,7 +97,7 @@ impl Cluster {
             provider_kwok::load_catalog(None).expect("catalog"),
             Some(client.clone()),
             provider_kwok::Options {
-                node_delay: Duration::from_millis(200),
+                node_delay,
                 redelivery: Duration::from_millis(200),
             },
         );
@@ -166,7 +171,7 @@ impl Cluster {
 
     /// Adapter settings for this cluster; `extra` flags are appended.
     pub fn settings(&self, extra: &[&str]) -> Settings {
-        let mut args = vec![
+        let args = vec![
             "adapter".to_owned(),
             "--scheduler-address".to_owned(),
             self.scheduler.url(),
@@ -181,8 +186,15 @@ impl Cluster {
             "--metrics-listen".to_owned(),
             "127.0.0.1:0".to_owned(),
         ];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Args::try_parse_from(args).expect("settings").settings
+        // A flag in `extra` replaces the default above.
+        let mut merged = vec![args[0].clone()];
+        for pair in args[1..].chunks(2) {
+            if !extra.contains(&pair[0].as_str()) {
+                merged.extend(pair.iter().cloned());
+            }
+        }
+        merged.extend(extra.iter().map(|s| (*s).to_owned()));
+        Args::try_parse_from(merged).expect("settings").settings
     }
 
     pub async fn adapter(&self) -> Adapter {

@@ -1,0 +1,332 @@
+//! The adapter's figures for BENCHMARKS.md:
+//!
+//! ```sh
+//! cargo bench -p karpenter-adapter --bench adapter -- latency   # pending → Create, pending → bound
+//! cargo bench -p karpenter-adapter --bench adapter -- memory    # peak RSS, 20,000 pending pods, 4,000 nodes
+//! ```
+//!
+//! `latency` runs the local cluster in this process (kube-test-server with
+//! its scheduler and kubelet stand-ins, the scheduler service,
+//! provider-kwok with a 1 s node delay, the adapter with Karpenter's
+//! default batch window) and scales ten deployments one after another,
+//! each pod needing a new node. `memory` loads kube-test-server with 4,000
+//! Nodes and 20,000 pending pods, runs the adapter binary as its own
+//! process, and reads its peak resident memory once it has listed
+//! everything and planned a batch.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::watcher;
+use serde_json::json;
+
+const ROUNDS: usize = 10;
+const NODE_DELAY: Duration = Duration::from_secs(1);
+const BATCH_IDLE: Duration = Duration::from_secs(1);
+
+fn main() -> anyhow::Result<()> {
+    let which = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_else(|| "latency".to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match which.as_str() {
+        "latency" => runtime.block_on(latency()),
+        "memory" => runtime.block_on(memory::run()),
+        other => anyhow::bail!("unknown benchmark {other:?}: latency or memory"),
+    }
+}
+
+fn percentile(values: &mut [Duration], p: f64) -> Duration {
+    values.sort();
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values.get(index).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// When the watch first saw each pod pending and bound.
+#[derive(Default)]
+struct Seen {
+    pending: std::collections::HashMap<String, Instant>,
+    bound: std::collections::HashMap<String, Instant>,
+}
+
+async fn latency() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with_node_delay(false, NODE_DELAY).await;
+    let settings =
+        cluster.settings(&["--batch-idle-duration", "1s", "--batch-max-duration", "10s"]);
+    let adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4x-amd64-linux"]}]}}),
+            json!({}),
+        ))
+        .await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let watching = {
+        let seen = seen.clone();
+        let pods: Api<Pod> = Api::default_namespaced(cluster.client.clone());
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+            while let Some(event) = events.next().await {
+                let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
+                    continue;
+                };
+                let now = Instant::now();
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                let name = pod.name_any();
+                if pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some()
+                {
+                    seen.bound.entry(name).or_insert(now);
+                } else if karpenter_snapshot::provisionable(&pod) {
+                    seen.pending.entry(name).or_insert(now);
+                }
+            }
+        })
+    };
+    let mut to_create = Vec::new();
+    let mut to_bound = Vec::new();
+    for round in 0..ROUNDS {
+        let app = format!("round-{round}");
+        let arrivals_before = cluster.holds.arrivals.lock().map(|a| a.len()).unwrap_or(0);
+        cluster.deployment(&app, 1, "3", json!({})).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let pod = loop {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{app} was not bound within a minute"
+            );
+            let pods = cluster.pods(&app).await;
+            if let Some(pod) = pods.first()
+                && seen
+                    .lock()
+                    .map(|s| s.bound.contains_key(&pod.name_any()))
+                    .unwrap_or(false)
+            {
+                break pod.name_any();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let seen = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let pending = seen.pending[&pod];
+        let bound = seen.bound[&pod];
+        let created = cluster
+            .holds
+            .arrivals
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .get(arrivals_before)
+            .map(|(_, at)| *at)
+            .ok_or_else(|| anyhow::anyhow!("no Create for {app}"))?;
+        to_create.push(
+            created
+                .saturating_duration_since(pending)
+                .saturating_sub(BATCH_IDLE),
+        );
+        to_bound.push(
+            bound
+                .saturating_duration_since(pending)
+                .saturating_sub(NODE_DELAY),
+        );
+    }
+    watching.abort();
+    adapter.stop().await;
+    println!(
+        "adapter latency over {ROUNDS} scale-outs (each pod needs a new node; batch idle {BATCH_IDLE:?}, kwok node delay {NODE_DELAY:?}):"
+    );
+    println!(
+        "  pod pending -> Create called, minus the batch idle:  median {}  p90 {}",
+        ms(percentile(&mut to_create, 0.5)),
+        ms(percentile(&mut to_create, 0.9))
+    );
+    println!(
+        "  pod pending -> bound, minus the node delay:         median {}  p90 {}",
+        ms(percentile(&mut to_bound, 0.5)),
+        ms(percentile(&mut to_bound, 0.9))
+    );
+    Ok(())
+}
+
+mod memory {
+    //! 4,000 Nodes and 20,000 pending pods in kube-test-server (loaded from
+    //! a state file), the adapter binary as its own process.
+
+    use std::time::{Duration, Instant};
+
+    use integration_tests::RunningService;
+    use kube_test_server::{Config, KubeTestServer};
+    use serde_json::{Value, json};
+
+    const NODES: usize = 4_000;
+    const PODS: usize = 20_000;
+
+    fn state() -> Value {
+        let mut items: Vec<Value> = karpenter_api::crds()
+            .into_iter()
+            .map(|crd| serde_json::to_value(crd).unwrap_or_default())
+            .collect();
+        if let Ok(crd) = serde_yaml::from_str::<Value>(provider_kwok::NODE_CLASS_CRD) {
+            items.push(crd);
+        }
+        items.push(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        );
+        items.push(json!({
+            "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+            "metadata": {"name": "default"}, "spec": {}
+        }));
+        items.push(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"limits": {"cpu": "64"}, "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}}
+        }));
+        for i in 0..NODES {
+            let name = format!("existing-{i:05}");
+            items.push(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                    "node.kubernetes.io/instance-type": "m5.xlarge",
+                    "topology.kubernetes.io/zone": format!("us-west-2{}", ["a", "b", "c"][i % 3])}},
+                "spec": {"providerID": format!("aws:///us-west-2a/i-{i:017x}"),
+                         "taints": [{"key": "example.com/reserved", "effect": "NoSchedule"}]},
+                "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+                           "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}
+            }));
+        }
+        for i in 0..PODS {
+            let app = format!("app-{:03}", i % 200);
+            items.push(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{app}-{i:05}"), "namespace": "default", "uid": format!("pod-{i:08}"),
+                             "labels": {"app": app, "pod-template-hash": "5d8f7c9b6"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{app}-5d8f7c9b6"),
+                                                  "uid": format!("rs-{:03}", i % 200), "controller": true}]},
+                "spec": {"containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}],
+                         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": app}}}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                           "reason": "Unschedulable", "message": "0/4000 nodes are available"}]}
+            }));
+        }
+        json!({"items": items})
+    }
+
+    fn status_kib(pid: u32, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find(|l| l.starts_with(field))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+
+    pub async fn run() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let state_file = dir.path().join("state.json");
+        std::fs::write(&state_file, serde_json::to_vec(&state())?)?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        let server = KubeTestServer::start(Config {
+            kubeconfig: Some(kubeconfig.clone()),
+            state_file: Some(state_file),
+            ..Config::default()
+        })
+        .await?;
+        let config = karpenter_kube::from_kubeconfig(&kubeconfig).await?;
+        let client = karpenter_kube::client(config)?;
+        let kwok = provider_kwok::KwokProvider::new(
+            provider_kwok::load_catalog(None)?,
+            Some(client.clone()),
+            provider_kwok::Options::default(),
+        );
+        let kwok_service =
+            RunningService::start(move || kwok.service(karpenter_runtime::Metrics::new("kwok")))
+                .await?;
+        let scheduler = RunningService::start(|| {
+            karpenter_scheduler::service(
+                karpenter_runtime::Metrics::new("scheduler"),
+                karpenter_scheduler::Limits::default(),
+            )
+        })
+        .await?;
+        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(dir.path().join("adapter.log"))?;
+        let started = Instant::now();
+        let mut adapter = std::process::Command::new(env!("CARGO_BIN_EXE_adapter"))
+            .args(["--scheduler-address", &scheduler.url()])
+            .args(["--provider-address", &kwok_service.url()])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .env("LOG_LEVEL", "info")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let pid = adapter.id();
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
+        let mut planned_at = None;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            if let Some(body) = super::common::http_get(metrics, "/metrics")
+                .await
+                .map(|(_, b)| b)
+                && body.lines().any(|l| {
+                    l.starts_with("karpenter_scheduler_scheduling_duration_seconds_count")
+                        && !l.ends_with(" 0")
+                })
+            {
+                planned_at.get_or_insert(started.elapsed());
+            }
+            if let Some(at) = planned_at
+                && started.elapsed() > at + Duration::from_secs(10)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+        let now = status_kib(pid, "VmRSS:").unwrap_or(0);
+        let _ = adapter.kill();
+        let _ = adapter.wait();
+        drop(server);
+        let planned = planned_at
+            .ok_or_else(|| anyhow::anyhow!("the adapter never planned a batch; see its log"))?;
+        println!("adapter memory with {NODES} nodes and {PODS} pending pods in the index:");
+        println!(
+            "  first batch planned {:.1} s after start",
+            planned.as_secs_f64()
+        );
+        println!(
+            "  peak RSS {:.1} MiB, RSS 10 s later {:.1} MiB",
+            peak as f64 / 1024.0,
+            now as f64 / 1024.0
+        );
+        Ok(())
+    }
+}
