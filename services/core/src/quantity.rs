@@ -240,6 +240,75 @@ impl PartialEq for Quantity {
     }
 }
 
+/// How a quantity is written, which its canonical form keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Notation {
+    BinarySi,
+    DecimalSi,
+    DecimalExponent,
+}
+
+/// The canonical form kube-apiserver stores a quantity in: `1000m` is `1`,
+/// `0.5` is `500m`, `2000` is `2k`, `1024Mi` is `1Gi`, `1e3` stays `1e3`.
+/// The suffix family of the input is kept; a binary value that is not a
+/// whole number or is under 1024 is written in decimal.
+pub fn canonical(text: &str) -> Result<String, QuantityError> {
+    let (_, _, suffix) = split(text)?;
+    let q = Quantity::parse(text)?;
+    let mut notation = match suffix {
+        s if s.ends_with('i') => Notation::BinarySi,
+        s if s.starts_with(['e', 'E']) => Notation::DecimalExponent,
+        _ => Notation::DecimalSi,
+    };
+    if notation == Notation::BinarySi && (q.scale != 0 || q.num.abs() < 1024) {
+        notation = Notation::DecimalSi;
+    }
+    let sign = if q.num < 0 { "-" } else { "" };
+    let magnitude = q.num.unsigned_abs();
+    if magnitude == 0 {
+        return Ok("0".to_owned());
+    }
+    if notation == Notation::BinarySi {
+        let mut mantissa = magnitude;
+        let mut power = 0;
+        while power < 6 && mantissa % 1024 == 0 {
+            mantissa /= 1024;
+            power += 1;
+        }
+        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+        return Ok(format!("{sign}{mantissa}{suffix}"));
+    }
+    // value = mantissa × 10^exponent with the exponent a multiple of three.
+    let mut mantissa = magnitude;
+    let mut exponent = -i64::from(q.scale);
+    while exponent.rem_euclid(3) != 0 {
+        mantissa *= 10;
+        exponent -= 1;
+    }
+    while mantissa % 1000 == 0 && exponent < 18 {
+        mantissa /= 1000;
+        exponent += 3;
+    }
+    let suffix = match notation {
+        Notation::DecimalExponent if exponent == 0 => String::new(),
+        Notation::DecimalExponent => format!("e{exponent}"),
+        _ => match exponent {
+            -9 => "n",
+            -6 => "u",
+            -3 => "m",
+            3 => "k",
+            6 => "M",
+            9 => "G",
+            12 => "T",
+            15 => "P",
+            18 => "E",
+            _ => "",
+        }
+        .to_owned(),
+    };
+    Ok(format!("{sign}{mantissa}{suffix}"))
+}
+
 /// Sign, number and suffix, checked against Kubernetes' regular expression.
 fn split(text: &str) -> Result<(bool, &str, &str), QuantityError> {
     let (negative, rest) = match text.as_bytes().first() {
@@ -348,6 +417,39 @@ fn is_byte_resource(resource: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_forms_match_kube_apiserver() {
+        for (input, stored) in [
+            ("1", "1"),
+            ("1000m", "1"),
+            ("1500m", "1500m"),
+            ("0.5", "500m"),
+            ("1.5", "1500m"),
+            ("2000", "2k"),
+            ("100Mi", "100Mi"),
+            ("1024Mi", "1Gi"),
+            ("1.5Gi", "1536Mi"),
+            ("512", "512"),
+            ("100Ki", "100Ki"),
+            ("0.5Ki", "512"),
+            ("1e3", "1e3"),
+            ("1E6", "1e6"),
+            ("2Gi", "2Gi"),
+            ("0", "0"),
+            ("0Mi", "0"),
+            ("-1500m", "-1500m"),
+            ("1n", "1n"),
+            ("10G", "10G"),
+            ("128974848", "128974848"),
+            ("129e6", "129e6"),
+            ("123Mi", "123Mi"),
+        ] {
+            assert_eq!(canonical(input).as_deref(), Ok(stored), "{input}");
+        }
+        assert!(canonical("1x").is_err());
+        assert!(canonical("").is_err());
+    }
 
     fn cpu(s: &str) -> i64 {
         parse(s, Unit::Milli).unwrap_or_else(|e| panic!("{s}: {e}"))

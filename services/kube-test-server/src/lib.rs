@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controllers;
+mod defaults;
 mod http;
 mod openapi;
 pub mod patch;

@@ -1,13 +1,24 @@
-//! Enough of Kubernetes' protobuf encoding for the kubectl commands that send
-//! it (`kubectl create namespace | configmap | secret` use typed clients):
+//! Kubernetes' protobuf request bodies, decoded into the JSON objects they
+//! stand for. Typed clients (`kubectl create deployment`, `kubectl run`,
+//! `kubectl drain`'s evictions, client-go) send them.
 //!
 //! ```text
 //!   "k8s\0" + runtime.Unknown{ typeMeta{apiVersion, kind}, raw }
-//!   raw = Namespace | ConfigMap | Secret { metadata: ObjectMeta, ... }
+//!        raw ──(descriptor of <group>.<version>.<Kind>)──▶ DynamicMessage ──▶ JSON
 //! ```
 //!
-//! Other kinds answer 415, and the client should send JSON.
+//! The schemas are Kubernetes' own `generated.proto` files (see
+//! `proto/README.md`), compiled at build time; a few apimachinery messages
+//! have a JSON form of their own (Quantity, Time, IntOrString, raw JSON).
 
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, MapKey, MessageDescriptor, ReflectMessage as _,
+    Value as ProtoValue,
+};
 use serde_json::{Map, Value, json};
 
 use super::store::ApiError;
@@ -15,199 +26,407 @@ use super::store::ApiError;
 /// The magic prefix of a protobuf-encoded object.
 pub const MAGIC: &[u8] = b"k8s\0";
 
-type Fields<'a> = Vec<(u64, Field<'a>)>;
+const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kubernetes_descriptor.bin"));
 
-enum Field<'a> {
-    Varint,
-    Bytes(&'a [u8]),
+/// Go's zero `time.Time`, which gogo-protobuf writes for an unset timestamp.
+const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
+
+fn pool() -> Option<&'static DescriptorPool> {
+    static POOL: OnceLock<Option<DescriptorPool>> = OnceLock::new();
+    POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).ok())
+        .as_ref()
 }
 
-fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut out = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        out |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(out);
+/// The protobuf package of an API version: `apps/v1` is `api.apps.v1`,
+/// `coordination.k8s.io/v1` is `api.coordination.v1`.
+fn package(api_version: &str) -> Option<String> {
+    match api_version.split_once('/') {
+        None => Some(format!("api.core.{api_version}")),
+        Some(("apiextensions.k8s.io", version)) => Some(format!(
+            "apiextensions_apiserver.pkg.apis.apiextensions.{version}"
+        )),
+        Some(("meta.k8s.io", version)) => Some(format!("apimachinery.pkg.apis.meta.{version}")),
+        Some((group, version)) => {
+            let short = group.strip_suffix(".k8s.io").unwrap_or(group);
+            (!short.contains('.')).then(|| format!("api.{short}.{version}"))
         }
     }
-    None
 }
 
-fn fields(buf: &[u8]) -> Option<Fields<'_>> {
-    let mut pos = 0;
-    let mut out = Vec::new();
-    while pos < buf.len() {
-        let key = varint(buf, &mut pos)?;
-        let (num, wire) = (key >> 3, key & 7);
-        match wire {
-            0 => {
-                varint(buf, &mut pos)?;
-                out.push((num, Field::Varint));
-            }
-            1 => pos += 8,
-            2 => {
-                let len = usize::try_from(varint(buf, &mut pos)?).ok()?;
-                let bytes = buf.get(pos..pos.checked_add(len)?)?;
-                pos += len;
-                out.push((num, Field::Bytes(bytes)));
-            }
-            5 => pos += 4,
-            _ => return None,
-        }
-    }
-    Some(out)
-}
-
-fn string(b: &[u8]) -> Option<String> {
-    String::from_utf8(b.to_vec()).ok()
-}
-
-fn bytes_of<'a>(f: &'a Fields<'a>, num: u64) -> impl Iterator<Item = &'a [u8]> + 'a {
-    f.iter().filter_map(move |(n, v)| match v {
-        Field::Bytes(b) if *n == num => Some(*b),
-        _ => None,
-    })
-}
-
-fn first_string(f: &Fields<'_>, num: u64) -> Option<String> {
-    bytes_of(f, num).next().and_then(string)
-}
-
-/// A `map<string, string>` (or bytes, base64-encoded as JSON has them).
-fn map(f: &Fields<'_>, num: u64, base64: bool) -> Option<Value> {
-    let mut out = Map::new();
-    for entry in bytes_of(f, num) {
-        let kv = fields(entry)?;
-        let k = first_string(&kv, 1).unwrap_or_default();
-        let v = bytes_of(&kv, 2).next().unwrap_or_default();
-        out.insert(k, json!(if base64 { encode_base64(v) } else { string(v)? }));
-    }
-    (!out.is_empty()).then_some(Value::Object(out))
-}
-
-fn encode_base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn object_meta(buf: &[u8]) -> Option<Value> {
-    let f = fields(buf)?;
-    let mut meta = Map::new();
-    for (num, key) in [
-        (1, "name"),
-        (2, "generateName"),
-        (3, "namespace"),
-        (6, "resourceVersion"),
-    ] {
-        if let Some(s) = first_string(&f, num).filter(|s| !s.is_empty()) {
-            meta.insert(key.into(), json!(s));
-        }
-    }
-    for (num, key) in [(11, "labels"), (12, "annotations")] {
-        if let Some(m) = map(&f, num, false) {
-            meta.insert(key.into(), m);
-        }
-    }
-    let finalizers: Vec<String> = bytes_of(&f, 14).filter_map(string).collect();
-    if !finalizers.is_empty() {
-        meta.insert("finalizers".into(), json!(finalizers));
-    }
-    Some(Value::Object(meta))
+fn message_for(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
+    pool()?.get_message_by_name(&format!("{}.{kind}", package(api_version)?))
 }
 
 /// Decodes a protobuf request body into the JSON object it stands for.
 pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let unsupported = |what: &str| {
-        ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (protobuf is decoded for Namespace, ConfigMap and Secret only, not {what})"
+    let bad = |why: String| {
+        ApiError::bad_request(format!(
+            "the body of the request could not be decoded as protobuf: {why}"
         ))
     };
-    let bad = || ApiError::bad_request("the body of the request could not be decoded as protobuf");
-    let rest = body.strip_prefix(MAGIC).ok_or_else(bad)?;
-    let unknown = fields(rest).ok_or_else(bad)?;
-    let type_meta = fields(bytes_of(&unknown, 1).next().unwrap_or_default()).ok_or_else(bad)?;
-    let api_version = first_string(&type_meta, 1).unwrap_or_default();
-    let kind = first_string(&type_meta, 2).unwrap_or_default();
-    let raw = fields(bytes_of(&unknown, 2).next().unwrap_or_default()).ok_or_else(bad)?;
-    let metadata = object_meta(bytes_of(&raw, 1).next().unwrap_or_default()).ok_or_else(bad)?;
-    let mut obj = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata});
-    match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Namespace") => {
-            if let Some(spec) = bytes_of(&raw, 2).next().and_then(fields) {
-                let finalizers: Vec<String> = bytes_of(&spec, 1).filter_map(string).collect();
-                if !finalizers.is_empty() {
-                    obj["spec"] = json!({"finalizers": finalizers});
-                }
-            }
-        }
-        ("v1", "ConfigMap") => {
-            if let Some(d) = map(&raw, 2, false) {
-                obj["data"] = d;
-            }
-            if let Some(d) = map(&raw, 3, true) {
-                obj["binaryData"] = d;
-            }
-        }
-        ("v1", "Secret") => {
-            if let Some(d) = map(&raw, 2, true) {
-                obj["data"] = d;
-            }
-            if let Some(t) = first_string(&raw, 3) {
-                obj["type"] = json!(t);
-            }
-            if let Some(d) = map(&raw, 4, false) {
-                obj["stringData"] = d;
-            }
-        }
-        _ => return Err(unsupported(&format!("{api_version} {kind}"))),
+    let rest = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad("no k8s magic prefix".into()))?;
+    let unknown_type = pool()
+        .and_then(|p| p.get_message_by_name("apimachinery.pkg.runtime.Unknown"))
+        .ok_or_else(|| ApiError::internal("the protobuf schemas did not load"))?;
+    let unknown = DynamicMessage::decode(unknown_type, rest).map_err(|e| bad(e.to_string()))?;
+    let type_meta = match unknown.get_field_by_name("typeMeta").as_deref() {
+        Some(ProtoValue::Message(m)) => m.clone(),
+        _ => return Err(bad("no typeMeta".into())),
+    };
+    let text = |m: &DynamicMessage, name: &str| {
+        m.get_field_by_name(name)
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    let api_version = text(&type_meta, "apiVersion");
+    let kind = text(&type_meta, "kind");
+    let encoding = text(&unknown, "contentEncoding");
+    if !encoding.is_empty() {
+        return Err(ApiError::unsupported_media(format!(
+            "protobuf content encoding {encoding:?} is not supported"
+        )));
     }
-    Ok(obj)
+    let descriptor = message_for(&api_version, &kind).ok_or_else(|| {
+        ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format - no protobuf schema for {api_version} {kind}; send application/json"
+        ))
+    })?;
+    let raw = unknown
+        .get_field_by_name("raw")
+        .and_then(|v| v.as_bytes().cloned())
+        .unwrap_or_default();
+    let message = DynamicMessage::decode(descriptor, raw).map_err(|e| bad(e.to_string()))?;
+    let mut object = message_json(&message);
+    if let Value::Object(fields) = &mut object {
+        fields.insert("apiVersion".into(), json!(api_version));
+        fields.insert("kind".into(), json!(kind));
+    }
+    Ok(object)
+}
+
+/// A message as Kubernetes' JSON has it. gogo-protobuf writes every
+/// non-pointer string even when empty, where JSON omits it, so empty
+/// strings are dropped.
+fn message_json(message: &DynamicMessage) -> Value {
+    if let Some(special) = special_json(message) {
+        return special;
+    }
+    let mut out = Map::new();
+    for (field, value) in message.fields() {
+        if let Some(v) = field_json(value) {
+            out.insert(field.name().to_owned(), v);
+        }
+    }
+    Value::Object(out)
+}
+
+fn field_json(value: &ProtoValue) -> Option<Value> {
+    match value {
+        ProtoValue::String(s) if s.is_empty() => None,
+        ProtoValue::Message(m) if is_zero_time(m) => None,
+        ProtoValue::List(items) if items.is_empty() => None,
+        ProtoValue::Map(entries) if entries.is_empty() => None,
+        ProtoValue::Map(entries) => {
+            let mut out = Map::new();
+            for (key, v) in entries {
+                let key = match key {
+                    MapKey::String(s) => s.clone(),
+                    MapKey::Bool(b) => b.to_string(),
+                    MapKey::I32(n) => n.to_string(),
+                    MapKey::I64(n) => n.to_string(),
+                    MapKey::U32(n) => n.to_string(),
+                    MapKey::U64(n) => n.to_string(),
+                };
+                out.insert(key, scalar_json(v));
+            }
+            Some(Value::Object(out))
+        }
+        ProtoValue::List(items) => Some(Value::Array(items.iter().map(scalar_json).collect())),
+        other => Some(scalar_json(other)),
+    }
+}
+
+fn scalar_json(value: &ProtoValue) -> Value {
+    match value {
+        ProtoValue::Bool(b) => json!(b),
+        ProtoValue::I32(n) => json!(n),
+        ProtoValue::I64(n) => json!(n),
+        ProtoValue::U32(n) => json!(n),
+        ProtoValue::U64(n) => json!(n),
+        ProtoValue::F32(n) => json!(n),
+        ProtoValue::F64(n) => json!(n),
+        ProtoValue::String(s) => json!(s),
+        ProtoValue::Bytes(b) => json!(BASE64.encode(b)),
+        ProtoValue::EnumNumber(n) => json!(n),
+        ProtoValue::Message(m) => message_json(m),
+        ProtoValue::List(items) => Value::Array(items.iter().map(scalar_json).collect()),
+        ProtoValue::Map(_) => Value::Null,
+    }
+}
+
+fn is_zero_time(message: &DynamicMessage) -> bool {
+    matches!(
+        message.descriptor().full_name(),
+        "apimachinery.pkg.apis.meta.v1.Time" | "apimachinery.pkg.apis.meta.v1.MicroTime"
+    ) && message
+        .get_field_by_name("seconds")
+        .and_then(|v| v.as_i64())
+        .is_none_or(|s| s == GO_ZERO_TIME_SECONDS)
+}
+
+/// The apimachinery messages whose JSON is not an object of their fields.
+fn special_json(message: &DynamicMessage) -> Option<Value> {
+    let int = |name: &str| {
+        message
+            .get_field_by_name(name)
+            .and_then(|v| v.as_i64().or_else(|| v.as_i32().map(i64::from)))
+            .unwrap_or_default()
+    };
+    let text = |name: &str| {
+        message
+            .get_field_by_name(name)
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    let raw_json = |name: &str| {
+        let raw = message
+            .get_field_by_name(name)
+            .and_then(|v| v.as_bytes().cloned())
+            .unwrap_or_default();
+        serde_json::from_slice(&raw).unwrap_or(Value::Null)
+    };
+    Some(match message.descriptor().full_name() {
+        "apimachinery.pkg.api.resource.Quantity"
+        | "apimachinery.pkg.api.resource.QuantityValue" => {
+            json!(text("string"))
+        }
+        "apimachinery.pkg.apis.meta.v1.Time" => {
+            let at = chrono::DateTime::from_timestamp(int("seconds"), 0)?;
+            json!(at.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        }
+        "apimachinery.pkg.apis.meta.v1.MicroTime" => {
+            let nanos = u32::try_from(int("nanos")).unwrap_or(0);
+            let at = chrono::DateTime::from_timestamp(int("seconds"), nanos)?;
+            json!(at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string())
+        }
+        "apimachinery.pkg.apis.meta.v1.Duration" => {
+            let nanos = u64::try_from(int("duration")).unwrap_or(0);
+            json!(karpenter_core::duration::format_go_duration(
+                std::time::Duration::from_nanos(nanos)
+            ))
+        }
+        "apimachinery.pkg.util.intstr.IntOrString" => {
+            if int("type") == 1 {
+                json!(text("strVal"))
+            } else {
+                json!(int("intVal"))
+            }
+        }
+        "apimachinery.pkg.runtime.RawExtension"
+        | "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON" => raw_json("raw"),
+        "apimachinery.pkg.apis.meta.v1.FieldsV1" => raw_json("Raw"),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message as _;
 
-    fn field(num: u64, data: &[u8]) -> Vec<u8> {
-        let mut out = vec![((num << 3) | 2) as u8, data.len() as u8];
-        out.extend_from_slice(data);
-        out
+    fn message(name: &str) -> DynamicMessage {
+        DynamicMessage::new(pool().unwrap().get_message_by_name(name).unwrap())
+    }
+
+    fn body(api_version: &str, kind: &str, raw: &DynamicMessage) -> Vec<u8> {
+        let mut type_meta = message("apimachinery.pkg.runtime.TypeMeta");
+        type_meta.set_field_by_name("apiVersion", ProtoValue::String(api_version.into()));
+        type_meta.set_field_by_name("kind", ProtoValue::String(kind.into()));
+        let mut unknown = message("apimachinery.pkg.runtime.Unknown");
+        unknown.set_field_by_name("typeMeta", ProtoValue::Message(type_meta));
+        unknown.set_field_by_name("raw", ProtoValue::Bytes(raw.encode_to_vec().into()));
+        [MAGIC.to_vec(), unknown.encode_to_vec()].concat()
+    }
+
+    fn with(mut m: DynamicMessage, fields: Vec<(&str, ProtoValue)>) -> DynamicMessage {
+        for (name, value) in fields {
+            m.set_field_by_name(name, value);
+        }
+        m
+    }
+
+    fn quantity(s: &str) -> ProtoValue {
+        ProtoValue::Message(with(
+            message("apimachinery.pkg.api.resource.Quantity"),
+            vec![("string", ProtoValue::String(s.into()))],
+        ))
     }
 
     #[test]
-    fn decodes_a_configmap() {
-        let meta = [
-            field(1, b"cm"),
-            field(11, &[field(1, b"app"), field(2, b"web")].concat()),
-        ]
-        .concat();
-        let raw = [
-            field(1, &meta),
-            field(2, &[field(1, b"k"), field(2, b"v")].concat()),
-        ]
-        .concat();
-        let type_meta = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
-        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
-        let obj = decode(&body).unwrap();
-        assert_eq!(
-            obj,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "labels": {"app": "web"}}, "data": {"k": "v"}})
+    fn a_deployment_from_kubectl_create_reads_as_its_json() {
+        let requests = ProtoValue::Map(
+            [(MapKey::String("cpu".into()), quantity("1"))]
+                .into_iter()
+                .collect(),
         );
-        assert_eq!(encode_base64(b"hello"), "aGVsbG8=");
+        let container = with(
+            message("api.core.v1.Container"),
+            vec![
+                ("name", ProtoValue::String("pause".into())),
+                ("image", ProtoValue::String("pause:3.7".into())),
+                ("workingDir", ProtoValue::String(String::new())),
+                (
+                    "resources",
+                    ProtoValue::Message(with(
+                        message("api.core.v1.ResourceRequirements"),
+                        vec![("requests", requests)],
+                    )),
+                ),
+            ],
+        );
+        let labels = ProtoValue::Map(
+            [(
+                MapKey::String("app".into()),
+                ProtoValue::String("inflate".into()),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        let zero_time = with(
+            message("apimachinery.pkg.apis.meta.v1.Time"),
+            vec![("seconds", ProtoValue::I64(GO_ZERO_TIME_SECONDS))],
+        );
+        let deployment = with(
+            message("api.apps.v1.Deployment"),
+            vec![
+                (
+                    "metadata",
+                    ProtoValue::Message(with(
+                        message("apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                        vec![
+                            ("name", ProtoValue::String("inflate".into())),
+                            ("namespace", ProtoValue::String(String::new())),
+                            ("creationTimestamp", ProtoValue::Message(zero_time)),
+                            ("labels", labels),
+                        ],
+                    )),
+                ),
+                (
+                    "spec",
+                    ProtoValue::Message(with(
+                        message("api.apps.v1.DeploymentSpec"),
+                        vec![
+                            ("replicas", ProtoValue::I32(0)),
+                            (
+                                "template",
+                                ProtoValue::Message(with(
+                                    message("api.core.v1.PodTemplateSpec"),
+                                    vec![(
+                                        "spec",
+                                        ProtoValue::Message(with(
+                                            message("api.core.v1.PodSpec"),
+                                            vec![(
+                                                "containers",
+                                                ProtoValue::List(vec![ProtoValue::Message(
+                                                    container,
+                                                )]),
+                                            )],
+                                        )),
+                                    )],
+                                )),
+                            ),
+                        ],
+                    )),
+                ),
+            ],
+        );
+        let decoded = decode(&body("apps/v1", "Deployment", &deployment)).unwrap();
+        assert_eq!(
+            decoded,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "inflate", "labels": {"app": "inflate"}},
+                "spec": {"replicas": 0, "template": {"spec": {"containers": [
+                    {"name": "pause", "image": "pause:3.7", "resources": {"requests": {"cpu": "1"}}}
+                ]}}}
+            })
+        );
+    }
+
+    #[test]
+    fn int_or_string_and_bytes_keep_their_json_forms() {
+        let int_or_string = |kind: i64, int: i32, s: &str| {
+            ProtoValue::Message(with(
+                message("apimachinery.pkg.util.intstr.IntOrString"),
+                vec![
+                    ("type", ProtoValue::I64(kind)),
+                    ("intVal", ProtoValue::I32(int)),
+                    ("strVal", ProtoValue::String(s.into())),
+                ],
+            ))
+        };
+        let pdb = with(
+            message("api.policy.v1.PodDisruptionBudget"),
+            vec![(
+                "spec",
+                ProtoValue::Message(with(
+                    message("api.policy.v1.PodDisruptionBudgetSpec"),
+                    vec![
+                        ("minAvailable", int_or_string(0, 2, "")),
+                        ("maxUnavailable", int_or_string(1, 0, "50%")),
+                    ],
+                )),
+            )],
+        );
+        let decoded = decode(&body("policy/v1", "PodDisruptionBudget", &pdb)).unwrap();
+        assert_eq!(
+            decoded["spec"],
+            json!({"minAvailable": 2, "maxUnavailable": "50%"})
+        );
+        let secret = with(
+            message("api.core.v1.Secret"),
+            vec![(
+                "data",
+                ProtoValue::Map(
+                    [(
+                        MapKey::String("k".into()),
+                        ProtoValue::Bytes(b"hello".to_vec().into()),
+                    )]
+                    .into_iter()
+                    .collect(),
+                ),
+            )],
+        );
+        let decoded = decode(&body("v1", "Secret", &secret)).unwrap();
+        assert_eq!(decoded["data"], json!({"k": "aGVsbG8="}));
+    }
+
+    #[test]
+    fn every_stored_builtin_kind_has_a_schema() {
+        for info in crate::resources::builtins() {
+            let version = &info.versions[0];
+            let api_version = if info.group.is_empty() {
+                version.clone()
+            } else {
+                format!("{}/{version}", info.group)
+            };
+            assert!(
+                message_for(&api_version, &info.kind).is_some(),
+                "{api_version} {}",
+                info.kind
+            );
+        }
+        let eviction = message_for("policy/v1", "Eviction").unwrap();
+        assert!(eviction.get_field_by_name("deleteOptions").is_some());
+    }
+
+    #[test]
+    fn garbage_and_unknown_kinds_are_refused_not_crashed_on() {
+        assert!(decode(b"k8s\0\xff\xff\xff").is_err());
+        assert!(decode(b"not protobuf").is_err());
+        let widget = message("api.core.v1.ConfigMap");
+        assert!(decode(&body("example.com/v1", "Widget", &widget)).is_err());
     }
 }

@@ -1413,6 +1413,9 @@ impl State {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        if res.crd.is_none() {
+            super::defaults::apply(&res.group, &res.plural, obj)?;
+        }
         if let Some(crd) = &res.crd {
             let version = obj["apiVersion"]
                 .as_str()

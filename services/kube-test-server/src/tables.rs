@@ -61,18 +61,20 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
     let mut rest = path;
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let field = &r[..end];
-            rest = &r[end..];
+            let (field, after) = field_name(r);
+            rest = after;
             if field.is_empty() {
                 continue;
             }
-            cur = cur.iter().filter_map(|v| v.get(field).cloned()).collect();
+            cur = cur.iter().filter_map(|v| v.get(&field).cloned()).collect();
         } else if let Some(r) = rest.strip_prefix('[') {
             let end = r.find(']')?;
             let inner = &r[..end];
             rest = &r[end + 1..];
-            if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
+            if let Some(key) = quoted(inner) {
+                cur = cur.iter().filter_map(|v| v.get(key).cloned()).collect();
+            } else if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')'))
+            {
                 let (lhs, rhs) = filter.split_once("==")?;
                 let field = lhs.trim().strip_prefix("@.")?;
                 let want = rhs.trim().trim_matches(['"', '\'']);
@@ -104,6 +106,34 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
         }
     }
     cur.into_iter().next()
+}
+
+/// A field name up to the next unescaped `.` or `[`: `node\.kubernetes\.io/zone`
+/// names the label key `node.kubernetes.io/zone`.
+fn field_name(path: &str) -> (String, &str) {
+    let mut name = String::new();
+    let mut chars = path.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, escaped)) = chars.next() {
+                    name.push(escaped);
+                }
+            }
+            '.' | '[' => return (name, &path[i..]),
+            other => name.push(other),
+        }
+    }
+    (name, "")
+}
+
+/// `'key'` or `"key"`: JSONPath's bracket form of a field name.
+fn quoted(inner: &str) -> Option<&str> {
+    let inner = inner.trim();
+    inner
+        .strip_prefix('\'')
+        .and_then(|r| r.strip_suffix('\''))
+        .or_else(|| inner.strip_prefix('"').and_then(|r| r.strip_suffix('"')))
 }
 
 fn column(name: &str, ty: &str, priority: i64, description: &str) -> Value {
@@ -357,6 +387,18 @@ mod tests {
         );
         assert_eq!(json_path(&o, ".spec.w"), Some(json!(3)));
         assert_eq!(json_path(&o, ".spec.missing"), None);
+        let claim = json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "c-4x", "karpenter.sh/nodepool": "default"}}});
+        assert_eq!(
+            json_path(
+                &claim,
+                ".metadata.labels.node\\.kubernetes\\.io/instance-type"
+            ),
+            Some(json!("c-4x"))
+        );
+        assert_eq!(
+            json_path(&claim, ".metadata.labels['karpenter.sh/nodepool']"),
+            Some(json!("default"))
+        );
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(185), "3m5s");
         assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
