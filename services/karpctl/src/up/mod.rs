@@ -303,7 +303,7 @@ fn next_steps(kubeconfig: &Path, pool: &Path) -> String {
          \n  kubectl create deployment inflate --image=public.ecr.aws/eks-distro/kubernetes/pause:3.7 --replicas 0\
          \n  kubectl set resources deployment inflate --requests=cpu=1\
          \n  kubectl scale deployment inflate --replicas 5\
-         \n  kubectl get nodeclaims,nodes -w\
+         \n  kubectl get nodeclaims -w   # kubectl watches one kind at a time; then: kubectl get nodes\
          \n\nCtrl-C stops the cluster.",
         kubeconfig.display(),
         pool.display()
