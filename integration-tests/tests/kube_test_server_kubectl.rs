@@ -887,3 +887,246 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
         "{table}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_dry_run_and_diff_persist_nothing() {
+    let c = cluster().await;
+    let cm = write_cm(&c, "dry");
+    let out = ok(&c, &["apply", "--dry-run=server", "-f", &cm]).await;
+    assert!(out.contains("(server dry run)"), "{out}");
+    assert!(
+        !k(&c, &["get", "cm", "dry"]).await.ok,
+        "a dry run creates nothing"
+    );
+    ok(&c, &["apply", "-f", &cm]).await;
+    let changed = write(
+        &c,
+        "dry-changed.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dry\ndata:\n  a: \"2\"\n",
+    );
+    let diff = k(&c, &["diff", "-f", &changed]).await;
+    assert!(
+        diff.stdout.contains("+  a: \"2\""),
+        "{}{}",
+        diff.stdout,
+        diff.stderr
+    );
+    assert!(diff.stdout.contains("-  a: \"1\""), "{}", diff.stdout);
+    ok(&c, &["delete", "cm", "dry", "--dry-run=server"]).await;
+    assert_eq!(
+        ok(&c, &["get", "cm", "dry", "-o", "jsonpath={.data.a}"]).await,
+        "1",
+        "neither the diff nor the dry-run delete changed it"
+    );
+    let bad = k(
+        &c,
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            &path("testdata/seeds/001-deployment-app.yaml"),
+            "--validate=false",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].resources.requests.cpu}",
+        ],
+    )
+    .await;
+    assert!(bad.ok, "{}", bad.stderr);
+    assert_eq!(
+        bad.stdout, "1",
+        "the dry run answers with the object as it would be stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreground_deletion_waits_for_dependents() {
+    let c = cluster_with_controllers().await;
+    let deployment = write(&c, "deploy.yaml", DEPLOYMENT);
+    ok(&c, &["apply", "-f", &deployment]).await;
+    let names = wait_pods(&c, "app=app", 3).await;
+    // One pod holds on: its finalizer keeps it, and so its owners.
+    ok(
+        &c,
+        &[
+            "patch",
+            "pod",
+            &names[0],
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+        ],
+    )
+    .await;
+    ok(
+        &c,
+        &[
+            "delete",
+            "deployment",
+            "app",
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let waiting = ok(
+        &c,
+        &[
+            "get",
+            "deployment",
+            "app",
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ],
+    )
+    .await;
+    assert!(waiting.contains("foregroundDeletion"), "{waiting}");
+    ok(
+        &c,
+        &[
+            "patch",
+            "pod",
+            &names[0],
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    )
+    .await;
+    wait_for(
+        &c,
+        &["get", "deployments,replicasets,pods", "-o", "name"],
+        "",
+    )
+    .await;
+}
+
+/// The names of the pods matching `selector`, once there are `count`.
+async fn wait_pods(c: &Cluster, selector: &str, count: usize) -> Vec<String> {
+    for _ in 0..100 {
+        let out = k(
+            c,
+            &[
+                "get",
+                "pods",
+                "-l",
+                selector,
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+        )
+        .await;
+        let names: Vec<String> = out.stdout.split_whitespace().map(str::to_owned).collect();
+        if names.len() == count {
+            return names;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("never saw {count} pods for {selector}");
+}
+
+const DAEMON_SET: &str = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      containers:\n      - name: agent\n        image: agent:1\n        resources: {requests: {cpu: 100m}}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_pods_follow_nodes_and_no_execute_taints_evict() {
+    let c = cluster_with_controllers().await;
+    ok(&c, &["apply", "-f", &write(&c, "ds.yaml", DAEMON_SET)]).await;
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &write(&c, "n1.yaml", &NODE.replace("NAME", "n1")),
+        ],
+    )
+    .await;
+    let nodes_of_daemons = [
+        "get",
+        "pods",
+        "-l",
+        "app=agent",
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ];
+    wait_for(&c, &nodes_of_daemons, "n1").await;
+    let one = write(
+        &c,
+        "one.yaml",
+        &DEPLOYMENT.replace("replicas: 3", "replicas: 1"),
+    );
+    ok(&c, &["apply", "-f", &one]).await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=app",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+        "n1",
+    )
+    .await;
+    // A new node gets its daemon.
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &write(&c, "n2.yaml", &NODE.replace("NAME", "n2")),
+        ],
+    )
+    .await;
+    let both = wait_until(&c, &nodes_of_daemons, |s| {
+        let mut v: Vec<&str> = s.split_whitespace().collect();
+        v.sort_unstable();
+        v == ["n1", "n2"]
+    })
+    .await;
+    assert!(both.contains("n2"), "{both}");
+    // A NoExecute taint nobody tolerates empties n1.
+    ok(
+        &c,
+        &["taint", "nodes", "n1", "example.com/broken=true:NoExecute"],
+    )
+    .await;
+    wait_for(&c, &nodes_of_daemons, "n2").await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=app",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+        "n2",
+    )
+    .await;
+    let ds = ok(
+        &c,
+        &[
+            "get",
+            "daemonset",
+            "agent",
+            "-o",
+            "jsonpath={.status.desiredNumberScheduled}",
+        ],
+    )
+    .await;
+    assert_eq!(ds, "1");
+}
+
+async fn wait_until(c: &Cluster, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = k(c, args).await.stdout;
+        if done(last.trim()) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("kubectl {args:?}: last saw {last:?}");
+}

@@ -7,6 +7,7 @@
 //!             └─ no ─▶ PodScheduled=False, reason=Unschedulable
 //!   bound Pod ──▶ Running, Ready (no kubelet here)               kubelet stand-in
 //!   Pod on a Node that is gone ──▶ deleted                       pod GC
+//!   DaemonSet ──▶ a pod per selected Node; NoExecute taints evict  (daemons.rs)
 //! ```
 //!
 //! The scheduler checks what kube-scheduler's filters check for this
@@ -61,7 +62,7 @@ pub fn pod_requests(pod: &Value) -> BTreeMap<String, i64> {
     total
 }
 
-fn tolerates(pod: &Value, taint: &Value) -> bool {
+pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
     pod["spec"]["tolerations"]
         .as_array()
         .into_iter()
@@ -107,29 +108,18 @@ fn match_expression(labels: &serde_json::Map<String, Value>, e: &Value) -> bool 
     }
 }
 
-/// Why `pod` cannot go on `node` (None when it fits), given the pods
-/// already there.
-pub fn unfit_reason(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
-    if !is_ready(node) {
-        return Some("node(s) were not ready".into());
-    }
-    if node["spec"]["unschedulable"] == true {
-        return Some("node(s) were unschedulable".into());
-    }
+/// Whether the pod's nodeSelector and required node affinity select `node`.
+pub(crate) fn node_selected(pod: &Value, node: &Value) -> bool {
     let empty = serde_json::Map::new();
     let labels = node["metadata"]["labels"].as_object().unwrap_or(&empty);
-    for (k, v) in pod["spec"]["nodeSelector"]
+    let selector_matches = pod["spec"]["nodeSelector"]
         .as_object()
         .into_iter()
         .flatten()
-    {
-        if labels.get(k) != Some(v) {
-            return Some("node(s) didn't match Pod's node affinity/selector".into());
-        }
-    }
+        .all(|(k, v)| labels.get(k) == Some(v));
     let terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].as_array();
-    if let Some(terms) = terms {
-        let any = terms.iter().any(|t| {
+    let affinity_matches = terms.is_none_or(|terms| {
+        terms.iter().any(|t| {
             t["matchExpressions"]
                 .as_array()
                 .into_iter()
@@ -140,10 +130,22 @@ pub fn unfit_reason(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<Str
                     m.insert("metadata.name".into(), node["metadata"]["name"].clone());
                     match_expression(&m, e)
                 })
-        });
-        if !any {
-            return Some("node(s) didn't match Pod's node affinity/selector".into());
-        }
+        })
+    });
+    selector_matches && affinity_matches
+}
+
+/// Why `pod` cannot go on `node` (None when it fits), given the pods
+/// already there.
+pub fn unfit_reason(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
+    if !is_ready(node) {
+        return Some("node(s) were not ready".into());
+    }
+    if node["spec"]["unschedulable"] == true {
+        return Some("node(s) were unschedulable".into());
+    }
+    if !node_selected(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector".into());
     }
     for taint in node["spec"]["taints"].as_array().into_iter().flatten() {
         if matches!(
@@ -395,9 +397,12 @@ pub fn reconcile(store: &Store) {
             });
         }
     }
-    // Pod GC, scheduler and kubelet.
-    pods = all(store, &pods_r);
+    // DaemonSets and the taint manager, then pod GC, scheduler and kubelet.
     let nodes = all(store, &nodes_r);
+    pods = all(store, &pods_r);
+    super::daemons::reconcile_daemon_sets(store, &nodes, &pods);
+    super::daemons::evict_for_no_execute(store, &nodes, &pods);
+    pods = all(store, &pods_r);
     let node_names: BTreeSet<&str> = nodes
         .iter()
         .filter_map(|n| n["metadata"]["name"].as_str())

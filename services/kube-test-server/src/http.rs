@@ -125,6 +125,18 @@ fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
     }))
 }
 
+/// `dryRun` of DeleteOptions in a body (a DELETE's, or an Eviction's).
+fn dry_run_in_body(body: &[u8]) -> Option<String> {
+    if body.is_empty() {
+        return None;
+    }
+    let options = parse_body(body).ok()?;
+    let values = options
+        .get("dryRun")
+        .or_else(|| options["deleteOptions"].get("dryRun"))?;
+    values.as_array()?.first()?.as_str().map(str::to_owned)
+}
+
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     if body.starts_with(super::protobuf::MAGIC) {
         return super::protobuf::decode(body);
@@ -241,12 +253,22 @@ async fn route(
         String::new()
     };
     let mgr = manager(query, headers);
-    // Writes would persist: refuse rather than pretend.
-    if query.contains_key("dryRun") && *method != Method::GET {
-        return Err(ApiError::bad_request(
-            "dryRun is not supported by kube-test-server (the write would be persisted)",
-        ));
-    }
+    // A dry run writes to a scratch copy of the store that is then dropped.
+    let scratch;
+    let dry_run = query.get("dryRun").cloned().or_else(|| dry_run_in_body(body));
+    let store = match dry_run.as_deref() {
+        None | Some("") => store,
+        Some("All") if *method != Method::GET => {
+            scratch = store.scratch();
+            &scratch
+        }
+        Some("All") => store,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid dryRun value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
     let version = target.version.clone();
     match (
         method.clone(),

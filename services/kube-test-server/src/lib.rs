@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controllers;
+mod daemons;
 mod defaults;
 mod http;
 mod openapi;

@@ -200,6 +200,7 @@ pub fn resource_key(group: &str, plural: &str) -> String {
     format!("{group}/{plural}")
 }
 
+#[derive(Clone)]
 struct State {
     rv: u64,
     resources: BTreeMap<String, Arc<ResourceInfo>>,
@@ -236,6 +237,9 @@ pub struct Store {
     history_limit: usize,
 }
 
+/// The finalizer of an owner waiting for its dependents.
+const FOREGROUND_DELETION: &str = "foregroundDeletion";
+
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -270,6 +274,17 @@ impl Store {
             );
         }
         store
+    }
+
+    /// A copy of the whole store that nobody watches: a `dryRun=All`
+    /// write runs there, validated and defaulted as a real one, and is
+    /// dropped with it.
+    pub fn scratch(&self) -> Arc<Store> {
+        Arc::new(Store {
+            state: Mutex::new(self.lock().clone()),
+            events: broadcast::channel(16).0,
+            history_limit: self.history_limit,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -753,6 +768,16 @@ impl Store {
         obj: Value,
         propagation: Propagation,
     ) -> Value {
+        let uid = obj["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if propagation == Propagation::Foreground
+            && obj["metadata"].get("deletionTimestamp").is_none()
+            && st.dependents.get(&uid).is_some_and(|d| !d.is_empty())
+        {
+            return self.delete_in_foreground(st, res, obj, &uid);
+        }
         if !strings(&obj["metadata"]["finalizers"]).is_empty() {
             if obj["metadata"].get("deletionTimestamp").is_some() {
                 return obj;
@@ -823,10 +848,101 @@ impl Store {
         if let Some(uid) = obj["metadata"]["uid"].as_str() {
             self.collect_dependents(st, uid, propagation);
         }
+        self.release_foreground_owners(st, &obj);
         if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
             self.refresh_pdbs(st, ns);
         }
         obj
+    }
+
+    /// `propagationPolicy=Foreground`: the owner is marked deleted with the
+    /// `foregroundDeletion` finalizer and stays until its dependents are
+    /// gone (see [`Store::release_foreground_owners`]).
+    fn delete_in_foreground(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        obj: Value,
+        uid: &str,
+    ) -> Value {
+        let mut marked = obj.clone();
+        marked["metadata"]["deletionTimestamp"] = json!(now());
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let mut finalizers: Vec<Value> = marked["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        finalizers.push(json!(FOREGROUND_DELETION));
+        marked["metadata"]["finalizers"] = Value::Array(finalizers);
+        let result = self
+            .insert(st, res, marked, Some(obj))
+            .unwrap_or_else(|e| e.status());
+        let dependents: Vec<ObjKey> = st
+            .dependents
+            .get(uid)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default();
+        for dep in dependents {
+            let Some(dep_res) = st.resources.get(&dep.resource).cloned() else {
+                continue;
+            };
+            if let Some(child) = st.get(&dep_res, &dep.namespace, &dep.name).cloned() {
+                self.delete_locked(
+                    st,
+                    &dep_res,
+                    &dep.namespace,
+                    &dep.name,
+                    child,
+                    Propagation::Foreground,
+                );
+            }
+        }
+        result
+    }
+
+    /// After a dependent is removed: an owner waiting in foreground
+    /// deletion whose dependents are all gone loses its
+    /// `foregroundDeletion` finalizer (and, with no other, goes itself).
+    fn release_foreground_owners(&self, st: &mut State, removed: &Value) {
+        let owners: Vec<String> = removed["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+            .collect();
+        for owner_uid in owners {
+            if st.dependents.get(&owner_uid).is_some_and(|d| !d.is_empty()) {
+                continue;
+            }
+            let Some(key) = st.uids.get(&owner_uid).cloned() else {
+                continue;
+            };
+            let Some(res) = st.resources.get(&key.resource).cloned() else {
+                continue;
+            };
+            let Some(owner) = st.get(&res, &key.namespace, &key.name).cloned() else {
+                continue;
+            };
+            if !strings(&owner["metadata"]["finalizers"]).contains(FOREGROUND_DELETION) {
+                continue;
+            }
+            let mut released = owner.clone();
+            if let Some(list) = released["metadata"]["finalizers"].as_array_mut() {
+                list.retain(|f| f != FOREGROUND_DELETION);
+            }
+            if strings(&released["metadata"]["finalizers"]).is_empty() {
+                self.remove(
+                    st,
+                    &res,
+                    &key.namespace,
+                    &key.name,
+                    released,
+                    Propagation::Background,
+                );
+            } else {
+                let _ = self.insert(st, &res, released, Some(owner));
+            }
+        }
     }
 
     /// Background garbage collection: a dependent whose owners are all gone
