@@ -413,7 +413,7 @@ fn write(c: &Cluster, name: &str, text: &str) -> String {
 
 const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata:\n  name: NAME\n  labels: {kubernetes.io/hostname: NAME}\nstatus:\n  allocatable: {cpu: \"4\", memory: 16Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 16Gi, pods: \"110\"}\n  conditions: [{type: Ready, status: \"True\", reason: KubeletReady}]\n";
 
-const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      containers:\n      - name: app\n        image: nginx\n        resources: {requests: {cpu: \"1\", memory: 2Gi}}\n";
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: nginx\n        resources: {requests: {cpu: \"1\", memory: 2Gi}}\n";
 
 async fn wait_for(c: &Cluster, args: &[&str], want: &str) -> String {
     let mut last = String::new();
@@ -1025,7 +1025,7 @@ async fn wait_pods(c: &Cluster, selector: &str, count: usize) -> Vec<String> {
     panic!("never saw {count} pods for {selector}");
 }
 
-const DAEMON_SET: &str = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      containers:\n      - name: agent\n        image: agent:1\n        resources: {requests: {cpu: 100m}}\n";
+const DAEMON_SET: &str = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers:\n      - name: agent\n        image: agent:1\n        resources: {requests: {cpu: 100m}}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_pods_follow_nodes_and_no_execute_taints_evict() {
@@ -1129,4 +1129,70 @@ async fn wait_until(c: &Cluster, args: &[&str], done: impl Fn(&str) -> bool) -> 
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("kubectl {args:?}: last saw {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_deletion_is_graceful_unless_forced() {
+    let c = cluster_with_controllers().await;
+    ok(
+        &c,
+        &[
+            "apply",
+            "-f",
+            &write(&c, "n1.yaml", &NODE.replace("NAME", "n1")),
+        ],
+    )
+    .await;
+    let deployment = DEPLOYMENT.replace("replicas: 3", "replicas: 2").replace(
+        "terminationGracePeriodSeconds: 1",
+        "terminationGracePeriodSeconds: 2",
+    );
+    ok(&c, &["apply", "-f", &write(&c, "d.yaml", &deployment)]).await;
+    wait_for(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=app",
+            "-o",
+            "jsonpath={.items[*].status.phase}",
+        ],
+        "Running Running",
+    )
+    .await;
+    let names = wait_pods(&c, "app=app", 2).await;
+    ok(&c, &["delete", "pod", &names[0], "--wait=false"]).await;
+    let terminating = ok(
+        &c,
+        &[
+            "get",
+            "pod",
+            &names[0],
+            "-o",
+            "jsonpath={.metadata.deletionGracePeriodSeconds}",
+        ],
+    )
+    .await;
+    assert_eq!(terminating, "2", "the pod stays for its grace period");
+    // `kubectl delete` waits until the pod is gone.
+    ok(
+        &c,
+        &[
+            "wait",
+            "--for=delete",
+            &format!("pod/{}", names[0]),
+            "--timeout=10s",
+        ],
+    )
+    .await;
+    ok(
+        &c,
+        &["delete", "pod", &names[1], "--grace-period=0", "--force"],
+    )
+    .await;
+    assert!(
+        !k(&c, &["get", "pod", &names[1]]).await.ok,
+        "forced: gone at once"
+    );
 }

@@ -7,6 +7,7 @@
 //!             └─ no ─▶ PodScheduled=False, reason=Unschedulable
 //!   bound Pod ──▶ Running, Ready (no kubelet here)               kubelet stand-in
 //!   Pod on a Node that is gone ──▶ deleted                       pod GC
+//!   terminating Pod past its grace period ──▶ removed            kubelet stand-in
 //!   DaemonSet ──▶ a pod per selected Node; NoExecute taints evict  (daemons.rs)
 //! ```
 //!
@@ -21,7 +22,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::ResourceInfo;
-use super::store::{ListOptions, Propagation, Store, is_ready, now, set_condition};
+use super::store::{DeleteOptions, ListOptions, Store, is_ready, now, set_condition};
 
 /// A quantity of resource `name` in wire units (millicores for CPU, bytes
 /// for memory); one that does not parse counts as zero, as the stand-in
@@ -250,6 +251,17 @@ fn is_terminating(o: &Value) -> bool {
     o["metadata"].get("deletionTimestamp").is_some()
 }
 
+/// A terminating pod whose grace period has run out.
+fn grace_period_over(pod: &Value) -> bool {
+    pod["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .is_some_and(|g| g > 0)
+        && pod["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|at| at <= chrono::Utc::now())
+}
+
 /// One pass of every controller.
 pub fn reconcile(store: &Store) {
     let (Some(deploys_r), Some(rs_r), Some(pods_r), Some(nodes_r)) = (
@@ -375,9 +387,7 @@ pub fn reconcile(store: &Store) {
                     &pods_r,
                     ns,
                     p["metadata"]["name"].as_str().unwrap_or_default(),
-                    None,
-                    None,
-                    Propagation::Background,
+                    &DeleteOptions::default(),
                 );
             }
         }
@@ -413,7 +423,8 @@ pub fn reconcile(store: &Store) {
         let name = p["metadata"]["name"].as_str().unwrap_or_default();
         match p["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
             Some(n) if !node_names.contains(n) => {
-                let _ = store.delete(&pods_r, ns, name, None, None, Propagation::Background);
+                // Its node is gone: nobody will stop it gracefully.
+                let _ = store.delete(&pods_r, ns, name, &DeleteOptions::grace(Some(0)));
             }
             Some(n) => {
                 let phase = p["status"]["phase"].as_str().unwrap_or("Pending");
@@ -421,6 +432,11 @@ pub fn reconcile(store: &Store) {
                     by_node.entry(n.to_string()).or_default().push(p.clone());
                 }
                 let node = nodes.iter().find(|x| x["metadata"]["name"] == n);
+                if grace_period_over(p) {
+                    // The kubelet: its containers have stopped; it lets the pod go.
+                    let _ = store.delete(&pods_r, ns, name, &DeleteOptions::grace(Some(0)));
+                    continue;
+                }
                 if phase == "Pending" && !is_terminating(p) && node.is_some_and(is_ready) {
                     start_pod(store, &pods_r, p, node.cloned().unwrap_or_default());
                 }

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::controllers::{node_selected, tolerates};
-use super::store::{ListOptions, Propagation, Store};
+use super::store::{DeleteOptions, ListOptions, Store};
 
 const CM: &str = "kube-controller-manager";
 
@@ -136,8 +136,7 @@ pub fn reconcile_daemon_sets(store: &Store, nodes: &[Value], pods: &[Value]) {
                 // Its node is gone, no longer selected, or has a daemon already.
                 _ => {
                     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
-                    let _ =
-                        store.delete(&pods_r, ns, pod_name, None, None, Propagation::Background);
+                    let _ = store.delete(&pods_r, ns, pod_name, &DeleteOptions::default());
                 }
             }
         }
@@ -273,7 +272,7 @@ pub fn evict_for_no_execute(store: &Store, nodes: &[Value], pods: &[Value]) {
                 node = node_name,
                 "taint manager: evicting a pod that does not tolerate a NoExecute taint"
             );
-            let _ = store.delete(&pods_r, ns, name, None, None, Propagation::Background);
+            let _ = store.delete(&pods_r, ns, name, &DeleteOptions::default());
         }
     }
 }

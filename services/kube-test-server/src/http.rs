@@ -24,7 +24,9 @@ use super::openapi;
 use super::patch;
 use super::resources::ResourceInfo;
 use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{ApiError, EventType, ListOptions, Propagation, Store, StoredEvent};
+use super::store::{
+    ApiError, DeleteOptions, EventType, ListOptions, Propagation, Store, StoredEvent,
+};
 use super::tables;
 
 /// Shared by every request.
@@ -255,7 +257,10 @@ async fn route(
     let mgr = manager(query, headers);
     // A dry run writes to a scratch copy of the store that is then dropped.
     let scratch;
-    let dry_run = query.get("dryRun").cloned().or_else(|| dry_run_in_body(body));
+    let dry_run = query
+        .get("dryRun")
+        .cloned()
+        .or_else(|| dry_run_in_body(body));
     let store = match dry_run.as_deref() {
         None | Some("") => store,
         Some("All") if *method != Method::GET => {
@@ -425,14 +430,18 @@ async fn route(
                 _ if opts["orphanDependents"] == true => Propagation::Orphan,
                 _ => Propagation::Background,
             };
-            let deleted = store.delete(
-                &res,
-                &ns,
-                name,
-                opts["preconditions"]["uid"].as_str(),
-                opts["preconditions"]["resourceVersion"].as_str(),
+            let grace = opts["gracePeriodSeconds"]
+                .as_i64()
+                .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok()));
+            let options = DeleteOptions {
+                uid: opts["preconditions"]["uid"].as_str().map(str::to_owned),
+                resource_version: opts["preconditions"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned),
                 propagation,
-            )?;
+                grace_period: grace,
+            };
+            let deleted = store.delete(&res, &ns, name, &options)?;
             Ok(json_response(200, &as_version(&res, &version, deleted)))
         }
         (Method::DELETE, None, _) => {
@@ -450,7 +459,7 @@ async fn route(
             for item in items {
                 let n = item["metadata"]["name"].as_str().unwrap_or_default();
                 let ins = item["metadata"]["namespace"].as_str().unwrap_or_default();
-                if let Ok(d) = store.delete(&res, ins, n, None, None, Propagation::Background) {
+                if let Ok(d) = store.delete(&res, ins, n, &DeleteOptions::default()) {
                     deleted.push(as_version(&res, &version, d));
                 }
             }

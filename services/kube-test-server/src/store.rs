@@ -222,9 +222,32 @@ pub struct ListOptions {
     pub continue_token: Option<String>,
 }
 
+/// What a DELETE asks for (`DeleteOptions`).
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// Precondition: the object's uid.
+    pub uid: Option<String>,
+    /// Precondition: the object's resourceVersion.
+    pub resource_version: Option<String>,
+    pub propagation: Propagation,
+    /// A pod's grace period; its `terminationGracePeriodSeconds` if unset.
+    pub grace_period: Option<i64>,
+}
+
+impl DeleteOptions {
+    /// Background propagation with this grace period.
+    pub fn grace(grace_period: Option<i64>) -> Self {
+        DeleteOptions {
+            grace_period,
+            ..DeleteOptions::default()
+        }
+    }
+}
+
 /// How a delete treats dependents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Propagation {
+    #[default]
     Background,
     Foreground,
     Orphan,
@@ -713,8 +736,12 @@ impl Store {
         if strip_times(&new) == strip_times(&old) {
             return Ok(old);
         }
+        // A pod in its grace period stays until the kubelet lets it go.
         if new["metadata"].get("deletionTimestamp").is_some()
             && strings(&new["metadata"]["finalizers"]).is_empty()
+            && new["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .is_none_or(|g| g == 0)
         {
             let ns = old["metadata"]["namespace"]
                 .as_str()
@@ -731,10 +758,11 @@ impl Store {
         res: &ResourceInfo,
         ns: &str,
         name: &str,
-        precondition_uid: Option<&str>,
-        precondition_rv: Option<&str>,
-        propagation: Propagation,
+        options: &DeleteOptions,
     ) -> Result<Value, ApiError> {
+        let precondition_uid = options.uid.as_deref();
+        let precondition_rv = options.resource_version.as_deref();
+        let (propagation, grace_period) = (options.propagation, options.grace_period);
         let mut st = self.lock();
         let obj = st
             .get(res, ns, name)
@@ -756,7 +784,60 @@ impl Store {
         {
             return Err(ApiError::conflict(res, name));
         }
+        if res.group.is_empty() && res.plural == "pods" {
+            return Ok(self.delete_pod(&mut st, res, ns, name, obj, grace_period));
+        }
         Ok(self.delete_locked(&mut st, res, ns, name, obj, propagation))
+    }
+
+    /// Graceful pod deletion, as kube-apiserver does it: a pod on a node
+    /// gets `deletionTimestamp` = now + its grace period (the request's,
+    /// else `terminationGracePeriodSeconds`) and stays until the kubelet
+    /// removes it; an unbound or finished pod, or a grace period of 0,
+    /// goes at once (finalizers permitting). A later delete may only
+    /// shorten the wait.
+    fn delete_pod(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        pod: Value,
+        grace_period: Option<i64>,
+    ) -> Value {
+        let bound = pod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        );
+        let grace = if bound && !finished {
+            grace_period
+                .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+                .unwrap_or(30)
+                .max(0)
+        } else {
+            0
+        };
+        let marked = pod["metadata"].get("deletionTimestamp").is_some();
+        let current = pod["metadata"]["deletionGracePeriodSeconds"].as_i64();
+        if marked && current.is_some_and(|c| c <= grace) {
+            return pod;
+        }
+        if grace == 0 && !marked {
+            return self.delete_locked(st, res, ns, name, pod, Propagation::Background);
+        }
+        if grace == 0 && strings(&pod["metadata"]["finalizers"]).is_empty() {
+            return self.remove(st, res, ns, name, pod, Propagation::Background);
+        }
+        let mut new = pod.clone();
+        let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
+        new["metadata"]["deletionTimestamp"] =
+            json!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        self.insert(st, res, new, Some(pod))
+            .unwrap_or_else(|e| e.status())
     }
 
     fn delete_locked(
@@ -1075,7 +1156,7 @@ impl Store {
                 }
             }
         }
-        self.delete_locked(&mut st, pods, ns, name, pod, Propagation::Background);
+        self.delete_pod(&mut st, pods, ns, name, pod, None);
         Ok(ok)
     }
 

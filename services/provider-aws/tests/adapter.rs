@@ -172,7 +172,7 @@ async fn a_pending_pod_gets_an_ec2_instance_in_moto_and_binds_to_its_node() {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "inflate"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "inflate"}},
-                 "template": {"metadata": {"labels": {"app": "inflate"}}, "spec": {"containers": [
+                 "template": {"metadata": {"labels": {"app": "inflate"}}, "spec": {"terminationGracePeriodSeconds": 2, "containers": [
                      {"name": "pause", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
                       "resources": {"requests": {"cpu": "1"}}}]}}}
     }))

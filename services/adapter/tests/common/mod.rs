@@ -256,7 +256,10 @@ impl Cluster {
     }
 
     pub async fn deployment(&self, name: &str, replicas: i32, cpu: &str, pod_extra: Value) {
+        // Pods stop gracefully when drained; a short grace period keeps
+        // the tests quick (kube-test-server waits it out as a kubelet would).
         let mut pod_spec = json!({
+            "terminationGracePeriodSeconds": 2,
             "containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
                             "resources": {"requests": {"cpu": cpu}}}]
         });
