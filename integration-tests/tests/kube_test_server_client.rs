@@ -514,3 +514,63 @@ async fn a_crd_that_serves_no_version_leaves_discovery_working() {
         .expect("discovery of every group works");
     assert!(discovery.groups().all(|g| g.name() != "example.com"));
 }
+
+#[tokio::test]
+async fn seed_001_as_written_reads_back_typed_scales_and_evicts() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use kube::api::{DynamicObject, EvictParams};
+    let (_s, client) = start(Config::default()).await;
+    // The seed's YAML, integers and all, as a dynamic object.
+    let text = std::fs::read_to_string(
+        integration_tests::repo_root().join("testdata/seeds/001-deployment-app.yaml"),
+    )
+    .expect("seed 001");
+    let object: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
+    let resource = kube::api::ApiResource::erase::<Deployment>(&());
+    Api::<DynamicObject>::namespaced_with(client.clone(), "default", &resource)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("created as written");
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let typed = deployments
+        .get("app")
+        .await
+        .expect("reads back as a typed Deployment");
+    let requests = typed
+        .spec
+        .template
+        .spec
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.resources)
+        .and_then(|r| r.requests)
+        .unwrap_or_default();
+    assert_eq!(requests.get("cpu"), Some(&Quantity("1".into())));
+    assert_eq!(requests.get("memory"), Some(&Quantity("2Gi".into())));
+    deployments
+        .patch_scale(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .expect("scaled through the subresource");
+    let scale = deployments.get_scale("app").await.expect("scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(5));
+
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "evictee"}, "spec": {"containers": [{"name": "c", "image": "pause:3.7"}]}}),
+    )
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    pods.evict("evictee", &EvictParams::default())
+        .await
+        .expect("evicted");
+    assert!(
+        pods.get_opt("evictee").await.expect("get").is_none(),
+        "an unbound pod goes at once"
+    );
+}

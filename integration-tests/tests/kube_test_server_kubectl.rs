@@ -1196,3 +1196,91 @@ async fn pod_deletion_is_graceful_unless_forced() {
         "forced: gone at once"
     );
 }
+
+fn zoned_node(name: &str, zone: &str) -> String {
+    NODE.replace("NAME", name).replace(
+        &format!("kubernetes.io/hostname: {name}}}"),
+        &format!("kubernetes.io/hostname: {name}, topology.kubernetes.io/zone: {zone}}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_stand_in_spreads_across_zones_and_keeps_anti_affine_pods_apart() {
+    let c = cluster_with_controllers().await;
+    for (name, zone) in [("n1", "z1"), ("n2", "z2"), ("n3", "z3"), ("n4", "z1")] {
+        ok(
+            &c,
+            &[
+                "apply",
+                "-f",
+                &write(&c, &format!("{name}.yaml"), &zoned_node(name, zone)),
+            ],
+        )
+        .await;
+    }
+    let spread = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 6\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      topologySpreadConstraints:\n      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}\n      containers:\n      - name: web\n        image: nginx\n        resources: {requests: {cpu: 100m}}\n";
+    ok(&c, &["apply", "-f", &write(&c, "web.yaml", spread)]).await;
+    let placed = wait_until(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
+        ],
+        |s| s.lines().filter(|l| !l.is_empty()).count() == 6,
+    )
+    .await;
+    let mut per_zone = std::collections::BTreeMap::new();
+    for node in placed.lines().filter(|l| !l.is_empty()) {
+        let zone = match node {
+            "n1" | "n4" => "z1",
+            "n2" => "z2",
+            _ => "z3",
+        };
+        *per_zone.entry(zone).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_zone.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{placed}"
+    );
+
+    let apart = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\nspec:\n  replicas: 5\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n          - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: db}}}\n      containers:\n      - name: db\n        image: postgres\n        resources: {requests: {cpu: 100m}}\n";
+    ok(&c, &["apply", "-f", &write(&c, "db.yaml", apart)]).await;
+    let nodes = wait_until(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=db",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
+        ],
+        |s| s.lines().filter(|l| !l.is_empty()).count() == 4,
+    )
+    .await;
+    let distinct: std::collections::BTreeSet<&str> =
+        nodes.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(distinct.len(), 4, "one db pod per node: {nodes}");
+    let reason = wait_until(
+        &c,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=db",
+            "-o",
+            "jsonpath={.items[*].status.conditions[?(@.reason==\"Unschedulable\")].message}",
+        ],
+        |s| s.contains("anti-affinity"),
+    )
+    .await;
+    assert!(
+        reason.contains("4 node(s) didn't match pod anti-affinity rules"),
+        "{reason}"
+    );
+}

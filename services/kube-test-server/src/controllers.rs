@@ -13,7 +13,8 @@
 //!
 //! The scheduler checks what kube-scheduler's filters check for this
 //! project: resource requests against allocatable, nodeSelector, required
-//! node affinity, taints and tolerations, host ports, unschedulable nodes.
+//! node affinity, taints and tolerations, host ports, unschedulable nodes,
+//! and (interpod.rs) pod affinity, anti-affinity and topology spread.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -466,13 +467,18 @@ pub fn reconcile(store: &Store) {
         let name = p["metadata"]["name"].as_str().unwrap_or_default();
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         let mut chosen = None;
+        let placement = super::interpod::Placement {
+            nodes: &nodes,
+            pods_by_node: &by_node,
+        };
         for n in &nodes {
             let nn = n["metadata"]["name"].as_str().unwrap_or_default();
             let here: Vec<&Value> = by_node
                 .get(nn)
                 .map(|v| v.iter().collect())
                 .unwrap_or_default();
-            match unfit_reason(p, n, &here) {
+            let reason = unfit_reason(p, n, &here).or_else(|| placement.unfit(p, n));
+            match reason {
                 None => {
                     chosen = Some(nn.to_string());
                     break;

@@ -27,6 +27,7 @@ pub mod controllers;
 mod daemons;
 mod defaults;
 mod http;
+mod interpod;
 mod openapi;
 pub mod patch;
 mod protobuf;
