@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clients::Clients;
+use crate::controllers::expiration::Expiration;
 use crate::controllers::lifecycle::Lifecycle;
 use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodepool::NodePools;
@@ -282,6 +283,8 @@ fn spawn_controllers(
     tasks.spawn(observability::run(ctx.clone(), snapshots.clone()));
     let lifecycle = Arc::new(Lifecycle { ctx: ctx.clone() });
     tasks.spawn(runner::run(lifecycle, snapshots.clone(), CONCURRENCY));
+    let expiration = Arc::new(Expiration { ctx: ctx.clone() });
+    tasks.spawn(runner::run(expiration, snapshots.clone(), CONCURRENCY));
     let termination = Arc::new(Termination { ctx: ctx.clone() });
     tasks.spawn(runner::run(termination, snapshots.clone(), CONCURRENCY));
     let pools = Arc::new(NodePools { ctx: ctx.clone() });

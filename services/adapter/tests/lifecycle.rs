@@ -193,3 +193,58 @@ async fn a_standby_takes_over_when_the_leader_dies() {
     scaled_out(&cluster, 1).await;
     standby.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_claim_is_drained_deleted_and_replaced() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"expireAfter": "8s"}}),
+            json!({}),
+        ))
+        .await;
+    cluster
+        .deployment(
+            "inflate",
+            1,
+            "1",
+            json!({"terminationGracePeriodSeconds": 1}),
+        )
+        .await;
+    eventually("the pod running", Duration::from_secs(40), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    let first = cluster.claims().await.remove(0);
+    assert_eq!(
+        first.spec.expire_after(),
+        Some(Duration::from_secs(8)),
+        "the claim carries its pool's expireAfter"
+    );
+    eventually(
+        "the expired claim and its instance gone, the pod running on a new claim",
+        Duration::from_secs(40),
+        || async {
+            let claims = cluster.claims().await;
+            !claims.iter().any(|c| c.name_any() == first.name_any())
+                && !cluster
+                    .kwok
+                    .instances()
+                    .iter()
+                    .any(|i| i.node_claim_name == first.name_any())
+                && cluster.running("inflate", 1).await
+        },
+    )
+    .await;
+    let metrics = adapter.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("karpenter_nodeclaims_disrupted_total")
+                && l.contains("reason=\"expired\"")),
+        "{metrics}"
+    );
+    adapter.stop().await;
+}

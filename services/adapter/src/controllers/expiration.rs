@@ -1,0 +1,123 @@
+//! Expiration (Karpenter's `nodeclaim.expiration`): a claim whose
+//! `spec.expireAfter` has passed since its creation is deleted. This is
+//! forceful disruption: no budget, do-not-disrupt annotation or PDB holds
+//! it back; the termination flow drains the node, bounded by the claim's
+//! `terminationGracePeriod`. `expireAfter` is the claim's own (copied from
+//! its pool at creation), so changing the pool does not move it.
+//!
+//! ```text
+//!   claim ──creationTimestamp + expireAfter ≤ now?──▶ delete (reason "expired")
+//!         └─ not yet ──▶ requeue at expiry;  Never ──▶ nothing
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_api::NodeClaim;
+use kube::{Resource, ResourceExt};
+
+use super::lifecycle::{elapsed, zone_and_capacity};
+use super::runner::{Reconciler, fingerprint};
+use super::{Context, Requeue};
+use crate::error::Result;
+use crate::index::{Index, Key};
+use crate::metrics::DisruptedLabels;
+use crate::patch;
+use crate::watch::Versions;
+
+/// How long until `claim` expires: `None` for `Never`, zero once expired.
+pub fn remaining(claim: &NodeClaim) -> Option<Duration> {
+    let expire_after = claim.spec.expire_after()?;
+    let age = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| elapsed(t.0))
+        .unwrap_or_default();
+    Some(expire_after.saturating_sub(age))
+}
+
+/// The expiration controller.
+pub struct Expiration {
+    pub ctx: Context,
+}
+
+impl Reconciler for Expiration {
+    const NAME: &'static str = "nodeclaim.expiration";
+
+    fn relevant(versions: &Versions) -> u64 {
+        versions.node_claims
+    }
+
+    fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
+        index
+            .node_claims
+            .iter()
+            .filter(|claim| self.ctx.manages(claim) && claim.meta().deletion_timestamp.is_none())
+            .map(|claim| {
+                let version = claim.meta().resource_version.as_deref();
+                ((String::new(), claim.name_any()), fingerprint([version]))
+            })
+            .collect()
+    }
+
+    async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
+        let Some(claim) = index.node_claims.named(&key.1).cloned() else {
+            return Ok(None);
+        };
+        if !self.ctx.manages(&claim) || claim.meta().deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        match remaining(&claim) {
+            None => Ok(None),
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            Some(_) => {
+                tracing::info!(
+                    nodepool = claim.node_pool().unwrap_or_default(),
+                    "deleting expired nodeclaim"
+                );
+                patch::delete(&self.ctx.node_claims(), &claim).await?;
+                let (_, capacity_type) = zone_and_capacity(claim.labels());
+                self.ctx
+                    .metrics
+                    .nodeclaims_disrupted
+                    .get_or_create(&DisruptedLabels {
+                        reason: "expired".to_owned(),
+                        nodepool: claim.node_pool().unwrap_or_default().to_owned(),
+                        capacity_type,
+                    })
+                    .inc();
+                Ok(None)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(expire_after: &str, age_seconds: i64) -> NodeClaim {
+        let created = k8s_openapi::jiff::Timestamp::now()
+            - k8s_openapi::jiff::SignedDuration::from_secs(age_seconds);
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "creationTimestamp": created.to_string()},
+            "spec": {"expireAfter": expire_after, "requirements": [],
+                     "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}
+        }))
+        .expect("claim")
+    }
+
+    #[test]
+    fn a_claim_expires_its_own_expire_after_past_its_creation() {
+        let young = remaining(&claim("1h", 600)).expect("expires");
+        assert!(
+            young > Duration::from_secs(2_900) && young <= Duration::from_secs(3_000),
+            "{young:?}"
+        );
+        assert_eq!(remaining(&claim("1h", 7_200)), Some(Duration::ZERO));
+        assert_eq!(remaining(&claim("Never", 1_000_000)), None);
+    }
+}
