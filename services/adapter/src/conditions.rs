@@ -87,6 +87,14 @@ impl<'a> Conditions<'a> {
         }
     }
 
+    /// Removes a condition Karpenter clears rather than sets False
+    /// (`Consolidatable`, `Drifted`); the root and its dependents stay.
+    pub fn clear(&mut self, type_: &str) {
+        if type_ != READY && !self.dependents.contains(&type_) {
+            self.list.retain(|c| c.type_ != type_);
+        }
+    }
+
     pub fn set_true(&mut self, type_: &str) {
         self.set(type_, ConditionStatus::True, type_, "");
     }

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clients::Clients;
+use crate::controllers::claim_disruption::ClaimDisruption;
 use crate::controllers::expiration::Expiration;
 use crate::controllers::lifecycle::Lifecycle;
 use crate::controllers::nodeclass::NodeClasses;
@@ -283,6 +284,12 @@ fn spawn_controllers(
     tasks.spawn(observability::run(ctx.clone(), snapshots.clone()));
     let lifecycle = Arc::new(Lifecycle { ctx: ctx.clone() });
     tasks.spawn(runner::run(lifecycle, snapshots.clone(), CONCURRENCY));
+    let claim_disruption = Arc::new(ClaimDisruption { ctx: ctx.clone() });
+    tasks.spawn(runner::run(
+        claim_disruption,
+        snapshots.clone(),
+        CONCURRENCY,
+    ));
     let expiration = Arc::new(Expiration { ctx: ctx.clone() });
     tasks.spawn(runner::run(expiration, snapshots.clone(), CONCURRENCY));
     let termination = Arc::new(Termination { ctx: ctx.clone() });

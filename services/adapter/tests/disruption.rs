@@ -1,0 +1,109 @@
+//! The disruption state of NodeClaims end to end: `Consolidatable` once
+//! initialized and past `consolidateAfter`, `Drifted` with Karpenter's
+//! reasons when the NodePool changes under a claim.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use karpenter_api::{NodeClaim, NodePool};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+fn condition(claim: &NodeClaim, type_: &str) -> Option<(String, String)> {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (format!("{:?}", c.status), c.reason.clone()))
+}
+
+async fn only_claim(cluster: &Cluster) -> Option<NodeClaim> {
+    let mut claims = cluster.claims().await;
+    (claims.len() == 1).then(|| claims.remove(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_become_consolidatable_and_drift_when_their_pool_changes() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({}),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("the pod running", Duration::from_secs(40), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    eventually(
+        "the claim consolidatable after consolidateAfter",
+        Duration::from_secs(30),
+        || async {
+            only_claim(&cluster).await.is_some_and(|c| {
+                condition(&c, "Consolidatable").is_some_and(|(status, _)| status == "True")
+            })
+        },
+    )
+    .await;
+    let claim = only_claim(&cluster).await.expect("one claim");
+    assert!(
+        condition(&claim, "Drifted").is_none(),
+        "nothing drifted yet"
+    );
+    let capacity_type = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("karpenter.sh/capacity-type").cloned())
+        .expect("capacity type label");
+    let other = if capacity_type == "spot" {
+        "on-demand"
+    } else {
+        "spot"
+    };
+
+    let pools = Api::<NodePool>::all(cluster.client.clone());
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [other]}]}}}})),
+        )
+        .await
+        .expect("requirements narrowed");
+    eventually(
+        "RequirementsDrifted once the claim's capacity type is no longer allowed",
+        Duration::from_secs(30),
+        || async {
+            only_claim(&cluster).await.is_some_and(|c| {
+                condition(&c, "Drifted") == Some(("True".into(), "RequirementsDrifted".into()))
+            })
+        },
+    )
+    .await;
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
+        .await
+        .expect("label added");
+    eventually(
+        "NodePoolDrifted once the template's hash moves",
+        Duration::from_secs(30),
+        || async {
+            only_claim(&cluster).await.is_some_and(|c| {
+                condition(&c, "Drifted") == Some(("True".into(), "NodePoolDrifted".into()))
+            })
+        },
+    )
+    .await;
+    adapter.stop().await;
+}
