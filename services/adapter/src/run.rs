@@ -27,6 +27,7 @@ use crate::controllers::expiration::Expiration;
 use crate::controllers::lifecycle::Lifecycle;
 use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodepool::NodePools;
+use crate::controllers::pod_events::PodEvents;
 use crate::controllers::runner;
 use crate::controllers::termination::Termination;
 use crate::controllers::{Context, Timing, gc, observability, provisioning};
@@ -290,6 +291,8 @@ fn spawn_controllers(
         snapshots.clone(),
         CONCURRENCY,
     ));
+    let pod_events = Arc::new(PodEvents::new(ctx.clone()));
+    tasks.spawn(runner::run(pod_events, snapshots.clone(), CONCURRENCY));
     let expiration = Arc::new(Expiration { ctx: ctx.clone() });
     tasks.spawn(runner::run(expiration, snapshots.clone(), CONCURRENCY));
     let termination = Arc::new(Termination { ctx: ctx.clone() });

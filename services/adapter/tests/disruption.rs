@@ -55,6 +55,14 @@ async fn claims_become_consolidatable_and_drift_when_their_pool_changes() {
         condition(&claim, "Drifted").is_none(),
         "nothing drifted yet"
     );
+    assert!(
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref())
+            .is_some(),
+        "binding the pod is a pod event"
+    );
     let capacity_type = claim
         .metadata
         .labels

@@ -12,6 +12,7 @@ pub mod lifecycle;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod observability;
+pub mod pod_events;
 pub mod provisioning;
 pub mod runner;
 pub mod termination;

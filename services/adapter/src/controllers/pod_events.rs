@@ -1,0 +1,178 @@
+//! `status.lastPodEventTime` on NodeClaims (Karpenter's
+//! `nodeclaim.podevents`): the last time a pod was bound to the claim's
+//! node, or one there went terminal, started terminating or left. The
+//! consolidation clock (`consolidateAfter`) runs from it.
+//!
+//! ```text
+//!   pods on the claim's node: {(uid, terminal, terminating)} changed? ──▶ lastPodEventTime = now
+//!                                                   (not again within 10 s)
+//! ```
+//!
+//! DaemonSet pods do not count. At start every claim with pods gets a fresh
+//! time, as Karpenter's watch sees every pod once after a restart.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::lifecycle::elapsed;
+use super::runner::{Reconciler, fingerprint};
+use super::{Context, Requeue};
+use crate::error::Result;
+use crate::index::{Index, Key};
+use crate::patch;
+use crate::watch::Versions;
+
+/// Pod events closer together than this move the time once.
+pub const DEDUPE: Duration = Duration::from_secs(10);
+
+/// What of a pod on the node counts as an event when it changes.
+type PodState = (String, bool, bool);
+
+fn pod_states(pods: &[Arc<Pod>]) -> BTreeSet<PodState> {
+    pods.iter()
+        .filter(|p| !p.owner_references().iter().any(|o| o.kind == "DaemonSet"))
+        .map(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            (
+                p.meta().uid.clone().unwrap_or_default(),
+                matches!(phase, Some("Succeeded" | "Failed")),
+                p.meta().deletion_timestamp.is_some(),
+            )
+        })
+        .collect()
+}
+
+/// The pod-events controller; remembers what it last saw on each node.
+pub struct PodEvents {
+    pub ctx: Context,
+    seen: Mutex<HashMap<String, BTreeSet<PodState>>>,
+}
+
+impl PodEvents {
+    pub fn new(ctx: Context) -> Self {
+        PodEvents {
+            ctx,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<PodState>>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the pods changed since last recorded (first sight: whether
+    /// there are any).
+    fn changed(&self, claim: &str, now: &BTreeSet<PodState>) -> bool {
+        match self.seen().get(claim) {
+            None => !now.is_empty(),
+            Some(before) => before != now,
+        }
+    }
+
+    fn record(&self, claim: &str, now: BTreeSet<PodState>) {
+        self.seen().insert(claim.to_owned(), now);
+    }
+}
+
+impl Reconciler for PodEvents {
+    const NAME: &'static str = "nodeclaim.podevents";
+
+    fn relevant(versions: &Versions) -> u64 {
+        versions.pods + versions.node_claims
+    }
+
+    fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
+        self.seen()
+            .retain(|name, _| index.node_claims.named(name).is_some());
+        index
+            .node_claims
+            .iter()
+            .filter(|c| self.ctx.manages(c) && c.meta().deletion_timestamp.is_none())
+            .filter_map(|claim| {
+                let node = claim.status.as_ref()?.node_name.as_deref()?;
+                let states: Vec<String> = pod_states(index.pods_on(node))
+                    .into_iter()
+                    .map(|(uid, terminal, terminating)| format!("{uid}/{terminal}/{terminating}"))
+                    .collect();
+                let print = fingerprint(states.iter().map(|s| Some(s.as_str())));
+                Some(((String::new(), claim.name_any()), print))
+            })
+            .collect()
+    }
+
+    async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
+        let Some(claim) = index.node_claims.named(&key.1).cloned() else {
+            self.seen().remove(&key.1);
+            return Ok(None);
+        };
+        let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) else {
+            return Ok(None);
+        };
+        let states = pod_states(index.pods_on(&node));
+        if !self.changed(&key.1, &states) {
+            return Ok(None);
+        }
+        let last = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref());
+        if last.is_none_or(|t| elapsed(t.0) >= DEDUPE) {
+            let now = Time(Timestamp::now());
+            patch::merge_status(
+                &self.ctx.node_claims(),
+                &claim,
+                json!({"lastPodEventTime": now}),
+            )
+            .await?;
+        }
+        // Recorded only once acted on: a failed write is retried.
+        self.record(&key.1, states);
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn states(list: &[(&str, bool, bool)]) -> BTreeSet<PodState> {
+        list.iter()
+            .map(|(uid, t, d)| ((*uid).to_owned(), *t, *d))
+            .collect()
+    }
+
+    #[test]
+    fn first_sight_counts_only_with_pods_then_every_change_counts() {
+        let seen: Mutex<HashMap<String, BTreeSet<PodState>>> = Mutex::default();
+        let changed = |now: &BTreeSet<PodState>| {
+            let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+            match seen.get("c") {
+                None => !now.is_empty(),
+                Some(before) => before != now,
+            }
+        };
+        let record = |now: BTreeSet<PodState>| {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert("c".to_owned(), now);
+        };
+        assert!(!changed(&states(&[])), "an empty node at start is no event");
+        record(states(&[]));
+        assert!(changed(&states(&[("a", false, false)])), "a pod bound");
+        record(states(&[("a", false, false)]));
+        assert!(!changed(&states(&[("a", false, false)])));
+        assert!(
+            changed(&states(&[("a", false, true)])),
+            "the pod terminating"
+        );
+        assert!(changed(&states(&[("a", true, false)])), "the pod finished");
+        assert!(changed(&states(&[])), "the pod gone");
+    }
+}
