@@ -248,6 +248,26 @@ fn owner_ref(o: &Value) -> Value {
     }])
 }
 
+/// A pod of a workload controller (`owner`: a ReplicaSet or DaemonSet):
+/// its template's metadata (the template's own name ignored, as the real
+/// controllers do), named `<owner>-<random>`, owned by it, with `spec`.
+pub(crate) fn pod_from_template(owner: &Value, spec: Value) -> Value {
+    let mut meta = owner["spec"]["template"]["metadata"].clone();
+    if !meta.is_object() {
+        meta = json!({});
+    }
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("name");
+    }
+    meta["generateName"] = json!(format!(
+        "{}-",
+        owner["metadata"]["name"].as_str().unwrap_or_default()
+    ));
+    meta["namespace"] = owner["metadata"]["namespace"].clone();
+    meta["ownerReferences"] = owner_ref(owner);
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+}
+
 fn is_terminating(o: &Value) -> bool {
     o["metadata"].get("deletionTimestamp").is_some()
 }
@@ -350,21 +370,7 @@ pub fn reconcile(store: &Store) {
             .collect();
         if owned.len() < want {
             for _ in owned.len()..want {
-                let mut meta = rs["spec"]["template"]["metadata"].clone();
-                if !meta.is_object() {
-                    meta = json!({});
-                }
-                if let Some(m) = meta.as_object_mut() {
-                    // The template's own name is ignored, as the ReplicaSet controller does.
-                    m.remove("name");
-                }
-                meta["generateName"] = json!(format!(
-                    "{}-",
-                    rs["metadata"]["name"].as_str().unwrap_or_default()
-                ));
-                meta["namespace"] = json!(ns);
-                meta["ownerReferences"] = owner_ref(&rs);
-                let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": rs["spec"]["template"]["spec"]});
+                let pod = pod_from_template(&rs, rs["spec"]["template"]["spec"].clone());
                 let _ = store.create(&pods_r, ns, pod, CM);
             }
         } else if owned.len() > want {

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::controllers::{node_selected, tolerates};
+use super::controllers::{node_selected, pod_from_template, tolerates};
 use super::store::{DeleteOptions, ListOptions, Store};
 
 const CM: &str = "kube-controller-manager";
@@ -148,28 +148,12 @@ pub fn reconcile_daemon_sets(store: &Store, nodes: &[Value], pods: &[Value]) {
 }
 
 fn daemon_pod(ds: &Value, spec: &Value, node: &str) -> Value {
-    let mut meta = ds["spec"]["template"]["metadata"].clone();
-    if !meta.is_object() {
-        meta = json!({});
-    }
-    if let Some(m) = meta.as_object_mut() {
-        m.remove("name");
-    }
-    meta["generateName"] = json!(format!(
-        "{}-",
-        ds["metadata"]["name"].as_str().unwrap_or_default()
-    ));
-    meta["namespace"] = ds["metadata"]["namespace"].clone();
-    meta["ownerReferences"] = json!([{
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds["metadata"]["name"],
-        "uid": ds["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
-    }]);
     let mut spec = spec.clone();
     spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
         "nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]
     });
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    pod_from_template(ds, spec)
 }
 
 fn update_status(store: &Store, ds: &Value, owned: &[Value], wanted: &BTreeSet<String>) {
