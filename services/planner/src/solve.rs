@@ -607,6 +607,19 @@ fn max_allocatable(catalog: &[InstanceType], options: &[usize]) -> Resources {
     max
 }
 
+/// The pool limit on how many nodes it may have (`limits.nodes`).
+const NODES_LIMIT: &str = "nodes";
+
+/// What one node with `capacity` costs against the limit `name`: its
+/// capacity, or 1 for the `nodes` limit.
+fn limit_cost(capacity: &Resources, name: &str) -> i64 {
+    if name == NODES_LIMIT {
+        1
+    } else {
+        capacity.get(name)
+    }
+}
+
 /// Everything about a snapshot that does not change between scheduling runs
 /// on it: templates per ready pool, existing nodes as they stand, limits,
 /// the topology universe. Disruption simulates many runs on one snapshot;
@@ -646,7 +659,9 @@ impl<'c> Prepared<'c> {
             .collect();
         pool_order.sort_by(|a, b| {
             let (a, b) = (&cluster.node_pools[*a], &cluster.node_pools[*b]);
-            b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name))
+            // Karpenter's OrderByWeight: heavier first, then the name later
+            // in the alphabet.
+            b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name))
         });
         let mut templates = Vec::new();
         let mut pool_domains = Vec::new();
@@ -725,17 +740,21 @@ impl<'c> Prepared<'c> {
                 .iter()
                 .filter(|n| n.node_pool == pool.name && !n.marked_for_deletion)
                 .collect();
-            let used = if nodes.is_empty() {
-                pool.usage.clone()
+            let (used, node_count) = if nodes.is_empty() {
+                (pool.usage.clone(), pool.usage.get(NODES_LIMIT))
             } else {
                 let mut sum = Resources::default();
-                for node in nodes {
+                for node in &nodes {
                     sum.add(&node.capacity);
                 }
-                sum
+                (sum, nodes.len() as i64)
             };
             for (name, limit) in remaining.iter_mut() {
-                *limit -= used.get(name);
+                *limit -= if name == NODES_LIMIT {
+                    node_count
+                } else {
+                    used.get(name)
+                };
             }
             limits.insert(template.pool, remaining);
         }
@@ -857,7 +876,7 @@ impl<'c> Scheduler<'c> {
                     && let Some(limits) = remaining_limits.get_mut(&template.pool)
                 {
                     for (name, limit) in limits.iter_mut() {
-                        *limit += node.capacity.get(name);
+                        *limit += limit_cost(&node.capacity, name);
                     }
                 }
             }
@@ -1186,9 +1205,9 @@ impl<'c> Scheduler<'c> {
                 .iter()
                 .copied()
                 .filter(|i| {
-                    limits
-                        .iter()
-                        .all(|(name, remaining)| catalog[*i].capacity.get(name) <= *remaining)
+                    limits.iter().all(|(name, remaining)| {
+                        limit_cost(&catalog[*i].capacity, name) <= *remaining
+                    })
                 })
                 .collect();
             if instance_types.is_empty() {
@@ -1232,7 +1251,7 @@ impl<'c> Scheduler<'c> {
                     }
                     if let Some(limits) = self.remaining_limits.get_mut(&self.templates[t].pool) {
                         for (name, remaining) in limits.iter_mut() {
-                            *remaining -= max_capacity.get(name);
+                            *remaining -= limit_cost(&max_capacity, name);
                         }
                     }
                     return Ok(());

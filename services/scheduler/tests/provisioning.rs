@@ -628,6 +628,38 @@ fn limits_count_the_max_capacity_a_claim_might_launch() {
     assert_eq!(outcome.claims().len(), 1);
 }
 
+/// Upstream "should not schedule if limits would be exceeded (node)":
+/// `limits.nodes` caps how many nodes a pool may have, existing ones
+/// included.
+#[test]
+fn a_nodes_limit_caps_the_pools_node_count() {
+    let anti = |name: &str| {
+        let mut p = pod(name).label("app", "x");
+        p.required_pod_anti_affinity
+            .push(affinity_term(HOSTNAME, &[("app", "x")]));
+        p
+    };
+    let mut p = default_pool();
+    p.limits = Some(list(&[("nodes", 2)]));
+    let mut s = Scenario::new(vec![p]);
+    let outcome = s.solve(vec![anti("a"), anti("b"), anti("c")]);
+    assert_eq!(outcome.claims().len(), 2, "two nodes at most");
+    let mut n = node(
+        "n",
+        &[("karpenter.sh/nodepool", "default")],
+        list(&[("cpu", 100), ("pods", 0)]),
+    );
+    n.node_pool = "default".into();
+    s.snapshot.nodes = vec![n];
+    let outcome = s.solve(vec![anti("a"), anti("b")]);
+    assert_eq!(outcome.claims().len(), 1, "the existing node counts");
+    let reason = outcome
+        .reason("a")
+        .or_else(|| outcome.reason("b"))
+        .expect("one pod left unscheduled");
+    assert!(reason.contains("exceed limits"), "{reason}");
+}
+
 #[test]
 fn existing_usage_counts_against_limits() {
     let mut p = default_pool();
@@ -662,6 +694,34 @@ fn heaviest_pool_wins_unless_a_pod_selects_another() {
     assert_eq!(outcome.claim_of("a").unwrap().node_pool, "heavy");
     assert_eq!(outcome.claim_of("b").unwrap().node_pool, "heavy");
     assert_eq!(outcome.claim_of("c").unwrap().node_pool, "light");
+}
+
+/// Upstream `OrderByWeight`: NodePools of equal weight are tried with the
+/// name later in the alphabet first.
+#[test]
+fn equal_weight_pools_are_tried_in_descending_name_order() {
+    let mut alpha = default_pool();
+    alpha.name = "alpha".into();
+    let mut beta = default_pool();
+    beta.name = "beta".into();
+    let mut gamma = default_pool();
+    gamma.name = "gamma".into();
+    gamma.weight = 0;
+    let s = Scenario::new(vec![alpha, gamma, beta]);
+    let outcome = s.solve(vec![pod("a")]);
+    assert_eq!(outcome.claim_of("a").unwrap().node_pool, "gamma");
+    let mut heavy = default_pool();
+    heavy.name = "aaa-heavy".into();
+    heavy.weight = 10;
+    let mut zzz = default_pool();
+    zzz.name = "zzz".into();
+    let s = Scenario::new(vec![zzz, heavy]);
+    let outcome = s.solve(vec![pod("a")]);
+    assert_eq!(
+        outcome.claim_of("a").unwrap().node_pool,
+        "aaa-heavy",
+        "weight first, name only between equals"
+    );
 }
 
 // --- I. minValues ----------------------------------------------------------------
