@@ -112,7 +112,12 @@ pub(crate) fn node_pool(
             kind: class_ref.kind.clone(),
             name: class_ref.name.clone(),
         }),
-        ready: !pool_not_ready && class_ready,
+        // A pool being deleted, or a static one (`spec.replicas`, kept at
+        // its size by its own controller), takes no pending pods.
+        ready: !pool_not_ready
+            && class_ready
+            && pool.metadata.deletion_timestamp.is_none()
+            && spec.replicas.is_none(),
         instance_type_catalog: String::new(),
         template_hash: pool
             .metadata

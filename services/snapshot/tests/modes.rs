@@ -223,7 +223,34 @@ fn pools_are_ready_only_with_a_ready_class_of_the_providers_kind() {
     let ready = pool("ready");
     let missing = pool("missing");
     let not_ready = pool("broken");
+    // Upstream "should ignore NodePools that are deleting" and "should not
+    // create NodeClaims for StaticNodePool".
+    let mut deleting = pool("ready");
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    deleting.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let mut static_pool = pool("ready");
+    static_pool.spec.replicas = Some(3);
     for (pool, classes, mode, want) in [
+        (
+            &deleting,
+            kwok_classes(&[("ready", true)]),
+            Mode::Live,
+            false,
+        ),
+        (
+            &deleting,
+            kwok_classes(&[("ready", true)]),
+            Mode::Manifests,
+            false,
+        ),
+        (
+            &static_pool,
+            kwok_classes(&[("ready", true)]),
+            Mode::Live,
+            false,
+        ),
         (&ready, kwok_classes(&[("ready", true)]), Mode::Live, true),
         (&missing, kwok_classes(&[]), Mode::Live, false),
         (&missing, kwok_classes(&[]), Mode::Manifests, true),

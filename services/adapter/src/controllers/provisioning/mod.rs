@@ -108,7 +108,11 @@ fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
                 .node_classes
                 .named(&pool.spec.template.spec.node_class_ref.name)
                 .map(|c| c.as_ref());
-            live::managed(pool, kind) && validate(pool).is_ok() && node_class_readiness(class).0
+            live::managed(pool, kind)
+                && pool.metadata.deletion_timestamp.is_none()
+                && pool.spec.replicas.is_none()
+                && validate(pool).is_ok()
+                && node_class_readiness(class).0
         })
         .cloned()
         .collect()
