@@ -223,6 +223,10 @@ pub(crate) fn node_claim(
             (None, None) => node.initialized,
             _ => false,
         };
+        if !node.initialized {
+            let startup = fields::karpenter_taints(&claim.spec.startup_taints);
+            node.taints.retain(|t| !ignored_while_starting(t, &startup));
+        }
         node.marked_for_deletion |= meta.deletion_timestamp.is_some();
         let from_node = node.disruption.take().unwrap_or_default();
         node.disruption = Some(pb::NodeClaimDisruptionState {
@@ -356,4 +360,22 @@ pub(crate) fn apply_pool_expiries(snapshot: &mut pb::ClusterSnapshot, expiries: 
             disruption.expiration_time = Some(fields::plus(&expiry.created, &d));
         }
     }
+}
+
+/// Karpenter plans pods onto a node that is still starting as it will be:
+/// the known ephemeral taints (not-ready, unreachable, uninitialized,
+/// unregistered, `readiness.k8s.io/*`) and its claim's startup taints
+/// (matched by key and effect) do not count.
+fn ignored_while_starting(taint: &pb::Taint, startup: &[pb::Taint]) -> bool {
+    use karpenter_core::taints::{Effect, is_known_ephemeral};
+    let effect = match pb::TaintEffect::try_from(taint.effect) {
+        Ok(pb::TaintEffect::NoSchedule) => Some(Effect::NoSchedule),
+        Ok(pb::TaintEffect::PreferNoSchedule) => Some(Effect::PreferNoSchedule),
+        Ok(pb::TaintEffect::NoExecute) => Some(Effect::NoExecute),
+        _ => None,
+    };
+    effect.is_some_and(|e| is_known_ephemeral(&taint.key, e))
+        || startup
+            .iter()
+            .any(|s| s.key == taint.key && s.effect == taint.effect)
 }

@@ -360,3 +360,66 @@ fn a_do_not_disrupt_duration_protects_until_it_has_passed() {
         );
     }
 }
+
+/// Upstream "In-Flight Nodes › Taints": a node still starting is planned
+/// onto as it will be, without the known ephemeral taints and its claim's
+/// startup taints; an initialized node keeps every taint.
+#[test]
+fn a_starting_node_is_planned_without_ephemeral_and_startup_taints() {
+    let taints = json!([
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"},
+        {"key": "readiness.k8s.io/network", "effect": "NoSchedule"},
+        {"key": "example.com/agent-starting", "effect": "NoSchedule"},
+        {"key": "example.com/dedicated", "value": "db", "effect": "NoSchedule"}
+    ]);
+    let with_taints = |name: &str| -> Node {
+        let mut node = node(name, json!({"karpenter.sh/nodepool": "default"}));
+        node.spec.get_or_insert_with(Default::default).taints =
+            Some(serde_json::from_value(taints.clone()).expect("taints"));
+        node
+    };
+    let claim = |name: &str, initialized: bool| -> NodeClaim {
+        let conditions = if initialized {
+            json!([{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        } else {
+            json!([{"type": "Initialized", "status": "Unknown", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        };
+        object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                     "requirements": [],
+                     "taints": [{"key": "example.com/dedicated", "value": "db", "effect": "NoSchedule"}],
+                     "startupTaints": [{"key": "example.com/agent-starting", "effect": "NoSchedule"}]},
+            "status": {"nodeName": name, "providerID": format!("kwok://{name}"), "conditions": conditions}
+        }))
+    };
+    let nodes = [with_taints("starting"), with_taints("ready")];
+    let claims = [claim("starting", false), claim("ready", true)];
+    let objects = Objects {
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        node_claims: claims
+            .iter()
+            .enumerate()
+            .map(|(i, object)| Source { id: 10 + i, object })
+            .collect(),
+        ..Objects::default()
+    };
+    let built = build(&objects, Mode::Live).expect("built");
+    let keys = |name: &str| -> Vec<String> {
+        built
+            .snapshot
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.taints.iter().map(|t| t.key.clone()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(keys("starting"), ["example.com/dedicated"]);
+    assert_eq!(keys("ready").len(), 5, "{:?}", keys("ready"));
+}
