@@ -208,6 +208,10 @@ pub(crate) fn node_claim(
                 pool: pool.to_string(),
             })
     };
+    let expected_allocatable = fields::resources(Some(&status.allocatable), "status.allocatable")
+        .map_err(error)?
+        .map(|r| r.quantities)
+        .unwrap_or_default();
     if let Some(i) = existing {
         let node = &mut built.snapshot.nodes[i];
         node.node_claim_name = name;
@@ -226,6 +230,16 @@ pub(crate) fn node_claim(
         if !node.initialized {
             let startup = fields::karpenter_taints(&claim.spec.startup_taints);
             node.taints.retain(|t| !ignored_while_starting(t, &startup));
+            // The kubelet reports extended resources late (zero, or not at
+            // all, until its device plugins register): until then the
+            // claim's expectation stands in.
+            let allocatable = node.allocatable.get_or_insert_with(Default::default);
+            for (name, value) in &expected_allocatable {
+                let reported = allocatable.quantities.entry(name.clone()).or_insert(0);
+                if *reported == 0 {
+                    *reported = *value;
+                }
+            }
         }
         node.marked_for_deletion |= meta.deletion_timestamp.is_some();
         let from_node = node.disruption.take().unwrap_or_default();

@@ -423,3 +423,72 @@ fn a_starting_node_is_planned_without_ephemeral_and_startup_taints() {
     assert_eq!(keys("starting"), ["example.com/dedicated"]);
     assert_eq!(keys("ready").len(), 5, "{:?}", keys("ready"));
 }
+
+/// Upstream "should handle resource zeroing of extended resources by
+/// kubelet": until a node is initialized, what its kubelet reports as zero
+/// or not at all comes from its claim; once initialized, the node's word
+/// stands.
+#[test]
+fn a_starting_node_takes_resources_its_kubelet_has_not_reported_from_its_claim() {
+    let reporting = |name: &str| -> Node {
+        let mut node = node(name, json!({"karpenter.sh/nodepool": "default"}));
+        node.status.get_or_insert_with(Default::default).allocatable = Some(object(
+            json!({"cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "0"}),
+        ));
+        node
+    };
+    let claim = |name: &str, initialized: &str| -> NodeClaim {
+        object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                     "requirements": []},
+            "status": {"nodeName": name, "providerID": format!("kwok://{name}"),
+                       "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "110", "nvidia.com/gpu": "1", "example.com/fpga": "2"},
+                       "conditions": [{"type": "Initialized", "status": initialized, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+    };
+    let nodes = [reporting("starting"), reporting("ready")];
+    let claims = [claim("starting", "Unknown"), claim("ready", "True")];
+    let objects = Objects {
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        node_claims: claims
+            .iter()
+            .enumerate()
+            .map(|(i, object)| Source { id: 10 + i, object })
+            .collect(),
+        ..Objects::default()
+    };
+    let built = build(&objects, Mode::Live).expect("built");
+    let allocatable = |name: &str, resource: &str| -> i64 {
+        built
+            .snapshot
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .and_then(|n| n.allocatable.as_ref())
+            .and_then(|a| a.quantities.get(resource).copied())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        allocatable("starting", "nvidia.com/gpu"),
+        1,
+        "zeroed by the kubelet"
+    );
+    assert_eq!(
+        allocatable("starting", "example.com/fpga"),
+        2,
+        "not reported yet"
+    );
+    assert_eq!(
+        allocatable("starting", "cpu"),
+        4000,
+        "what the node reports wins"
+    );
+    assert_eq!(allocatable("ready", "nvidia.com/gpu"), 0);
+    assert_eq!(allocatable("ready", "example.com/fpga"), 0);
+}
