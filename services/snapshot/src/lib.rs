@@ -200,6 +200,10 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
     }
     let mut pool_expiries = Vec::new();
     for source in &objects.node_claims {
+        if node::foreign_claim(source.object, &objects.node_classes, mode) {
+            node::disown(source.object, &nodes, &mut builder.built);
+            continue;
+        }
         let from_pool = objects.claims_expiring_with_pool.contains(&source.id);
         let claim = node::node_claim(source, mode, from_pool, &mut nodes, &mut builder.built);
         if let Some(expiry) = builder.keep(claim)?.flatten() {

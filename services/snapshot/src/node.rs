@@ -138,6 +138,34 @@ pub struct PoolExpiry {
 
 /// A NodeClaim: merged into its Node's state node (by `status.nodeName` or
 /// provider ID), or an in-flight state node of its own.
+///
+/// A claim of a node class kind another provider serves is another
+/// Karpenter's: in a cluster it is left out, and its Node is planned as an
+/// unmanaged node (never expired or disrupted here).
+pub(crate) fn foreign_claim(claim: &NodeClaim, classes: &crate::NodeClasses, mode: Mode) -> bool {
+    mode == Mode::Live
+        && !classes.kind.is_empty()
+        && (claim.spec.node_class_ref.kind != classes.kind
+            || claim.spec.node_class_ref.group != classes.group)
+}
+
+/// Plans the Node of a foreign claim as unmanaged.
+pub(crate) fn disown(claim: &NodeClaim, nodes: &Nodes, built: &mut Built) {
+    let status = claim.status.as_ref();
+    let by_name = status
+        .and_then(|s| s.node_name.as_deref())
+        .and_then(|n| nodes.by_name.get(n));
+    let by_provider_id = status
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+        .and_then(|p| nodes.by_provider_id.get(p));
+    if let Some(i) = by_name.or(by_provider_id)
+        && let Some(node) = built.snapshot.nodes.get_mut(*i)
+    {
+        node.node_pool.clear();
+    }
+}
+
 pub(crate) fn node_claim(
     source: &Source<'_, NodeClaim>,
     mode: Mode,

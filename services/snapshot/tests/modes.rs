@@ -492,3 +492,44 @@ fn a_starting_node_takes_resources_its_kubelet_has_not_reported_from_its_claim()
     assert_eq!(allocatable("ready", "nvidia.com/gpu"), 0);
     assert_eq!(allocatable("ready", "example.com/fpga"), 0);
 }
+
+/// Upstream "should ignore expired NodeClaims that are not managed by this
+/// Karpenter instance": a claim of a node class kind another provider
+/// serves is left out of a live snapshot and its Node is planned as an
+/// unmanaged node, never a disruption candidate.
+#[test]
+fn another_providers_claims_are_not_managed_here() {
+    let theirs_node = node("theirs", json!({"karpenter.sh/nodepool": "other"}));
+    let theirs: NodeClaim = object(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "theirs", "labels": {"karpenter.sh/nodepool": "other"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                 "requirements": [], "expireAfter": "1s"},
+        "status": {"nodeName": "theirs", "providerID": "kwok://theirs",
+                   "conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }));
+    let nodes = [theirs_node];
+    let objects = Objects {
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        node_claims: vec![Source {
+            id: 10,
+            object: &theirs,
+        }],
+        node_classes: kwok_classes(&[("default", true)]),
+        ..Objects::default()
+    };
+    let live = build(&objects, Mode::Live).expect("built");
+    assert_eq!(live.snapshot.nodes.len(), 1, "the node is still capacity");
+    let node = &live.snapshot.nodes[0];
+    assert_eq!(node.node_pool, "", "unmanaged");
+    assert_eq!(node.node_claim_name, "");
+    let manifests = build(&objects, Mode::Manifests).expect("built");
+    assert_eq!(
+        manifests.snapshot.nodes[0].node_pool, "other",
+        "manifests are taken as given"
+    );
+}
