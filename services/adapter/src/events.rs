@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_core::rate::TokenBucket;
 use kube::Resource;
 use kube::api::{Api, PostParams};
 
@@ -65,37 +66,6 @@ impl Event {
     }
 }
 
-/// A token bucket: `rate` per second, up to `burst` at once.
-#[derive(Debug)]
-struct Bucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(rate: f64, burst: f64, now: Instant) -> Self {
-        Self {
-            rate,
-            burst,
-            tokens: burst,
-            at: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        let refill = now.duration_since(self.at).as_secs_f64() * self.rate;
-        self.tokens = (self.tokens + refill).min(self.burst);
-        self.at = now;
-        if self.tokens < 1.0 {
-            return false;
-        }
-        self.tokens -= 1.0;
-        true
-    }
-}
-
 /// Events per second (and burst) by reason: one per pod can be thousands
 /// at once. Karpenter limits `Nominated` to 5/s; the rest keep the API
 /// server safe from a flood.
@@ -110,7 +80,7 @@ struct Sent {
     /// Dedupe key → (sent at, window).
     at: HashMap<String, (Instant, Duration)>,
     swept: Option<Instant>,
-    buckets: HashMap<String, Bucket>,
+    buckets: HashMap<String, TokenBucket>,
 }
 
 impl Sent {
@@ -135,8 +105,9 @@ impl Sent {
             });
         self.buckets
             .entry(name.to_owned())
-            .or_insert_with(|| Bucket::new(rate, burst, now))
+            .or_insert_with(|| TokenBucket::new(rate, burst, now))
             .take(now)
+            .is_none()
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod duration;
 pub mod labels;
 pub mod quantity;
+pub mod rate;
 pub mod requirements;
 pub mod resources;
 pub mod selector;
