@@ -49,6 +49,15 @@ fn pod_states(pods: &[Arc<Pod>]) -> BTreeSet<PodState> {
         .collect()
 }
 
+/// Whether the pods changed since last recorded (first sight: whether
+/// there are any).
+fn changed(before: Option<&BTreeSet<PodState>>, now: &BTreeSet<PodState>) -> bool {
+    match before {
+        None => !now.is_empty(),
+        Some(before) => before != now,
+    }
+}
+
 /// The pod-events controller; remembers what it last saw on each node.
 pub struct PodEvents {
     pub ctx: Context,
@@ -67,13 +76,8 @@ impl PodEvents {
         self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the pods changed since last recorded (first sight: whether
-    /// there are any).
     fn changed(&self, claim: &str, now: &BTreeSet<PodState>) -> bool {
-        match self.seen().get(claim) {
-            None => !now.is_empty(),
-            Some(before) => before != now,
-        }
+        changed(self.seen().get(claim), now)
     }
 
     fn record(&self, claim: &str, now: BTreeSet<PodState>) {
@@ -150,29 +154,25 @@ mod tests {
 
     #[test]
     fn first_sight_counts_only_with_pods_then_every_change_counts() {
-        let seen: Mutex<HashMap<String, BTreeSet<PodState>>> = Mutex::default();
-        let changed = |now: &BTreeSet<PodState>| {
-            let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-            match seen.get("c") {
-                None => !now.is_empty(),
-                Some(before) => before != now,
-            }
-        };
-        let record = |now: BTreeSet<PodState>| {
-            seen.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert("c".to_owned(), now);
-        };
-        assert!(!changed(&states(&[])), "an empty node at start is no event");
-        record(states(&[]));
-        assert!(changed(&states(&[("a", false, false)])), "a pod bound");
-        record(states(&[("a", false, false)]));
-        assert!(!changed(&states(&[("a", false, false)])));
         assert!(
-            changed(&states(&[("a", false, true)])),
+            !changed(None, &states(&[])),
+            "an empty node at start is no event"
+        );
+        let empty = states(&[]);
+        assert!(
+            changed(Some(&empty), &states(&[("a", false, false)])),
+            "a pod bound"
+        );
+        let bound = states(&[("a", false, false)]);
+        assert!(!changed(Some(&bound), &states(&[("a", false, false)])));
+        assert!(
+            changed(Some(&bound), &states(&[("a", false, true)])),
             "the pod terminating"
         );
-        assert!(changed(&states(&[("a", true, false)])), "the pod finished");
-        assert!(changed(&states(&[])), "the pod gone");
+        assert!(
+            changed(Some(&bound), &states(&[("a", true, false)])),
+            "the pod finished"
+        );
+        assert!(changed(Some(&bound), &states(&[])), "the pod gone");
     }
 }
