@@ -416,15 +416,7 @@ const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata:\n  name: NAME\n  label
 const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: nginx\n        resources: {requests: {cpu: \"1\", memory: 2Gi}}\n";
 
 async fn wait_for(c: &Cluster, args: &[&str], want: &str) -> String {
-    let mut last = String::new();
-    for _ in 0..100 {
-        last = k(c, args).await.stdout;
-        if last.trim() == want {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("kubectl {args:?}: wanted {want:?}, last saw {last:?}");
+    wait_until(c, args, |s| s == want).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

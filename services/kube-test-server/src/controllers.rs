@@ -215,7 +215,8 @@ fn all(store: &Store, r: &ResourceInfo) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn owned_by<'a>(objs: &'a [Value], uid: &str) -> Vec<&'a Value> {
+/// The objects `uid` controls.
+pub(crate) fn owned_by<'a>(objs: &'a [Value], uid: &str) -> Vec<&'a Value> {
     objs.iter()
         .filter(|o| {
             o["metadata"]["ownerReferences"]

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::controllers::{node_selected, pod_from_template, tolerates};
+use super::controllers::{node_selected, owned_by, pod_from_template, tolerates};
 use super::store::{DeleteOptions, ListOptions, Store};
 
 const CM: &str = "kube-controller-manager";
@@ -85,19 +85,6 @@ fn target_node(pod: &Value) -> Option<String> {
         .and_then(|f| f["values"][0].as_str().map(str::to_owned))
 }
 
-fn owned_by(pods: &[Value], uid: &str) -> Vec<Value> {
-    pods.iter()
-        .filter(|p| {
-            p["metadata"]["ownerReferences"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|r| r["uid"] == uid && r["controller"] == true)
-        })
-        .cloned()
-        .collect()
-}
-
 /// One pass of the DaemonSet controller.
 pub fn reconcile_daemon_sets(store: &Store, nodes: &[Value], pods: &[Value]) {
     let (Some(ds_r), Some(pods_r)) = (
@@ -122,7 +109,7 @@ pub fn reconcile_daemon_sets(store: &Store, nodes: &[Value], pods: &[Value]) {
             .filter(|n| should_run(&spec, n))
             .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
             .collect();
-        let owned: Vec<Value> = owned_by(pods, uid)
+        let owned: Vec<&Value> = owned_by(pods, uid)
             .into_iter()
             .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
             .collect();
@@ -156,7 +143,7 @@ fn daemon_pod(ds: &Value, spec: &Value, node: &str) -> Value {
     pod_from_template(ds, spec)
 }
 
-fn update_status(store: &Store, ds: &Value, owned: &[Value], wanted: &BTreeSet<String>) {
+fn update_status(store: &Store, ds: &Value, owned: &[&Value], wanted: &BTreeSet<String>) {
     let Some(ds_r) = store.resource("apps", "v1", "daemonsets") else {
         return;
     };

@@ -89,17 +89,16 @@ fn required(pod: &Value, kind: &str) -> Vec<Value> {
 }
 
 impl Placement<'_> {
-    fn node(&self, name: &str) -> Option<&Value> {
-        self.nodes.iter().find(|n| n["metadata"]["name"] == name)
-    }
-
     /// Every live pod with the node it is on.
     fn placed(&self) -> impl Iterator<Item = (&Value, &Value)> {
-        self.pods_by_node.iter().flat_map(move |(name, pods)| {
-            let node = self.node(name);
-            pods.iter()
+        self.nodes.iter().flat_map(move |node| {
+            let name = node["metadata"]["name"].as_str().unwrap_or_default();
+            self.pods_by_node
+                .get(name)
+                .into_iter()
+                .flatten()
                 .filter(|p| !terminating(p))
-                .filter_map(move |p| node.map(|n| (p, n)))
+                .map(move |p| (p, node))
         })
     }
 
