@@ -103,6 +103,25 @@ fn duration_buckets() -> Histogram {
 }
 
 impl AdapterMetrics {
+    /// Counts `claim` as disrupted (`karpenter_nodeclaims_disrupted_total`).
+    pub fn claim_disrupted(&self, claim: &karpenter_api::NodeClaim, reason: &str) {
+        use kube::ResourceExt as _;
+        let labels = claim.labels();
+        self.nodeclaims_disrupted
+            .get_or_create(&DisruptedLabels {
+                reason: reason.to_owned(),
+                nodepool: labels
+                    .get(karpenter_core::labels::NODE_POOL)
+                    .cloned()
+                    .unwrap_or_default(),
+                capacity_type: labels
+                    .get(karpenter_core::labels::CAPACITY_TYPE)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .inc();
+    }
+
     pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {
         let m = AdapterMetrics {
             nodeclaims_created: Family::default(),

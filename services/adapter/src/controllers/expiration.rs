@@ -16,12 +16,11 @@ use std::time::Duration;
 use karpenter_api::NodeClaim;
 use kube::{Resource, ResourceExt};
 
-use super::lifecycle::{elapsed, zone_and_capacity};
+use super::lifecycle::elapsed;
 use super::runner::{Reconciler, fingerprint};
 use super::{Context, Requeue};
 use crate::error::Result;
 use crate::index::{Index, Key};
-use crate::metrics::DisruptedLabels;
 use crate::patch;
 use crate::watch::Versions;
 
@@ -77,16 +76,7 @@ impl Reconciler for Expiration {
                     "deleting expired nodeclaim"
                 );
                 patch::delete(&self.ctx.node_claims(), &claim).await?;
-                let (_, capacity_type) = zone_and_capacity(claim.labels());
-                self.ctx
-                    .metrics
-                    .nodeclaims_disrupted
-                    .get_or_create(&DisruptedLabels {
-                        reason: "expired".to_owned(),
-                        nodepool: claim.node_pool().unwrap_or_default().to_owned(),
-                        capacity_type,
-                    })
-                    .inc();
+                self.ctx.metrics.claim_disrupted(&claim, "expired");
                 Ok(None)
             }
         }

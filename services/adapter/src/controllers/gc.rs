@@ -20,7 +20,6 @@ use tokio::sync::watch;
 use super::Context;
 use crate::error::{Error, Result};
 use crate::index::Index;
-use crate::metrics::DisruptedLabels;
 use crate::patch;
 use crate::watch::Published;
 
@@ -108,18 +107,7 @@ pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
         }
         tracing::info!(nodeclaim = %claim.name_any(), "garbage collecting a NodeClaim whose instance is gone");
         patch::delete(&ctx.node_claims(), claim.as_ref()).await?;
-        ctx.metrics
-            .nodeclaims_disrupted
-            .get_or_create(&DisruptedLabels {
-                reason: "garbage_collected".to_owned(),
-                nodepool: claim.node_pool().unwrap_or_default().to_owned(),
-                capacity_type: claim
-                    .labels()
-                    .get(labels::CAPACITY_TYPE)
-                    .cloned()
-                    .unwrap_or_default(),
-            })
-            .inc();
+        ctx.metrics.claim_disrupted(claim, "garbage_collected");
     }
 
     let prefix = ctx.info.provider_id_prefix.as_str();

@@ -9,7 +9,6 @@
 
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_LAUNCHED;
-use karpenter_core::labels;
 use karpenter_proto::provider::v1 as pv;
 use kube::ResourceExt;
 use tonic::Code;
@@ -20,7 +19,6 @@ use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
 use crate::index::Index;
-use crate::metrics::DisruptedLabels;
 use crate::patch;
 
 /// A message cut to `limit` characters, as Karpenter cuts provider errors.
@@ -136,19 +134,7 @@ fn populate(claim: &mut NodeClaim, instance: &pv::Instance) {
 /// Deletes a claim that cannot launch, counted as a disruption for `reason`.
 async fn delete_for(ctx: &Context, claim: &NodeClaim, reason: &str) -> Result<()> {
     patch::delete(&ctx.node_claims(), claim).await?;
-    let (_, capacity_type) = super::zone_and_capacity(claim.labels());
-    ctx.metrics
-        .nodeclaims_disrupted
-        .get_or_create(&DisruptedLabels {
-            reason: reason.to_owned(),
-            nodepool: claim
-                .labels()
-                .get(labels::NODE_POOL)
-                .cloned()
-                .unwrap_or_default(),
-            capacity_type,
-        })
-        .inc();
+    ctx.metrics.claim_disrupted(claim, reason);
     Ok(())
 }
 

@@ -6,12 +6,10 @@
 
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::{CONDITION_LAUNCHED, CONDITION_REGISTERED};
-use kube::ResourceExt;
 
 use super::{Step, since_transition};
 use crate::controllers::Context;
 use crate::error::Result;
-use crate::metrics::DisruptedLabels;
 use crate::patch;
 
 pub(super) async fn check(ctx: &Context, claim: &NodeClaim) -> Result<Step> {
@@ -33,14 +31,6 @@ pub(super) async fn check(ctx: &Context, claim: &NodeClaim) -> Result<Step> {
     }
     tracing::warn!(?waited, reason, "terminating due to timeout");
     patch::delete(&ctx.node_claims(), claim).await?;
-    let (_, capacity_type) = super::zone_and_capacity(claim.labels());
-    ctx.metrics
-        .nodeclaims_disrupted
-        .get_or_create(&DisruptedLabels {
-            reason: reason.to_owned(),
-            nodepool: claim.node_pool().unwrap_or_default().to_owned(),
-            capacity_type,
-        })
-        .inc();
+    ctx.metrics.claim_disrupted(claim, reason);
     Ok(Step::Deleted)
 }
