@@ -21,13 +21,56 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::{NodeClaim, NodePool};
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 
+pub use crate::pod_entry::PodEntry;
+
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub type Key = (String, String);
+
+/// How a store keeps a watched object: most kinds as they are (slimmed),
+/// Pods as a [`PodEntry`]. The watcher tasks convert, so what waits in the
+/// owner's channel is already small.
+pub trait Entry: Sized {
+    type Object: Resource;
+    fn keep(object: Self::Object) -> Self;
+    fn metadata(&self) -> &ObjectMeta;
+}
+
+impl<K: Resource + Clone> Entry for K {
+    type Object = K;
+    fn keep(object: K) -> K {
+        slim(object)
+    }
+    fn metadata(&self) -> &ObjectMeta {
+        self.meta()
+    }
+}
+
+impl Entry for PodEntry {
+    type Object = Pod;
+    fn keep(object: Pod) -> PodEntry {
+        PodEntry::new(slim(object))
+    }
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// A watch event with its object as a store keeps it.
+pub fn keep<E: Entry>(event: Event<E::Object>) -> Event<E> {
+    match event {
+        Event::Apply(object) => Event::Apply(E::keep(object)),
+        Event::Delete(object) => Event::Delete(E::keep(object)),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(E::keep(object)),
+        Event::InitDone => Event::InitDone,
+    }
+}
 
 /// One kind's objects.
 #[derive(Debug)]
@@ -60,10 +103,11 @@ impl<K> Clone for Store<K> {
     }
 }
 
-fn key<K: Resource>(object: &K) -> Key {
+fn key<K: Entry>(object: &K) -> Key {
+    let meta = object.metadata();
     (
-        object.meta().namespace.clone().unwrap_or_default(),
-        object.meta().name.clone().unwrap_or_default(),
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
     )
 }
 
@@ -76,12 +120,11 @@ fn slim<K: Resource>(mut object: K) -> K {
     object
 }
 
-impl<K: Resource + Clone> Store<K> {
+impl<K: Entry> Store<K> {
     /// Applies one watch event; whether the visible objects changed.
     pub fn apply(&mut self, event: Event<K>) -> bool {
         match event {
             Event::Apply(object) => {
-                let object = slim(object);
                 Arc::make_mut(&mut self.objects).insert(key(&object), Arc::new(object));
                 true
             }
@@ -93,7 +136,6 @@ impl<K: Resource + Clone> Store<K> {
                 false
             }
             Event::InitApply(object) => {
-                let object = slim(object);
                 self.relist
                     .get_or_insert_with(BTreeMap::new)
                     .insert(key(&object), Arc::new(object));
@@ -106,7 +148,9 @@ impl<K: Resource + Clone> Store<K> {
             }
         }
     }
+}
 
+impl<K> Store<K> {
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
         self.objects.get(&(namespace.to_owned(), name.to_owned()))
     }
@@ -139,7 +183,7 @@ impl<K: Resource + Clone> Store<K> {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum Update {
-    Pod(Event<Pod>),
+    Pod(Event<PodEntry>),
     Node(Event<Node>),
     NodePool(Event<NodePool>),
     NodeClaim(Event<NodeClaim>),
@@ -191,14 +235,14 @@ impl Changed {
 struct Lookups {
     nodes_by_provider_id: OnceLock<Arc<HashMap<String, Vec<Arc<Node>>>>>,
     claims_by_provider_id: OnceLock<Arc<HashMap<String, Vec<Arc<NodeClaim>>>>>,
-    pods_by_node: OnceLock<Arc<HashMap<String, Vec<Arc<Pod>>>>>,
+    pods_by_node: OnceLock<Arc<HashMap<String, Vec<Arc<PodEntry>>>>>,
 }
 
 /// Every object the adapter reasons about.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
     lookups: Lookups,
-    pub pods: Store<Pod>,
+    pub pods: Store<PodEntry>,
     pub nodes: Store<Node>,
     pub node_pools: Store<NodePool>,
     pub node_claims: Store<NodeClaim>,
@@ -329,11 +373,11 @@ impl Index {
     }
 
     /// Pods bound to `node`.
-    pub fn pods_on(&self, node: &str) -> &[Arc<Pod>] {
+    pub fn pods_on(&self, node: &str) -> &[Arc<PodEntry>] {
         let map = self.lookups.pods_by_node.get_or_init(|| {
-            let mut map: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+            let mut map: HashMap<String, Vec<Arc<PodEntry>>> = HashMap::new();
             for pod in self.pods.iter() {
-                if let Some(name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                if let Some(name) = pod.node_name.as_deref() {
                     map.entry(name.to_owned()).or_default().push(pod.clone());
                 }
             }
@@ -353,12 +397,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(name: &str, node: Option<&str>) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default", "managedFields": [{"manager": "kubectl"}]},
-            "spec": {"containers": [{"name": "c"}], "nodeName": node}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+    /// A pod as a watcher task hands it over.
+    fn pod(name: &str, node: Option<&str>) -> PodEntry {
+        Entry::keep(
+            serde_json::from_value::<Pod>(json!({
+                "metadata": {"name": name, "namespace": "default", "managedFields": [{"manager": "kubectl"}]},
+                "spec": {"containers": [{"name": "c"}], "nodeName": node}
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
     }
 
     fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {

@@ -37,6 +37,7 @@ pub mod leader;
 pub mod live;
 pub mod metrics;
 pub mod patch;
+pub mod pod_entry;
 pub mod run;
 pub mod settings;
 pub mod watch;

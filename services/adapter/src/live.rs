@@ -129,7 +129,15 @@ pub fn snapshot(
         .map(|c| (c.name.clone(), c.name.clone()))
         .collect();
     let objects = Objects {
-        pods: sources(index.pods.iter()),
+        prepared_pods: index
+            .pods
+            .iter()
+            .enumerate()
+            .map(|(id, pod)| Source {
+                id,
+                object: pod.prepared(),
+            })
+            .collect(),
         nodes: sources(index.nodes.iter()),
         node_claims: sources(index.node_claims.iter()),
         node_pools: sources(pools.iter()),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -23,7 +23,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::index::{Changed, Index, Update};
+use crate::index::{self, Changed, Entry, Index, PodEntry, Update};
 
 /// Per-kind change counters; a controller compares them with what it saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,11 +61,11 @@ pub fn start(
     node_class: ApiResource,
     tasks: &mut JoinSet<()>,
 ) -> watch::Receiver<Published> {
-    let (updates, received) = mpsc::channel::<Update>(4096);
+    let (updates, received) = mpsc::channel::<Update>(UPDATE_BACKLOG);
     let (publish, snapshots) = watch::channel(Published::default());
     let u = &updates;
     let c = &client;
-    spawn_watch::<Pod>(tasks, Api::all(c.clone()), u.clone(), Update::Pod);
+    spawn_watch::<PodEntry>(tasks, Api::all(c.clone()), u.clone(), Update::Pod);
     spawn_watch::<Node>(tasks, Api::all(c.clone()), u.clone(), Update::Node);
     spawn_watch::<NodePool>(tasks, Api::all(c.clone()), u.clone(), Update::NodePool);
     spawn_watch::<NodeClaim>(tasks, Api::all(c.clone()), u.clone(), Update::NodeClaim);
@@ -92,13 +92,14 @@ pub fn start(
     snapshots
 }
 
-fn spawn_watch<K>(
+fn spawn_watch<E>(
     tasks: &mut JoinSet<()>,
-    api: Api<K>,
+    api: Api<E::Object>,
     updates: mpsc::Sender<Update>,
-    wrap: fn(Event<K>) -> Update,
+    wrap: fn(Event<E>) -> Update,
 ) where
-    K: kube::Resource<DynamicType = ()>
+    E: Entry + Send + 'static,
+    E::Object: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -112,11 +113,12 @@ fn spawn_watch<K>(
     ));
 }
 
-/// Forwards one watcher's events; a watch error is logged and the watcher
-/// (which retries with backoff itself) goes on.
-async fn forward<K, S>(stream: S, updates: mpsc::Sender<Update>, wrap: fn(Event<K>) -> Update)
+/// Forwards one watcher's events, as the store keeps them; a watch error
+/// is logged and the watcher (which retries with backoff itself) goes on.
+async fn forward<E, S>(stream: S, updates: mpsc::Sender<Update>, wrap: fn(Event<E>) -> Update)
 where
-    S: futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    E: Entry,
+    S: futures_util::Stream<Item = Result<Event<E::Object>, watcher::Error>> + Send,
 {
     let mut stream = std::pin::pin!(stream);
     let mut backoff = Duration::from_millis(100);
@@ -124,7 +126,7 @@ where
         match item {
             Ok(event) => {
                 backoff = Duration::from_millis(100);
-                if updates.send(wrap(event)).await.is_err() {
+                if updates.send(wrap(index::keep(event))).await.is_err() {
                     return;
                 }
             }
@@ -136,6 +138,10 @@ where
         }
     }
 }
+
+/// Updates waiting for the owner. Small, so a relist of many objects waits
+/// in the API server's pages rather than in the adapter's memory.
+const UPDATE_BACKLOG: usize = 256;
 
 /// Publishes are at least this far apart: a burst of events becomes one
 /// snapshot, and a lone event is published at once.

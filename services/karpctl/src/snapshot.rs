@@ -249,6 +249,7 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
     }
     let input = Objects {
         pods: sources(&objects.pods),
+        prepared_pods: Vec::new(),
         nodes: sources(&objects.nodes),
         node_claims: sources(&objects.node_claims),
         node_pools: sources(&objects.node_pools),

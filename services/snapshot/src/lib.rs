@@ -46,7 +46,7 @@ use karpenter_proto::scheduler::v1 as pb;
 
 pub use fields::FieldError;
 pub use pdb::{disruptions_allowed, int_or_percent};
-pub use pod::{do_not_disrupt, provisionable};
+pub use pod::{PreparedObject, PreparedPod, do_not_disrupt, prepare_object, provisionable};
 
 /// How objects are read: see the [crate docs](crate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +79,9 @@ pub struct NodeClasses {
 #[derive(Default)]
 pub struct Objects<'a> {
     pub pods: Vec<Source<'a, Pod>>,
+    /// Pods read beforehand by [`prepare_object`] (in this build's mode),
+    /// finished here like `pods`.
+    pub prepared_pods: Vec<Source<'a, PreparedObject>>,
     pub nodes: Vec<Source<'a, Node>>,
     pub node_claims: Vec<Source<'a, NodeClaim>>,
     pub node_pools: Vec<Source<'a, NodePool>>,
@@ -225,13 +228,11 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
 
     let mut seen_pods = BTreeSet::new();
     for source in &objects.pods {
-        let Some(pod) =
-            builder.keep(pod::pod_object(source, &context, mode, builder.now_seconds))?
-        else {
-            continue;
-        };
-        let Some(pod) = pod else { continue };
-        builder.place_pod(source.id, pod, &nodes, &mut seen_pods, "Pod")?;
+        let prepared = pod::prepare_object(source, mode);
+        builder.place_prepared(source.id, &prepared, &context, &nodes, &mut seen_pods)?;
+    }
+    for source in &objects.prepared_pods {
+        builder.place_prepared(source.id, source.object, &context, &nodes, &mut seen_pods)?;
     }
     if mode == Mode::Manifests {
         for (id, pod) in workload::expand(objects, &context, builder.now_seconds)? {
@@ -351,6 +352,33 @@ impl Builder {
     }
 
     /// A pod goes to its node, or is pending.
+    /// Finishes a prepared Pod object and places it.
+    fn place_prepared(
+        &mut self,
+        id: usize,
+        prepared: &PreparedObject,
+        context: &pod::PodContext,
+        nodes: &node::Nodes,
+        seen: &mut BTreeSet<(String, String)>,
+    ) -> Result<(), ObjectError> {
+        let prepared = match prepared {
+            Ok(Some(prepared)) => prepared,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                let error = ObjectError {
+                    id,
+                    ..error.clone()
+                };
+                return self.keep::<()>(Err(error)).map(|_| ());
+            }
+        };
+        let finished = pod::finish_object(id, prepared, context, self.now_seconds);
+        match self.keep(finished)? {
+            Some(pod) => self.place_pod(id, pod, nodes, seen, "Pod"),
+            None => Ok(()),
+        }
+    }
+
     fn place_pod(
         &mut self,
         id: usize,

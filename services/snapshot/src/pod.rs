@@ -109,9 +109,9 @@ pub struct PodSource<'a> {
     pub name: String,
     /// Labels and annotations (`metadata` of the pod or template).
     pub metadata: Option<&'a ObjectMeta>,
-    pub metadata_path: &'a str,
+    pub metadata_path: &'static str,
     pub spec: &'a core::PodSpec,
-    pub spec_path: &'a str,
+    pub spec_path: &'static str,
     pub owner_kind: String,
     pub owner_name: String,
     /// StatefulSet volumeClaimTemplates: volume name → claim spec.
@@ -120,15 +120,16 @@ pub struct PodSource<'a> {
     pub start_time: Option<prost_types::Timestamp>,
 }
 
-/// A Pod object: `None` when it does not take part (terminal; in live mode
-/// also a bound pod's peers are kept, but gated or unschedulable-by-design
-/// pods are not pending).
-pub(crate) fn pod_object(
-    source: &Source<'_, core::Pod>,
-    context: &PodContext,
-    mode: Mode,
-    now: i64,
-) -> Result<Option<pb::Pod>, ObjectError> {
+/// A Pod object read on its own: `None` when it does not take part
+/// (terminal; in live mode an unbound pod kube-scheduler did not give up
+/// on, or that is not Karpenter's to provision for).
+pub type PreparedObject = Result<Option<PreparedPod>, ObjectError>;
+
+/// Reads a Pod object as far as it depends on nothing else; [`build`]
+/// finishes it (see [`PreparedPod`]).
+///
+/// [`build`]: crate::build
+pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObject {
     let object = source.object;
     let meta = &object.metadata;
     let name = meta.name.clone().unwrap_or_default();
@@ -144,8 +145,8 @@ pub(crate) fn pod_object(
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }
-    let status = object.status.clone().unwrap_or_default();
-    let phase = status.phase.clone().unwrap_or_default();
+    let status = object.status.as_ref();
+    let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
     if matches!(phase.as_str(), "Succeeded" | "Failed") {
         return Ok(None);
     }
@@ -158,34 +159,48 @@ pub(crate) fn pod_object(
         return Ok(None);
     }
     let (owner_kind, owner_name) = controller(meta);
-    let mut pod = pod(
-        &PodSource {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            metadata: Some(meta),
-            metadata_path: "metadata",
-            spec,
-            spec_path: "spec",
-            owner_kind,
-            owner_name,
-            claim_templates: BTreeMap::new(),
-            start_time: fields::optional_timestamp(status.start_time.as_ref()),
-        },
-        context,
-        now,
-    )
+    let mut prepared = prepare(&PodSource {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        metadata: Some(meta),
+        metadata_path: "metadata",
+        spec,
+        spec_path: "spec",
+        owner_kind,
+        owner_name,
+        claim_templates: BTreeMap::new(),
+        start_time: fields::optional_timestamp(status.and_then(|s| s.start_time.as_ref())),
+    })
     .map_err(error)?;
-    pod.phase = if phase.is_empty() {
-        if pod.node_name.is_empty() {
-            "Pending".into()
-        } else {
-            "Running".into()
-        }
-    } else {
+    let pod = &mut prepared.pod;
+    pod.phase = if !phase.is_empty() {
         phase
+    } else if pod.node_name.is_empty() {
+        "Pending".into()
+    } else {
+        "Running".into()
     };
-    pod.nominated_node_name = status.nominated_node_name.unwrap_or_default();
-    Ok(Some(pod))
+    pod.nominated_node_name = status
+        .and_then(|s| s.nominated_node_name.clone())
+        .unwrap_or_default();
+    Ok(Some(prepared))
+}
+
+/// Finishes a prepared Pod object (`id` is its source's).
+pub(crate) fn finish_object(
+    id: usize,
+    prepared: &PreparedPod,
+    context: &PodContext,
+    now: i64,
+) -> Result<pb::Pod, ObjectError> {
+    prepared.finish(context, now).map_err(|e| ObjectError {
+        id,
+        kind: "Pod",
+        namespace: prepared.namespace().to_owned(),
+        name: prepared.name().to_owned(),
+        field: e.field,
+        message: e.message,
+    })
 }
 
 /// Karpenter's `IsProvisionable`: kube-scheduler said `Unschedulable`, no
@@ -253,14 +268,67 @@ pub fn do_not_disrupt(
     }
 }
 
+/// A pod in wire form but for what other objects and the clock decide:
+/// its priority (from its PriorityClass unless the spec gives one), its
+/// volumes' placement (from claims, volumes and storage classes) and the
+/// duration form of do-not-disrupt. A caller that sees the same pod in
+/// many snapshots (the adapter's index) prepares it once and finishes it
+/// per snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedPod {
+    pod: pb::Pod,
+    explicit_priority: Option<i32>,
+    claims: Vec<crate::volumes::ClaimRef>,
+    do_not_disrupt: Option<String>,
+    start: Option<prost_types::Timestamp>,
+    spec_path: &'static str,
+}
+
+impl PreparedPod {
+    pub fn namespace(&self) -> &str {
+        &self.pod.namespace
+    }
+
+    pub fn name(&self) -> &str {
+        &self.pod.name
+    }
+
+    /// The wire pod as of `now` (seconds) among `ctx`'s objects.
+    pub fn finish(&self, ctx: &PodContext, now: i64) -> fields::Result<pb::Pod> {
+        let priority = priority(
+            self.explicit_priority,
+            &self.pod.priority_class_name,
+            ctx,
+            self.spec_path,
+        )?;
+        let mut annotations = BTreeMap::new();
+        if let Some(value) = &self.do_not_disrupt {
+            annotations.insert(labels::DO_NOT_DISRUPT.to_owned(), value.clone());
+        }
+        Ok(pb::Pod {
+            priority,
+            volumes: crate::volumes::resolve(&self.claims, ctx),
+            do_not_disrupt: do_not_disrupt(&annotations, self.start.as_ref(), now),
+            ..self.pod.clone()
+        })
+    }
+}
+
+/// A pod spec to wire form, as of `now` among `ctx`'s objects.
 pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb::Pod> {
+    prepare(src)?.finish(ctx, now)
+}
+
+/// What of a pod spec depends on nothing but the pod.
+pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
     let spec = src.spec;
     let sp = src.spec_path;
     let mp = src.metadata_path;
     let empty = ObjectMeta::default();
     let meta = src.metadata.unwrap_or(&empty);
     let pod_labels = meta.labels.clone().unwrap_or_default();
-    let annotations = meta.annotations.clone().unwrap_or_default();
+    let annotations = meta.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key));
 
     let containers_path = join(sp, "containers");
     let containers = containers(&spec.containers, &containers_path)?;
@@ -285,9 +353,7 @@ pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb
         spec.tolerations.as_deref().unwrap_or_default(),
         &join(sp, "tolerations"),
     )?;
-    let priority_class_name = spec.priority_class_name.clone().unwrap_or_default();
-    let priority = priority(spec.priority, &priority_class_name, ctx, sp)?;
-    let deletion_cost = match annotations.get(labels::POD_DELETION_COST) {
+    let deletion_cost = match annotation(labels::POD_DELETION_COST) {
         Some(text) => text.parse::<i32>().map_err(|_| {
             FieldError::new(
                 format!("{}.{}", join(mp, "annotations"), labels::POD_DELETION_COST),
@@ -296,14 +362,12 @@ pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb
         })?,
         None => 0,
     };
-    let volumes = crate::volumes::volumes(src, ctx)?;
     let uid = meta
         .uid
         .clone()
         .unwrap_or_else(|| format!("{}/{}", src.namespace, src.name));
     let creation_timestamp = fields::optional_timestamp(meta.creation_timestamp.as_ref());
-    let start = src.start_time.or(creation_timestamp);
-    Ok(pb::Pod {
+    let pod = pb::Pod {
         namespace: src.namespace.clone(),
         name: src.name.clone(),
         uid,
@@ -321,10 +385,10 @@ pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb
         preferred_pod_anti_affinity: affinity.preferred_anti,
         topology_spread_constraints,
         tolerations,
-        volumes,
-        priority,
-        priority_class_name,
-        do_not_disrupt: do_not_disrupt(&annotations, start.as_ref(), now),
+        volumes: Vec::new(),
+        priority: 0,
+        priority_class_name: spec.priority_class_name.clone().unwrap_or_default(),
+        do_not_disrupt: false,
         deletion_cost,
         owner_kind: src.owner_kind.clone(),
         owner_name: src.owner_name.clone(),
@@ -333,6 +397,14 @@ pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb
         terminating: meta.deletion_timestamp.is_some(),
         nominated_node_name: String::new(),
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
+    };
+    Ok(PreparedPod {
+        pod,
+        explicit_priority: spec.priority,
+        claims: crate::volumes::claims(src),
+        do_not_disrupt: annotation(labels::DO_NOT_DISRUPT).cloned(),
+        start: src.start_time.or(creation_timestamp),
+        spec_path: sp,
     })
 }
 

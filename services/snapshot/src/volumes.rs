@@ -8,41 +8,65 @@ use karpenter_proto::scheduler::v1 as pb;
 use crate::fields;
 use crate::pod::{PodContext, PodSource};
 
-pub fn volumes(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<Vec<pb::Volume>> {
-    // (volume name, claim name, the claim's spec when the pod makes it)
-    let mut claims: Vec<(String, String, Option<core::PersistentVolumeClaimSpec>)> = Vec::new();
+/// A volume backed by a persistent volume claim, before the claim and its
+/// volume or storage class are looked up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimRef {
+    pub volume: String,
+    /// `namespace/name` of the claim.
+    pub claim_id: String,
+    /// The claim's spec when the pod makes it (ephemeral volumes,
+    /// StatefulSet claim templates): used while the claim does not exist.
+    pub template: Option<core::PersistentVolumeClaimSpec>,
+}
+
+/// The claims a pod's volumes use; what they allow is settled by
+/// [`resolve`] against the cluster's claims, volumes and storage classes.
+pub fn claims(src: &PodSource<'_>) -> Vec<ClaimRef> {
+    let mut claims = Vec::new();
+    let mut add = |volume: &str, claim: String, template| {
+        claims.push(ClaimRef {
+            volume: volume.to_owned(),
+            claim_id: format!("{}/{claim}", src.namespace),
+            template,
+        });
+    };
     for v in src.spec.volumes.iter().flatten() {
         if let Some(pvc) = &v.persistent_volume_claim {
-            claims.push((v.name.clone(), pvc.claim_name.clone(), None));
+            add(&v.name, pvc.claim_name.clone(), None);
         } else if let Some(ephemeral) = &v.ephemeral {
             let template = ephemeral
                 .volume_claim_template
                 .as_ref()
                 .map(|t| t.spec.clone());
-            claims.push((v.name.clone(), format!("{}-{}", src.name, v.name), template));
+            add(&v.name, format!("{}-{}", src.name, v.name), template);
         }
     }
     for (volume, template) in &src.claim_templates {
-        claims.push((
-            volume.clone(),
+        add(
+            volume,
             format!("{volume}-{}", src.name),
             Some(template.clone()),
-        ));
+        );
     }
-    Ok(claims
-        .into_iter()
-        .map(|(volume, claim, template)| {
-            let claim_id = format!("{}/{claim}", src.namespace);
-            let spec = ctx.claims.get(&claim_id).cloned().or(template);
-            let (driver, topology) = spec.map(|s| placement(&s, ctx)).unwrap_or_default();
+    claims
+}
+
+/// The wire volumes of `claims`: each claim's CSI driver and topology.
+pub fn resolve(claims: &[ClaimRef], ctx: &PodContext) -> Vec<pb::Volume> {
+    claims
+        .iter()
+        .map(|claim| {
+            let spec = ctx.claims.get(&claim.claim_id).or(claim.template.as_ref());
+            let (driver, topology) = spec.map(|s| placement(s, ctx)).unwrap_or_default();
             pb::Volume {
-                name: volume,
+                name: claim.volume.clone(),
                 driver,
-                claim_id,
+                claim_id: claim.claim_id.clone(),
                 topology,
             }
         })
-        .collect())
+        .collect()
 }
 
 /// The CSI driver and allowed topology of a claim: from its bound volume,

@@ -533,3 +533,121 @@ fn another_providers_claims_are_not_managed_here() {
         "manifests are taken as given"
     );
 }
+
+/// The adapter reads each pod once and builds many snapshots from it: what
+/// other objects and the clock decide (the PriorityClass's value, the
+/// volume's zone, the do-not-disrupt duration) follows them at each build,
+/// as if the pod were read again.
+#[test]
+fn a_pod_read_once_is_finished_by_each_build() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use karpenter_snapshot::prepare_object;
+
+    let p = pod(
+        "p",
+        merge_all([
+            unschedulable(),
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "30m"}},
+                   "spec": {"priorityClassName": "batch",
+                            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+                   "status": {"startTime": "2026-01-01T00:00:00Z"}}),
+        ]),
+    );
+    let prepared = prepare_object(&Source { id: 0, object: &p }, Mode::Live);
+    let class = |value: i32| -> PriorityClass {
+        object(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                      "metadata": {"name": "batch"}, "value": value}),
+        )
+    };
+    let claim: PersistentVolumeClaim = object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {"storageClassName": "zonal"}}));
+    let storage: StorageClass = object(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "zonal"}, "provisioner": "ebs.csi.aws.com",
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["zone-a"]}]}]}));
+    let start = 1_767_225_600; // 2026-01-01T00:00:00Z
+    for (value, minutes_later, with_storage) in [(10, 5, false), (1000, 45, true)] {
+        let class = class(value);
+        let storage_classes = if with_storage {
+            vec![Source {
+                id: 3,
+                object: &storage,
+            }]
+        } else {
+            Vec::new()
+        };
+        let now = prost_types::Timestamp {
+            seconds: start + minutes_later * 60,
+            nanos: 0,
+        };
+        let mut objects = Objects {
+            pods: vec![Source { id: 0, object: &p }],
+            priority_classes: vec![Source {
+                id: 1,
+                object: &class,
+            }],
+            persistent_volume_claims: vec![Source {
+                id: 2,
+                object: &claim,
+            }],
+            storage_classes,
+            now: Some(now),
+            ..Objects::default()
+        };
+        let read_again = build(&objects, Mode::Live).expect("built");
+        objects.pods = Vec::new();
+        objects.prepared_pods = vec![Source {
+            id: 0,
+            object: &prepared,
+        }];
+        let read_once = build(&objects, Mode::Live).expect("built");
+        let pod = &read_once.snapshot.pending_pods[0];
+        assert_eq!(pod.priority, value);
+        assert_eq!(pod.do_not_disrupt, minutes_later < 30);
+        assert_eq!(
+            pod.volumes[0].driver,
+            if with_storage { "ebs.csi.aws.com" } else { "" }
+        );
+        assert_eq!(read_once.snapshot, read_again.snapshot);
+    }
+}
+
+/// A pod that cannot be read once is skipped by every build that gets it,
+/// with the same error as reading it there.
+#[test]
+fn a_pod_read_once_with_an_error_is_skipped_in_every_build() {
+    let p = pod(
+        "bad",
+        merge_all([
+            unschedulable(),
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}}),
+        ]),
+    );
+    let prepared = karpenter_snapshot::prepare_object(&Source { id: 7, object: &p }, Mode::Live);
+    let built = build(
+        &Objects {
+            prepared_pods: vec![Source {
+                id: 3,
+                object: &prepared,
+            }],
+            ..Objects::default()
+        },
+        Mode::Live,
+    )
+    .expect("live builds skip");
+    assert!(built.snapshot.pending_pods.is_empty());
+    assert_eq!(built.skipped.len(), 1);
+    assert_eq!(built.skipped[0].id, 3, "the id of this build's source");
+    assert_eq!(built.skipped[0].name, "bad");
+    assert!(
+        built.skipped[0].field.contains("requests.cpu"),
+        "{}",
+        built.skipped[0]
+    );
+}

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::index::PodEntry;
 use karpenter_core::labels;
 use kube::ResourceExt;
 use tokio::sync::watch;
@@ -26,22 +26,15 @@ pub struct Startups {
     recorded: HashSet<String>,
 }
 
-fn uid(pod: &Pod) -> String {
+fn uid(pod: &PodEntry) -> String {
     pod.uid()
         .unwrap_or_else(|| format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()))
 }
 
 /// Seconds from creation to Ready, once the pod is Ready.
-pub fn startup_seconds(pod: &Pod) -> Option<f64> {
+pub fn startup_seconds(pod: &PodEntry) -> Option<f64> {
     let created = pod.metadata.creation_timestamp.as_ref()?.0;
-    let ready = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == "True")?;
-    let at = ready.last_transition_time.as_ref()?.0;
+    let at = pod.ready_since.as_ref()?.0;
     Some(at.duration_since(created).as_secs_f64().max(0.0))
 }
 
@@ -52,10 +45,10 @@ impl Startups {
         let mut out = Vec::new();
         for pod in index.pods.iter() {
             let id = uid(pod);
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            if matches!(phase, Some("Succeeded" | "Failed")) {
+            if pod.is_terminal() {
                 continue;
             }
+            let phase = pod.phase.as_deref();
             present.insert(id.clone());
             if phase == Some("Pending") || phase.is_none() {
                 self.pending.insert(id.clone());
@@ -89,11 +82,7 @@ fn record(ctx: &Context, index: &Index, startups: &mut Startups) {
         .set(i64::try_from(index.nodes.len() + in_flight).unwrap_or(i64::MAX));
     metrics.pods_state.clear();
     for pod in index.pods.iter() {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+        let node = pod.node_name.clone().unwrap_or_default();
         let nodepool = index
             .nodes
             .named(&node)
@@ -107,11 +96,7 @@ fn record(ctx: &Context, index: &Index, startups: &mut Startups) {
                 scheduled: (!node.is_empty()).to_string(),
                 node,
                 nodepool,
-                phase: pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default(),
+                phase: pod.phase.clone().unwrap_or_default(),
             })
             .set(1);
     }
@@ -136,22 +121,24 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::Update;
+    use crate::index::{PodEntry, Update};
     use kube::runtime::watcher::Event;
     use serde_json::json;
 
-    fn pod(phase: &str, ready_at: Option<&str>) -> Pod {
+    fn pod(phase: &str, ready_at: Option<&str>) -> PodEntry {
         let conditions = ready_at.map_or_else(
             || json!([]),
             |at| json!([{"type": "Ready", "status": "True", "lastTransitionTime": at}]),
         );
-        serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "default", "uid": "u1",
-                         "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"containers": [{"name": "c"}]},
-            "status": {"phase": phase, "conditions": conditions}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        PodEntry::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "default", "uid": "u1",
+                             "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"phase": phase, "conditions": conditions}
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
     }
 
     #[test]

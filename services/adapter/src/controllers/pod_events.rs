@@ -15,7 +15,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
@@ -25,7 +24,7 @@ use super::lifecycle::elapsed;
 use super::runner::{Reconciler, fingerprint};
 use super::{Context, Requeue};
 use crate::error::Result;
-use crate::index::{Index, Key};
+use crate::index::{Index, Key, PodEntry};
 use crate::patch;
 use crate::watch::Versions;
 
@@ -35,14 +34,13 @@ pub const DEDUPE: Duration = Duration::from_secs(10);
 /// What of a pod on the node counts as an event when it changes.
 type PodState = (String, bool, bool);
 
-fn pod_states(pods: &[Arc<Pod>]) -> BTreeSet<PodState> {
+fn pod_states(pods: &[Arc<PodEntry>]) -> BTreeSet<PodState> {
     pods.iter()
         .filter(|p| !p.owner_references().iter().any(|o| o.kind == "DaemonSet"))
         .map(|p| {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             (
                 p.meta().uid.clone().unwrap_or_default(),
-                matches!(phase, Some("Succeeded" | "Failed")),
+                p.is_terminal(),
                 p.meta().deletion_timestamp.is_some(),
             )
         })

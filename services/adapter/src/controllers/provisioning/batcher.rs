@@ -34,9 +34,7 @@ pub fn provisionable(index: &Index) -> impl Iterator<Item = (String, String)> + 
         .pods
         .iter()
         .filter(|p| {
-            p.meta().deletion_timestamp.is_none()
-                && p.spec.as_ref().is_none_or(|s| s.node_name.is_none())
-                && karpenter_snapshot::provisionable(p)
+            p.meta().deletion_timestamp.is_none() && p.node_name.is_none() && p.provisionable
         })
         .map(|p| {
             (
@@ -119,7 +117,7 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
 
-    use crate::index::Update;
+    use crate::index::{PodEntry, Update};
     use crate::watch::Versions;
 
     fn pending(name: &str, version: &str) -> Pod {
@@ -133,7 +131,7 @@ mod tests {
     }
 
     fn publish(sender: &watch::Sender<Published>, index: &mut Index, pod: Pod) {
-        index.apply(Update::Pod(Event::Apply(pod)));
+        index.apply(Update::Pod(Event::Apply(PodEntry::new(pod))));
         let versions = sender.borrow().versions;
         sender.send_replace(Published {
             index: Arc::new(index.clone()),
@@ -183,7 +181,7 @@ mod tests {
     #[test]
     fn a_pod_that_stays_pending_triggers_again_after_a_while() {
         let mut index = Index::default();
-        index.apply(Update::Pod(Event::Apply(pending("a", "1"))));
+        index.apply(Update::Pod(Event::Apply(PodEntry::new(pending("a", "1")))));
         let mut batcher = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
         let now = Instant::now();
         assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);

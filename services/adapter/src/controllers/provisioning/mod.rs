@@ -234,7 +234,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
 fn pod_of<'a>(
     index: &'a Index,
     pod: Option<&pb::PodRef>,
-) -> Option<&'a Arc<k8s_openapi::api::core::v1::Pod>> {
+) -> Option<&'a Arc<crate::index::PodEntry>> {
     let pod = pod?;
     index.pods.get(&pod.namespace, &pod.name)
 }

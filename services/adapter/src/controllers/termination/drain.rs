@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::labels;
 use karpenter_core::taints::{Effect, Taint, Toleration};
@@ -18,6 +18,7 @@ use kube::api::{DeleteParams, EvictParams, Preconditions};
 use crate::controllers::Context;
 use crate::error::{Result, is_not_found};
 use crate::events::{Event, Kind};
+use crate::index::PodEntry;
 use crate::metrics::{CodeLabels, ReasonLabels};
 
 /// Where a drain stands.
@@ -48,45 +49,34 @@ fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Toleration {
     }
 }
 
-fn tolerates_disrupted(pod: &Pod) -> bool {
+fn tolerates_disrupted(pod: &PodEntry) -> bool {
     let disrupted = Taint {
         key: labels::DISRUPTED_TAINT_KEY.to_owned(),
         value: String::new(),
         effect: Effect::NoSchedule,
     };
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .into_iter()
-        .flatten()
+    pod.tolerations
+        .iter()
         .any(|t| toleration(t).tolerates(&disrupted))
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn is_mirror(pod: &Pod) -> bool {
+fn is_mirror(pod: &PodEntry) -> bool {
     pod.annotations()
         .contains_key("kubernetes.io/config.mirror")
         || pod.owner_references().iter().any(|o| o.kind == "Node")
 }
 
-fn owned_by_daemon_set(pod: &Pod) -> bool {
+fn owned_by_daemon_set(pod: &PodEntry) -> bool {
     pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
 }
 
-fn is_critical(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.priority_class_name.as_deref())
+fn is_critical(pod: &PodEntry) -> bool {
+    pod.priority_class_name
+        .as_deref()
         .is_some_and(|c| CRITICAL_CLASSES.contains(&c))
 }
 
-fn stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+fn stuck_terminating(pod: &PodEntry, now: Timestamp) -> bool {
     pod.metadata
         .deletion_timestamp
         .as_ref()
@@ -95,10 +85,10 @@ fn stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 
 /// Pods the drain waits for: not finished, not tolerating the disrupted
 /// taint (those may stay), not stuck terminating, not static.
-pub fn waiting(pods: &[Arc<Pod>], now: Timestamp) -> Vec<Arc<Pod>> {
+pub fn waiting(pods: &[Arc<PodEntry>], now: Timestamp) -> Vec<Arc<PodEntry>> {
     pods.iter()
         .filter(|p| {
-            !is_terminal(p)
+            !p.is_terminal()
                 && !tolerates_disrupted(p)
                 && !stuck_terminating(p, now)
                 && !is_mirror(p)
@@ -108,25 +98,21 @@ pub fn waiting(pods: &[Arc<Pod>], now: Timestamp) -> Vec<Arc<Pod>> {
 }
 
 /// Whether the pod must be deleted now to be gone by `deadline`.
-pub fn needs_force_delete(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp) -> bool {
+pub fn needs_force_delete(pod: &PodEntry, deadline: Option<Timestamp>, now: Timestamp) -> bool {
     let Some(deadline) = deadline else {
         return false;
     };
     if let Some(deleted) = &pod.metadata.deletion_timestamp {
         return deleted.0 > deadline;
     }
-    let Some(grace) = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-    else {
+    let Some(grace) = pod.termination_grace_period_seconds else {
         return false;
     };
     now.as_second() > deadline.as_second() - grace
 }
 
 /// The tier a graceful pod leaves in (0 first).
-fn tier(pod: &Pod) -> usize {
+fn tier(pod: &PodEntry) -> usize {
     usize::from(is_critical(pod)) * 2 + usize::from(owned_by_daemon_set(pod))
 }
 
@@ -135,7 +121,7 @@ fn tier(pod: &Pod) -> usize {
 pub async fn drain(
     ctx: &Context,
     node: &Node,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodEntry>],
     deadline: Option<Timestamp>,
     reason: &str,
 ) -> Result<Drain> {
@@ -156,14 +142,10 @@ pub async fn drain(
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let start = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| prost_types::Timestamp {
-                    seconds: t.0.as_second(),
-                    nanos: 0,
-                });
+            let start = pod.start_time.as_ref().map(|t| prost_types::Timestamp {
+                seconds: t.0.as_second(),
+                nanos: 0,
+            });
             if karpenter_snapshot::do_not_disrupt(
                 pod.annotations(),
                 start.as_ref(),
@@ -181,7 +163,7 @@ pub async fn drain(
 /// (at least a second), past PDBs and do-not-disrupt.
 async fn force_delete(
     ctx: &Context,
-    pod: &Pod,
+    pod: &PodEntry,
     deadline: Timestamp,
     now: Timestamp,
     reason: &str,
@@ -202,11 +184,7 @@ async fn force_delete(
         Err(e) if is_not_found(&e) => return Ok(()),
         Err(e) => return Err(e.into()),
     }
-    let own = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
+    let own = pod.termination_grace_period_seconds.unwrap_or(30);
     ctx.recorder.emit(Event::new(
         pod,
         Kind::Normal,
@@ -227,7 +205,7 @@ async fn force_delete(
 
 /// Asks the Eviction API to move the pod; a PodDisruptionBudget that says
 /// no (429) is reported on the Node and tried again on the next pass.
-async fn evict(ctx: &Context, node: &Node, pod: &Pod, reason: &str) -> Result<()> {
+async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Result<()> {
     let namespace = pod.namespace().unwrap_or_default();
     let params = EvictParams {
         delete_options: Some(DeleteParams {
@@ -300,14 +278,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(name: &str, extra: serde_json::Value) -> Arc<Pod> {
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<PodEntry> {
         let mut value = json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"containers": [{"name": "c"}], "nodeName": "n1"},
             "status": {"phase": "Running"}
         });
         merge(&mut value, extra);
-        Arc::new(serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}")))
+        let pod: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
+        Arc::new(PodEntry::new(pod))
     }
 
     fn merge(into: &mut serde_json::Value, from: serde_json::Value) {

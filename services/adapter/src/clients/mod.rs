@@ -6,6 +6,8 @@
 //! next pass tries again. A call is never retried after an answer that
 //! means "no" (invalid argument, insufficient capacity, not found).
 
+mod encoded;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,9 +16,12 @@ use std::time::Duration;
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_proto::scheduler::v1::scheduler_client::SchedulerClient;
+use tonic::codegen::Bytes;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+
+const SOLVE: &str = "/karpenter.scheduler.v1.Scheduler/Solve";
+const PLAN_DISRUPTION: &str = "/karpenter.scheduler.v1.Scheduler/PlanDisruption";
 
 /// Requests larger than this are refused by the scheduler anyway.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -82,7 +87,6 @@ fn endpoint(address: &str) -> Result<Endpoint, tonic::transport::Error> {
 /// Both peers; cheap to clone.
 #[derive(Clone)]
 pub struct Clients {
-    scheduler: SchedulerClient<Channel>,
     provider: CloudProviderClient<Channel>,
     scheduler_channel: Channel,
     provider_channel: Channel,
@@ -97,14 +101,10 @@ impl Clients {
     pub fn new(scheduler: &str, provider: &str) -> Result<Self, tonic::transport::Error> {
         let scheduler_channel = endpoint(scheduler)?.connect_lazy();
         let provider_channel = endpoint(provider)?.connect_lazy();
-        let scheduler = SchedulerClient::new(scheduler_channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let provider = CloudProviderClient::new(provider_channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Self {
-            scheduler,
             provider,
             scheduler_channel,
             provider_channel,
@@ -152,32 +152,37 @@ impl Clients {
         request
     }
 
+    /// Solve. The request (the whole cluster) is encoded once and dropped
+    /// before the call: retries resend the same bytes rather than holding
+    /// a second copy of the snapshot.
     pub async fn solve(&self, request: pb::SolveRequest) -> Result<pb::SolveResponse, Status> {
-        let deadline = self.deadlines.solve;
-        let result = with_retry(3, || {
-            let mut client = self.scheduler.clone();
-            let request = Self::request(request.clone(), deadline);
-            async move { client.solve(request).await.map(tonic::Response::into_inner) }
-        })
-        .await;
-        Self::note(&self.scheduler_up, &result);
-        result
+        self.scheduler_call(SOLVE, request).await
     }
 
+    /// PlanDisruption, encoded once like [`Clients::solve`].
     pub async fn plan_disruption(
         &self,
         request: pb::PlanDisruptionRequest,
     ) -> Result<pb::PlanDisruptionResponse, Status> {
+        self.scheduler_call(PLAN_DISRUPTION, request).await
+    }
+
+    async fn scheduler_call<Req, Resp>(
+        &self,
+        path: &'static str,
+        request: Req,
+    ) -> Result<Resp, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default + Send + 'static,
+    {
+        let body = Bytes::from(request.encode_to_vec());
+        drop(request);
         let deadline = self.deadlines.solve;
         let result = with_retry(3, || {
-            let mut client = self.scheduler.clone();
-            let request = Self::request(request.clone(), deadline);
-            async move {
-                client
-                    .plan_disruption(request)
-                    .await
-                    .map(tonic::Response::into_inner)
-            }
+            let channel = self.scheduler_channel.clone();
+            let request = Self::request(body.clone(), deadline);
+            async move { encoded::unary(channel, path, request, MAX_MESSAGE_BYTES).await }
         })
         .await;
         Self::note(&self.scheduler_up, &result);
