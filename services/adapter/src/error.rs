@@ -36,6 +36,10 @@ impl Error {
         matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
     }
 
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube(error) if is_not_found(error))
+    }
+
     /// How long to wait before retrying after this error the `failures`-th
     /// time in a row: a conflict at once, anything else with exponential
     /// backoff from one second to five minutes.

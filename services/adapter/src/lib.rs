@@ -30,6 +30,7 @@ pub mod claim;
 pub mod clients;
 pub mod conditions;
 pub mod controllers;
+pub mod disrupted;
 pub mod error;
 pub mod events;
 pub mod index;

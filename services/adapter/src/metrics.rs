@@ -68,6 +68,11 @@ pub struct CodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MessageTypeLabels {
+    pub message_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -82,6 +87,9 @@ pub struct AdapterMetrics {
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
     pub nodes_created: Family<PoolZoneLabels, Counter>,
+    pub interruption_received: Family<MessageTypeLabels, Counter>,
+    pub interruption_deleted: Counter,
+    pub interruption_latency: Histogram,
     pub nodes_terminated: Family<PoolZoneLabels, Counter>,
     pub nodes_drained: Family<PoolLabels, Counter>,
     pub pods_state: Family<PodStateLabels, Gauge>,
@@ -131,6 +139,9 @@ impl AdapterMetrics {
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
             nodes_created: Family::default(),
+            interruption_received: Family::default(),
+            interruption_deleted: Counter::default(),
+            interruption_latency: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
             nodes_terminated: Family::default(),
             nodes_drained: Family::default(),
             pods_state: Family::default(),
@@ -175,6 +186,21 @@ impl AdapterMetrics {
                 "nodeclaims_disrupted",
                 "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
                 m.nodeclaims_disrupted.clone(),
+            );
+            r.register(
+                "interruption_received_messages",
+                "Interruption messages received from the provider, by message type",
+                m.interruption_received.clone(),
+            );
+            r.register(
+                "interruption_deleted_messages",
+                "Interruption messages acknowledged after acting on them",
+                m.interruption_deleted.clone(),
+            );
+            r.register(
+                "interruption_message_queue_duration_seconds",
+                "Time from the cloud's event to the adapter acting on it",
+                m.interruption_latency.clone(),
             );
             r.register(
                 "nodes_created",

@@ -30,7 +30,9 @@ use crate::controllers::nodepool::NodePools;
 use crate::controllers::pod_events::PodEvents;
 use crate::controllers::runner;
 use crate::controllers::termination::Termination;
-use crate::controllers::{Context, Timing, gc, observability, provisioning};
+use crate::controllers::{
+    Context, Timing, disruption, gc, interruption, observability, provisioning,
+};
 use crate::events::Recorder;
 use crate::leader::Elector;
 use crate::metrics::AdapterMetrics;
@@ -282,6 +284,8 @@ fn spawn_controllers(
 ) {
     tasks.spawn(provisioning::run(ctx.clone(), snapshots.clone()));
     tasks.spawn(gc::run(ctx.clone(), snapshots.clone()));
+    tasks.spawn(disruption::run(ctx.clone(), snapshots.clone()));
+    tasks.spawn(interruption::run(ctx.clone(), snapshots.clone()));
     tasks.spawn(observability::run(ctx.clone(), snapshots.clone()));
     let lifecycle = Arc::new(Lifecycle { ctx: ctx.clone() });
     tasks.spawn(runner::run(lifecycle, snapshots.clone(), CONCURRENCY));

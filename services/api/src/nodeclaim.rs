@@ -33,6 +33,9 @@ pub const CONDITION_DRIFTED: &str = "Drifted";
 pub const CONDITION_TERMINATING: &str = "Terminating";
 /// NodeClaim condition: the Node and the NodeClaim agree with each other.
 pub const CONDITION_CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
+/// Why a disruption command took the claim (`Underutilized`, `Empty`,
+/// `Drifted`); cleared when the command is rolled back.
+pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
 
 /// The desired state of a NodeClaim. It is immutable once created.
 // Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.

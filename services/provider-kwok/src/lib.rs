@@ -372,6 +372,25 @@ impl KwokProvider {
             time: Some(now_ts()),
             detail: req.detail.clone(),
         };
+        if kind == Kind::SpotInterruption {
+            // As EC2 does: the capacity that took the instance back is not
+            // offered again for a while.
+            let hit: Vec<(String, String, String)> = st
+                .instances
+                .values()
+                .filter(|i| req.provider_ids.contains(&i.provider_id) && i.capacity_type == "spot")
+                .map(|i| {
+                    (
+                        i.instance_type.clone(),
+                        i.zone.clone(),
+                        i.capacity_type.clone(),
+                    )
+                })
+                .collect();
+            for key in hit {
+                st.ice.insert(key, Instant::now());
+            }
+        }
         st.unacked.insert(id.clone(), ev.clone());
         let _ = self.inner.events.send(ev);
         Ok(id)

@@ -164,6 +164,9 @@ pub async fn serve_http(
         .context("metrics server failed")
 }
 
+/// How long open calls may finish once shutdown begins.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Serves the service until `shutdown` resolves: gRPC with health and
 /// reflection on one listener, metrics and probes over HTTP on the other.
 pub async fn serve_with_shutdown(
@@ -217,15 +220,29 @@ pub async fn serve_with_shutdown(
         .add_service(reflection_v1alpha);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc);
     ready.store(true, Ordering::SeqCst);
-    let mut grpc_stop = stop_rx;
-    let grpc_result = tonic::transport::Server::builder()
+    let mut grpc_stop = stop_rx.clone();
+    let server = tonic::transport::Server::builder()
         .layer(GrpcMetricsLayer::new(service.metrics.clone()))
         .layer(CatchPanicLayer::new(service.metrics.clone()))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = grpc_stop.wait_for(|stopped| *stopped).await;
-        })
-        .await;
+        });
+    // Graceful shutdown waits for open calls, and a server-streaming call
+    // (interruptions) stays open as long as its client wants: after the
+    // grace period the remaining connections are closed.
+    let mut deadline_stop = stop_rx;
+    let deadline = async move {
+        let _ = deadline_stop.wait_for(|stopped| *stopped).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let grpc_result = tokio::select! {
+        result = server => result,
+        () = deadline => {
+            tracing::info!(grace = ?SHUTDOWN_GRACE, "calls still open after the shutdown grace period; closing them");
+            Ok(())
+        }
+    };
     ready.store(false, Ordering::SeqCst);
     for name in &service.names {
         health_reporter

@@ -279,6 +279,29 @@ impl Clients {
         }
     }
 
+    /// The provider's interruption stream (no deadline: it stays open).
+    pub async fn watch_interruptions(
+        &self,
+    ) -> Result<tonic::Streaming<pv::InterruptionEvent>, Status> {
+        let mut client = self.provider.clone();
+        let result = client
+            .watch_interruptions(pv::WatchInterruptionsRequest {})
+            .await
+            .map(tonic::Response::into_inner);
+        Self::note(&self.provider_up, &result);
+        result
+    }
+
+    /// Tells the provider an interruption was acted on.
+    pub async fn acknowledge_interruption(&self, id: &str) -> Result<(), Status> {
+        let request = pv::AcknowledgeInterruptionRequest { id: id.to_owned() };
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.acknowledge_interruption(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+
     pub async fn list(&self) -> Result<Vec<pv::Instance>, Status> {
         self.provider_call(
             pv::ListRequest {},

@@ -6,8 +6,10 @@
 //! (level-triggered), so a restart picks up where the last process stopped.
 
 pub mod claim_disruption;
+pub mod disruption;
 pub mod expiration;
 pub mod gc;
+pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclass;
 pub mod nodepool;
@@ -58,6 +60,12 @@ pub struct Timing {
     pub resolve_every: Duration,
     /// How long a drain lasts at least (pods' deletions reach the API).
     pub min_drain: Duration,
+    /// How often disruption is planned while nothing acts.
+    pub disruption_poll: Duration,
+    /// How long a graceful command waits before it is checked again.
+    pub validation_delay: Duration,
+    /// How long a command may wait for its replacements.
+    pub disruption_timeout: Duration,
 }
 
 impl Default for Timing {
@@ -69,6 +77,9 @@ impl Default for Timing {
             gc_every: Duration::from_secs(60),
             resolve_every: Duration::from_secs(60),
             min_drain: Duration::from_secs(5),
+            disruption_poll: Duration::from_secs(10),
+            validation_delay: Duration::from_secs(15),
+            disruption_timeout: Duration::from_secs(10 * 60),
         }
     }
 }

@@ -81,12 +81,17 @@ pub async fn run<R: Reconciler>(
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut queue = Queue::default();
     let mut tasks: JoinSet<(Key, Result<Requeue>)> = JoinSet::new();
-    let mut keys_changed = true;
+    // The relevant version the keys were last computed at. Compared on
+    // every pass, not only when the change notification is the branch
+    // that woke the loop: a change that lands while a reconcile finishes
+    // is still seen.
+    let mut keys_at: Option<u64> = None;
     loop {
         let current = snapshots.borrow_and_update().clone();
         let now = Instant::now();
         let mut start: Vec<Key> = Vec::new();
-        if keys_changed {
+        let relevant = R::relevant(&current.versions);
+        if keys_at != Some(relevant) {
             let keys = reconciler.keys(&current.index);
             let present: HashSet<&Key> = keys.iter().map(|(k, _)| k).collect();
             queue.failures.retain(|k, _| present.contains(k));
@@ -97,7 +102,7 @@ pub async fn run<R: Reconciler>(
                     start.push(key.clone());
                 }
             }
-            keys_changed = false;
+            keys_at = Some(relevant);
         }
         // Due keys run even if their object is gone: the reconcile sees that.
         start.extend(
@@ -117,14 +122,10 @@ pub async fn run<R: Reconciler>(
             spawn(&mut tasks, &reconciler, &permits, key, &current.index);
         }
         let next_due = queue.due.values().min().copied();
-        let seen_version = R::relevant(&current.versions);
         tokio::select! {
             changed = snapshots.changed() => {
                 if changed.is_err() {
                     return;
-                }
-                if R::relevant(&snapshots.borrow().versions) != seen_version {
-                    keys_changed = true;
                 }
             }
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {

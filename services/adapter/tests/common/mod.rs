@@ -54,6 +54,9 @@ pub fn test_timing() -> Timing {
         gc_every: Duration::from_millis(500),
         orphan_age: Duration::from_secs(2),
         resolve_every: Duration::from_secs(2),
+        disruption_poll: Duration::from_secs(1),
+        validation_delay: Duration::from_secs(1),
+        disruption_timeout: Duration::from_secs(60),
         ..Timing::default()
     }
 }

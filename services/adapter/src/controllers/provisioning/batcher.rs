@@ -14,11 +14,39 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::index::Index;
+use crate::index::{Index, PodEntry};
 use crate::watch::Published;
 
 /// How often a pod that stays pending triggers again.
 pub const RETRIGGER: Duration = Duration::from_secs(10);
+
+/// Nodes being deleted, or whose NodeClaim is.
+fn leaving_nodes(index: &Index) -> HashSet<String> {
+    index
+        .nodes
+        .iter()
+        .filter(|node| {
+            node.meta().deletion_timestamp.is_some()
+                || node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .and_then(|id| index.claim_for_provider_id(id))
+                    .is_some_and(|c| c.meta().deletion_timestamp.is_some())
+        })
+        .map(|node| node.name_any())
+        .collect()
+}
+
+/// A bound pod that needs a place elsewhere when its node goes: not
+/// finished, not a DaemonSet's, not a static (mirror) pod.
+fn reschedulable(pod: &PodEntry) -> bool {
+    !pod.is_terminal()
+        && !pod
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "DaemonSet" || o.kind == "Node")
+}
 
 /// Waits for batches of pending pods.
 pub struct Batcher {
@@ -28,13 +56,21 @@ pub struct Batcher {
     seen: HashMap<String, (String, Instant)>,
 }
 
-/// UIDs and resource versions of the pods Karpenter provisions for.
+/// UIDs and resource versions of the pods Karpenter provisions for: those
+/// kube-scheduler gave up on, and those on nodes being deleted (their
+/// replacement capacity launches while they drain, as upstream's
+/// provisioner does for deleting nodes).
 pub fn provisionable(index: &Index) -> impl Iterator<Item = (String, String)> + '_ {
+    let leaving = leaving_nodes(index);
     index
         .pods
         .iter()
-        .filter(|p| {
-            p.meta().deletion_timestamp.is_none() && p.node_name.is_none() && p.provisionable
+        .filter(move |p| {
+            p.meta().deletion_timestamp.is_none()
+                && match p.node_name.as_deref() {
+                    None => p.provisionable,
+                    Some(node) => leaving.contains(node) && reschedulable(p),
+                }
         })
         .map(|p| {
             (

@@ -98,7 +98,7 @@ async fn await_visible(snapshots: &mut watch::Receiver<Published>, names: &[Stri
 
 /// The pools that may get new claims: the provider's kind, valid, node
 /// class ready, not being deleted, not static.
-fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
+pub(crate) fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
     let kind = ctx.node_class_kind();
     index
         .node_pools
@@ -120,7 +120,7 @@ fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
 
 /// The instance types of each pool, from the provider; a pool whose lookup
 /// fails is left out of this batch.
-async fn catalogs(
+pub(crate) async fn catalogs(
     ctx: &Context,
     index: &Index,
     pools: &[Arc<NodePool>],
@@ -154,7 +154,7 @@ async fn catalogs(
     out
 }
 
-fn options(ctx: &Context) -> pb::SchedulingOptions {
+pub(crate) fn options(ctx: &Context) -> pb::SchedulingOptions {
     let settings = &ctx.settings;
     pb::SchedulingOptions {
         min_values_policy: settings.min_values_policy as i32,
@@ -173,14 +173,13 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let catalogs = catalogs(ctx, index, &pools).await;
-    let kind = ctx.node_class_kind();
-    let group = ctx
-        .info
-        .node_class
-        .as_ref()
-        .map_or("", |g| g.group.as_str());
-    let classes = live::node_classes(index, group, kind);
-    let built = live::snapshot(index, &pools, classes, catalogs, live::now());
+    let built = live::snapshot(
+        index,
+        &pools,
+        node_classes(ctx, index),
+        catalogs,
+        live::now(),
+    );
     report_skipped(ctx, index, &built.skipped);
     if built.snapshot.pending_pods.is_empty() {
         return Ok(Vec::new());
@@ -213,7 +212,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         unschedulable = solved.unschedulable.len(),
         "computed new nodeclaim(s) to fit pod(s)"
     );
-    let created = create_all(ctx, index, &pools, &solved.node_claims).await;
+    let created = create_all(ctx, index, &pools, &solved.node_claims, "provisioned").await;
     nominate_existing(ctx, index, &solved.existing_nodes);
     for unschedulable in &solved.unschedulable {
         if let Some(pod) = pod_of(index, unschedulable.pod.as_ref()) {
@@ -268,6 +267,7 @@ async fn create_all(
     index: &Arc<Index>,
     pools: &[Arc<NodePool>],
     plans: &[pb::NodeClaimPlan],
+    reason: &str,
 ) -> Result<Vec<String>> {
     let by_name: BTreeMap<String, &Arc<NodePool>> =
         pools.iter().map(|p| (p.name_any(), p)).collect();
@@ -277,7 +277,7 @@ async fn create_all(
             let pool = by_name.get(&plan.node_pool).copied();
             async move {
                 match pool {
-                    Some(pool) => create(ctx, index, pool, plan).await,
+                    Some(pool) => create(ctx, index, pool, plan, reason).await,
                     None => Err(Error::Invalid(format!(
                         "the scheduler planned a claim for node pool {:?}, which was not offered",
                         plan.node_pool
@@ -328,6 +328,7 @@ async fn create(
     index: &Index,
     pool: &Arc<NodePool>,
     plan: &pb::NodeClaimPlan,
+    reason: &str,
 ) -> Result<Option<String>> {
     let pool_name = pool.name_any();
     if let Some(why) = exceeded(pool, &live::pool_usage(index, &pool_name)) {
@@ -376,7 +377,7 @@ async fn create(
     ctx.metrics
         .nodeclaims_created
         .get_or_create(&CreatedLabels {
-            reason: "provisioned".to_owned(),
+            reason: reason.to_owned(),
             nodepool: pool_name,
             min_values_relaxed: plan.min_values_relaxed.to_string(),
         })
@@ -392,6 +393,31 @@ async fn create(
         }
     }
     Ok(Some(name))
+}
+
+/// The provider's node-class kind and which of its objects are ready.
+pub(crate) fn node_classes(ctx: &Context, index: &Index) -> karpenter_snapshot::NodeClasses {
+    let group = ctx
+        .info
+        .node_class
+        .as_ref()
+        .map_or("", |g| g.group.as_str());
+    live::node_classes(index, group, ctx.node_class_kind())
+}
+
+/// Creates a disruption command's replacements, counted under `reason`
+/// (`underutilized`, `empty`, `drifted`); the names of those created.
+pub(crate) async fn create_replacements(
+    ctx: &Context,
+    index: &Arc<Index>,
+    pools: &[Arc<NodePool>],
+    plans: &[pb::NodeClaimPlan],
+    reason: &str,
+) -> Result<Vec<String>> {
+    if plans.is_empty() {
+        return Ok(Vec::new());
+    }
+    create_all(ctx, index, pools, plans, reason).await
 }
 
 fn describe_types(shown: &[&str], total: usize) -> String {

@@ -15,8 +15,9 @@ pub mod drain;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
+use karpenter_api::nodeclaim::CONDITION_DISRUPTION_REASON;
 use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -28,8 +29,8 @@ use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
 use crate::index::{Index, Key};
 use crate::metrics::{PoolLabels, PoolZoneLabels};
-use crate::patch;
 use crate::watch::Versions;
+use crate::{disrupted, patch};
 use drain::Drain;
 
 /// The claim condition a drain keeps.
@@ -244,42 +245,30 @@ fn disruption_reason(claim: &NodeClaim) -> String {
     claim
         .conditions()
         .iter()
-        .find(|c| c.type_ == "DisruptionReason" && c.status == karpenter_api::ConditionStatus::True)
+        .find(|c| {
+            c.type_ == CONDITION_DISRUPTION_REASON
+                && c.status == karpenter_api::ConditionStatus::True
+        })
         .map_or_else(|| "Forceful Termination".to_owned(), |c| c.reason.clone())
 }
 
 /// Taints the Node `karpenter.sh/disrupted:NoSchedule` (replacing one with
 /// another effect) and takes it out of external load balancers.
 async fn taint(ctx: &Context, node: &Node) -> Result<Node> {
-    let mut taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let has = taints
-        .iter()
-        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY && t.effect == "NoSchedule");
     let excluded = node
         .labels()
         .get(EXCLUDE_FROM_LOAD_BALANCERS)
         .map(String::as_str)
         == Some("karpenter");
-    if has && excluded {
+    if disrupted::has_taint(node) && excluded {
         return Ok(node.clone());
     }
-    taints.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
-    taints.push(Taint {
-        key: labels::DISRUPTED_TAINT_KEY.to_owned(),
-        value: None,
-        effect: "NoSchedule".to_owned(),
-        time_added: None,
-    });
     let written = patch::merge(
         &ctx.nodes(),
         node,
         json!({
             "metadata": {"labels": {EXCLUDE_FROM_LOAD_BALANCERS: "karpenter"}},
-            "spec": {"taints": taints},
+            "spec": {"taints": disrupted::with_taint(node)},
         }),
     )
     .await?;

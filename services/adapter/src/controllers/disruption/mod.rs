@@ -1,0 +1,217 @@
+//! Disruption (Karpenter's disruption controller): the scheduler plans,
+//! the adapter checks the plan still holds and carries it out.
+//!
+//! ```text
+//!   each pass (cluster synced):
+//!     commands in flight ─advance─▶ (queue)
+//!     nodes tainted karpenter.sh/disrupted, not in flight, not deleting ─▶ untainted
+//!     every 10 s: PlanDisruption(live snapshot)
+//!       drift ─────────────────────────────▶ start now
+//!       emptiness, consolidation ─ 15 s ─▶ PlanDisruption again: still planned? ─▶ start
+//! ```
+//!
+//! The scheduler applies budgets, PDBs, do-not-disrupt and consolidateAfter;
+//! nodes in flight carry the disrupted taint, so the next plan counts them
+//! against budgets and never picks them again.
+
+pub mod queue;
+pub mod validation;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_proto::scheduler::v1 as pb;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::Context;
+use super::provisioning;
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::Index;
+use crate::live;
+use crate::watch::Published;
+use queue::Queue;
+
+/// How often the loop looks at in-flight commands and leftovers.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Commands waiting out the validation delay.
+struct Validating {
+    commands: Vec<pb::DisruptionCommand>,
+    due: Instant,
+}
+
+/// Runs the disruption loop until the snapshots end.
+pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
+    if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
+        return;
+    }
+    let kind = ctx.node_class_kind().to_owned();
+    let mut queue = Queue::default();
+    let mut validating: Option<Validating> = None;
+    let mut next_plan = Instant::now();
+    loop {
+        let index = snapshots.borrow_and_update().index.clone();
+        if index.synced(&kind) {
+            let span = tracing::info_span!("reconcile", controller = "disruption");
+            let pass = pass(&ctx, &index, &mut queue, &mut validating, &mut next_plan);
+            if let Err(error) = tracing::Instrument::instrument(pass, span).await {
+                tracing::warn!(%error, "disruption pass failed");
+                next_plan = Instant::now() + ctx.timing.disruption_poll;
+            }
+        }
+        tokio::time::sleep(TICK).await;
+        if snapshots.has_changed().is_err() {
+            return;
+        }
+    }
+}
+
+async fn pass(
+    ctx: &Context,
+    index: &Arc<Index>,
+    queue: &mut Queue,
+    validating: &mut Option<Validating>,
+    next_plan: &mut Instant,
+) -> Result<()> {
+    queue
+        .advance(ctx, index, ctx.timing.disruption_timeout)
+        .await;
+    release_leftovers(ctx, index, queue).await;
+    if let Some(pending) = validating.take_if(|v| v.due <= Instant::now()) {
+        let (pools, plan) = plan(ctx, index).await?;
+        for command in validation::still_valid(&pending.commands, &plan.commands) {
+            start(ctx, index, queue, &pools, &command).await;
+        }
+        *next_plan = Instant::now();
+        return Ok(());
+    }
+    if validating.is_some() || Instant::now() < *next_plan {
+        return Ok(());
+    }
+    *next_plan = Instant::now() + ctx.timing.disruption_poll;
+    let (pools, plan) = plan(ctx, index).await?;
+    let (now, later): (Vec<_>, Vec<_>) = plan
+        .commands
+        .into_iter()
+        .filter(|c| !c.candidates.iter().any(|n| queue.holds(n)))
+        .partition(|c| !validation::needs_validation(c));
+    for command in &now {
+        start(ctx, index, queue, &pools, command).await;
+    }
+    if !later.is_empty() {
+        *validating = Some(Validating {
+            commands: later,
+            due: Instant::now() + ctx.timing.validation_delay,
+        });
+    }
+    Ok(())
+}
+
+async fn start(
+    ctx: &Context,
+    index: &Arc<Index>,
+    queue: &mut Queue,
+    pools: &[Arc<karpenter_api::NodePool>],
+    command: &pb::DisruptionCommand,
+) {
+    let reason = validation::reason(command);
+    if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
+        tracing::warn!(%error, nodes = ?command.candidates, "starting a disruption command failed");
+    }
+}
+
+/// PlanDisruption over the live snapshot; the pools it was planned with.
+async fn plan(
+    ctx: &Context,
+    index: &Arc<Index>,
+) -> Result<(
+    Vec<Arc<karpenter_api::NodePool>>,
+    pb::PlanDisruptionResponse,
+)> {
+    let pools = provisioning::ready_pools(ctx, index);
+    let catalogs = provisioning::catalogs(ctx, index, &pools).await;
+    let built = live::snapshot(
+        index,
+        &pools,
+        provisioning::node_classes(ctx, index),
+        catalogs,
+        live::now(),
+    );
+    let request = pb::PlanDisruptionRequest {
+        cluster: Some(built.snapshot),
+        options: Some(provisioning::options(ctx)),
+    };
+    let plan = ctx
+        .clients
+        .plan_disruption(request)
+        .await
+        .map_err(Error::peer("PlanDisruption"))?;
+    report_blocked(ctx, index, &plan.blocked);
+    Ok((pools, plan))
+}
+
+/// How long the same `DisruptionBlocked` event is not repeated.
+const BLOCKED_DEDUPE: Duration = Duration::from_secs(120);
+
+/// A `DisruptionBlocked` event on the Node and its NodeClaim for each node
+/// the plan could not take, saying why (as Karpenter words it).
+fn report_blocked(ctx: &Context, index: &Index, blocked: &[pb::BlockedCandidate]) {
+    for entry in blocked {
+        let Some(node) = index.nodes.named(&entry.node) else {
+            continue;
+        };
+        let claim = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| index.claim_for_provider_id(id));
+        let Some(claim) = claim else { continue };
+        let message = capitalized(&entry.reason);
+        tracing::debug!(node = %entry.node, reason = %message, "disruption blocked");
+        for event in [
+            Event::new(node.as_ref(), Kind::Normal, "DisruptionBlocked", &message),
+            Event::new(claim.as_ref(), Kind::Normal, "DisruptionBlocked", &message),
+        ] {
+            ctx.recorder
+                .emit(event.dedupe_on(message.clone()).dedupe_for(BLOCKED_DEDUPE));
+        }
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// Karpenter's crash cleanup: a node carrying the disrupted taint that no
+/// command holds and that is not being deleted was left by a command that
+/// failed half-way or a process that stopped; it is released.
+async fn release_leftovers(ctx: &Context, index: &Index, queue: &Queue) {
+    let held = queue.nodes();
+    for node in index.nodes.iter() {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        if held.contains(name) || !crate::disrupted::has_taint(node) {
+            continue;
+        }
+        let claim = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| index.claim_for_provider_id(id));
+        let Some(claim) = claim else { continue };
+        if claim.metadata.deletion_timestamp.is_some() || !ctx.manages(claim) {
+            continue;
+        }
+        match queue::release(ctx, index, node).await {
+            Ok(()) => tracing::info!(node = %name, "removed a leftover disrupted taint"),
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "removing a leftover disrupted taint failed")
+            }
+        }
+    }
+}

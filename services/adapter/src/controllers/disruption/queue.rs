@@ -1,0 +1,323 @@
+//! The orchestration queue: commands being carried out.
+//!
+//! ```text
+//!   start:   taint candidates karpenter.sh/disrupted:NoSchedule, DisruptionReason
+//!            ─▶ create the replacements
+//!   advance: every replacement Initialized ─▶ delete the candidates' NodeClaims
+//!                                             (termination drains them) ─▶ done
+//!            a replacement gone, or too long ─▶ untaint the candidates (the
+//!                                               replacements stay as capacity)
+//! ```
+//!
+//! Nothing here is persisted, as upstream: after a restart the disruption
+//! loop untaints every candidate that is not being deleted, and replacements
+//! already launched are ordinary nodes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_api::nodeclaim::{CONDITION_DISRUPTION_REASON, CONDITION_INITIALIZED};
+use karpenter_api::{ConditionsExt as _, NodeClaim, NodePool};
+use karpenter_proto::scheduler::v1 as pb;
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+
+use crate::controllers::Context;
+use crate::controllers::lifecycle::claim_conditions;
+use crate::controllers::provisioning;
+use crate::error::{Error, Result};
+use crate::events::{Event, Kind};
+use crate::index::Index;
+use crate::{disrupted, patch};
+
+/// How long a created replacement may be missing from the watch before it
+/// counts as deleted.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
+
+/// One command in flight.
+#[derive(Debug)]
+pub struct InFlight {
+    /// `Underutilized`, `Empty` or `Drifted`.
+    pub reason: &'static str,
+    /// Candidate Node names and their NodeClaims.
+    pub nodes: Vec<String>,
+    pub claims: Vec<String>,
+    /// Names of the replacement NodeClaims created.
+    pub replacements: Vec<String>,
+    pub started: Instant,
+    /// The candidates' NodeClaims have been deleted.
+    pub deleted: bool,
+}
+
+/// Commands in flight; a node is in at most one.
+#[derive(Debug, Default)]
+pub struct Queue {
+    pub commands: Vec<InFlight>,
+}
+
+impl Queue {
+    /// Whether the node is a candidate of a command in flight.
+    pub fn holds(&self, node: &str) -> bool {
+        self.commands
+            .iter()
+            .any(|c| c.nodes.iter().any(|n| n == node))
+    }
+
+    /// Marks the candidates and launches the replacements. A node already
+    /// in flight makes the whole command wait for a later plan.
+    pub async fn start(
+        &mut self,
+        ctx: &Context,
+        index: &Arc<Index>,
+        pools: &[Arc<NodePool>],
+        command: &pb::DisruptionCommand,
+        reason: &'static str,
+    ) -> Result<()> {
+        if command.candidates.iter().any(|n| self.holds(n)) {
+            return Ok(());
+        }
+        let mut nodes = Vec::new();
+        let mut claims = Vec::new();
+        for name in &command.candidates {
+            let Some(node) = index.nodes.named(name) else {
+                continue;
+            };
+            let claim = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|id| index.claim_for_provider_id(id));
+            let Some(claim) = claim else { continue };
+            match mark(ctx, node, claim, reason).await {
+                Ok(()) => {
+                    nodes.push(name.clone());
+                    claims.push(claim.name_any());
+                }
+                Err(error) => tracing::warn!(node = %name, %error, "marking disrupted failed"),
+            }
+        }
+        if nodes.is_empty()
+            || (nodes.len() < command.candidates.len() && !command.replacements.is_empty())
+        {
+            // The next pass untaints whatever was marked.
+            return Err(Error::Invalid(format!(
+                "marking disrupted: {} of {} candidates marked",
+                nodes.len(),
+                command.candidates.len()
+            )));
+        }
+        tracing::info!(
+            decision = if command.replacements.is_empty() { "delete" } else { "replace" },
+            reason,
+            disrupted_node_count = nodes.len(),
+            replacement_node_count = command.replacements.len(),
+            nodes = ?nodes,
+            "disrupting node(s)"
+        );
+        let created = provisioning::create_replacements(
+            ctx,
+            index,
+            pools,
+            &command.replacements,
+            &reason.to_lowercase(),
+        )
+        .await?;
+        if created.len() != command.replacements.len() {
+            return Err(Error::Invalid(format!(
+                "launched {} of {} replacements",
+                created.len(),
+                command.replacements.len()
+            )));
+        }
+        for name in &created {
+            if let Some(claim) = index.node_claims.named(name) {
+                ctx.recorder.emit(Event::new(
+                    claim.as_ref(),
+                    Kind::Normal,
+                    "DisruptionLaunching",
+                    format!("Launching NodeClaim: {reason}"),
+                ));
+            }
+        }
+        self.commands.push(InFlight {
+            reason,
+            nodes,
+            claims,
+            replacements: created,
+            started: Instant::now(),
+            deleted: false,
+        });
+        Ok(())
+    }
+
+    /// Moves every command on: deletes candidates whose replacements are
+    /// ready, rolls back those that cannot finish, forgets finished ones.
+    pub async fn advance(&mut self, ctx: &Context, index: &Index, timeout: Duration) {
+        let mut keep = Vec::new();
+        for mut command in std::mem::take(&mut self.commands) {
+            match step(ctx, index, &mut command, timeout).await {
+                Ok(true) => keep.push(command),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, nodes = ?command.nodes, "failed terminating nodes while executing a disruption command");
+                    rollback(ctx, index, &command).await;
+                }
+            }
+        }
+        self.commands = keep;
+    }
+
+    /// Candidate nodes of every command in flight.
+    pub fn nodes(&self) -> BTreeSet<&str> {
+        self.commands
+            .iter()
+            .flat_map(|c| c.nodes.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+/// One step of a command; whether it stays in the queue.
+async fn step(
+    ctx: &Context,
+    index: &Index,
+    command: &mut InFlight,
+    timeout: Duration,
+) -> Result<bool> {
+    if command.deleted {
+        // Until the watch shows the deletions, so the leftover cleanup
+        // never sees a tainted candidate that is neither queued nor deleting.
+        let settled = command.claims.iter().all(|name| {
+            index
+                .node_claims
+                .named(name)
+                .is_none_or(|c| c.meta().deletion_timestamp.is_some())
+        });
+        return Ok(!settled);
+    }
+    let mut waiting = false;
+    for name in &command.replacements {
+        match index.node_claims.named(name) {
+            None if command.started.elapsed() > VISIBLE_WITHIN => {
+                return Err(Error::Invalid(format!("replacement {name} was deleted")));
+            }
+            None => waiting = true,
+            Some(claim) if !claim.conditions().is_true(CONDITION_INITIALIZED) => {
+                if claim.meta().deletion_timestamp.is_some() {
+                    return Err(Error::Invalid(format!("replacement {name} was deleted")));
+                }
+                ctx.recorder.emit(Event::new(
+                    claim.as_ref(),
+                    Kind::Normal,
+                    "DisruptionWaitingReadiness",
+                    "Waiting on readiness to continue disruption",
+                ));
+                waiting = true;
+            }
+            Some(_) => {}
+        }
+    }
+    if command.started.elapsed() > timeout {
+        return Err(Error::Invalid("command reached timeout".to_owned()));
+    }
+    if waiting {
+        return Ok(true);
+    }
+    for name in &command.claims {
+        let Some(claim) = index.node_claims.named(name) else {
+            continue;
+        };
+        match patch::delete(&ctx.node_claims(), claim.as_ref()).await {
+            Ok(()) => {}
+            Err(error) if error.is_not_found() => continue,
+            Err(error) => return Err(error),
+        }
+        ctx.metrics
+            .claim_disrupted(claim, &command.reason.to_lowercase());
+        if let Some(node) = index.node_of(claim) {
+            ctx.recorder.emit(Event::new(
+                node.as_ref(),
+                Kind::Normal,
+                "DisruptionTerminating",
+                format!("Disrupting Node: {}", command.reason),
+            ));
+        }
+        ctx.recorder.emit(Event::new(
+            claim.as_ref(),
+            Kind::Normal,
+            "DisruptionTerminating",
+            format!("Disrupting NodeClaim: {}", command.reason),
+        ));
+    }
+    command.deleted = true;
+    Ok(true)
+}
+
+/// Untaints the candidates that are not being deleted and clears their
+/// `DisruptionReason`; replacements stay as ordinary capacity.
+async fn rollback(ctx: &Context, index: &Index, command: &InFlight) {
+    for name in &command.nodes {
+        if let Some(node) = index.nodes.named(name)
+            && let Err(error) = release(ctx, index, node).await
+        {
+            tracing::warn!(node = %name, %error, "removing the disrupted taint failed");
+        }
+    }
+}
+
+/// Taints the node and sets the claim's `DisruptionReason`.
+async fn mark(
+    ctx: &Context,
+    node: &k8s_openapi::api::core::v1::Node,
+    claim: &NodeClaim,
+    reason: &str,
+) -> Result<()> {
+    disrupted::taint(ctx, node).await?;
+    let mut updated = claim.clone();
+    claim_conditions(&mut updated).set(
+        CONDITION_DISRUPTION_REASON,
+        karpenter_api::ConditionStatus::True,
+        reason,
+        reason,
+    );
+    write_status(ctx, claim, &updated).await
+}
+
+/// Takes the disrupted taint off a node that is not being deleted and
+/// clears its claim's `DisruptionReason`.
+pub async fn release(
+    ctx: &Context,
+    index: &Index,
+    node: &k8s_openapi::api::core::v1::Node,
+) -> Result<()> {
+    if node.meta().deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    disrupted::untaint(ctx, node).await?;
+    let claim = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|id| index.claim_for_provider_id(id));
+    if let Some(claim) = claim
+        && claim
+            .conditions()
+            .iter()
+            .any(|c| c.type_ == CONDITION_DISRUPTION_REASON)
+    {
+        let mut updated = claim.as_ref().clone();
+        claim_conditions(&mut updated).clear(CONDITION_DISRUPTION_REASON);
+        write_status(ctx, claim, &updated).await?;
+    }
+    Ok(())
+}
+
+async fn write_status(ctx: &Context, stored: &NodeClaim, updated: &NodeClaim) -> Result<()> {
+    let status = serde_json::to_value(&updated.status)
+        .map_err(|e| Error::Invalid(format!("NodeClaim {}: status: {e}", stored.name_any())))?;
+    match patch::merge_status(&ctx.node_claims(), stored, status).await {
+        Ok(_) => Ok(()),
+        Err(error) if error.is_not_found() => Ok(()),
+        Err(error) => Err(error),
+    }
+}

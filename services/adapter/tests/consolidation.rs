@@ -1,0 +1,218 @@
+//! Disruption carried out end to end (upstream's consolidation and
+//! emptiness e2e suites, on provider-kwok): empty nodes go away after
+//! `consolidateAfter`, an underutilized node is replaced by a cheaper one
+//! without losing its pods, a blocked node stays, and a disrupted taint no
+//! command holds (a crash mid-command) is taken off.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually, label};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+
+/// On-demand nodes of these instance types.
+fn on_demand(types: &[&str]) -> serde_json::Value {
+    json!({"spec": {"requirements": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        {"key": INSTANCE_TYPE, "operator": "In", "values": types}]}})
+}
+
+/// 2 or 8 vCPUs, amd64, the `c` family.
+fn small_and_large() -> serde_json::Value {
+    on_demand(&["c-2x-amd64-linux", "c-8x-amd64-linux"])
+}
+
+async fn instance_types(cluster: &Cluster) -> Vec<String> {
+    let mut types: Vec<String> = cluster
+        .claims()
+        .await
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| label(c, INSTANCE_TYPE).map(str::to_owned))
+        .collect();
+    types.sort();
+    types
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn empty_nodes_go_away_after_consolidate_after() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            on_demand(&["c-2x-amd64-linux"]),
+            json!({"disruption": {"consolidateAfter": "3s", "consolidationPolicy": "WhenEmpty"}}),
+        ))
+        .await;
+    // One pod per 2-vCPU node.
+    cluster.deployment("inflate", 3, "1500m", json!({})).await;
+    eventually("three pods running", Duration::from_secs(60), || {
+        cluster.running("inflate", 3)
+    })
+    .await;
+    assert_eq!(cluster.claims().await.len(), 3);
+    cluster.scale("inflate", 0).await;
+    eventually("every empty node gone", Duration::from_secs(90), || async {
+        cluster.claims().await.is_empty() && cluster.nodes().await.is_empty()
+    })
+    .await;
+    let metrics = adapter.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("karpenter_nodeclaims_disrupted_total{")
+                && l.contains("reason=\"empty\"")),
+        "{metrics}"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_underutilized_node_is_replaced_by_a_cheaper_one_and_its_pods_move() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            small_and_large(),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    // Six 1-vCPU pods fit one 8-vCPU node, cheaper than six 2-vCPU ones.
+    cluster.deployment("inflate", 6, "1", json!({})).await;
+    eventually("six pods running", Duration::from_secs(60), || {
+        cluster.running("inflate", 6)
+    })
+    .await;
+    assert_eq!(instance_types(&cluster).await, ["c-8x-amd64-linux"]);
+    cluster.scale("inflate", 1).await;
+    eventually(
+        "the large node replaced by a small one",
+        Duration::from_secs(120),
+        || async {
+            instance_types(&cluster).await == ["c-2x-amd64-linux"]
+                && cluster.nodes().await.len() == 1
+                && cluster.running("inflate", 1).await
+        },
+    )
+    .await;
+    let node = &cluster.nodes().await[0];
+    assert_eq!(label(node, INSTANCE_TYPE), Some("c-2x-amd64-linux"));
+    let pods = cluster.pods("inflate").await;
+    assert_eq!(
+        pods[0].spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        node.metadata.name.as_deref(),
+        "the pod moved to the replacement"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_do_not_disrupt_pod_keeps_its_node_until_it_goes() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            small_and_large(),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 6, "1", json!({})).await;
+    cluster.deployment("pinned", 1, "100m", json!({})).await;
+    eventually("pods running", Duration::from_secs(60), || async {
+        cluster.running("inflate", 6).await && cluster.running("pinned", 1).await
+    })
+    .await;
+    assert_eq!(
+        instance_types(&cluster).await,
+        ["c-8x-amd64-linux"],
+        "one batch, one node"
+    );
+    // Mark the pinned pod do-not-disrupt, then leave the node underused.
+    let pinned = cluster.pods("pinned").await;
+    let name = pinned[0].metadata.name.clone().unwrap_or_default();
+    Api::<k8s_openapi::api::core::v1::Pod>::default_namespaced(cluster.client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+            ),
+        )
+        .await
+        .expect("annotated");
+    cluster.scale("inflate", 1).await;
+    // A cheaper 2-vCPU node would hold both pods; the annotation keeps the
+    // large one (the replacement above takes well under this long).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        instance_types(&cluster).await,
+        ["c-8x-amd64-linux"],
+        "the node with a do-not-disrupt pod stays"
+    );
+    assert!(cluster.running("pinned", 1).await);
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("events");
+    let blocked = events.items.iter().find(|e| {
+        e.reason.as_deref() == Some("DisruptionBlocked")
+            && e.involved_object.kind.as_deref() == Some("Node")
+    });
+    let message = blocked.and_then(|e| e.message.clone()).unwrap_or_default();
+    assert!(
+        message.starts_with("Pod ") && message.contains("karpenter.sh/do-not-disrupt"),
+        "the node says why it stays: {message:?}"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_disrupted_taint_no_command_holds_is_removed() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool("default", small_and_large(), json!({})))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    // What a process that stopped between tainting and deleting leaves.
+    let nodes = Api::<Node>::all(cluster.client.clone());
+    let node = cluster.nodes().await.remove(0);
+    let name = node.metadata.name.clone().unwrap_or_default();
+    nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [
+                {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .expect("tainted");
+    eventually(
+        "the leftover taint removed",
+        Duration::from_secs(30),
+        || async {
+            nodes.get(&name).await.is_ok_and(|n| {
+                !n.spec
+                    .and_then(|s| s.taints)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|t| t.key == "karpenter.sh/disrupted")
+            })
+        },
+    )
+    .await;
+    assert!(cluster.running("inflate", 1).await, "nothing was drained");
+    adapter.stop().await;
+}
