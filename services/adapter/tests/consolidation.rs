@@ -216,3 +216,52 @@ async fn a_disrupted_taint_no_command_holds_is_removed() {
     assert!(cluster.running("inflate", 1).await, "nothing was drained");
     adapter.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pdb_without_allowance_keeps_the_node_until_it_allows() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            small_and_large(),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 6, "1", json!({})).await;
+    eventually("six pods running", Duration::from_secs(60), || {
+        cluster.running("inflate", 6)
+    })
+    .await;
+    let pdbs = Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::default_namespaced(
+        cluster.client.clone(),
+    );
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "inflate"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "inflate"}}}
+    }))
+    .expect("pdb");
+    pdbs.create(&Default::default(), &pdb)
+        .await
+        .expect("pdb created");
+    cluster.scale("inflate", 1).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        instance_types(&cluster).await,
+        ["c-8x-amd64-linux"],
+        "the PDB allows no eviction, so the node stays"
+    );
+    pdbs.delete("inflate", &Default::default())
+        .await
+        .expect("pdb deleted");
+    eventually(
+        "replaced once nothing blocks",
+        Duration::from_secs(90),
+        || async {
+            instance_types(&cluster).await == ["c-2x-amd64-linux"]
+                && cluster.running("inflate", 1).await
+        },
+    )
+    .await;
+    adapter.stop().await;
+}

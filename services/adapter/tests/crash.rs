@@ -193,3 +193,61 @@ async fn killed_mid_drain() {
     consistent(&cluster, "inflate", 2).await;
     adapter.stop().await;
 }
+
+/// Upstream's crash cleanup for disruption: the adapter dies after a
+/// consolidation tainted its candidate and created the replacement (its
+/// launch held). After the restart the candidate is untainted, the
+/// replacement launches as ordinary capacity, consolidation runs again, and
+/// the cluster ends on one small node: no leaked instance, no pod lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_mid_consolidation_after_the_replacement_is_created() {
+    const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": INSTANCE_TYPE, "operator": "In", "values": ["c-2x-amd64-linux", "c-8x-amd64-linux"]}]}}),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 6, "1", json!({})).await;
+    consistent(&cluster, "inflate", 6).await;
+    cluster.holds.before_create.store(true, Ordering::SeqCst);
+    cluster.scale("inflate", 1).await;
+    let disrupted = |node: &k8s_openapi::api::core::v1::Node| {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/disrupted"))
+    };
+    eventually(
+        "the candidate tainted and its replacement created",
+        Duration::from_secs(60),
+        || async {
+            cluster.claims().await.len() == 2 && cluster.nodes().await.iter().any(disrupted)
+        },
+    )
+    .await;
+    adapter.kill();
+    cluster.holds.before_create.store(false, Ordering::SeqCst);
+    let adapter = cluster.adapter().await;
+    eventually(
+        "one small node, no taint left, the pod running",
+        Duration::from_secs(120),
+        || async {
+            let claims = cluster.claims().await;
+            let nodes = cluster.nodes().await;
+            claims.len() == 1
+                && common::label(&claims[0], INSTANCE_TYPE) == Some("c-2x-amd64-linux")
+                && nodes.len() == 1
+                && !nodes.iter().any(disrupted)
+                && cluster.running("inflate", 1).await
+        },
+    )
+    .await;
+    consistent(&cluster, "inflate", 1).await;
+    adapter.stop().await;
+}
