@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo bench -p karpenter-adapter --bench adapter -- latency   # pending → Create, pending → bound
 //! cargo bench -p karpenter-adapter --bench adapter -- memory    # peak RSS, 20,000 pending pods, 4,000 nodes
+//! cargo bench -p karpenter-adapter --bench adapter -- emptiness # last pod gone → claim deleted
 //! ```
 //!
 //! `latency` runs the local cluster in this process (kube-test-server with
@@ -42,7 +43,8 @@ fn main() -> anyhow::Result<()> {
     match which.as_str() {
         "latency" => runtime.block_on(latency()),
         "memory" => runtime.block_on(memory::run()),
-        other => anyhow::bail!("unknown benchmark {other:?}: latency or memory"),
+        "emptiness" => runtime.block_on(emptiness()),
+        other => anyhow::bail!("unknown benchmark {other:?}: latency, memory or emptiness"),
     }
 }
 
@@ -161,6 +163,92 @@ async fn latency() -> anyhow::Result<()> {
         "  pod pending -> bound, minus the node delay:         median {}  p90 {}",
         ms(percentile(&mut to_bound, 0.5)),
         ms(percentile(&mut to_bound, 0.9))
+    );
+    Ok(())
+}
+
+const EMPTINESS_ROUNDS: usize = 5;
+const CONSOLIDATE_AFTER: Duration = Duration::from_secs(5);
+
+/// Polls `check` every 20 ms for at most `within`; when it first held.
+async fn when<F, Fut>(within: Duration, mut check: F) -> anyhow::Result<Instant>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check().await {
+            return Ok(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::bail!("not within {within:?}")
+}
+
+/// Karpenter's default disruption timing (10 s polling, 15 s validation):
+/// a node whose last pod left is deleted once `consolidateAfter` has
+/// passed, the next poll has planned it and the validation has held.
+async fn emptiness() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with_node_delay(false, NODE_DELAY).await;
+    let settings = cluster.settings(&[]);
+    let adapter = cluster
+        .adapter_with(settings, karpenter_adapter::controllers::Timing::default())
+        .await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4x-amd64-linux"]}]}}),
+            json!({"disruption": {"consolidateAfter": format!("{}s", CONSOLIDATE_AFTER.as_secs()),
+                                  "consolidationPolicy": "WhenEmpty"}}),
+        ))
+        .await;
+    let mut to_deleted = Vec::new();
+    for round in 0..EMPTINESS_ROUNDS {
+        let app = format!("round-{round}");
+        cluster.deployment(&app, 1, "3", json!({})).await;
+        when(Duration::from_secs(60), || cluster.running(&app, 1)).await?;
+        let claim = cluster
+            .claims()
+            .await
+            .into_iter()
+            .find(|c| c.metadata.deletion_timestamp.is_none())
+            .and_then(|c| c.metadata.name)
+            .ok_or_else(|| anyhow::anyhow!("no claim for {app}"))?;
+        // Past the pod-event dedupe window, so the pod leaving restarts
+        // the consolidateAfter clock as it would on a long-lived node.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        cluster.scale(&app, 0).await;
+        let gone = when(Duration::from_secs(60), || async {
+            cluster.pods(&app).await.is_empty()
+        })
+        .await?;
+        let deleted = when(Duration::from_secs(120), || async {
+            cluster.claims().await.iter().all(|c| {
+                c.metadata.name.as_deref() != Some(claim.as_str())
+                    || c.metadata.deletion_timestamp.is_some()
+            })
+        })
+        .await?;
+        to_deleted.push(
+            deleted
+                .saturating_duration_since(gone)
+                .saturating_sub(CONSOLIDATE_AFTER),
+        );
+        when(Duration::from_secs(60), || async {
+            cluster.claims().await.is_empty()
+        })
+        .await?;
+    }
+    adapter.stop().await;
+    println!(
+        "adapter emptiness over {EMPTINESS_ROUNDS} nodes (Karpenter's default 10 s polling and 15 s validation, consolidateAfter {CONSOLIDATE_AFTER:?}):"
+    );
+    println!(
+        "  last pod gone -> claim deleted, minus consolidateAfter:  median {}  p90 {}",
+        ms(percentile(&mut to_deleted, 0.5)),
+        ms(percentile(&mut to_deleted, 0.9))
     );
     Ok(())
 }

@@ -121,6 +121,14 @@ fn replaying_seed_001_prints_the_timeline_and_stops() {
         Duration::from_secs(120),
         &mut seen,
     );
+    // Back to one replica: the emptied nodes are consolidated away after
+    // the pool's consolidateAfter (30 s), a poll and the validation.
+    wait_for_line(
+        &lines,
+        "  scale-down -> every emptied node gone",
+        Duration::from_secs(240),
+        &mut seen,
+    );
     let status = child.wait().expect("exit");
     assert!(status.success(), "{status}");
     let text = seen.join("\n");
@@ -133,6 +141,9 @@ fn replaying_seed_001_prints_the_timeline_and_stops() {
         "bound to default-",
         "all 5 pods running",
         "first pod pending -> first nodeclaim created",
+        "deleted (consolidated)",
+        "gone (instance terminated)",
+        "node empty -> nodeclaim deleted",
     ] {
         assert!(text.contains(step), "the timeline shows {step:?}:\n{text}");
     }

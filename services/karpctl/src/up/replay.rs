@@ -106,7 +106,156 @@ async fn seed_001(client: &kube::Client) -> anyhow::Result<()> {
         .context("scaling the deployment")?;
     let timeline = observe(client, start, &before).await?;
     print!("{}", timeline.render());
-    Ok(())
+    scale_down(client, &deployments).await
+}
+
+/// How long the scale-down may take: the pool's consolidateAfter (30 s),
+/// a disruption poll (10 s) and the validation delay (15 s), with room.
+const SCALE_DOWN_WITHIN: Duration = Duration::from_secs(240);
+/// The pool's `consolidateAfter` (see [`node_pool`]).
+const CONSOLIDATE_AFTER: Duration = Duration::from_secs(30);
+
+/// Scales back to one replica and records the emptied nodes going away.
+async fn scale_down(client: &kube::Client, deployments: &Api<Deployment>) -> anyhow::Result<()> {
+    println!("\nseed-001: scaling {APP} back to 1 replica");
+    let start = Instant::now();
+    deployments
+        .patch(
+            APP,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .context("scaling the deployment down")?;
+    let pods = Api::<Pod>::default_namespaced(client.clone());
+    let claims = Api::<NodeClaim>::all(client.clone());
+    let mut down = ScaleDown::default();
+    loop {
+        let at = start.elapsed();
+        let pod_list = pods
+            .list(&ListParams::default().labels(SELECTOR))
+            .await?
+            .items;
+        let claim_list = claims.list(&ListParams::default()).await?.items;
+        down.observe(&pod_list, &claim_list, at);
+        if pod_list.len() == 1
+            && pod_list.iter().all(running)
+            && down.settled(&pod_list, &claim_list)
+        {
+            down.timeline
+                .first("done".into(), at, "every emptied node gone".into());
+            print!("{}", down.render());
+            return Ok(());
+        }
+        if at > SCALE_DOWN_WITHIN {
+            print!("{}", down.render());
+            bail!("the emptied nodes were not consolidated within {SCALE_DOWN_WITHIN:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the scale-down did, as offsets from it.
+#[derive(Default)]
+struct ScaleDown {
+    timeline: Timeline,
+    /// Per claim: when its node was first seen without app pods, when the
+    /// claim was deleted, when it was gone.
+    claims: BTreeMap<String, [Option<Duration>; 3]>,
+}
+
+impl ScaleDown {
+    fn observe(&mut self, pods: &[Pod], claims: &[NodeClaim], at: Duration) {
+        for claim in claims {
+            let name = claim.name_any();
+            let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
+            // Terminating pods still count: the node is empty once they
+            // are gone (their leaving is the pod event consolidateAfter
+            // counts from).
+            let hosts_app = pods
+                .iter()
+                .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == node.as_ref());
+            let entry = self.claims.entry(name.clone()).or_default();
+            if !hosts_app && entry[0].is_none() {
+                entry[0] = Some(at);
+                self.timeline.first(
+                    format!("claim/{name}/empty"),
+                    at,
+                    format!("node {} has no app pod left", node.unwrap_or_default()),
+                );
+            }
+            let entry = self.claims.entry(name.clone()).or_default();
+            if claim.metadata.deletion_timestamp.is_some() && entry[1].is_none() {
+                entry[1] = Some(at);
+                self.timeline.first(
+                    format!("claim/{name}/deleted"),
+                    at,
+                    format!("nodeclaim {name} deleted (consolidated)"),
+                );
+            }
+        }
+        for (name, steps) in &mut self.claims {
+            if steps[2].is_none() && !claims.iter().any(|c| &c.name_any() == name) {
+                steps[2] = Some(at);
+                self.timeline.first(
+                    format!("claim/{name}/gone"),
+                    at,
+                    format!("nodeclaim {name} gone (instance terminated)"),
+                );
+            }
+        }
+    }
+
+    /// Every claim left hosts an app pod.
+    fn settled(&self, pods: &[Pod], claims: &[NodeClaim]) -> bool {
+        claims.iter().all(|claim| {
+            let node = claim.status.as_ref().and_then(|s| s.node_name.as_ref());
+            claim.metadata.deletion_timestamp.is_none()
+                && pods
+                    .iter()
+                    .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == node)
+        })
+    }
+
+    fn render(&self) -> String {
+        let mut events = self.timeline.events.clone();
+        events.sort_by_key(|(at, _)| *at);
+        let mut out =
+            String::from("\nseed-001 scale-down timeline (t=0: app scaled from 5 to 1 replica)\n");
+        for (at, what) in &events {
+            out.push_str(&format!("  +{:>7.3}s  {what}\n", at.as_secs_f64()));
+        }
+        let step = |from: usize, to: usize| -> Vec<Duration> {
+            self.claims
+                .values()
+                .filter_map(|c| Some(c[to]?.saturating_sub(c[from]?)))
+                .collect()
+        };
+        out.push_str("\nstep latencies (median over consolidated node claims):\n");
+        if let Some(m) = median(step(0, 1)) {
+            out.push_str(&format!(
+                "  {:<44}{:>9.3}s  (consolidateAfter {}s of it)\n",
+                "node empty -> nodeclaim deleted",
+                m.as_secs_f64(),
+                CONSOLIDATE_AFTER.as_secs()
+            ));
+        }
+        if let Some(m) = median(step(1, 2)) {
+            out.push_str(&format!(
+                "  {:<44}{:>9.3}s\n",
+                "nodeclaim deleted -> gone",
+                m.as_secs_f64()
+            ));
+        }
+        if let Some(last) = self.claims.values().filter_map(|c| c[2]).max() {
+            out.push_str(&format!(
+                "  {:<44}{:>9.3}s\n",
+                "scale-down -> every emptied node gone",
+                last.as_secs_f64()
+            ));
+        }
+        out
+    }
 }
 
 fn existing_node_object(name: &str) -> Value {
@@ -454,5 +603,70 @@ mod tests {
         ] {
             assert!(words.contains(expected), "{expected}:\n{text}");
         }
+    }
+
+    fn claim_on(name: &str, node: &str, deleting: bool) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                     "requirements": []},
+            "status": {"nodeName": node}
+        }))
+        .expect("claim");
+        if deleting {
+            claim.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        claim
+    }
+
+    fn pod_on(node: &str) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [], "nodeName": node}}),
+        )
+        .expect("pod")
+    }
+
+    #[test]
+    fn the_scale_down_reports_emptied_nodes_going_away() {
+        let s = Duration::from_secs;
+        let mut down = ScaleDown::default();
+        let kept = claim_on("kept", "n1", false);
+        down.observe(
+            &[pod_on("n1"), pod_on("n2")],
+            &[kept.clone(), claim_on("c", "n2", false)],
+            s(0),
+        );
+        down.observe(
+            &[pod_on("n1")],
+            &[kept.clone(), claim_on("c", "n2", false)],
+            s(30),
+        );
+        assert!(!down.settled(&[pod_on("n1")], &[kept.clone(), claim_on("c", "n2", false)]));
+        down.observe(
+            &[pod_on("n1")],
+            &[kept.clone(), claim_on("c", "n2", true)],
+            s(50),
+        );
+        down.observe(&[pod_on("n1")], std::slice::from_ref(&kept), s(51));
+        assert!(down.settled(&[pod_on("n1")], std::slice::from_ref(&kept)));
+        let text = down.render();
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for expected in [
+            "node n2 has no app pod left",
+            "nodeclaim c deleted (consolidated)",
+            "node empty -> nodeclaim deleted 20.000s",
+            "nodeclaim deleted -> gone 1.000s",
+            "scale-down -> every emptied node gone 51.000s",
+        ] {
+            assert!(words.contains(expected), "{expected}:\n{text}");
+        }
+        assert!(
+            !text.contains("node n1"),
+            "the node keeping the pod stays:\n{text}"
+        );
     }
 }

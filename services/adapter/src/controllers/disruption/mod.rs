@@ -5,7 +5,8 @@
 //!   each pass (cluster synced):
 //!     commands in flight ─advance─▶ (queue)
 //!     nodes tainted karpenter.sh/disrupted, not in flight, not deleting ─▶ untainted
-//!     every 10 s: PlanDisruption(live snapshot)
+//!     every 10 s, or 3 s after the last plan when pods, nodes, claims or
+//!     pools changed: PlanDisruption(live snapshot)
 //!       drift ─────────────────────────────▶ start now
 //!       emptiness, consolidation ─ 15 s ─▶ PlanDisruption again: still planned? ─▶ start
 //! ```
@@ -35,6 +36,9 @@ use queue::Queue;
 
 /// How often the loop looks at in-flight commands and leftovers.
 const TICK: Duration = Duration::from_secs(1);
+/// How soon after the last plan a change in pods, nodes, claims or pools
+/// plans again (without changes, every `disruption_poll`).
+const REPLAN_AFTER_CHANGE: Duration = Duration::from_secs(3);
 
 /// Commands waiting out the validation delay.
 struct Validating {
@@ -51,8 +55,23 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
     let mut queue = Queue::default();
     let mut validating: Option<Validating> = None;
     let mut next_plan = Instant::now();
+    let mut seen_changes = None;
     loop {
-        let index = snapshots.borrow_and_update().index.clone();
+        let published = snapshots.borrow_and_update().clone();
+        let index = published.index;
+        let v = published.versions;
+        let changes = v.pods + v.nodes + v.node_claims + v.node_pools;
+        if seen_changes
+            .replace(changes)
+            .is_some_and(|seen| seen != changes)
+        {
+            // Soon after a change (a claim became consolidatable, a pod
+            // left), but never more often than every few seconds.
+            let soonest = next_plan
+                .checked_sub(ctx.timing.disruption_poll)
+                .map_or_else(Instant::now, |planned| planned + REPLAN_AFTER_CHANGE);
+            next_plan = next_plan.min(soonest.max(Instant::now()));
+        }
         if index.synced(&kind) {
             let span = tracing::info_span!("reconcile", controller = "disruption");
             let pass = pass(&ctx, &index, &mut queue, &mut validating, &mut next_plan);
