@@ -345,6 +345,13 @@ impl Index {
         }
     }
 
+    /// The NodeClaim of a Node (by its `spec.providerID`), when exactly
+    /// one claim has it.
+    pub fn claim_of(&self, node: &Node) -> Option<&Arc<NodeClaim>> {
+        let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
+        self.claim_for_provider_id(provider_id)
+    }
+
     /// The Nodes whose `spec.providerID` is `provider_id`.
     pub fn nodes_for_provider_id(&self, provider_id: &str) -> &[Arc<Node>] {
         let map = self.lookups.nodes_by_provider_id.get_or_init(|| {

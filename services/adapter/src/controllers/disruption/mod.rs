@@ -181,11 +181,7 @@ fn report_blocked(ctx: &Context, index: &Index, blocked: &[pb::BlockedCandidate]
         let Some(node) = index.nodes.named(&entry.node) else {
             continue;
         };
-        let claim = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|id| index.claim_for_provider_id(id));
+        let claim = index.claim_of(node);
         let Some(claim) = claim else { continue };
         let message = capitalized(&entry.reason);
         tracing::debug!(node = %entry.node, reason = %message, "disruption blocked");
@@ -217,11 +213,7 @@ async fn release_leftovers(ctx: &Context, index: &Index, queue: &Queue) {
         if held.contains(name) || !crate::disrupted::has_taint(node) {
             continue;
         }
-        let claim = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|id| index.claim_for_provider_id(id));
+        let claim = index.claim_of(node);
         let Some(claim) = claim else { continue };
         if claim.metadata.deletion_timestamp.is_some() || !ctx.manages(claim) {
             continue;

@@ -83,11 +83,7 @@ impl Queue {
             let Some(node) = index.nodes.named(name) else {
                 continue;
             };
-            let claim = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(|id| index.claim_for_provider_id(id));
+            let claim = index.claim_of(node);
             let Some(claim) = claim else { continue };
             match mark(ctx, node, claim, reason).await {
                 Ok(()) => {
@@ -294,11 +290,7 @@ pub async fn release(
         return Ok(());
     }
     disrupted::untaint(ctx, node).await?;
-    let claim = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .and_then(|id| index.claim_for_provider_id(id));
+    let claim = index.claim_of(node);
     if let Some(claim) = claim
         && claim
             .conditions()

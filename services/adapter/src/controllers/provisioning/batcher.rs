@@ -27,11 +27,8 @@ fn leaving_nodes(index: &Index) -> HashSet<String> {
         .iter()
         .filter(|node| {
             node.meta().deletion_timestamp.is_some()
-                || node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .and_then(|id| index.claim_for_provider_id(id))
+                || index
+                    .claim_of(node)
                     .is_some_and(|c| c.meta().deletion_timestamp.is_some())
         })
         .map(|node| node.name_any())
