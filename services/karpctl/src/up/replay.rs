@@ -196,6 +196,15 @@ impl ScaleDown {
         }
         for (name, steps) in &mut self.claims {
             if steps[2].is_none() && !claims.iter().any(|c| &c.name_any() == name) {
+                // Deleted and gone between two looks: deleted by now.
+                if steps[1].is_none() {
+                    steps[1] = Some(at);
+                    self.timeline.first(
+                        format!("claim/{name}/deleted"),
+                        at,
+                        format!("nodeclaim {name} deleted (consolidated)"),
+                    );
+                }
                 steps[2] = Some(at);
                 self.timeline.first(
                     format!("claim/{name}/gone"),
