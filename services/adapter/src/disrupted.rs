@@ -12,10 +12,10 @@ use crate::patch;
 
 const EFFECT: &str = "NoSchedule";
 
-fn taints(node: &Node) -> Vec<Taint> {
+fn taints(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
-        .and_then(|s| s.taints.clone())
+        .and_then(|s| s.taints.as_deref())
         .unwrap_or_default()
 }
 
@@ -29,8 +29,11 @@ pub fn has_taint(node: &Node) -> bool {
 /// The node's taints with the disrupted taint in place (one with the same
 /// key and another effect or value is replaced).
 pub fn with_taint(node: &Node) -> Vec<Taint> {
-    let mut taints = taints(node);
-    taints.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
+    let mut taints: Vec<Taint> = taints(node)
+        .iter()
+        .filter(|t| t.key != labels::DISRUPTED_TAINT_KEY)
+        .cloned()
+        .collect();
     taints.push(Taint {
         key: labels::DISRUPTED_TAINT_KEY.to_owned(),
         value: None,
@@ -61,8 +64,10 @@ pub async fn untaint(ctx: &Context, node: &Node) -> Result<()> {
     {
         return Ok(());
     }
-    let mut kept = taints(node);
-    kept.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
+    let kept: Vec<&Taint> = taints(node)
+        .iter()
+        .filter(|t| t.key != labels::DISRUPTED_TAINT_KEY)
+        .collect();
     match patch::merge(&ctx.nodes(), node, json!({"spec": {"taints": kept}})).await {
         Ok(_) => Ok(()),
         Err(error) if error.is_not_found() => Ok(()),

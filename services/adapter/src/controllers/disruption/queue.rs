@@ -59,9 +59,7 @@ pub struct Queue {
 impl Queue {
     /// Whether the node is a candidate of a command in flight.
     pub fn holds(&self, node: &str) -> bool {
-        self.commands
-            .iter()
-            .any(|c| c.nodes.iter().any(|n| n == node))
+        self.nodes().contains(node)
     }
 
     /// Marks the candidates and launches the replacements. A node already
