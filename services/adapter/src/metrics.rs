@@ -42,6 +42,14 @@ pub struct DisruptedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    pub condition: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+    pub image_id: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource_type: String,
     pub nodepool: String,
@@ -86,6 +94,7 @@ pub struct AdapterMetrics {
     pub nodeclaims_initialized: Family<PoolLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
     pub nodes_created: Family<PoolZoneLabels, Counter>,
     pub interruption_received: Family<MessageTypeLabels, Counter>,
     pub interruption_deleted: Counter,
@@ -138,6 +147,7 @@ impl AdapterMetrics {
             nodeclaims_initialized: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
             nodes_created: Family::default(),
             interruption_received: Family::default(),
             interruption_deleted: Counter::default(),
@@ -186,6 +196,11 @@ impl AdapterMetrics {
                 "nodeclaims_disrupted",
                 "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
                 m.nodeclaims_disrupted.clone(),
+            );
+            r.register(
+                "nodeclaims_unhealthy_disrupted",
+                "NodeClaims repaired because a node condition matched a repair policy too long, by condition",
+                m.nodeclaims_unhealthy_disrupted.clone(),
             );
             r.register(
                 "interruption_received_messages",

@@ -25,6 +25,7 @@ use crate::clients::Clients;
 use crate::controllers::claim_disruption::ClaimDisruption;
 use crate::controllers::expiration::Expiration;
 use crate::controllers::lifecycle::Lifecycle;
+use crate::controllers::node_health::NodeHealth;
 use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodepool::NodePools;
 use crate::controllers::pod_events::PodEvents;
@@ -299,6 +300,10 @@ fn spawn_controllers(
     tasks.spawn(runner::run(pod_events, snapshots.clone(), CONCURRENCY));
     let expiration = Arc::new(Expiration { ctx: ctx.clone() });
     tasks.spawn(runner::run(expiration, snapshots.clone(), CONCURRENCY));
+    if ctx.settings.feature_gates.enabled("NodeRepair") {
+        let health = Arc::new(NodeHealth { ctx: ctx.clone() });
+        tasks.spawn(runner::run(health, snapshots.clone(), CONCURRENCY));
+    }
     let termination = Arc::new(Termination { ctx: ctx.clone() });
     tasks.spawn(runner::run(termination, snapshots.clone(), CONCURRENCY));
     let pools = Arc::new(NodePools { ctx: ctx.clone() });

@@ -11,6 +11,7 @@ pub mod expiration;
 pub mod gc;
 pub mod interruption;
 pub mod lifecycle;
+pub mod node_health;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod observability;
