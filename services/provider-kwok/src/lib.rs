@@ -396,6 +396,11 @@ impl KwokProvider {
         Ok(id)
     }
 
+    /// The ids of interruption events not yet acknowledged.
+    pub fn unacknowledged(&self) -> Vec<String> {
+        self.state().unacked.keys().cloned().collect()
+    }
+
     /// The launched instances.
     pub fn instances(&self) -> Vec<pv::Instance> {
         self.state().instances.values().cloned().collect()

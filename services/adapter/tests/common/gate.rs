@@ -16,6 +16,9 @@ use tonic::{Request, Response, Status};
 pub struct Holds {
     pub before_create: AtomicBool,
     pub after_create: AtomicBool,
+    /// Holds `AcknowledgeInterruption` (the adapter has acted, the cloud
+    /// has not heard so).
+    pub before_ack: AtomicBool,
     /// `Create` calls that reached the cloud.
     pub creates: AtomicUsize,
     /// When each `Create` arrived, by claim name.
@@ -127,6 +130,7 @@ impl CloudProvider for Gate {
         &self,
         r: Request<pv::AcknowledgeInterruptionRequest>,
     ) -> Result<Response<pv::AcknowledgeInterruptionResponse>, Status> {
+        Self::wait_while(&self.holds.before_ack).await;
         self.inner.acknowledge_interruption(r).await
     }
 
