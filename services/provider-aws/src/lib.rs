@@ -338,13 +338,24 @@ impl CloudProvider for AwsProvider {
                     };
                     let mut provider_ids = Vec::new();
                     for id in &parsed.instance_ids {
-                        let zone = match provider.describe(id).await {
-                            Ok(Some(i)) => i
-                                .placement()
-                                .and_then(|p| p.availability_zone())
-                                .map(str::to_string),
-                            _ => None,
-                        };
+                        let described = provider.describe(id).await.ok().flatten();
+                        let zone = described
+                            .as_ref()
+                            .and_then(|i| i.placement())
+                            .and_then(|p| p.availability_zone())
+                            .map(str::to_string);
+                        // As EC2 takes the capacity back, the offering is
+                        // not launched into again for a while.
+                        if parsed.kind == pb::interruption_event::Kind::SpotInterruption
+                            && let (Some(zone), Some(instance_type)) = (
+                                zone.as_deref(),
+                                described.as_ref().and_then(|i| i.instance_type()),
+                            )
+                        {
+                            provider
+                                .catalog
+                                .mark_unavailable(instance_type.as_str(), zone, "spot");
+                        }
                         provider_ids.push(match zone {
                             Some(zone) => format!("aws:///{zone}/{id}"),
                             None => format!("aws:///{id}"),
