@@ -50,6 +50,24 @@ pub struct UnhealthyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` (no replacement) or `replace`.
+    pub decision: String,
+    /// `empty`, `underutilized`, `drifted`.
+    pub reason: String,
+    /// `empty`, `single`, `multi`, or empty outside consolidation.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CostLabels {
+    /// `current` (the managed nodes now), `planned` (once the plan's
+    /// commands are done), `lower_bound` (the cheapest any set of nodes
+    /// from the pools could hold the same pods for).
+    pub estimate: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource_type: String,
     pub nodepool: String,
@@ -95,6 +113,8 @@ pub struct AdapterMetrics {
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
     pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    pub disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub nodes_created: Family<PoolZoneLabels, Counter>,
     pub interruption_received: Family<MessageTypeLabels, Counter>,
     pub interruption_deleted: Counter,
@@ -148,6 +168,8 @@ impl AdapterMetrics {
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
             nodeclaims_unhealthy_disrupted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_cost: Family::default(),
             nodes_created: Family::default(),
             interruption_received: Family::default(),
             interruption_deleted: Counter::default(),
@@ -201,6 +223,16 @@ impl AdapterMetrics {
                 "nodeclaims_unhealthy_disrupted",
                 "NodeClaims repaired because a node condition matched a repair policy too long, by condition",
                 m.nodeclaims_unhealthy_disrupted.clone(),
+            );
+            r.register(
+                "voluntary_disruption_decisions",
+                "Disruption commands started, by decision (delete or replace), reason and consolidation type",
+                m.disruption_decisions.clone(),
+            );
+            r.register(
+                "disruption_cluster_cost_per_hour",
+                "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods",
+                m.disruption_cost.clone(),
             );
             r.register(
                 "interruption_received_messages",

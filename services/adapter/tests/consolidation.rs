@@ -70,6 +70,12 @@ async fn empty_nodes_go_away_after_consolidate_after() {
                 && l.contains("reason=\"empty\"")),
         "{metrics}"
     );
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "karpenter_voluntary_disruption_decisions_total{decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"}"
+        )),
+        "{metrics}"
+    );
     adapter.stop().await;
 }
 
@@ -109,6 +115,28 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_and_its_pods_move() 
         pods[0].spec.as_ref().and_then(|s| s.node_name.as_deref()),
         node.metadata.name.as_deref(),
         "the pod moved to the replacement"
+    );
+    let metrics = adapter.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "karpenter_voluntary_disruption_decisions_total{decision=\"replace\",reason=\"underutilized\""
+        )),
+        "{metrics}"
+    );
+    let cost = |estimate: &str| {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "karpenter_disruption_cluster_cost_per_hour{{estimate=\"{estimate}\"}} "
+                ))
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (current, lower) = (cost("current"), cost("lower_bound"));
+    assert!(
+        current.zip(lower).is_some_and(|(c, l)| l > 0.0 && l <= c),
+        "cost gauges: {metrics}"
     );
     adapter.stop().await;
 }

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
 use crate::index::Index;
 use crate::live;
+use crate::metrics::{CostLabels, DecisionLabels};
 use crate::watch::Published;
 use queue::Queue;
 
@@ -138,6 +139,32 @@ async fn start(
     let reason = validation::reason(command);
     if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
         tracing::warn!(%error, nodes = ?command.candidates, "starting a disruption command failed");
+        return;
+    }
+    ctx.metrics
+        .disruption_decisions
+        .get_or_create(&decision_labels(command))
+        .inc();
+}
+
+/// Karpenter's labels for a started command.
+fn decision_labels(command: &pb::DisruptionCommand) -> DecisionLabels {
+    use pb::DisruptionMethod as Method;
+    let consolidation_type = match command.method() {
+        Method::Emptiness => "empty",
+        Method::SingleNodeConsolidation => "single",
+        Method::MultiNodeConsolidation => "multi",
+        _ => "",
+    };
+    DecisionLabels {
+        decision: if command.replacements.is_empty() {
+            "delete"
+        } else {
+            "replace"
+        }
+        .to_owned(),
+        reason: validation::reason(command).to_lowercase(),
+        consolidation_type: consolidation_type.to_owned(),
     }
 }
 
@@ -168,6 +195,20 @@ async fn plan(
         .await
         .map_err(Error::peer("PlanDisruption"))?;
     report_blocked(ctx, index, &plan.blocked);
+    if let Some(cost) = &plan.cost {
+        for (estimate, value) in [
+            ("current", cost.before),
+            ("planned", cost.after),
+            ("lower_bound", cost.lower_bound),
+        ] {
+            ctx.metrics
+                .disruption_cost
+                .get_or_create(&CostLabels {
+                    estimate: estimate.to_owned(),
+                })
+                .set(value);
+        }
+    }
     Ok((pools, plan))
 }
 
