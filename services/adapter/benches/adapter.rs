@@ -4,6 +4,7 @@
 //! cargo bench -p karpenter-adapter --bench adapter -- latency   # pending → Create, pending → bound
 //! cargo bench -p karpenter-adapter --bench adapter -- memory    # peak RSS, 20,000 pending pods, 4,000 nodes
 //! cargo bench -p karpenter-adapter --bench adapter -- emptiness # last pod gone → claim deleted
+//! cargo bench -p karpenter-adapter --bench adapter -- consolidation # 1,000 nodes consolidated
 //! ```
 //!
 //! `latency` runs the local cluster in this process (kube-test-server with
@@ -44,7 +45,10 @@ fn main() -> anyhow::Result<()> {
         "latency" => runtime.block_on(latency()),
         "memory" => runtime.block_on(memory::run()),
         "emptiness" => runtime.block_on(emptiness()),
-        other => anyhow::bail!("unknown benchmark {other:?}: latency, memory or emptiness"),
+        "consolidation" => runtime.block_on(consolidation::run()),
+        other => anyhow::bail!(
+            "unknown benchmark {other:?}: latency, memory, emptiness or consolidation"
+        ),
     }
 }
 
@@ -415,6 +419,240 @@ mod memory {
             peak as f64 / 1024.0,
             now as f64 / 1024.0
         );
+        Ok(())
+    }
+}
+
+mod consolidation {
+    //! A 1,000-node kwok cluster consolidated by the adapter binary (its
+    //! own process, Karpenter's default timing and budget of 10%).
+    //!
+    //! Three deployments of 1,000 1.2-CPU pods fill 1,000 4-CPU nodes, one
+    //! pod of each per node (two of them spread one per node by hostname
+    //! anti-affinity). The pool then also allows 2-CPU nodes, and those two
+    //! deployments are scaled to zero, leaving every node a third used;
+    //! consolidation packs the remaining pods onto fewer nodes.
+
+    use std::time::{Duration, Instant};
+
+    use kube::ResourceExt;
+    use serde_json::json;
+
+    use super::common::{Cluster, http_get};
+
+    const NODES: i32 = 1_000;
+
+    fn spread_one_per_node(app: &str) -> serde_json::Value {
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}}})
+    }
+
+    /// A node-claim template restricted to on-demand instances of `types`.
+    fn requirements(types: &[&str]) -> serde_json::Value {
+        json!({"spec": {"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types}]}})
+    }
+
+    fn status_kib(pid: u32, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find(|l| l.starts_with(field))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+
+    /// The adapter's cost gauge `estimate`, from its metrics page.
+    fn cost(metrics: &str, estimate: &str) -> Option<f64> {
+        let prefix =
+            format!("karpenter_disruption_cluster_cost_per_hour{{estimate=\"{estimate}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Live (not deleting) claims and whether any is deleting.
+    async fn claims(cluster: &Cluster) -> (usize, bool) {
+        let claims = cluster.claims().await;
+        let deleting = claims
+            .iter()
+            .any(|c| c.metadata.deletion_timestamp.is_some());
+        let live = claims.len()
+            - claims
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_some())
+                .count();
+        (live, deleting)
+    }
+
+    pub async fn run() -> anyhow::Result<()> {
+        let cluster = Cluster::start_with_node_delay(false, Duration::from_millis(200)).await;
+        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
+        let log = std::fs::File::create(cluster.dir.path().join("adapter.log"))?;
+        let mut adapter = std::process::Command::new(env!("CARGO_BIN_EXE_adapter"))
+            .args(["--scheduler-address", &cluster.scheduler.url()])
+            .args(["--provider-address", &cluster.kwok_service.url()])
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["--metrics-listen", &metrics.to_string()])
+            .env("LOG_LEVEL", "info")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let pid = adapter.id();
+        let outcome = consolidate(&cluster, pid, metrics).await;
+        let _ = adapter.kill();
+        let _ = adapter.wait();
+        outcome
+    }
+
+    async fn consolidate(
+        cluster: &Cluster,
+        pid: u32,
+        metrics: std::net::SocketAddr,
+    ) -> anyhow::Result<()> {
+        cluster
+            .node_pool(Cluster::pool(
+                "default",
+                requirements(&["c-4x-amd64-linux"]),
+                json!({"disruption": {"consolidateAfter": "0s"}}),
+            ))
+            .await;
+        let filled = Instant::now();
+        cluster
+            .deployment("spread-a", NODES, "1200m", spread_one_per_node("spread-a"))
+            .await;
+        cluster
+            .deployment("spread-b", NODES, "1200m", spread_one_per_node("spread-b"))
+            .await;
+        cluster.deployment("stays", NODES, "1200m", json!({})).await;
+        let n = NODES as usize;
+        while !(cluster.running("spread-a", n).await
+            && cluster.running("spread-b", n).await
+            && cluster.running("stays", n).await)
+        {
+            anyhow::ensure!(
+                filled.elapsed() < Duration::from_secs(1_800),
+                "the pods were not all running within 30 minutes"
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let (nodes_before, _) = claims(cluster).await;
+        println!(
+            "filled {nodes_before} nodes with {} pods in {:.0} s",
+            3 * n,
+            filled.elapsed().as_secs_f64()
+        );
+        // Consolidation may choose the smaller type too (widening the
+        // requirements drifts nothing).
+        kube::Api::<karpenter_api::NodePool>::all(cluster.client.clone())
+            .patch(
+                "default",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"template":
+                    requirements(&["c-2x-amd64-linux", "c-4x-amd64-linux"])}})),
+            )
+            .await?;
+        // Peak memory from here on: the consolidation's, not the fill's.
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
+        cluster.scale("spread-a", 0).await;
+        cluster.scale("spread-b", 0).await;
+        let started = Instant::now();
+        while !(cluster.pods("spread-a").await.is_empty()
+            && cluster.pods("spread-b").await.is_empty())
+        {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(300),
+                "the scaled-down pods did not go"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        // The first plan after the scale-down: what the nodes cost now.
+        let mut before = None;
+        let mut lower_bound = None;
+        let mut settled_since: Option<(Instant, usize)> = None;
+        let done = loop {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(3_600),
+                "consolidation did not finish within an hour"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let page = http_get(metrics, "/metrics")
+                .await
+                .map(|(_, body)| body)
+                .unwrap_or_default();
+            let (current, planned) = (cost(&page, "current"), cost(&page, "planned"));
+            if before.is_none() && current.is_some() {
+                before = current;
+            }
+            lower_bound = cost(&page, "lower_bound").or(lower_bound);
+            let (live, deleting) = claims(cluster).await;
+            let idle = !deleting
+                && current
+                    .zip(planned)
+                    .is_some_and(|(c, p)| (c - p).abs() < 1e-9)
+                && cluster.running("stays", n).await;
+            // Done once nothing is planned or deleting for two full polls.
+            settled_since = match settled_since {
+                Some((at, count)) if idle && count == live => Some((at, count)),
+                _ if idle => Some((Instant::now(), live)),
+                _ => None,
+            };
+            if let Some((at, _)) = settled_since
+                && at.elapsed() > Duration::from_secs(25)
+            {
+                break at;
+            }
+        };
+        let page = http_get(metrics, "/metrics")
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        let after = cost(&page, "current");
+        let (nodes_after, _) = claims(cluster).await;
+        let mut types: std::collections::BTreeMap<String, usize> = Default::default();
+        for claim in cluster.claims().await {
+            let t = claim
+                .labels()
+                .get("node.kubernetes.io/instance-type")
+                .cloned()
+                .unwrap_or_default();
+            *types.entry(t).or_default() += 1;
+        }
+        let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+        let decisions: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("karpenter_voluntary_disruption_decisions_total{"))
+            .collect();
+        let dollars = |v: Option<f64>| v.map_or("?".to_owned(), |v| format!("{v:.2}"));
+        println!(
+            "adapter consolidation of a {nodes_before}-node kwok cluster ({n} pods of 1.2 CPU left, one per 4-CPU node):"
+        );
+        println!(
+            "  cost per hour: before {}  after {}  lower bound {}",
+            dollars(before),
+            dollars(after),
+            dollars(lower_bound)
+        );
+        println!("  nodes: before {nodes_before}  after {nodes_after} {types:?}");
+        println!(
+            "  wall time from scale-down until nothing is left to do: {:.0} s",
+            done.duration_since(started).as_secs_f64()
+        );
+        println!(
+            "  adapter peak RSS during consolidation: {:.1} MiB",
+            peak as f64 / 1024.0
+        );
+        for line in decisions {
+            println!("  {line}");
+        }
         Ok(())
     }
 }

@@ -37,6 +37,7 @@ pub mod index;
 pub mod leader;
 pub mod live;
 pub mod metrics;
+pub mod nominations;
 pub mod patch;
 pub mod pod_entry;
 pub mod run;

@@ -37,6 +37,7 @@ use crate::controllers::{
 use crate::events::Recorder;
 use crate::leader::Elector;
 use crate::metrics::AdapterMetrics;
+use crate::nominations::Nominations;
 use crate::settings::{LEGACY_CONFIG_MAP, LEGACY_KEYS, Settings};
 use crate::watch::Published;
 
@@ -248,6 +249,7 @@ async fn lead(
         recorder: Recorder::new(client),
         metrics: metrics.clone(),
         timing: options.timing,
+        nominations: Nominations::default(),
     };
     spawn_controllers(&ctx, &snapshots, tasks);
     let mut listed = snapshots.clone();

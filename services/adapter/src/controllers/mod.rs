@@ -30,6 +30,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use crate::clients::Clients;
 use crate::events::Recorder;
 use crate::metrics::AdapterMetrics;
+use crate::nominations::Nominations;
 use crate::settings::Settings;
 
 /// What every controller shares.
@@ -44,6 +45,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<AdapterMetrics>,
     pub timing: Timing,
+    /// Nodes provisioning planned pending pods onto.
+    pub nominations: Nominations,
 }
 
 /// Durations the controllers run by; tests shorten them.

@@ -178,13 +178,14 @@ async fn plan(
 )> {
     let pools = provisioning::ready_pools(ctx, index);
     let catalogs = provisioning::catalogs(ctx, index, &pools).await;
-    let built = live::snapshot(
+    let mut built = live::snapshot(
         index,
         &pools,
         provisioning::node_classes(ctx, index),
         catalogs,
         live::now(),
     );
+    ctx.nominations.mark(&mut built.snapshot);
     let request = pb::PlanDisruptionRequest {
         cluster: Some(built.snapshot),
         options: Some(provisioning::options(ctx)),

@@ -428,8 +428,16 @@ fn describe_types(shown: &[&str], total: usize) -> String {
     text
 }
 
-/// Pods planned onto existing or in-flight capacity are told where.
+/// Pods planned onto existing or in-flight capacity are told where, and
+/// the nodes are nominated (disruption leaves them alone for a while).
 fn nominate_existing(ctx: &Context, index: &Index, placements: &[pb::NodePlacement]) {
+    ctx.nominations.nominate(
+        placements
+            .iter()
+            .filter(|p| !p.pods.is_empty())
+            .map(|p| p.node.as_str()),
+        crate::nominations::window(ctx.settings.batch_max_duration),
+    );
     for placement in placements {
         let target = if let Some(node) = index.nodes.named(&placement.node) {
             let pid = node
