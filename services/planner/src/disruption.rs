@@ -25,7 +25,7 @@ use crate::labels;
 use crate::model::{Cluster, InstanceType, OfferingFilter, Pod, PodKey, StateNode};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
-use crate::solve::{Cheapest, Options, PlannedClaim, Prepared};
+use crate::solve::{Cheapest, ClosedNodes, Options, PlannedClaim, Prepared};
 use crate::taints::{Effect, Taint};
 
 /// Karpenter caps a multi-node command at this many candidates.
@@ -152,6 +152,49 @@ fn node_price(cluster: &Cluster, node: &StateNode) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Karpenter's `IsUnderConsolidateAfter`: an initialized node whose pool's
+/// `consolidateAfter` (neither `Never` nor zero) has not passed since its
+/// last pod event (else its initialization). Consolidation moves no pods
+/// onto such a node.
+fn under_consolidate_after(cluster: &Cluster, node: &StateNode) -> bool {
+    let Some(after) = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == node.node_pool)
+        .and_then(|p| p.consolidate_after_seconds)
+        .filter(|after| *after > 0)
+    else {
+        return false;
+    };
+    if !node.initialized {
+        return false;
+    }
+    let Some(since) = node
+        .disruption
+        .last_pod_event_seconds
+        .or(node.disruption.initialized_seconds)
+    else {
+        return false;
+    };
+    cluster.now_seconds - since < after
+}
+
+fn closed_nodes(cluster: &Cluster) -> ClosedNodes {
+    ClosedNodes {
+        closed: cluster
+            .nodes
+            .iter()
+            .map(|n| under_consolidate_after(cluster, n))
+            .collect(),
+        deleting: cluster
+            .nodes
+            .iter()
+            .filter(|n| n.marked_for_deletion)
+            .map(|n| n.name.clone())
+            .collect(),
+    }
+}
+
 fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
     let Some(after) = cluster.node_pools[pool].consolidate_after_seconds else {
         return false;
@@ -236,7 +279,9 @@ fn pdb_room<'a>(
                     names.join(", ")
                 ));
             }
-            if let Some(&index) = matching.first() {
+            if let Some(&index) = matching.first()
+                && !cluster.pdbs[index].lets_unhealthy_go(pod)
+            {
                 evictions[index] += 1;
                 let pdb = &cluster.pdbs[index];
                 if i64::from(evictions[index]) > i64::from(pdb.disruptions_allowed.max(0)) {
@@ -389,17 +434,22 @@ impl Moved {
     }
 }
 
+/// Simulates `moving` leaving the `removed` nodes (with the pending pods,
+/// which must not be left worse off). A consolidation passes the nodes its
+/// pods may not move onto.
 fn move_pods(
     prepared: &Prepared<'_>,
     cluster: &Cluster,
     removed: &[usize],
     moving: &[&Pod],
+    closed: Option<&ClosedNodes>,
 ) -> Moved {
     let moving_keys: HashSet<&PodKey> = moving.iter().map(|p| &p.key).collect();
-    let solution = prepared.run(
-        removed,
-        cluster.pending.iter().chain(moving.iter().copied()),
-    );
+    let pods = cluster.pending.iter().chain(moving.iter().copied());
+    let solution = match closed {
+        Some(closed) => prepared.run_consolidation(removed, closed, pods),
+        None => prepared.run(removed, pods),
+    };
     let stranded = solution
         .unschedulable
         .iter()
@@ -446,13 +496,7 @@ fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'
             let node = &cluster.nodes[c.node];
             c.reschedulable.iter().map(move |i| &node.pods[*i])
         })
-        .filter(|pod| {
-            !pod.do_not_disrupt
-                && !cluster
-                    .pdbs
-                    .iter()
-                    .any(|pdb| pdb.fully_blocking && pdb.selects(pod))
-        })
+        .filter(|pod| !pod.do_not_disrupt && !cluster.pdbs.iter().any(|pdb| pdb.always_blocks(pod)))
         .collect()
 }
 
@@ -555,10 +599,38 @@ fn restrict_claim(
     })
 }
 
+/// Karpenter's `filterOutSameInstanceType`: merging nodes into one of a
+/// type some of them already are saves nothing real (the single-node pass
+/// deletes the emptier one instead). When an option is a candidate's type,
+/// only options cheaper than the cheapest such candidate stay.
+fn without_candidate_types(
+    cluster: &Cluster,
+    candidates: &[&Candidate],
+    replacement: PlannedClaim,
+) -> Result<PlannedClaim, String> {
+    let most = candidates
+        .iter()
+        .filter(|c| {
+            replacement
+                .instance_types
+                .contains(&cluster.nodes[c.node].instance_type)
+        })
+        .map(|c| c.price)
+        .min_by(f64::total_cmp);
+    let Some(most) = most else {
+        return Ok(replacement);
+    };
+    restrict_claim(cluster, &replacement, None, |it, requirements| {
+        worst_launch_price(it, requirements) < most
+    })
+    .ok_or_else(|| "the replacement would be the same instance type or pricier".to_owned())
+}
+
 /// Karpenter's computeConsolidation: delete when everything fits elsewhere,
 /// replace when one strictly cheaper node holds what does not.
 fn consolidate(
     prepared: &Prepared<'_>,
+    closed: &ClosedNodes,
     cluster: &Cluster,
     candidates: &[&Candidate],
     options: &DisruptionOptions,
@@ -575,6 +647,7 @@ fn consolidate(
         cluster,
         &removed,
         &candidate_pods(cluster, candidates),
+        Some(closed),
     );
     if let Some(reason) = moved.stranded {
         return Err(reason);
@@ -623,6 +696,9 @@ fn consolidate(
         let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
             return Err("Can't replace with a cheaper node".to_owned());
         };
+        if method == Method::MultiNodeConsolidation {
+            replacement = without_candidate_types(cluster, candidates, replacement)?;
+        }
         if candidates.len() == 1 {
             if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
                 return Err(format!(
@@ -647,6 +723,9 @@ fn consolidate(
         let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
             return Err("Can't replace with a cheaper node".to_owned());
         };
+        if method == Method::MultiNodeConsolidation {
+            replacement = without_candidate_types(cluster, candidates, replacement)?;
+        }
         // On-demand may become spot, but never a pricier on-demand fallback.
         if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
             && capacity.has(labels::CAPACITY_TYPE_SPOT)
@@ -659,20 +738,6 @@ fn consolidate(
         }
         replacement
     };
-    if method == Method::MultiNodeConsolidation {
-        // Replacing nodes with one of the same type saves nothing real.
-        let types: HashSet<&str> = candidates
-            .iter()
-            .map(|c| cluster.nodes[c.node].instance_type.as_str())
-            .collect();
-        if replacement
-            .instance_types
-            .iter()
-            .all(|t| types.contains(t.as_str()))
-        {
-            return Err("the replacement would be the same instance type".to_owned());
-        }
-    }
     let price = replacement
         .cheapest
         .as_ref()
@@ -698,6 +763,7 @@ fn drift_command(
         cluster,
         &[candidate.node],
         &candidate_pods(cluster, &[candidate]),
+        None,
     );
     if let Some(reason) = moved.stranded {
         return Err(reason);
@@ -728,7 +794,9 @@ fn apply(cluster: &mut Cluster, command: &Command) {
         .flat_map(|n| n.pods.iter().filter(|p| is_evictable(p)).cloned())
         .collect();
     for pod in &evicted {
-        if let Some(pdb) = cluster.pdbs.iter_mut().find(|pdb| pdb.selects(pod)) {
+        if let Some(pdb) = cluster.pdbs.iter_mut().find(|pdb| pdb.selects(pod))
+            && !pdb.lets_unhealthy_go(pod)
+        {
             pdb.disruptions_allowed -= 1;
         }
     }
@@ -745,8 +813,14 @@ fn apply(cluster: &mut Cluster, command: &Command) {
             }
         }
     }
+    let now = cluster.now_seconds;
     for (target, pods) in &command.placements {
         if let Some(node) = cluster.nodes.iter_mut().find(|n| &n.name == target) {
+            // Pods arriving are pod events: the node's consolidateAfter
+            // window opens again, as it will on the cluster.
+            if !pods.is_empty() {
+                node.disruption.last_pod_event_seconds = Some(now);
+            }
             for key in pods {
                 if let Some(mut pod) = moved.remove(key) {
                     pod.node_name = node.name.clone();
@@ -865,7 +939,7 @@ pub fn plan(
         for index in expired {
             let node = &state.nodes[index];
             let moving: Vec<&Pod> = node.pods.iter().filter(|p| p.is_reschedulable()).collect();
-            let moved = move_pods(&prepared, &state, &[index], &moving);
+            let moved = move_pods(&prepared, &state, &[index], &moving, None);
             plan.commands.push(Command {
                 reason: Reason::Expired,
                 method: Method::Expiration,
@@ -968,13 +1042,13 @@ fn round(
 
     let prepared = Prepared::new(state, scheduling);
 
-    // Drift: the oldest drift first, one node per command, no price check.
+    // Drift: empty nodes first (deleted without replacement, whatever the
+    // consolidation policy), then the oldest drift first; one node per
+    // command, no price check.
     let mut eventual_blocked = BTreeMap::new();
     let mut drifted: Vec<Candidate> = build_candidates(state, true, &mut eventual_blocked)
         .into_iter()
-        .filter(|c| {
-            !state.nodes[c.node].disruption.drifted_reason.is_empty() && !c.reschedulable.is_empty()
-        })
+        .filter(|c| !state.nodes[c.node].disruption.drifted_reason.is_empty())
         .collect();
     for (node, reason) in eventual_blocked {
         if !state
@@ -988,6 +1062,7 @@ fn round(
     drifted.sort_by_key(|c| {
         let node = &state.nodes[c.node];
         (
+            !c.reschedulable.is_empty(),
             node.disruption.drifted_seconds.unwrap_or(0),
             node.name.clone(),
         )
@@ -1029,6 +1104,8 @@ fn round(
         return None;
     }
 
+    let closed = closed_nodes(state);
+
     // Multi-node: Karpenter's binary search over prefixes of the cheapest
     // candidates to disrupt.
     let mut budgets = budget_mapping(state, Reason::Underutilized);
@@ -1056,6 +1133,7 @@ fn round(
             let pdbs_allow = pdb_room(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
             match consolidate(
                 &prepared,
+                &closed,
                 state,
                 batch,
                 options,
@@ -1099,6 +1177,7 @@ fn round(
         // node stays.
         if let Ok(command) = consolidate(
             &prepared,
+            &closed,
             state,
             &[*candidate],
             options,
@@ -1163,6 +1242,7 @@ fn round(
         }
         if let Ok(command) = consolidate(
             &prepared,
+            &closed,
             state,
             &trial,
             options,

@@ -80,6 +80,8 @@ pub struct Pod {
     pub creation_seconds: i64,
     pub phase: String,
     pub terminating: bool,
+    /// The Ready condition is False.
+    pub not_ready: bool,
 }
 
 impl Pod {
@@ -348,6 +350,17 @@ impl Pdb {
                 .selector
                 .as_ref()
                 .is_some_and(|s| s.matches(&pod.labels))
+    }
+
+    /// Whether `pod` may be evicted whatever the budget allows: it is not
+    /// ready and the PDB's `unhealthyPodEvictionPolicy` is `AlwaysAllow`.
+    pub fn lets_unhealthy_go(&self, pod: &Pod) -> bool {
+        self.always_allow_unhealthy && pod.not_ready
+    }
+
+    /// Whether the PDB forbids ever evicting `pod`.
+    pub fn always_blocks(&self, pod: &Pod) -> bool {
+        self.fully_blocking && self.selects(pod) && !self.lets_unhealthy_go(pod)
     }
 }
 

@@ -845,6 +845,27 @@ struct Scheduler<'c> {
     blocked: HashMap<u64, ClassMemo>,
     /// Why each ready pool that offers nothing was skipped.
     skipped_pools: &'c [String],
+    /// In a consolidation simulation: nodes pods may not move onto.
+    closed: Option<ClosedNodes>,
+}
+
+/// Existing nodes a consolidation may not move pods onto (Karpenter's
+/// `isUnderConsolidateAfter`: their pool's `consolidateAfter` window is
+/// still open); pending pods and pods of deleting nodes may still go there.
+#[derive(Clone, Debug, Default)]
+pub struct ClosedNodes {
+    /// By node index.
+    pub closed: Vec<bool>,
+    /// Names of nodes marked for deletion.
+    pub deleting: HashSet<String>,
+}
+
+impl ClosedNodes {
+    fn refuses(&self, node: usize, pod: &Pod) -> bool {
+        self.closed.get(node).copied().unwrap_or(false)
+            && !pod.node_name.is_empty()
+            && !self.deleting.contains(&pod.node_name)
+    }
 }
 
 impl<'c> Scheduler<'c> {
@@ -921,6 +942,7 @@ impl<'c> Scheduler<'c> {
             tolerate_prefer_no_schedule: prepared.tolerate_prefer_no_schedule,
             blocked: HashMap::new(),
             skipped_pools: &prepared.skipped_pools,
+            closed: None,
         }
     }
 
@@ -1103,6 +1125,13 @@ impl<'c> Scheduler<'c> {
 
     fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
         for e in 0..self.existing.len() {
+            if self
+                .closed
+                .as_ref()
+                .is_some_and(|c| c.refuses(self.existing[e].node, pod))
+            {
+                continue;
+            }
             if let Ok(requirements) = self.can_add_existing(&self.existing[e], pod, data) {
                 let node = &self.cluster.nodes[self.existing[e].node];
                 let existing = &mut self.existing[e];
@@ -1382,13 +1411,7 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
         .iter()
         .filter(|n| n.marked_for_deletion)
         .flat_map(|n| n.pods.iter())
-        .filter(|p| {
-            p.is_reschedulable()
-                && !cluster
-                    .pdbs
-                    .iter()
-                    .any(|pdb| pdb.fully_blocking && pdb.selects(p))
-        });
+        .filter(|p| p.is_reschedulable() && !cluster.pdbs.iter().any(|pdb| pdb.always_blocks(p)));
     prepared.run(&[], cluster.pending.iter().chain(leaving))
 }
 
@@ -1396,6 +1419,26 @@ impl Prepared<'_> {
     /// One scheduling run: `pods` placed on the snapshot with the `removed`
     /// nodes gone.
     pub fn run<'p>(&self, removed: &[usize], pods: impl Iterator<Item = &'p Pod>) -> Solution {
+        self.run_with(removed, None, pods)
+    }
+
+    /// As [`Prepared::run`], for a consolidation: moving pods do not land on
+    /// the `closed` nodes.
+    pub fn run_consolidation<'p>(
+        &self,
+        removed: &[usize],
+        closed: &ClosedNodes,
+        pods: impl Iterator<Item = &'p Pod>,
+    ) -> Solution {
+        self.run_with(removed, Some(closed), pods)
+    }
+
+    fn run_with<'p>(
+        &self,
+        removed: &[usize],
+        closed: Option<&ClosedNodes>,
+        pods: impl Iterator<Item = &'p Pod>,
+    ) -> Solution {
         let cluster = self.cluster;
         let options = self.options;
         let mut solution = Solution::default();
@@ -1422,6 +1465,7 @@ impl Prepared<'_> {
                 .then_with(|| a.uid.cmp(&b.uid))
         });
         let mut scheduler = Scheduler::new(self, removed, &pending);
+        scheduler.closed = closed.cloned();
         let mut queue = Queue {
             pods: order.into_iter().collect(),
             last_len: HashMap::new(),

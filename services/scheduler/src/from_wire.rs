@@ -347,6 +347,7 @@ pub fn pod(
         creation_seconds: seconds(p.creation_timestamp.as_ref()),
         phase: p.phase.clone(),
         terminating: p.terminating,
+        not_ready: p.not_ready,
     })
 }
 

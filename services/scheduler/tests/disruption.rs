@@ -408,6 +408,44 @@ fn a_pdb_that_allows_no_disruption_protects_its_node() {
     );
 }
 
+// Upstream consolidation_test.go: "can replace nodes, considers PDB
+// policy": not-ready pods under a PDB with AlwaysAllow may be evicted.
+#[test]
+fn an_always_allow_pdb_lets_not_ready_pods_go() {
+    let plan = |not_ready: bool| {
+        let pods = (0..3)
+            .map(|i| {
+                let mut pod = running(&format!("p{i}"), "big", 500).label("app", "db");
+                pod.not_ready = not_ready;
+                pod
+            })
+            .collect();
+        let mut cluster = Cluster::new(vec![on(
+            managed("big", "xlarge", "on-demand", "test-zone-1"),
+            pods,
+        )]);
+        cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "db".into(),
+            selector: Some(selector(&[("app", "db")])),
+            max_unavailable: "0".into(),
+            disruptions_allowed: 0,
+            unhealthy_pod_eviction_policy: "AlwaysAllow".into(),
+            ..Default::default()
+        }];
+        cluster.plan()
+    };
+    let response = plan(true);
+    assert_eq!(disrupted(&response), vec!["big"], "{response:?}");
+    assert_eq!(response.commands[0].replacements.len(), 1);
+    let response = plan(false);
+    assert!(response.commands.is_empty());
+    assert_eq!(
+        blocked(&response, "big"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
 #[test]
 fn a_do_not_disrupt_pod_protects_its_node() {
     let mut protected = running("p2", "node1", 500);
@@ -605,6 +643,133 @@ fn three_under_used_nodes_become_one() {
     assert!(cost.lower_bound <= cost.after + 1e-9, "{cost:?}");
 }
 
+fn on_demand_only(cluster: &mut Cluster) {
+    cluster
+        .pool()
+        .requirements
+        .push(in_(CAPACITY_TYPE, &["on-demand"]));
+}
+
+// Upstream consolidation_test.go: "won't merge 2 nodes into 1 of the same
+// type"; the emptier node is deleted instead ("can delete nodes").
+#[test]
+fn two_nodes_are_not_merged_into_one_of_their_own_type() {
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("one-pod", "small", "on-demand", "test-zone-1"),
+            vec![running("p0", "one-pod", 500)],
+        ),
+        on(
+            managed("two-pods", "small", "on-demand", "test-zone-1"),
+            vec![
+                running("p1", "two-pods", 500),
+                running("p2", "two-pods", 500),
+            ],
+        ),
+    ]);
+    on_demand_only(&mut cluster);
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["one-pod"], "{response:?}");
+    assert!(response.commands[0].replacements.is_empty());
+    assert_eq!(response.commands[0].placements[0].node, "two-pods");
+}
+
+// The same rule when only one candidate has an option's type: a small
+// among the candidates caps the replacement below a small's price, so the
+// three are not replaced by a small; the two larges go, their pods fit on it.
+#[test]
+fn a_candidate_of_the_replacement_type_caps_its_price() {
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("a-large", "large", "on-demand", "test-zone-1"),
+            vec![running("p0", "a-large", 600)],
+        ),
+        on(
+            managed("b-large", "large", "on-demand", "test-zone-1"),
+            vec![running("p1", "b-large", 600)],
+        ),
+        on(
+            managed("c-small", "small", "on-demand", "test-zone-1"),
+            vec![running("p2", "c-small", 600)],
+        ),
+    ]);
+    on_demand_only(&mut cluster);
+    let response = cluster.plan();
+    assert_eq!(
+        disrupted(&response),
+        vec!["a-large", "b-large"],
+        "{response:?}"
+    );
+    assert!(response.commands.iter().all(|c| c.replacements.is_empty()));
+}
+
+/// Two small on-demand nodes initialized at NOW, pods of 500m: two on
+/// `node0`, one on `node1`; pool `consolidateAfter: 60s`.
+fn just_initialized() -> Cluster {
+    let fresh = |node: pb::StateNode| {
+        let mut node = node;
+        node.disruption.as_mut().unwrap().initialized_time = Some(prost_types::Timestamp {
+            seconds: NOW,
+            nanos: 0,
+        });
+        node
+    };
+    let mut cluster = Cluster::new(vec![
+        fresh(on(
+            managed("node0", "small", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        )),
+        fresh(on(
+            managed("node1", "small", "on-demand", "test-zone-1"),
+            vec![running("p2", "node1", 500)],
+        )),
+    ]);
+    on_demand_only(&mut cluster);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = Some(prost_types::Duration {
+        seconds: 60,
+        nanos: 0,
+    });
+    cluster
+}
+
+// Upstream consolidation_test.go: "should not consolidate pods onto a
+// destination node that is under its consolidateAfter window".
+#[test]
+fn pods_do_not_move_onto_a_node_inside_its_consolidate_after_window() {
+    let mut cluster = just_initialized();
+    let response = cluster.plan();
+    assert!(response.commands.is_empty(), "{response:?}");
+    cluster.snapshot.now = Some(prost_types::Timestamp {
+        seconds: NOW + 120,
+        nanos: 0,
+    });
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["node1"], "{response:?}");
+    assert_eq!(response.commands[0].placements[0].node, "node0");
+}
+
+// ... and a destination whose pool never consolidates has no window.
+#[test]
+fn a_destination_in_a_never_pool_has_no_window() {
+    let mut cluster = just_initialized();
+    let mut never = cluster.pool().clone();
+    never.name = "never".into();
+    never.disruption.as_mut().unwrap().consolidate_after = None;
+    cluster.snapshot.node_pools.push(never);
+    let node0 = &mut cluster.snapshot.nodes[0];
+    node0.node_pool = "never".into();
+    node0
+        .labels
+        .insert("karpenter.sh/nodepool".into(), "never".into());
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["node1"], "{response:?}");
+}
+
 // --- drift ------------------------------------------------------------------------------------
 
 #[test]
@@ -675,6 +840,67 @@ fn the_oldest_drift_goes_first() {
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
     assert_eq!(response.commands[0].candidates, vec!["n2"]);
+}
+
+// Upstream drift_test.go: "should delete drifted nodes when they are empty
+// and consolidation is disabled".
+#[test]
+fn an_empty_drifted_node_is_deleted_even_when_consolidation_is_never() {
+    let mut node = managed("old", "medium", "on-demand", "test-zone-1");
+    let state = node.disruption.as_mut().unwrap();
+    state.drifted_reason = "NodePoolDrifted".into();
+    state.consolidatable = false;
+    let mut cluster = Cluster::new(vec![node]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1);
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(response.commands[0].candidates, vec!["old"]);
+    assert!(response.commands[0].replacements.is_empty());
+}
+
+// Upstream drift_test.go: "should drift empty nodes before non-empty nodes".
+#[test]
+fn empty_drifted_nodes_go_before_busy_ones() {
+    let drifted = |mut node: pb::StateNode, at: i64| {
+        let state = node.disruption.as_mut().unwrap();
+        state.drifted_reason = "NodePoolDrifted".into();
+        state.consolidatable = false;
+        state.drifted_time = Some(prost_types::Timestamp {
+            seconds: at,
+            nanos: 0,
+        });
+        node
+    };
+    let busy = drifted(
+        on(
+            managed("busy", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "busy", 500)],
+        ),
+        NOW - 3600,
+    );
+    let idle = drifted(
+        managed("idle", "medium", "on-demand", "test-zone-1"),
+        NOW - 60,
+    );
+    let mut cluster = Cluster::new(vec![busy, idle]);
+    cluster
+        .pool()
+        .disruption
+        .as_mut()
+        .unwrap()
+        .consolidate_after = None;
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("1")];
+    let response = cluster.plan();
+    assert_eq!(response.commands.len(), 1, "{response:?}");
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(response.commands[0].candidates, vec!["idle"]);
+    assert!(response.commands[0].replacements.is_empty());
 }
 
 // --- expiration -----------------------------------------------------------------------------

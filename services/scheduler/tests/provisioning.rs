@@ -76,6 +76,23 @@ fn integer_bounds_select_instance_types() {
     assert_eq!(outcome.instance_type("a"), Some("small-instance-type"));
 }
 
+// Upstream suite_test.go: "should schedule optional labels": only the
+// largest of five types carries `special`; `Exists` picks it.
+#[test]
+fn exists_on_a_label_only_some_types_carry_picks_those_types() {
+    let types = (0..5)
+        .map(|i| {
+            ItSpec::new(&format!("fake-it-{i}"), (i + 1) * 1000, (i + 1) * 2 * GI)
+                .pods((i + 1) * 10)
+                .build()
+        })
+        .collect();
+    let outcome = Scenario::with_instance_types(vec![default_pool()], types)
+        .solve(vec![pod("a").required(vec![req("special", Exists, &[])])]);
+    assert_eq!(outcome.instance_type("a"), Some("fake-it-4"));
+    assert_eq!(outcome.label("a", "special"), Some("optional"));
+}
+
 #[test]
 fn unknown_zone_is_not_scheduled_and_not_in_excludes() {
     let outcome = scenario().solve(vec![

@@ -183,6 +183,13 @@ pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObj
     pod.nominated_node_name = status
         .and_then(|s| s.nominated_node_name.clone())
         .unwrap_or_default();
+    pod.not_ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False")
+        });
     Ok(Some(prepared))
 }
 
@@ -397,6 +404,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         terminating: meta.deletion_timestamp.is_some(),
         nominated_node_name: String::new(),
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
+        not_ready: false,
     };
     Ok(PreparedPod {
         pod,
