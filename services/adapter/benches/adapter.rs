@@ -428,8 +428,8 @@ mod consolidation {
     //! own process, Karpenter's default timing and budget of 10%).
     //!
     //! Three deployments of 1,000 1.2-CPU pods fill 1,000 4-CPU nodes, one
-    //! pod of each per node (two of them spread one per node by hostname
-    //! anti-affinity). The pool then also allows 2-CPU nodes, and those two
+    //! pod of each per node (two of them held one per node by a host
+    //! port). The pool then also allows 2-CPU nodes, and those two
     //! deployments are scaled to zero, leaving every node a third used;
     //! consolidation packs the remaining pods onto fewer nodes.
 
@@ -442,9 +442,12 @@ mod consolidation {
 
     const NODES: i32 = 1_000;
 
-    fn spread_one_per_node(app: &str) -> serde_json::Value {
-        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}}})
+    /// A host port keeps the deployment's pods one per node (cheaper for
+    /// kube-test-server's scheduler stand-in than anti-affinity).
+    fn one_per_node(port: i32) -> serde_json::Value {
+        json!({"containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+            "resources": {"requests": {"cpu": "1200m"}},
+            "ports": [{"containerPort": port, "hostPort": port}]}]})
     }
 
     /// A node-claim template restricted to on-demand instances of `types`.
@@ -527,10 +530,10 @@ mod consolidation {
             .await;
         let filled = Instant::now();
         cluster
-            .deployment("spread-a", NODES, "1200m", spread_one_per_node("spread-a"))
+            .deployment("spread-a", NODES, "1200m", one_per_node(8001))
             .await;
         cluster
-            .deployment("spread-b", NODES, "1200m", spread_one_per_node("spread-b"))
+            .deployment("spread-b", NODES, "1200m", one_per_node(8002))
             .await;
         cluster.deployment("stays", NODES, "1200m", json!({})).await;
         let n = NODES as usize;
@@ -561,6 +564,7 @@ mod consolidation {
             )
             .await?;
         // Peak memory from here on: the consolidation's, not the fill's.
+        let rss_before = status_kib(pid, "VmRSS:").unwrap_or(0);
         std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
         cluster.scale("spread-a", 0).await;
         cluster.scale("spread-b", 0).await;
@@ -647,8 +651,10 @@ mod consolidation {
             done.duration_since(started).as_secs_f64()
         );
         println!(
-            "  adapter peak RSS during consolidation: {:.1} MiB",
-            peak as f64 / 1024.0
+            "  adapter RSS: {:.1} MiB when scaled down (after the fill), peak {:.1} MiB during consolidation, {:.1} MiB at the end",
+            rss_before as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
         );
         for line in decisions {
             println!("  {line}");
