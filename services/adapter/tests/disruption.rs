@@ -24,6 +24,29 @@ async fn only_claim(cluster: &Cluster) -> Option<NodeClaim> {
     (claims.len() == 1).then(|| claims.remove(0))
 }
 
+/// The cells of `column` in `kubectl get nodeclaims -o wide` (the API
+/// server's Table rendering of the CRD's printer columns).
+async fn wide_column(cluster: &Cluster, column: &str) -> Vec<String> {
+    let request = http::Request::get("/apis/karpenter.sh/v1/nodeclaims")
+        .header(
+            "Accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .expect("request");
+    let table: serde_json::Value = cluster.client.request(request).await.expect("table");
+    let index = table["columnDefinitions"]
+        .as_array()
+        .and_then(|columns| columns.iter().position(|c| c["name"] == column))
+        .unwrap_or_else(|| panic!("no {column} column: {table}"));
+    table["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|row| row["cells"][index].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claims_become_consolidatable_and_drift_when_their_pool_changes() {
     let cluster = Cluster::start().await;
@@ -95,6 +118,11 @@ async fn claims_become_consolidatable_and_drift_when_their_pool_changes() {
         },
     )
     .await;
+    assert_eq!(
+        wide_column(&cluster, "Drifted").await,
+        ["True"],
+        "kubectl get nodeclaims -o wide shows the drift"
+    );
     pools
         .patch(
             "default",

@@ -78,6 +78,12 @@ pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
         json_path = ".metadata.creationTimestamp"
     ),
     printcolumn(
+        name = "ImageID",
+        type_ = "string",
+        json_path = ".status.imageID",
+        priority = 1
+    ),
+    printcolumn(
         name = "ID",
         type_ = "string",
         json_path = ".status.providerID",
@@ -93,6 +99,18 @@ pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
         name = "NodeClass",
         type_ = "string",
         json_path = ".spec.nodeClassRef.name",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].status",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Disruption",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DisruptionReason\")].reason",
         priority = 1
     )
 )]

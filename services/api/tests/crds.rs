@@ -194,6 +194,7 @@ fn printer_columns_match_kubectl_get_output() {
             ("Node", "string", ".status.nodeName", 0),
             ("Ready", "string", ready, 0),
             ("Age", "date", ".metadata.creationTimestamp", 0),
+            ("ImageID", "string", ".status.imageID", 1),
             ("ID", "string", ".status.providerID", 1),
             (
                 "NodePool",
@@ -202,6 +203,19 @@ fn printer_columns_match_kubectl_get_output() {
                 1
             ),
             ("NodeClass", "string", ".spec.nodeClassRef.name", 1),
+            (
+                "Drifted",
+                "string",
+                ".status.conditions[?(@.type==\"Drifted\")].status",
+                1
+            ),
+            // Ours: why the claim is being disrupted.
+            (
+                "Disruption",
+                "string",
+                ".status.conditions[?(@.type==\"DisruptionReason\")].reason",
+                1
+            ),
         ])
     );
     assert_eq!(
