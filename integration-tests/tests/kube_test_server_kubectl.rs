@@ -829,7 +829,7 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
             "--subresource=status",
             "--type=merge",
             "-p",
-            r#"{"status": {"nodeName": "ip-10-0-0-1", "providerID": "aws:///us-west-2a/i-0123", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#,
+            r#"{"status": {"nodeName": "ip-10-0-0-1", "providerID": "aws:///us-west-2a/i-0123", "imageID": "ami-0123", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}, {"type": "Drifted", "status": "True", "reason": "NodePoolDrifted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}, {"type": "DisruptionReason", "status": "True", "reason": "Drifted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#,
         ],
     )
     .await;
@@ -850,9 +850,12 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
             "NODE",
             "READY",
             "AGE",
+            "IMAGEID",
             "ID",
             "NODEPOOL",
-            "NODECLASS"
+            "NODECLASS",
+            "DRIFTED",
+            "DISRUPTION"
         ],
         "{table}"
     );
@@ -874,8 +877,15 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
         "{table}"
     );
     assert_eq!(
-        row.iter().skip(7).take(3).copied().collect::<Vec<_>>(),
-        ["aws:///us-west-2a/i-0123", "default", "default"],
+        row.iter().skip(7).copied().collect::<Vec<_>>(),
+        [
+            "ami-0123",
+            "aws:///us-west-2a/i-0123",
+            "default",
+            "default",
+            "True",
+            "Drifted"
+        ],
         "{table}"
     );
 }

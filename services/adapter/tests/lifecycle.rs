@@ -224,6 +224,18 @@ async fn an_expired_claim_is_drained_deleted_and_replaced() {
         "the claim carries its pool's expireAfter"
     );
     eventually(
+        "the expired claim says so while it drains",
+        Duration::from_secs(30),
+        || async {
+            cluster.claims().await.iter().any(|c| {
+                c.name_any() == first.name_any()
+                    && c.metadata.deletion_timestamp.is_some()
+                    && common::condition(c, "Expired").as_deref() == Some("True")
+            })
+        },
+    )
+    .await;
+    eventually(
         "the expired claim and its instance gone, the pod running on a new claim",
         Duration::from_secs(40),
         || async {

@@ -6,7 +6,7 @@
 //! its pool at creation), so changing the pool does not move it.
 //!
 //! ```text
-//!   claim ──creationTimestamp + expireAfter ≤ now?──▶ delete (reason "expired")
+//!   claim ──creationTimestamp + expireAfter ≤ now?──▶ Expired=True, delete (reason "expired")
 //!         └─ not yet ──▶ requeue at expiry;  Never ──▶ nothing
 //! ```
 
@@ -23,6 +23,9 @@ use crate::error::Result;
 use crate::index::{Index, Key};
 use crate::patch;
 use crate::watch::Versions;
+
+/// The condition an expired claim carries while it drains.
+pub const CONDITION_EXPIRED: &str = "Expired";
 
 /// How long until `claim` expires: `None` for `Never`, zero once expired.
 pub fn remaining(claim: &NodeClaim) -> Option<Duration> {
@@ -75,6 +78,17 @@ impl Reconciler for Expiration {
                     nodepool = claim.node_pool().unwrap_or_default(),
                     "deleting expired nodeclaim"
                 );
+                // Say why on the claim while it drains.
+                let mut marked = (*claim).clone();
+                super::lifecycle::claim_conditions(&mut marked).set(
+                    CONDITION_EXPIRED,
+                    karpenter_api::ConditionStatus::True,
+                    "Expired",
+                    "expireAfter has passed since the claim was created",
+                );
+                let status = serde_json::to_value(&marked.status)
+                    .map_err(|e| crate::error::Error::Invalid(format!("NodeClaim status: {e}")))?;
+                patch::merge_status(&self.ctx.node_claims(), claim.as_ref(), status).await?;
                 patch::delete(&self.ctx.node_claims(), &claim).await?;
                 self.ctx.metrics.claim_disrupted(&claim, "expired");
                 Ok(None)

@@ -206,18 +206,28 @@ impl Reconciler for NodeHealth {
             }
             return Ok(Some(BLOCKED_RETRY));
         }
-        let deadline = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let api = self.ctx.node_claims();
         let overdue = super::lifecycle::termination_deadline(claim).is_some_and(|at| at <= now);
-        if !overdue {
-            patch::merge(
-                &self.ctx.node_claims(),
-                claim,
-                json!({"metadata": {"annotations": {labels::NODE_CLAIM_TERMINATION_TIMESTAMP: deadline}}}),
+        // The API's copy, not the index's: a pass that runs again before
+        // the index shows the deletion must not repair twice.
+        let latest = if overdue {
+            api.get_opt(&claim.name_any()).await?
+        } else {
+            let deadline = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            Some(
+                patch::merge(
+                    &api,
+                    claim.as_ref(),
+                    json!({"metadata": {"annotations": {labels::NODE_CLAIM_TERMINATION_TIMESTAMP: deadline}}}),
+                )
+                .await?,
             )
-            .await?;
-        }
+        };
+        let Some(latest) = latest.filter(|c| c.meta().deletion_timestamp.is_none()) else {
+            return Ok(None);
+        };
         tracing::info!(condition = %sick.condition, "deleting unhealthy node");
-        patch::delete(&self.ctx.node_claims(), claim.as_ref()).await?;
+        patch::delete(&api, &latest).await?;
         self.ctx.metrics.claim_disrupted(claim, "unhealthy");
         let node_labels = node.labels();
         let label = |key: &str| node_labels.get(key).cloned().unwrap_or_default();
