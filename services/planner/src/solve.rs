@@ -846,7 +846,7 @@ struct Scheduler<'c> {
     /// Why each ready pool that offers nothing was skipped.
     skipped_pools: &'c [String],
     /// In a consolidation simulation: nodes pods may not move onto.
-    closed: Option<ClosedNodes>,
+    closed: Option<&'c ClosedNodes>,
 }
 
 /// Existing nodes a consolidation may not move pods onto (Karpenter's
@@ -1424,19 +1424,19 @@ impl Prepared<'_> {
 
     /// As [`Prepared::run`], for a consolidation: moving pods do not land on
     /// the `closed` nodes.
-    pub fn run_consolidation<'p>(
-        &self,
+    pub fn run_consolidation<'p, 's>(
+        &'s self,
         removed: &[usize],
-        closed: &ClosedNodes,
+        closed: &'s ClosedNodes,
         pods: impl Iterator<Item = &'p Pod>,
     ) -> Solution {
         self.run_with(removed, Some(closed), pods)
     }
 
-    fn run_with<'p>(
-        &self,
+    fn run_with<'p, 's>(
+        &'s self,
         removed: &[usize],
-        closed: Option<&ClosedNodes>,
+        closed: Option<&'s ClosedNodes>,
         pods: impl Iterator<Item = &'p Pod>,
     ) -> Solution {
         let cluster = self.cluster;
@@ -1465,7 +1465,7 @@ impl Prepared<'_> {
                 .then_with(|| a.uid.cmp(&b.uid))
         });
         let mut scheduler = Scheduler::new(self, removed, &pending);
-        scheduler.closed = closed.cloned();
+        scheduler.closed = closed;
         let mut queue = Queue {
             pods: order.into_iter().collect(),
             last_len: HashMap::new(),
