@@ -36,6 +36,7 @@ pub mod crds;
 pub mod disrupt;
 pub mod example;
 pub mod input;
+pub mod kinds;
 pub mod output;
 pub mod plan;
 pub mod snapshot;

@@ -230,14 +230,19 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
                     },
                 );
             }
-            (_, "") => built
-                .warnings
-                .push(format!("{}: skipped: the document has no kind", doc.origin)),
-            (_, kind) => built.warnings.push(format!(
-                "{}: skipped: kind {kind} ({}) is not used by plan",
-                doc.origin,
-                doc.api_version()
-            )),
+            // As `kubectl apply` refuses them: no kind, or a kind its API
+            // group does not serve (a typo such as NodePoool).
+            (_, "") => return Err(doc.error("kind", "is required")),
+            (group, kind) => {
+                if let Some(reason) = crate::kinds::unknown(group, doc.api_version(), kind) {
+                    return Err(doc.error("kind", reason));
+                }
+                built.warnings.push(format!(
+                    "{}: skipped: kind {kind} ({}) is not used by plan",
+                    doc.origin,
+                    doc.api_version()
+                ));
+            }
         }
     }
     let mut catalogs = Vec::new();

@@ -112,7 +112,8 @@ fn suggestion(crd: &Value, field: &str) -> Option<String> {
     })
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance (field and kind suggestions).
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();

@@ -224,6 +224,39 @@ fn plan_unknown_kind_is_a_warning() {
     assert_eq!(all_pods(&plan), ["team-a/solo"]);
 }
 
+/// What `kubectl apply` refuses, plan and disrupt refuse: exit 2, naming
+/// the file, the document and the field.
+#[test]
+fn refused_inputs_exit_2_naming_file_document_and_field() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/refused");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("testdata/refused")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for file in &files {
+        let file = file.display().to_string();
+        for command in ["plan", "disrupt"] {
+            let out = karpctl(&[command, "-f", &file, "-o", "json"]);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{command} {file}: {err}");
+            assert!(
+                err.contains(&format!("error: {file}: document 1 (")) && err.contains("): kind: "),
+                "{command} {file}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{command} {file}");
+        }
+    }
+    let typo = karpctl(&["plan", "-f", &testdata("refused/nodepool-typo.yaml")]);
+    assert!(
+        stderr(&typo)
+            .contains("karpenter.sh/v1 has no kind \"NodePoool\" (did you mean \"NodePool\"?)"),
+        "{}",
+        stderr(&typo)
+    );
+}
+
 #[test]
 fn plan_reads_stdin_and_lists() {
     use std::io::Write;
