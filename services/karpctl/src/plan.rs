@@ -65,6 +65,53 @@ pub struct PlanArgs {
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=false.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
+    /// Unknown fields in Karpenter objects, as kubectl's flag: refused
+    /// (`strict`, the default), reported (`warn`) or not looked for (`ignore`).
+    #[arg(long, value_enum, default_value = "strict")]
+    pub validate: FieldValidation,
+}
+
+/// kubectl's `--validate` values (`true` and `false` are its older spellings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FieldValidation {
+    #[value(alias = "true")]
+    Strict,
+    Warn,
+    #[value(alias = "false")]
+    Ignore,
+}
+
+/// Unknown fields of the Karpenter documents: refused under `strict`,
+/// warnings under `warn`, as the API server's field validation treats them.
+fn check_fields(
+    docs: &[Document],
+    mode: FieldValidation,
+    warnings: &mut Vec<String>,
+) -> Result<(), CliError> {
+    if mode == FieldValidation::Ignore {
+        return Ok(());
+    }
+    let karpenter: Vec<&Document> = docs
+        .iter()
+        .filter(|d| matches!(d.group(), "karpenter.sh" | "karpenter.k8s.aws"))
+        .collect();
+    if karpenter.is_empty() {
+        return Ok(());
+    }
+    let validators = crate::validate::Validators::new()?;
+    for doc in karpenter {
+        for (field, message) in validators.check(doc).unknown_fields {
+            match mode {
+                FieldValidation::Strict => {
+                    return Err(doc
+                        .error(field, format!("{message} (--validate=warn accepts it)"))
+                        .into());
+                }
+                _ => warnings.push(format!("{}: {field}: {message}", doc.origin)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses `--feature-gates`, over Karpenter's defaults.
@@ -162,6 +209,7 @@ pub fn build_snapshot_at(
     let mut warnings = Vec::new();
     let docs = load_documents(args)?;
     let docs = snapshot::upgrade(docs, &mut warnings)?;
+    check_fields(&docs, args.validate, &mut warnings)?;
     let mut built = snapshot::build(&docs, now)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();

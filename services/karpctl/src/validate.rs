@@ -17,6 +17,9 @@ pub struct Validators {
 pub struct Report {
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
+    /// Fields the schema does not know, each with a did-you-mean hint
+    /// (also among `warnings`, as `validate` prints them).
+    pub unknown_fields: Vec<(String, String)>,
     /// Not a Karpenter document: not checked.
     pub skipped: bool,
 }
@@ -77,6 +80,9 @@ impl Validators {
                     report.warnings.push(format!(
                         "{field}: unknown field, ignored by the API server{hint}"
                     ));
+                    report
+                        .unknown_fields
+                        .push((field.clone(), format!("unknown field{hint}")));
                 }
                 report.warnings.extend(outcome.warnings.iter().cloned());
             }

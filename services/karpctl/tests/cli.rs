@@ -130,7 +130,7 @@ fn plan_seed_003_with_builtin_catalog() {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2\n  template:\n    spec:\n      containers:\n      - name: web\n        resources: {requests: {cpu: 500m, memory: 1Gi}}\n",
     )
     .unwrap();
-    let out = karpctl(&[
+    let seed = [
         "plan",
         "-f",
         "testdata/seeds/003-nodepool-default.yaml",
@@ -140,8 +140,27 @@ fn plan_seed_003_with_builtin_catalog() {
         deployment.to_str().unwrap(),
         "-o",
         "json",
-    ]);
+    ];
+    // The seed's `spec.limit` is refused as kubectl's strict field
+    // validation refuses it...
+    let refused = karpctl(&seed);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(
+            "error: testdata/seeds/003-nodepool-default.yaml: document 1 (NodePool \"default\"): spec.limit: unknown field (did you mean \"spec.limits\"?)"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(refused.stdout.is_empty());
+    // ... and `--validate=warn` plans it with a warning.
+    let out = karpctl(&[&seed[..], &["--validate=warn"]].concat());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: testdata/seeds/003-nodepool-default.yaml: document 1 (NodePool \"default\"): spec.limit: unknown field"),
+        "{}",
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains("built-in"),
         "notice on stderr: {}",
@@ -167,6 +186,7 @@ fn plan_seed_003_reason_names_the_pool() {
         &testdata("bad/unknown-kind.yaml"),
         "-o",
         "json",
+        "--validate=ignore",
     ]);
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     let reason = plan["unschedulable"][0]["reason"].as_str().unwrap();
