@@ -213,7 +213,8 @@ pub fn run(command: Command) -> Result<u8, CliError> {
                 if valid == 1 { "" } else { "s" }
             ));
             out(&report_text)?;
-            Ok(if invalid > 0 { 1 } else { 0 })
+            // Invalid manifests are bad input, as for plan and disrupt.
+            Ok(if invalid > 0 { 2 } else { 0 })
         }
     }
 }

@@ -409,7 +409,7 @@ fn validate_converted_seeds_001_and_002() {
 #[test]
 fn validate_old_api_versions_need_convert() {
     let out = karpctl(&["validate", "-f", "testdata/seeds/002-nodepool-default.yaml"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(stdout(&out).contains("karpctl convert"), "{}", stdout(&out));
 }
 
@@ -443,7 +443,7 @@ fn validate_invalid_manifests() {
         let report = stdout(&out);
         assert_eq!(
             out.status.code(),
-            Some(1),
+            Some(2),
             "{path}: {report}{}",
             stderr(&out)
         );
