@@ -174,6 +174,18 @@ async fn latency() -> anyhow::Result<()> {
 const EMPTINESS_ROUNDS: usize = 5;
 const CONSOLIDATE_AFTER: Duration = Duration::from_secs(5);
 
+/// A `/proc/<pid>/status` field in KiB (`VmHWM:`, `VmRSS:`).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Polls `check` every 20 ms for at most `within`; when it first held.
 async fn when<F, Fut>(within: Duration, mut check: F) -> anyhow::Result<Instant>
 where
@@ -326,17 +338,6 @@ mod memory {
         json!({"items": items})
     }
 
-    fn status_kib(pid: u32, field: &str) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find(|l| l.starts_with(field))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    }
-
     pub async fn run() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let state_file = dir.path().join("state.json");
@@ -402,8 +403,8 @@ mod memory {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
-        let now = status_kib(pid, "VmRSS:").unwrap_or(0);
+        let peak = super::status_kib(pid, "VmHWM:").unwrap_or(0);
+        let now = super::status_kib(pid, "VmRSS:").unwrap_or(0);
         let _ = adapter.kill();
         let _ = adapter.wait();
         drop(server);
@@ -455,17 +456,6 @@ mod consolidation {
         json!({"spec": {"requirements": [
             {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types}]}})
-    }
-
-    fn status_kib(pid: u32, field: &str) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find(|l| l.starts_with(field))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
     }
 
     /// The adapter's cost gauge `estimate`, from its metrics page.
@@ -564,7 +554,7 @@ mod consolidation {
             )
             .await?;
         // Peak memory from here on: the consolidation's, not the fill's.
-        let rss_before = status_kib(pid, "VmRSS:").unwrap_or(0);
+        let rss_before = super::status_kib(pid, "VmRSS:").unwrap_or(0);
         std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
         cluster.scale("spread-a", 0).await;
         cluster.scale("spread-b", 0).await;
@@ -630,7 +620,7 @@ mod consolidation {
                 .unwrap_or_default();
             *types.entry(t).or_default() += 1;
         }
-        let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+        let peak = super::status_kib(pid, "VmHWM:").unwrap_or(0);
         let decisions: Vec<&str> = page
             .lines()
             .filter(|l| l.starts_with("karpenter_voluntary_disruption_decisions_total{"))
@@ -654,7 +644,7 @@ mod consolidation {
             "  adapter RSS: {:.1} MiB when scaled down (after the fill), peak {:.1} MiB during consolidation, {:.1} MiB at the end",
             rss_before as f64 / 1024.0,
             peak as f64 / 1024.0,
-            status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
+            super::status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
         );
         for line in decisions {
             println!("  {line}");

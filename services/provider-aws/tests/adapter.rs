@@ -276,8 +276,8 @@ impl Product {
         .await;
     }
 
-    /// The EC2 state of the instance behind `provider_id`.
-    async fn instance_state(&self, provider_id: &str) -> Option<String> {
+    /// The EC2 instance behind `provider_id`, as moto describes it.
+    async fn instance(&self, provider_id: &str) -> Option<aws_sdk_ec2::types::Instance> {
         let instance_id = provider_id.rsplit('/').next().unwrap_or_default();
         self.world
             .setup
@@ -290,12 +290,17 @@ impl Product {
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .filter_map(|i| {
-                i.state()
-                    .and_then(|s| s.name())
-                    .map(|n| n.as_str().to_owned())
-            })
             .next()
+            .cloned()
+    }
+
+    /// The EC2 state of the instance behind `provider_id`.
+    async fn instance_state(&self, provider_id: &str) -> Option<String> {
+        let instance = self.instance(provider_id).await?;
+        instance
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_owned())
     }
 
     async fn stop(mut self) {
@@ -319,21 +324,9 @@ async fn a_pending_pod_gets_an_ec2_instance_in_moto_and_binds_to_its_node() {
     let product = Product::start("on-demand").await;
     let claim = product.launched("").await;
     let provider_id = provider_id_of(&claim);
-    let instance_id = provider_id.rsplit('/').next().unwrap_or_default();
-    let described = product
-        .world
-        .setup
-        .ec2
-        .describe_instances()
-        .instance_ids(instance_id)
-        .send()
+    let instance = product
+        .instance(&provider_id)
         .await
-        .expect("describe");
-    let instance = described
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .next()
         .expect("the instance exists in moto");
     assert_eq!(
         instance.instance_type().map(|t| t.as_str()),
