@@ -133,6 +133,19 @@ impl Resources {
         }
     }
 
+    /// Element-wise minimum; a resource only one side has is zero.
+    pub fn min_with(&mut self, other: &Resources) {
+        self.cpu = self.cpu.min(other.cpu);
+        self.memory = self.memory.min(other.memory);
+        self.pods = self.pods.min(other.pods);
+        self.ephemeral_storage = self.ephemeral_storage.min(other.ephemeral_storage);
+        let names: Vec<String> = self.extended.iter().map(|(n, _)| n.clone()).collect();
+        for name in names {
+            let current = self.get(&name);
+            self.set(&name, current.min(other.get(&name)));
+        }
+    }
+
     /// True when every requested quantity is within `available` (Karpenter's
     /// `resources.Fits`): a resource the node does not have fits only a zero
     /// request.
@@ -239,6 +252,25 @@ mod tests {
         let mut gpu_node = cpu_node.clone();
         gpu_node.set("nvidia.com/gpu", 4);
         assert!(gpu_pod.fits(&gpu_node));
+    }
+
+    #[test]
+    fn minimum_drops_a_resource_one_side_lacks() {
+        let mut a = Resources {
+            cpu: 2000,
+            memory: 1 << 30,
+            ..Default::default()
+        };
+        a.set("nvidia.com/gpu", 1);
+        let b = Resources {
+            cpu: 1000,
+            memory: 2 << 30,
+            ..Default::default()
+        };
+        a.min_with(&b);
+        assert_eq!((a.cpu, a.memory), (1000, 1 << 30));
+        assert_eq!(a.get("nvidia.com/gpu"), 0);
+        assert!(a.extended.is_empty());
     }
 
     #[test]

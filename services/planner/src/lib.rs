@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cron;
+mod daemons;
 pub mod disruption;
 pub mod hostports;
 pub mod model;

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
-use crate::hostports::{HostPort, HostPortUsage};
+use crate::daemons::DaemonGroups;
+use crate::hostports::HostPortUsage;
 use crate::labels;
 use crate::model::{
     Cluster, InstanceType, OfferingFilter, OfferingSpace, Pod, PodKey, WhenUnsatisfiable,
@@ -110,8 +111,7 @@ struct Template {
     pool: usize,
     requirements: Requirements,
     instance_types: Vec<usize>,
-    daemon_overhead: Resources,
-    daemon_ports: Vec<HostPort>,
+    daemons: DaemonGroups,
 }
 
 /// An existing node as a run starts: shared by every run on the snapshot.
@@ -171,11 +171,13 @@ struct Claim {
     hostname: String,
     requirements: Requirements,
     instance_types: Vec<usize>,
+    /// The pods' requests; daemon overhead depends on the instance type.
     requests: Resources,
     /// The most any remaining instance type could still take, for a cheap
     /// first check.
     headroom: Resources,
-    max_allocatable: Resources,
+    /// The most any remaining instance type leaves for pods.
+    max_room: Resources,
     pods: Vec<usize>,
     ports: HostPortUsage,
     min_values_relaxed: bool,
@@ -305,7 +307,7 @@ impl ClassMemo {
     }
 }
 
-fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
+pub(crate) fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
     let mut requirements = Requirements::from_labels(&pod.node_selector);
     if include_preferred && let Some((_, heaviest)) = heaviest(&pod.preferred_terms) {
         requirements.add_all(heaviest);
@@ -458,9 +460,55 @@ struct FilterInput<'a> {
     /// since are checked again. None: check every key.
     previous: Option<&'a Requirements>,
     space: &'a OfferingSpace,
-    total: &'a Resources,
+    totals: Totals<'a>,
     relax_min_values: bool,
     explain: bool,
+}
+
+/// The requests an instance type must hold.
+#[derive(Clone, Copy)]
+enum Totals<'a> {
+    /// The same for every instance type.
+    Same(&'a Resources),
+    /// Per daemon group (pods plus the group's daemons); `None` leaves the
+    /// group's instance types out.
+    PerGroup {
+        totals: &'a [Option<Resources>],
+        group_of: &'a [usize],
+    },
+}
+
+impl Totals<'_> {
+    fn for_type(&self, index: usize) -> Option<&Resources> {
+        match self {
+            Totals::Same(total) => Some(total),
+            Totals::PerGroup { totals, group_of } => totals
+                .get(group_of.get(index).copied().unwrap_or(0))?
+                .as_ref(),
+        }
+    }
+
+    /// For messages: the total, or its smallest and largest per resource
+    /// when daemon overhead differs between instance types.
+    fn describe(&self) -> String {
+        let all: Vec<&Resources> = match self {
+            Totals::Same(total) => vec![*total],
+            Totals::PerGroup { totals, .. } => totals.iter().flatten().collect(),
+        };
+        let Some((first, rest)) = all.split_first() else {
+            return Resources::default().to_string();
+        };
+        let (mut min, mut max) = ((*first).clone(), (*first).clone());
+        for total in rest {
+            min.min_with(total);
+            max.max_with(total);
+        }
+        if min == max {
+            min.to_string()
+        } else {
+            format!("min={min}, max={max}")
+        }
+    }
 }
 
 fn filter_instance_types(
@@ -472,7 +520,7 @@ fn filter_instance_types(
         requirements,
         previous,
         space,
-        total,
+        totals,
         relax_min_values,
         explain,
     } = *input;
@@ -495,8 +543,17 @@ fn filter_instance_types(
     let mut dropped: Option<Vec<usize>> = None;
     let (mut met, mut fits_any, mut offered) = (false, false, false);
     let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
+    let mut held_ports = 0;
     for (position, index) in options.iter().enumerate() {
         let it = &catalog[*index];
+        let Some(total) = totals.for_type(*index) else {
+            // A daemon pod on this type holds one of the pod's host ports.
+            held_ports += 1;
+            if dropped.is_none() {
+                dropped = Some(options[..position].to_vec());
+            }
+            continue;
+        };
         let fits = total.fits(&it.allocatable);
         let compatible = match &changed {
             None => it.requirements.intersects(requirements).is_ok(),
@@ -568,7 +625,11 @@ fn filter_instance_types(
         "no instance type met all requirements".to_owned()
     } else if !fits_any {
         let mut message = "no instance type has enough resources".to_owned();
-        if total.cpu >= 1_000_000_000 {
+        if options
+            .iter()
+            .filter_map(|i| totals.for_type(*i))
+            .any(|total| total.cpu >= 1_000_000_000)
+        {
             message.push_str(" (CPU request >= 1 Million, m vs M typo?)");
         }
         message
@@ -583,9 +644,15 @@ fn filter_instance_types(
     } else {
         "no instance type met the requirements/resources/offering tuple".to_owned()
     };
+    let held = if held_ports > 0 {
+        format!("; a daemonset holds a requested host port on {held_ports} other instance type(s)")
+    } else {
+        String::new()
+    };
     Err(Some(format!(
-        "{reason}, requirements={}, resources={total}",
-        display_requirements(requirements)
+        "{reason}, requirements={}, resources={}{held}",
+        display_requirements(requirements),
+        totals.describe()
     )))
 }
 
@@ -597,14 +664,6 @@ fn display_requirements(requirements: &Requirements) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn max_allocatable(catalog: &[InstanceType], options: &[usize]) -> Resources {
-    let mut max = Resources::default();
-    for index in options {
-        max.max_with(&catalog[*index].allocatable);
-    }
-    max
 }
 
 /// The pool limit on how many nodes it may have (`limits.nodes`).
@@ -680,7 +739,7 @@ impl<'c> Prepared<'c> {
                     requirements: &pool.requirements,
                     previous: None,
                     space: &cluster.offering_space,
-                    total: &no_requests,
+                    totals: Totals::Same(&no_requests),
                     relax_min_values: options.min_values_policy == MinValuesPolicy::BestEffort,
                     explain: true,
                 },
@@ -700,27 +759,21 @@ impl<'c> Prepared<'c> {
                 taints: &pool.taints,
                 instance_types: catalog,
             });
-            let mut daemon_overhead = Resources::default();
-            let mut daemon_ports = Vec::new();
-            for ds in &cluster.daemon_sets {
-                if daemon_compatible_with_template(
-                    &ds.pod,
-                    &pool.requirements,
-                    &pool.taints,
-                    &well_known,
-                ) {
-                    daemon_overhead.add(&ds.pod.requests);
-                    daemon_ports.extend(ds.pod.host_ports.iter().cloned());
-                }
-            }
+            let instance_types = filtered
+                .remaining
+                .unwrap_or_else(|| (0..catalog.len()).collect());
+            let daemons = DaemonGroups::build(
+                &cluster.daemon_sets,
+                pool,
+                catalog,
+                &instance_types,
+                &well_known,
+            );
             templates.push(Template {
                 pool: pool_index,
                 requirements: pool.requirements.clone(),
-                instance_types: filtered
-                    .remaining
-                    .unwrap_or_else(|| (0..catalog.len()).collect()),
-                daemon_overhead,
-                daemon_ports,
+                instance_types,
+                daemons,
             });
         }
 
@@ -1056,7 +1109,12 @@ impl<'c> Scheduler<'c> {
                 explain.then(|| format!("did not tolerate taint (taint={taint})")),
             ));
         }
-        if let Some(port) = claim.ports.conflict(&pod.host_ports) {
+        let daemons = &self.templates[claim.template].daemons;
+        if let Some(port) = claim
+            .ports
+            .conflict(&pod.host_ports)
+            .or_else(|| daemons.port_held_everywhere(&claim.instance_types, &pod.host_ports))
+        {
             return Err(Reject::permanent(explain.then(|| {
                 format!("checking host port usage, host port {port} is in use")
             })));
@@ -1073,7 +1131,7 @@ impl<'c> Scheduler<'c> {
         let merged = merge(&claim.requirements, &data.requirements);
         let mut requirements =
             self.add_topology(pod, taints, data, merged, self.well_known, explain)?;
-        let total = claim.requests.plus(&pod.requests);
+        let totals = daemons.totals(&claim.requests.plus(&pod.requests), &pod.host_ports);
         let filtered = filter_instance_types(
             self.catalog(claim.template),
             &claim.instance_types,
@@ -1081,7 +1139,10 @@ impl<'c> Scheduler<'c> {
                 requirements: &requirements,
                 previous: Some(&claim.requirements),
                 space: &self.cluster.offering_space,
-                total: &total,
+                totals: Totals::PerGroup {
+                    totals: &totals,
+                    group_of: daemons.group_of(),
+                },
                 relax_min_values: self.options.min_values_policy == MinValuesPolicy::BestEffort,
                 explain,
             },
@@ -1103,17 +1164,19 @@ impl<'c> Scheduler<'c> {
         requirements: Requirements,
         filtered: Filtered,
     ) {
-        let catalog = self.catalog(self.claims[claim_index].template);
-        let taints = self.pool_taints(self.claims[claim_index].template);
+        let template = self.claims[claim_index].template;
+        let catalog = self.catalog(template);
+        let taints = self.pool_taints(template);
+        let daemons = &self.templates[template].daemons;
         let claim = &mut self.claims[claim_index];
         claim.pods.push(pod_index);
         claim.requests.add(&pod.requests);
         claim.min_values_relaxed |= !filtered.relaxed_min_values.is_empty();
         if let Some(remaining) = filtered.remaining {
-            claim.max_allocatable = max_allocatable(catalog, &remaining);
+            claim.max_room = daemons.max_room(catalog, &remaining);
             claim.instance_types = remaining;
         }
-        claim.headroom = claim.max_allocatable.minus(&claim.requests);
+        claim.headroom = claim.max_room.minus(&claim.requests);
         claim.ports.add(&pod.host_ports);
         claim.requirements = requirements;
         let hostname = claim.hostname.clone();
@@ -1249,19 +1312,17 @@ impl<'c> Scheduler<'c> {
             let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
             let mut requirements = template.requirements.clone();
             requirements.add(Requirement::single(labels::HOSTNAME, &hostname));
-            let mut ports = HostPortUsage::default();
-            ports.add(&template.daemon_ports);
-            let max = max_allocatable(catalog, &instance_types);
+            let max_room = template.daemons.max_room(catalog, &instance_types);
             let claim = Claim {
                 template: t,
                 hostname,
                 requirements,
-                headroom: max.minus(&template.daemon_overhead),
-                max_allocatable: max,
+                headroom: max_room.clone(),
+                max_room,
                 instance_types,
-                requests: template.daemon_overhead.clone(),
+                requests: Resources::default(),
                 pods: Vec::new(),
-                ports,
+                ports: HostPortUsage::default(),
                 min_values_relaxed: false,
             };
             match self.can_add_claim(&claim, pod, data, true) {
@@ -1288,7 +1349,7 @@ impl<'c> Scheduler<'c> {
                 Err(reject) => errors.push(format!(
                     "incompatible with nodepool {:?}, daemonset overhead={}, {}",
                     pool.name,
-                    template.daemon_overhead,
+                    template.daemons.min_overhead(&template.instance_types),
                     reject.message.unwrap_or_default()
                 )),
             }
@@ -1342,41 +1403,6 @@ fn floor_at_zero(resources: &mut Resources) {
     for name in names {
         let value = resources.get(&name);
         resources.set(&name, value.max(0));
-    }
-}
-
-/// Whether a daemonset's pod would run on nodes of a pool: it tolerates the
-/// pool's taints (startup taints go away) and one of its required terms fits
-/// the pool's requirements. Preferences never keep a daemon pod away.
-fn daemon_compatible_with_template(
-    pod: &Pod,
-    requirements: &Requirements,
-    taints: &[Taint],
-    well_known: &dyn WellKnown,
-) -> bool {
-    let mut tolerations = pod.tolerations.clone();
-    tolerations.push(Toleration {
-        key: String::new(),
-        exists: true,
-        value: String::new(),
-        effect: Some(Effect::PreferNoSchedule),
-    });
-    if first_untolerated(taints, &tolerations).is_some() {
-        return false;
-    }
-    let mut candidate = pod.clone();
-    loop {
-        if requirements
-            .compatible(&pod_requirements(&candidate, false), well_known)
-            .is_ok()
-        {
-            return true;
-        }
-        if candidate.required_terms.len() > 1 {
-            candidate.required_terms.remove(0);
-        } else {
-            return false;
-        }
     }
 }
 
@@ -1446,6 +1472,15 @@ impl Prepared<'_> {
         for pod in pods {
             if let Err(reason) = validate_pod(pod, &self.well_known) {
                 solution.unschedulable.insert(pod.key.clone(), reason);
+                continue;
+            }
+            if pod.is_daemon() {
+                // Karpenter's IsProvisionable: the DaemonSet is overhead on
+                // every node it selects, never a reason to launch one.
+                solution.unschedulable.insert(
+                    pod.key.clone(),
+                    "owned by a DaemonSet, which is not provisioned for: it counts as overhead on the nodes it selects".to_owned(),
+                );
                 continue;
             }
             let mut pod = Cow::Borrowed(pod);
@@ -1669,7 +1704,11 @@ fn finalize(
         taints: pool.taints.clone(),
         startup_taints: pool.startup_taints.clone(),
         pods: Vec::new(),
-        requests: claim.requests.clone(),
+        requests: claim.requests.plus(
+            &scheduler.templates[claim.template]
+                .daemons
+                .min_overhead(&chosen),
+        ),
         min_values_relaxed: claim.min_values_relaxed,
     })
 }

@@ -544,6 +544,134 @@ fn daemonset_startup_taints_do_not_exclude_it() {
     assert_eq!(outcome.instance_type("a"), Some("default-instance-type"));
 }
 
+/// "should filter out daemonsets based on instance type requirements": a
+/// daemon counts only on the instance types its required affinity selects.
+#[test]
+fn daemonsets_count_only_on_the_instance_types_they_select() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![
+        daemonset(
+            pod("small-agent")
+                .cpu(1000)
+                .required(vec![in_("size", &["small"])]),
+        ),
+        daemonset(
+            pod("large-agent")
+                .cpu(10_000)
+                .required(vec![in_("size", &["large"])]),
+        ),
+    ];
+    let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI)]);
+    // Counting both daemons everywhere leaves only the 16-CPU arm type.
+    assert_eq!(outcome.instance_type("a"), Some("default-instance-type"));
+    let requests = outcome.claim_of("a").unwrap().requests.as_ref().unwrap();
+    assert_eq!(
+        requests.quantities["cpu"], 2000,
+        "the pod and the one daemon its launch options run"
+    );
+}
+
+/// "should not account for daemonset hostports when daemonset would not
+/// schedule on selected node".
+#[test]
+fn daemonset_host_ports_count_only_where_the_daemonset_runs() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![
+        daemonset(
+            pod("large-agent")
+                .cpu(4000)
+                .memory(4 * GI)
+                .required(vec![in_("size", &["large"])])
+                .host_port(8080),
+        ),
+        daemonset(
+            pod("small-agent")
+                .cpu(2000)
+                .memory(2 * GI)
+                .required(vec![in_("size", &["small"])])
+                .host_port(8081),
+        ),
+    ];
+    let outcome = s.solve(vec![
+        pod("a")
+            .cpu(1000)
+            .memory(GI)
+            .required(vec![in_("size", &["small"])])
+            .host_port(8080),
+    ]);
+    assert_eq!(outcome.instance_type("a"), Some("default-instance-type"));
+    assert_eq!(outcome.label("a", "size"), Some("small"));
+}
+
+/// A pod whose host port a daemon holds on some instance types takes the
+/// others; on none, it does not schedule.
+#[test]
+fn a_daemons_host_port_rules_out_only_the_types_it_runs_on() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![daemonset(
+        pod("agent")
+            .required(vec![in_("size", &["small"])])
+            .host_port(8080),
+    )];
+    let outcome = s.solve(vec![pod("a").host_port(8080)]);
+    assert_eq!(outcome.label("a", "size"), Some("large"));
+    let outcome = s.solve(vec![
+        pod("b")
+            .host_port(8080)
+            .required(vec![in_("size", &["small"])]),
+    ]);
+    assert!(!outcome.scheduled("b"));
+    assert!(
+        outcome.reason("b").unwrap().contains("host port"),
+        "{:?}",
+        outcome.reason("b")
+    );
+}
+
+/// "Should properly handle DaemonSet resources with Node Affinity for
+/// karpenter.sh/initialized and karpenter.sh/registered": new nodes get both
+/// labels once they run, so such daemons count; the claim does not carry them.
+#[test]
+fn daemonsets_selecting_registered_or_initialized_nodes_count_on_new_nodes() {
+    let mut s = scenario();
+    s.snapshot.daemon_sets = vec![
+        daemonset(
+            pod("on-initialized")
+                .cpu(1000)
+                .required(vec![in_("karpenter.sh/initialized", &["true"])]),
+        ),
+        daemonset(
+            pod("on-registered")
+                .cpu(1000)
+                .required(vec![in_("karpenter.sh/registered", &["true"])]),
+        ),
+    ];
+    let outcome = s.solve(vec![pod("a").cpu(2000)]);
+    // 4 CPU with both daemons: only the 16-CPU type holds it.
+    assert_eq!(outcome.instance_type("a"), Some("arm-instance-type"));
+    let claim = outcome.claim_of("a").unwrap();
+    for key in ["karpenter.sh/initialized", "karpenter.sh/registered"] {
+        assert!(!claim.labels.contains_key(key), "label {key}");
+        assert!(
+            claim.requirements.iter().all(|r| r.key != key),
+            "requirement {key}"
+        );
+    }
+}
+
+/// Karpenter never provisions for a DaemonSet's pod.
+#[test]
+fn a_pending_daemonset_pod_is_not_provisioned_for() {
+    let mut daemon = pod("agent-x");
+    daemon.owner_kind = "DaemonSet".into();
+    daemon.owner_name = "agent".into();
+    let outcome = scenario().solve(vec![daemon, pod("a")]);
+    assert!(outcome.scheduled("a"));
+    assert!(!outcome.scheduled("agent-x"));
+    assert!(outcome.claims().iter().all(|c| c.pods.len() == 1));
+    assert!(outcome.reason("agent-x").unwrap().contains("DaemonSet"));
+}
+
 // --- F. existing nodes ---------------------------------------------------------
 
 #[test]

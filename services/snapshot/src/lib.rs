@@ -239,12 +239,26 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
             builder.place_pod(id, pod, &nodes, &mut seen_pods, "workload")?;
         }
     }
-    for source in &objects.daemon_sets {
-        if let Some(ds) =
-            builder.keep(workload::daemon_set(source, &context, builder.now_seconds))?
-        {
+    let mut daemon_sets = Vec::new();
+    {
+        let snapshot = &builder.built.snapshot;
+        let running =
+            workload::newest_daemon_pods(snapshot.nodes.iter().flat_map(|n| n.pods.iter()));
+        for source in &objects.daemon_sets {
+            let meta = &source.object.metadata;
+            let namespace = pod::namespace_of(meta);
+            let name = meta.name.as_deref().unwrap_or_default();
+            let pod = running.get(&(namespace.as_str(), name)).copied();
+            daemon_sets.push((
+                source.id,
+                workload::daemon_set(source, &context, builder.now_seconds, pod),
+            ));
+        }
+    }
+    for (id, ds) in daemon_sets {
+        if let Some(ds) = builder.keep(ds)? {
             builder.built.snapshot.daemon_sets.push(ds);
-            builder.built.origins.daemon_sets.push(source.id);
+            builder.built.origins.daemon_sets.push(id);
         }
     }
     let mut given = Vec::new();
@@ -405,7 +419,12 @@ impl Builder {
             };
             return self.keep::<()>(Err(error)).map(|_| ());
         }
-        if pod.node_name.is_empty() {
+        if pod.node_name.is_empty() && pod.owner_kind == "DaemonSet" {
+            self.warn(
+                id,
+                "a DaemonSet's pod is not provisioned for: its DaemonSet counts as overhead on every node it selects".into(),
+            );
+        } else if pod.node_name.is_empty() {
             self.built.snapshot.pending_pods.push(pod);
             self.built.origins.pending_pods.push(id);
         } else if let Some(i) = nodes.index_of(&pod.node_name) {

@@ -160,11 +160,16 @@ fn pods_of(w: &Workload<'_>, context: &PodContext, now: i64) -> Result<Vec<pb::P
     Ok(pods)
 }
 
-/// A DaemonSet: the pod it would run on every node it selects.
+/// A DaemonSet: the pod it would run on every node it selects. As
+/// Karpenter does, that is its newest existing pod when it has one
+/// (`running`), since admission (LimitRanges, webhooks) may have changed
+/// the requests, with the template's required node affinity put back: the
+/// DaemonSet controller pins each of its pods to its node.
 pub(crate) fn daemon_set(
     source: &Source<'_, DaemonSet>,
     context: &PodContext,
     now: i64,
+    running: Option<&pb::Pod>,
 ) -> Result<pb::DaemonSet, ObjectError> {
     let meta = &source.object.metadata;
     let name = meta.name.clone().unwrap_or_default();
@@ -210,9 +215,36 @@ pub(crate) fn daemon_set(
         now,
     )
     .map_err(error)?;
+    let pod = match running {
+        Some(running) => pb::Pod {
+            required_node_affinity: pod.required_node_affinity,
+            node_name: String::new(),
+            ..running.clone()
+        },
+        None => pod,
+    };
     Ok(pb::DaemonSet {
         namespace,
         name,
         template: Some(pod),
     })
+}
+
+/// Each DaemonSet's newest pod among `pods`, by namespace and name of the
+/// DaemonSet.
+pub(crate) fn newest_daemon_pods<'p>(
+    pods: impl Iterator<Item = &'p pb::Pod>,
+) -> BTreeMap<(&'p str, &'p str), &'p pb::Pod> {
+    let mut newest: BTreeMap<(&str, &str), &pb::Pod> = BTreeMap::new();
+    for pod in pods.filter(|p| p.owner_kind == "DaemonSet") {
+        let key = (pod.namespace.as_str(), pod.owner_name.as_str());
+        let created = |p: &pb::Pod| p.creation_timestamp.map(|t| (t.seconds, t.nanos));
+        match newest.get(&key) {
+            Some(current) if created(current) >= created(pod) => {}
+            _ => {
+                newest.insert(key, pod);
+            }
+        }
+    }
+    newest
 }

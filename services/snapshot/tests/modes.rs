@@ -124,8 +124,16 @@ fn only_pods_kube_scheduler_gave_up_on_are_pending_in_a_live_cluster() {
     let manifests = build(&objects, Mode::Manifests).expect("manifests");
     assert_eq!(
         names(&manifests.snapshot.pending_pods),
-        ["waiting", "not-yet-tried", "gated", "preempting", "daemon"],
-        "in manifests every unbound, unfinished pod is pending"
+        ["waiting", "not-yet-tried", "gated", "preempting"],
+        "in manifests every unbound, unfinished pod but a DaemonSet's is pending"
+    );
+    assert!(
+        manifests
+            .warnings
+            .iter()
+            .any(|w| w.id == 4 && w.message.contains("DaemonSet")),
+        "{:?}",
+        manifests.warnings
     );
 }
 
@@ -650,4 +658,94 @@ fn a_pod_read_once_with_an_error_is_skipped_in_every_build() {
         "{}",
         built.skipped[0]
     );
+}
+
+/// Karpenter takes a DaemonSet's overhead from its newest pod (admission may
+/// have changed the requests: LimitRanges, VPA) with the template's required
+/// node affinity put back in place of the per-node one the DaemonSet
+/// controller wrote; without a pod, from the template. A pending pod of a
+/// DaemonSet is never provisioned for.
+#[test]
+fn a_daemonset_counts_as_its_newest_pod_with_the_templates_node_affinity() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+
+    let ds: DaemonSet = object(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "default", "uid": "uid-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}},
+                              "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                                           "nodeSelectorTerms": [{"matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}]}]}}},
+                                       "containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "4Gi"}}}]}}}
+    }));
+    let daemon_pod = |name: &str, cpu: &str, created: &str, node: &str| {
+        pod(
+            name,
+            json!({
+                "metadata": {"creationTimestamp": created,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                                                  "uid": "uid-agent", "controller": true}]},
+                "spec": {"nodeName": node,
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+                         "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+                "status": {"phase": "Running"}
+            }),
+        )
+    };
+    let older = daemon_pod("agent-old", "3", "2026-01-01T00:00:00Z", "n1");
+    let newer = daemon_pod("agent-new", "2", "2026-01-02T00:00:00Z", "n2");
+    let mut pending = daemon_pod("agent-pending", "1", "2026-01-03T00:00:00Z", "");
+    if let Some(spec) = pending.spec.as_mut() {
+        spec.node_name = None;
+    }
+    let (n1, n2) = (node("n1", json!({})), node("n2", json!({})));
+    let template_cpu = |objects: &Objects<'_>, mode: Mode| {
+        let built = build(objects, mode).expect("built");
+        assert!(
+            built.snapshot.pending_pods.is_empty(),
+            "a DaemonSet's pod is not provisioned for"
+        );
+        let template = built.snapshot.daemon_sets[0]
+            .template
+            .clone()
+            .expect("template");
+        let cpu = template.containers[0]
+            .requests
+            .as_ref()
+            .expect("requests")
+            .quantities["cpu"];
+        (cpu, template.required_node_affinity)
+    };
+    for mode in [Mode::Manifests, Mode::Live] {
+        let mut objects = Objects {
+            daemon_sets: vec![Source { id: 0, object: &ds }],
+            nodes: vec![Source { id: 1, object: &n1 }, Source { id: 2, object: &n2 }],
+            ..Objects::default()
+        };
+        let (cpu, affinity) = template_cpu(&objects, mode);
+        assert_eq!(cpu, 4000, "no pod yet: the template's requests");
+        objects.pods = vec![
+            Source {
+                id: 3,
+                object: &newer,
+            },
+            Source {
+                id: 4,
+                object: &older,
+            },
+            Source {
+                id: 5,
+                object: &pending,
+            },
+        ];
+        let (cpu, with_pods) = template_cpu(&objects, mode);
+        assert_eq!(cpu, 2000, "the newest pod's requests");
+        assert_eq!(
+            with_pods, affinity,
+            "the template's node affinity, not the pod's"
+        );
+        assert_eq!(with_pods[0].match_expressions[0].key, "foo");
+        assert!(with_pods[0].match_fields.is_empty());
+    }
 }
