@@ -38,6 +38,8 @@ pub(crate) struct DaemonGroups {
     /// Catalog index -> index in `groups`; meaningful for the template's
     /// instance types only.
     group_of: Vec<usize>,
+    /// Catalog index -> what the type leaves for pods once its daemons run.
+    room: Vec<Resources>,
 }
 
 impl DaemonGroups {
@@ -60,6 +62,7 @@ impl DaemonGroups {
         let mut groups = DaemonGroups {
             groups: Vec::new(),
             group_of: vec![0; catalog.len()],
+            room: vec![Resources::default(); catalog.len()],
         };
         let mut keys: Vec<Vec<usize>> = Vec::new();
         for &index in instance_types {
@@ -85,6 +88,7 @@ impl DaemonGroups {
                 }
             };
             groups.group_of[index] = group;
+            groups.room[index] = it.allocatable.minus(&groups.groups[group].overhead);
         }
         if groups.groups.is_empty() {
             groups.groups.push(DaemonGroup::default());
@@ -149,11 +153,10 @@ impl DaemonGroups {
     pub fn max_room(&self, catalog: &[InstanceType], instance_types: &[usize]) -> Resources {
         let mut max = Resources::default();
         for index in instance_types {
-            max.max_with(
-                &catalog[*index]
-                    .allocatable
-                    .minus(&self.group(*index).overhead),
-            );
+            match self.room.get(*index) {
+                Some(room) => max.max_with(room),
+                None => max.max_with(&catalog[*index].allocatable),
+            }
         }
         max
     }

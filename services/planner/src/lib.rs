@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod columns;
 pub mod cron;
 mod daemons;
 pub mod disruption;

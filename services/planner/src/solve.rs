@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
+use crate::columns::{ColumnCheck, TypeColumns};
 use crate::daemons::DaemonGroups;
 use crate::hostports::HostPortUsage;
 use crate::labels;
@@ -112,6 +113,8 @@ struct Template {
     requirements: Requirements,
     instance_types: Vec<usize>,
     daemons: DaemonGroups,
+    /// The requirements of `instance_types`, by key.
+    columns: TypeColumns,
 }
 
 /// An existing node as a run starts: shared by every run on the snapshot.
@@ -461,6 +464,8 @@ struct FilterInput<'a> {
     previous: Option<&'a Requirements>,
     space: &'a OfferingSpace,
     totals: Totals<'a>,
+    /// The options' requirements by key, when known.
+    columns: Option<&'a TypeColumns>,
     relax_min_values: bool,
     explain: bool,
 }
@@ -521,6 +526,7 @@ fn filter_instance_types(
         previous,
         space,
         totals,
+        columns,
         relax_min_values,
         explain,
     } = *input;
@@ -539,6 +545,12 @@ fn filter_instance_types(
         }
     };
     let offering_filter = offerings_affected.then(|| OfferingFilter::new(requirements, space));
+    // With columns, each changed key is compared with the options' few
+    // distinct values once; a key no option defines rules none out.
+    let column_checks: Option<Vec<ColumnCheck<'_>>> = match (&changed, columns) {
+        (Some(keys), Some(columns)) => Some(keys.iter().filter_map(|r| columns.check(r)).collect()),
+        _ => None,
+    };
     // None while every option so far is kept.
     let mut dropped: Option<Vec<usize>> = None;
     let (mut met, mut fits_any, mut offered) = (false, false, false);
@@ -555,9 +567,10 @@ fn filter_instance_types(
             continue;
         };
         let fits = total.fits(&it.allocatable);
-        let compatible = match &changed {
-            None => it.requirements.intersects(requirements).is_ok(),
-            Some(keys) => keys.iter().all(|incoming| {
+        let compatible = match (&column_checks, &changed) {
+            (Some(checks), _) => checks.iter().all(|check| check.allows(*index)),
+            (None, None) => it.requirements.intersects(requirements).is_ok(),
+            (None, Some(keys)) => keys.iter().all(|incoming| {
                 it.requirements
                     .get(incoming.key())
                     .is_none_or(|own| own.compatible_with(incoming))
@@ -740,6 +753,7 @@ impl<'c> Prepared<'c> {
                     previous: None,
                     space: &cluster.offering_space,
                     totals: Totals::Same(&no_requests),
+                    columns: None,
                     relax_min_values: options.min_values_policy == MinValuesPolicy::BestEffort,
                     explain: true,
                 },
@@ -769,11 +783,13 @@ impl<'c> Prepared<'c> {
                 &instance_types,
                 &well_known,
             );
+            let columns = TypeColumns::build(catalog, &instance_types);
             templates.push(Template {
                 pool: pool_index,
                 requirements: pool.requirements.clone(),
                 instance_types,
                 daemons,
+                columns,
             });
         }
 
@@ -1143,6 +1159,7 @@ impl<'c> Scheduler<'c> {
                     totals: &totals,
                     group_of: daemons.group_of(),
                 },
+                columns: Some(&self.templates[claim.template].columns),
                 relax_min_values: self.options.min_values_policy == MinValuesPolicy::BestEffort,
                 explain,
             },
@@ -1542,9 +1559,9 @@ impl Prepared<'_> {
                 .existing
                 .insert(cluster.nodes[existing.node].name.clone(), pods);
         }
-        let mut rankings = HashMap::new();
+        let mut memo = FinalizeMemo::default();
         for claim in &scheduler.claims {
-            match finalize(&scheduler, claim, options, &mut rankings) {
+            match finalize(&scheduler, claim, options, &mut memo) {
                 Ok(planned) => {
                     let mut planned = planned;
                     planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
@@ -1571,11 +1588,91 @@ impl Prepared<'_> {
 /// the offerings its requirements allow: many claims share all three.
 type RankingKey = (usize, Vec<usize>, OfferingFilter);
 
+/// What finalizing claims works out once for many: launch options by
+/// price, and what a set of options and offerings means for the launch.
+#[derive(Default)]
+struct FinalizeMemo {
+    rankings: HashMap<RankingKey, Vec<usize>>,
+    launches: HashMap<(Vec<usize>, OfferingFilter), LaunchFacts>,
+}
+
+/// What the chosen launch options, with the offerings a claim allows, add
+/// to its requirements and labels.
+struct LaunchFacts {
+    /// The capacity types some allowed offering has.
+    capacity_types: Requirement,
+    /// The zones some allowed offering is in.
+    zones: Requirement,
+    cheapest: Option<Cheapest>,
+    /// Keys every option pins to listed values: whichever launches, the
+    /// node carries one of them.
+    type_labels: Vec<Requirement>,
+}
+
+impl LaunchFacts {
+    fn new(catalog: &[InstanceType], chosen: &[usize], filter: &OfferingFilter) -> LaunchFacts {
+        let allowed = || {
+            chosen
+                .iter()
+                .flat_map(|i| catalog[*i].offerings.iter())
+                .filter(|o| o.available && filter.allows(o))
+        };
+        let capacity_types: BTreeSet<&str> = allowed().map(|o| o.capacity_type.as_str()).collect();
+        let zones: BTreeSet<&str> = allowed().map(|o| o.zone.as_str()).collect();
+        let cheapest = chosen
+            .iter()
+            .filter_map(|i| {
+                catalog[*i]
+                    .cheapest_allowed(filter)
+                    .map(|o| (&catalog[*i], o))
+            })
+            .min_by(|a, b| {
+                a.1.price
+                    .total_cmp(&b.1.price)
+                    .then_with(|| a.0.name.cmp(&b.0.name))
+            })
+            .map(|(it, o)| Cheapest {
+                instance_type: it.name.clone(),
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type.clone(),
+                price: o.price,
+            });
+        let mut type_labels = Vec::new();
+        if let Some(first) = chosen.first() {
+            for requirement in catalog[*first].requirements.iter() {
+                let key = requirement.key();
+                if key == labels::TOPOLOGY_ZONE || key == labels::CAPACITY_TYPE {
+                    continue;
+                }
+                let mut values: BTreeSet<&str> = BTreeSet::new();
+                let all_listed = chosen
+                    .iter()
+                    .all(|i| match catalog[*i].requirements.get(key) {
+                        Some(r) if !r.is_complement() => {
+                            values.extend(r.values().iter().map(String::as_str));
+                            true
+                        }
+                        _ => false,
+                    });
+                if all_listed {
+                    type_labels.push(Requirement::in_values(key, values));
+                }
+            }
+        }
+        LaunchFacts {
+            capacity_types: Requirement::in_values(labels::CAPACITY_TYPE, capacity_types),
+            zones: Requirement::in_values(labels::TOPOLOGY_ZONE, zones),
+            cheapest,
+            type_labels,
+        }
+    }
+}
+
 fn finalize(
     scheduler: &Scheduler<'_>,
     claim: &Claim,
     options: &Options,
-    rankings: &mut HashMap<RankingKey, Vec<usize>>,
+    memo: &mut FinalizeMemo,
 ) -> Result<PlannedClaim, String> {
     let catalog = scheduler.catalog(claim.template);
     let pool = &scheduler.cluster.node_pools[scheduler.templates[claim.template].pool];
@@ -1584,7 +1681,7 @@ fn finalize(
     let space = &scheduler.cluster.offering_space;
     let filter = OfferingFilter::new(&requirements, space);
     let key: RankingKey = (claim.template, claim.instance_types.clone(), filter.clone());
-    let chosen: Vec<usize> = match rankings.get(&key) {
+    let chosen: Vec<usize> = match memo.rankings.get(&key) {
         Some(chosen) => chosen.clone(),
         None => {
             let mut ranked: Vec<(f64, usize)> = claim
@@ -1608,7 +1705,7 @@ fn finalize(
             }
             ranked.sort_by(by_price);
             let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
-            rankings.insert(key, chosen.clone());
+            memo.rankings.insert(key, chosen.clone());
             chosen
         }
     };
@@ -1630,69 +1727,18 @@ fn finalize(
             .with_min_values(instance_type_min),
     );
     let filter = OfferingFilter::new(&requirements, space);
-    let capacity_types: BTreeSet<&str> = chosen
-        .iter()
-        .flat_map(|i| catalog[*i].offerings.iter())
-        .filter(|o| o.available && filter.allows(o))
-        .map(|o| o.capacity_type.as_str())
-        .collect();
-    requirements.add(Requirement::in_values(
-        labels::CAPACITY_TYPE,
-        capacity_types,
-    ));
-    let cheapest = chosen
-        .iter()
-        .filter_map(|i| {
-            catalog[*i]
-                .cheapest_allowed(&filter)
-                .map(|o| (&catalog[*i], o))
-        })
-        .min_by(|a, b| {
-            a.1.price
-                .total_cmp(&b.1.price)
-                .then_with(|| a.0.name.cmp(&b.0.name))
-        })
-        .map(|(it, o)| Cheapest {
-            instance_type: it.name.clone(),
-            zone: o.zone.clone(),
-            capacity_type: o.capacity_type.clone(),
-            price: o.price,
-        });
-    // The node carries the labels of whichever option launches: a key every
-    // option pins to the same value is a label already.
+    let facts = memo
+        .launches
+        .entry((chosen.clone(), filter))
+        .or_insert_with_key(|(chosen, filter)| LaunchFacts::new(catalog, chosen, filter));
+    requirements.add(facts.capacity_types.clone());
+    let cheapest = facts.cheapest.clone();
     let mut launch = requirements.clone();
-    if let Some(first) = chosen.first() {
-        for requirement in catalog[*first].requirements.iter() {
-            let key = requirement.key();
-            if key == labels::TOPOLOGY_ZONE || key == labels::CAPACITY_TYPE {
-                continue;
-            }
-            let mut values: BTreeSet<&str> = BTreeSet::new();
-            let all_listed = chosen
-                .iter()
-                .all(|i| match catalog[*i].requirements.get(key) {
-                    Some(r) if !r.is_complement() => {
-                        values.extend(r.values().iter().map(String::as_str));
-                        true
-                    }
-                    _ => false,
-                });
-            if all_listed {
-                launch.add(Requirement::in_values(key, values));
-            }
-        }
+    for requirement in &facts.type_labels {
+        launch.add(requirement.clone());
     }
-    let zones: BTreeSet<&str> = chosen
-        .iter()
-        .flat_map(|i| catalog[*i].offerings.iter())
-        .filter(|o| o.available && filter.allows(o))
-        .map(|o| o.zone.as_str())
-        .collect();
-    launch.add(Requirement::in_values(
-        labels::TOPOLOGY_ZONE,
-        zones.iter().copied(),
-    ));
-    requirements.add(Requirement::in_values(labels::TOPOLOGY_ZONE, zones));
+    launch.add(facts.zones.clone());
+    requirements.add(facts.zones.clone());
     let mut node_labels = launch.labels();
     node_labels.remove(labels::HOSTNAME);
     Ok(PlannedClaim {
