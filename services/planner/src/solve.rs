@@ -115,6 +115,10 @@ struct Template {
     daemons: DaemonGroups,
     /// The requirements of `instance_types`, by key.
     columns: TypeColumns,
+    /// The most any of `instance_types` leaves for pods.
+    max_room: Resources,
+    /// The largest capacity of `instance_types`, per resource.
+    max_capacity: Resources,
 }
 
 /// An existing node as a run starts: shared by every run on the snapshot.
@@ -784,7 +788,14 @@ impl<'c> Prepared<'c> {
                 &well_known,
             );
             let columns = TypeColumns::build(catalog, &instance_types);
+            let max_room = daemons.max_room(catalog, &instance_types);
+            let mut max_capacity = Resources::default();
+            for index in &instance_types {
+                max_capacity.max_with(&catalog[*index].capacity);
+            }
             templates.push(Template {
+                max_room,
+                max_capacity,
                 pool: pool_index,
                 requirements: pool.requirements.clone(),
                 instance_types,
@@ -1049,15 +1060,15 @@ impl<'c> Scheduler<'c> {
 
     /// Merges the pod's topology into `requirements`. `None` as the error
     /// when `explain` is off: the caller discards it, so nothing is built.
-    fn add_topology(
+    fn add_topology<'r>(
         &self,
         pod: &Pod,
         taints: &[Taint],
         data: &PodData,
-        requirements: Cow<'_, Requirements>,
+        requirements: Cow<'r, Requirements>,
         well_known: &dyn WellKnown,
         explain: bool,
-    ) -> Result<Requirements, Reject> {
+    ) -> Result<Cow<'r, Requirements>, Reject> {
         let topology = self
             .topology
             .add_requirements(
@@ -1074,7 +1085,7 @@ impl<'c> Scheduler<'c> {
                 message: blocked.error.map(|e| e.to_string()),
             })?;
         if topology.is_empty() {
-            return Ok(requirements.into_owned());
+            return Ok(requirements);
         }
         let topology = Requirements::from_requirements(topology);
         requirements
@@ -1082,7 +1093,7 @@ impl<'c> Scheduler<'c> {
             .map_err(|e| Reject::transient(explain.then(|| e.to_string())))?;
         let mut requirements = requirements.into_owned();
         requirements.add_all(&topology);
-        Ok(requirements)
+        Ok(Cow::Owned(requirements))
     }
 
     fn can_add_existing(
@@ -1090,7 +1101,7 @@ impl<'c> Scheduler<'c> {
         existing: &ExistingNode,
         pod: &Pod,
         data: &PodData,
-    ) -> Result<Requirements, Reject> {
+    ) -> Result<Option<Requirements>, Reject> {
         let node = &self.cluster.nodes[existing.node];
         if first_untolerated(&node.taints, &pod.tolerations).is_some() {
             return Err(Reject::permanent(None));
@@ -1108,6 +1119,7 @@ impl<'c> Scheduler<'c> {
             .map_err(|_| Reject::permanent(None))?;
         let requirements = merge(existing.requirements(), &data.requirements);
         self.add_topology(pod, &node.taints, data, requirements, &none, false)
+            .map(changed)
     }
 
     /// `explain` builds the error message (a new claim's error explains the
@@ -1118,7 +1130,7 @@ impl<'c> Scheduler<'c> {
         pod: &Pod,
         data: &PodData,
         explain: bool,
-    ) -> Result<(Requirements, Filtered), Reject> {
+    ) -> Result<(Option<Requirements>, Filtered), Reject> {
         let taints = self.pool_taints(claim.template);
         if let Some(taint) = first_untolerated(taints, &pod.tolerations) {
             return Err(Reject::permanent(
@@ -1166,11 +1178,13 @@ impl<'c> Scheduler<'c> {
         )
         .map_err(Reject::transient)?;
         for (key, count) in &filtered.relaxed_min_values {
-            if let Some(requirement) = requirements.remove(key) {
-                requirements.add(requirement.with_min_values(Some(*count)));
+            if let Some(requirement) = requirements.to_mut().remove(key) {
+                requirements
+                    .to_mut()
+                    .add(requirement.with_min_values(Some(*count)));
             }
         }
-        Ok((requirements, filtered))
+        Ok((changed(requirements), filtered))
     }
 
     fn commit_claim(
@@ -1178,7 +1192,7 @@ impl<'c> Scheduler<'c> {
         claim_index: usize,
         pod_index: usize,
         pod: &Pod,
-        requirements: Requirements,
+        requirements: Option<Requirements>,
         filtered: Filtered,
     ) {
         let template = self.claims[claim_index].template;
@@ -1190,12 +1204,19 @@ impl<'c> Scheduler<'c> {
         claim.requests.add(&pod.requests);
         claim.min_values_relaxed |= !filtered.relaxed_min_values.is_empty();
         if let Some(remaining) = filtered.remaining {
-            claim.max_room = daemons.max_room(catalog, &remaining);
+            // The room is an upper bound for a cheap first check: a stale
+            // one only lets more claims through to the exact filter, so it
+            // is recomputed when the options have halved, not every time.
+            if remaining.len() * 2 <= claim.instance_types.len() {
+                claim.max_room = daemons.max_room(catalog, &remaining);
+            }
             claim.instance_types = remaining;
         }
         claim.headroom = claim.max_room.minus(&claim.requests);
         claim.ports.add(&pod.host_ports);
-        claim.requirements = requirements;
+        if let Some(requirements) = requirements {
+            claim.requirements = requirements;
+        }
         let hostname = claim.hostname.clone();
         self.topology.register(labels::HOSTNAME, &hostname);
         let claim = &self.claims[claim_index];
@@ -1219,7 +1240,9 @@ impl<'c> Scheduler<'c> {
                 let state = existing.state_mut();
                 state.remaining.subtract(&pod.requests);
                 state.ports.add(&pod.host_ports);
-                state.requirements = requirements;
+                if let Some(requirements) = requirements {
+                    state.requirements = requirements;
+                }
                 self.topology.record(
                     pod,
                     &node.taints,
@@ -1309,16 +1332,21 @@ impl<'c> Scheduler<'c> {
             let pool = &self.cluster.node_pools[template.pool];
             let catalog = self.catalog(t);
             let limits = &self.remaining_limits[&template.pool];
-            let instance_types: Vec<usize> = template
-                .instance_types
-                .iter()
-                .copied()
-                .filter(|i| {
-                    limits.iter().all(|(name, remaining)| {
-                        limit_cost(&catalog[*i].capacity, name) <= *remaining
-                    })
-                })
-                .collect();
+            let within_limits = |capacity: &Resources| {
+                limits
+                    .iter()
+                    .all(|(name, remaining)| limit_cost(capacity, name) <= *remaining)
+            };
+            let instance_types: Vec<usize> = if within_limits(&template.max_capacity) {
+                template.instance_types.clone()
+            } else {
+                template
+                    .instance_types
+                    .iter()
+                    .copied()
+                    .filter(|i| within_limits(&catalog[*i].capacity))
+                    .collect()
+            };
             if instance_types.is_empty() {
                 errors.push(format!(
                     "all available instance types exceed limits for nodepool: {:?}",
@@ -1329,7 +1357,11 @@ impl<'c> Scheduler<'c> {
             let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
             let mut requirements = template.requirements.clone();
             requirements.add(Requirement::single(labels::HOSTNAME, &hostname));
-            let max_room = template.daemons.max_room(catalog, &instance_types);
+            let max_room = if instance_types.len() == template.instance_types.len() {
+                template.max_room.clone()
+            } else {
+                template.daemons.max_room(catalog, &instance_types)
+            };
             let claim = Claim {
                 template: t,
                 hostname,
@@ -1392,6 +1424,14 @@ impl<'c> Scheduler<'c> {
             }
             self.topology.update(&pod);
         }
+    }
+}
+
+/// New requirements, or `None` when they are still the borrowed ones.
+fn changed(requirements: Cow<'_, Requirements>) -> Option<Requirements> {
+    match requirements {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(requirements) => Some(requirements),
     }
 }
 
@@ -1582,17 +1622,12 @@ impl Prepared<'_> {
     }
 }
 
-/// Orders a claim's options by price, cuts them to the launch maximum and
-/// narrows its requirements to what the launch will carry.
-/// Launch options by price for a template, the options a claim kept and
-/// the offerings its requirements allow: many claims share all three.
-type RankingKey = (usize, Vec<usize>, OfferingFilter);
-
-/// What finalizing claims works out once for many: launch options by
-/// price, and what a set of options and offerings means for the launch.
+/// What finalizing claims works out once for many: a template's options by
+/// price under the offerings a claim allows, and what a set of launch
+/// options and offerings means for the launch.
 #[derive(Default)]
 struct FinalizeMemo {
-    rankings: HashMap<RankingKey, Vec<usize>>,
+    price_orders: HashMap<(usize, OfferingFilter), Vec<usize>>,
     launches: HashMap<(Vec<usize>, OfferingFilter), LaunchFacts>,
 }
 
@@ -1641,7 +1676,12 @@ impl LaunchFacts {
         if let Some(first) = chosen.first() {
             for requirement in catalog[*first].requirements.iter() {
                 let key = requirement.key();
-                if key == labels::TOPOLOGY_ZONE || key == labels::CAPACITY_TYPE {
+                // Zones and capacity types come from the offerings; the
+                // instance type is already exactly the chosen names.
+                if key == labels::TOPOLOGY_ZONE
+                    || key == labels::CAPACITY_TYPE
+                    || key == labels::INSTANCE_TYPE
+                {
                     continue;
                 }
                 let mut values: BTreeSet<&str> = BTreeSet::new();
@@ -1668,6 +1708,31 @@ impl LaunchFacts {
     }
 }
 
+/// `instance_types` by the price of their cheapest offering `filter`
+/// allows (none: last), then by name: Karpenter's launch order.
+fn price_order(
+    catalog: &[InstanceType],
+    instance_types: &[usize],
+    filter: &OfferingFilter,
+) -> Vec<usize> {
+    let mut ranked: Vec<(f64, usize)> = instance_types
+        .iter()
+        .map(|i| {
+            let price = catalog[*i]
+                .cheapest_allowed(filter)
+                .map_or(f64::MAX, |o| o.price);
+            (price, *i)
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
+    });
+    ranked.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Orders a claim's options by price, cuts them to the launch maximum and
+/// narrows its requirements to what the launch will carry.
 fn finalize(
     scheduler: &Scheduler<'_>,
     claim: &Claim,
@@ -1680,35 +1745,22 @@ fn finalize(
     requirements.remove(labels::HOSTNAME);
     let space = &scheduler.cluster.offering_space;
     let filter = OfferingFilter::new(&requirements, space);
-    let key: RankingKey = (claim.template, claim.instance_types.clone(), filter.clone());
-    let chosen: Vec<usize> = match memo.rankings.get(&key) {
-        Some(chosen) => chosen.clone(),
-        None => {
-            let mut ranked: Vec<(f64, usize)> = claim
-                .instance_types
-                .iter()
-                .map(|i| {
-                    let price = catalog[*i]
-                        .cheapest_allowed(&filter)
-                        .map_or(f64::MAX, |o| o.price);
-                    (price, *i)
-                })
-                .collect();
-            let by_price = |a: &(f64, usize), b: &(f64, usize)| {
-                a.0.total_cmp(&b.0)
-                    .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
-            };
-            // Only the cheapest few are launch options: select them, then sort them.
-            if ranked.len() > MAX_INSTANCE_TYPES {
-                ranked.select_nth_unstable_by(MAX_INSTANCE_TYPES - 1, by_price);
-                ranked.truncate(MAX_INSTANCE_TYPES);
-            }
-            ranked.sort_by(by_price);
-            let chosen: Vec<usize> = ranked.iter().map(|(_, i)| *i).collect();
-            memo.rankings.insert(key, chosen.clone());
-            chosen
-        }
-    };
+    let template = &scheduler.templates[claim.template];
+    let order = memo
+        .price_orders
+        .entry((claim.template, filter))
+        .or_insert_with_key(|(_, filter)| price_order(catalog, &template.instance_types, filter));
+    let mut kept = vec![false; catalog.len()];
+    for index in &claim.instance_types {
+        kept[*index] = true;
+    }
+    // The cheapest few of the claim's options are its launch options.
+    let chosen: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|i| kept[*i])
+        .take(MAX_INSTANCE_TYPES)
+        .collect();
     if requirements.has_min_values() && options.min_values_policy == MinValuesPolicy::Strict {
         let shortfall = min_values_shortfall(catalog, &chosen, &requirements);
         if !shortfall.is_empty() {
