@@ -11,7 +11,8 @@
 //! manifests to a temporary directory, runs the release `karpctl plan -f DIR
 //! -o json` on them several times and prints, per size: the input's size,
 //! the best wall time and the peak resident memory of the process (from
-//! GNU time, `/usr/bin/time`, when it is installed).
+//! GNU time, `/usr/bin/time`, when it is installed). `-- --sizes N --write
+//! DIR` only writes the manifests, for profiling.
 
 use std::io::Write;
 use std::path::Path;
@@ -181,6 +182,15 @@ fn main() {
             .collect(),
         None => SIZES.to_vec(),
     };
+    if let Some(position) = args.iter().position(|a| a == "--write") {
+        // Only write the manifests (of the first size), for profiling.
+        let dir = Path::new(&args[position + 1]);
+        std::fs::create_dir_all(dir).expect("create the directory");
+        write(dir, "catalog.json", &catalog());
+        write(dir, "nodepool.json", &pool());
+        write(dir, "pods.json", &pods(sizes[0]));
+        return;
+    }
     let karpctl = env!("CARGO_BIN_EXE_karpctl");
     let mut out = std::io::stdout().lock();
     writeln!(

@@ -184,6 +184,22 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), InputError> {
 /// are replaced by their items.
 pub fn parse_source(source: &Source) -> Result<Vec<Document>, InputError> {
     let mut documents = Vec::new();
+    // As kubectl's decoder: text that opens with `{` is a stream of JSON
+    // documents, read straight into JSON values; anything else is YAML.
+    if source.text.trim_start().starts_with('{') {
+        let stream = serde_json::Deserializer::from_str(&source.text).into_iter::<Value>();
+        for (index, value) in stream.enumerate() {
+            let number = index + 1;
+            let value = value.map_err(|e| {
+                InputError::file(
+                    format!("{}: document {number}", source.name),
+                    format!("not valid JSON: {e}"),
+                )
+            })?;
+            push_document(&mut documents, &source.name, number, value)?;
+        }
+        return Ok(documents);
+    }
     for (index, de) in serde_yaml::Deserializer::from_str(&source.text).enumerate() {
         let number = index + 1;
         let yaml = serde_yaml::Value::deserialize(de).map_err(|e| {
@@ -201,42 +217,51 @@ pub fn parse_source(source: &Source) -> Result<Vec<Document>, InputError> {
                 format!("cannot be read as JSON (non-string keys?): {e}"),
             )
         })?;
-        let origin = origin_of(&source.name, number, None, &value);
-        if !value.is_object() {
-            return Err(InputError {
-                location: origin.to_string(),
-                field: String::new(),
-                message: "is not an object".to_string(),
-            });
-        }
-        if value.get("kind").and_then(Value::as_str) == Some("List") && value.get("items").is_some()
-        {
-            let items = value
-                .get("items")
-                .and_then(Value::as_array)
-                .ok_or_else(|| InputError {
-                    location: origin.to_string(),
-                    field: "items".to_string(),
-                    message: "must be a list".to_string(),
-                })?;
-            for (i, item) in items.iter().enumerate() {
-                if !item.is_object() {
-                    return Err(InputError {
-                        location: origin.to_string(),
-                        field: format!("items[{i}]"),
-                        message: "is not an object".to_string(),
-                    });
-                }
-                documents.push(Document {
-                    origin: origin_of(&source.name, number, Some(i), item),
-                    value: item.clone(),
-                });
-            }
-            continue;
-        }
-        documents.push(Document { origin, value });
+        push_document(&mut documents, &source.name, number, value)?;
     }
     Ok(documents)
+}
+
+/// Adds document `number` of `file`, or each item of a `kind: List`.
+fn push_document(
+    documents: &mut Vec<Document>,
+    file: &str,
+    number: usize,
+    mut value: Value,
+) -> Result<(), InputError> {
+    let origin = origin_of(file, number, None, &value);
+    if !value.is_object() {
+        return Err(InputError {
+            location: origin.to_string(),
+            field: String::new(),
+            message: "is not an object".to_string(),
+        });
+    }
+    if value.get("kind").and_then(Value::as_str) == Some("List") && value.get("items").is_some() {
+        let Value::Array(items) = value["items"].take() else {
+            return Err(InputError {
+                location: origin.to_string(),
+                field: "items".to_string(),
+                message: "must be a list".to_string(),
+            });
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            if !item.is_object() {
+                return Err(InputError {
+                    location: origin.to_string(),
+                    field: format!("items[{i}]"),
+                    message: "is not an object".to_string(),
+                });
+            }
+            documents.push(Document {
+                origin: origin_of(file, number, Some(i), &item),
+                value: item,
+            });
+        }
+        return Ok(());
+    }
+    documents.push(Document { origin, value });
+    Ok(())
 }
 
 fn origin_of(file: &str, document: usize, item: Option<usize>, value: &Value) -> Origin {
@@ -284,5 +309,31 @@ mod tests {
             docs[1].origin.to_string(),
             "a.yaml: document 3 (List item 0: Node \"n\")"
         );
+    }
+
+    /// JSON is read as JSON (prices exactly as written), documents and
+    /// lists alike, and a syntax error names the document.
+    #[test]
+    fn json_streams_and_lists() {
+        let source = Source {
+            name: "a.json".into(),
+            text: r#" {"kind": "Pod", "metadata": {"name": "p"}, "price": 1.8000000000000003}
+{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}}]}"#
+                .into(),
+        };
+        let docs = parse_source(&source).unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].value["price"].as_f64(), Some(1.8000000000000003));
+        assert_eq!(
+            docs[1].origin.to_string(),
+            "a.json: document 2 (List item 0: Node \"n\")"
+        );
+        let broken = Source {
+            name: "b.json".into(),
+            text: r#"{"kind": "Pod"} {"kind": "#.into(),
+        };
+        let error = parse_source(&broken).unwrap_err();
+        assert!(error.to_string().contains("b.json: document 2"), "{error}");
+        assert!(error.to_string().contains("not valid JSON"), "{error}");
     }
 }

@@ -98,12 +98,12 @@ pub fn plan_value(response: &pb::SolveResponse) -> Value {
         .iter()
         .map(|c| (sorted_pods(&c.pods), node_claim(c)))
         .collect();
+    // Claims hold different pods, so the whole rendering (slow) only
+    // breaks ties between claims without any.
     claims.sort_by(|a, b| {
-        (a.0.first(), a.1["nodePool"].as_str(), a.1.to_string()).cmp(&(
-            b.0.first(),
-            b.1["nodePool"].as_str(),
-            b.1.to_string(),
-        ))
+        (a.0.first(), a.1["nodePool"].as_str())
+            .cmp(&(b.0.first(), b.1["nodePool"].as_str()))
+            .then_with(|| a.1.to_string().cmp(&b.1.to_string()))
     });
     let cost: f64 = claims
         .iter()

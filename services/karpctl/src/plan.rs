@@ -210,7 +210,7 @@ pub fn build_snapshot_at(
     let docs = load_documents(args)?;
     let docs = snapshot::upgrade(docs, &mut warnings)?;
     check_fields(&docs, args.validate, &mut warnings)?;
-    let mut built = snapshot::build(&docs, now)?;
+    let mut built = snapshot::build(docs, now)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();
 
@@ -343,11 +343,12 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
 pub fn solve(
     args: &PlanArgs,
     built: &Built,
+    snapshot: pb::ClusterSnapshot,
     well_known: Vec<String>,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<pb::SolveResponse, CliError> {
     let request = pb::SolveRequest {
-        cluster: Some(built.snapshot.clone()),
+        cluster: Some(snapshot),
         options: Some(options(args, well_known)?),
     };
     let response = match &args.scheduler {
@@ -448,8 +449,16 @@ pub fn format(output: Option<Format>, stdout_is_terminal: bool) -> Format {
 /// Runs `plan` and returns the rendered output.
 pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<String>), CliError> {
     let runtime = runtime()?;
-    let prepared = build_snapshot(args, &runtime)?;
-    let response = solve(args, &prepared.built, prepared.well_known_labels, &runtime)?;
+    let mut prepared = build_snapshot(args, &runtime)?;
+    // The request takes the snapshot: errors are located by its origins.
+    let snapshot = std::mem::take(&mut prepared.built.snapshot);
+    let response = solve(
+        args,
+        &prepared.built,
+        snapshot,
+        prepared.well_known_labels,
+        &runtime,
+    )?;
     let value = output::plan_value(&response);
     let format = format(args.output, stdout_is_terminal);
     let text = output::render(&value, format).map_err(|e| CliError::Other(anyhow::anyhow!(e)))?;

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use karpenter_proto::scheduler::v1 as pb;
-use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
+use karpenter_snapshot::{Mode, NodeClasses, Objects, Source, prepare_object};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -118,7 +118,9 @@ pub fn upgrade(
 /// The typed objects of a document set, each with its document's position.
 #[derive(Default)]
 struct Typed {
-    pods: Vec<(usize, k8s_openapi::api::core::v1::Pod)>,
+    /// Pods are read into wire form at once: 20,000 typed Pods alongside
+    /// their JSON would double the peak memory of a large plan.
+    pods: Vec<(usize, karpenter_snapshot::PreparedObject)>,
     nodes: Vec<(usize, k8s_openapi::api::core::v1::Node)>,
     node_claims: Vec<(usize, karpenter_api::NodeClaim)>,
     node_pools: Vec<(usize, karpenter_api::NodePool)>,
@@ -137,8 +139,10 @@ struct Typed {
     claims_expiring_with_pool: std::collections::BTreeSet<usize>,
 }
 
-/// A document as a typed object, or an error naming the field at fault.
-fn typed<T: DeserializeOwned>(doc: &Document) -> Result<T, InputError> {
+/// The document as a typed object, or an error naming the field at fault;
+/// it is consumed, so a large manifest set is never held as JSON and typed
+/// objects at once.
+fn typed<T: DeserializeOwned>(doc: Document) -> Result<T, InputError> {
     serde_path_to_error::deserialize(&doc.value).map_err(|e| {
         let field = e.path().to_string();
         let field = if field == "." { String::new() } else { field };
@@ -153,7 +157,7 @@ fn sources<T>(list: &[(usize, T)]) -> Vec<Source<'_, T>> {
 }
 
 /// Builds the snapshot from (already upgraded) documents, at `now`.
-pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, InputError> {
+pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, InputError> {
     let mut built = Built {
         documents: docs.iter().map(|d| d.origin.to_string()).collect(),
         ..Built::default()
@@ -166,11 +170,12 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
         kind: "EC2NodeClass".into(),
         ready: BTreeMap::new(),
     };
-    for (id, doc) in docs.iter().enumerate() {
-        match (doc.group(), doc.kind()) {
+    for (id, doc) in docs.into_iter().enumerate() {
+        let (group, kind) = (doc.group().to_owned(), doc.kind().to_owned());
+        match (group.as_str(), kind.as_str()) {
             (_, catalog::KIND) => {
                 built.has_catalog = true;
-                for it in catalog::instance_types(doc)? {
+                for it in catalog::instance_types(&doc)? {
                     if let Some(first) =
                         catalog_names.insert(it.name.clone(), doc.origin.to_string())
                     {
@@ -182,7 +187,13 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
                     catalog_types.push(it);
                 }
             }
-            ("", "Pod") => objects.pods.push((id, typed(doc)?)),
+            ("", "Pod") => {
+                let pod = typed(doc)?;
+                let source = Source { id, object: &pod };
+                objects
+                    .pods
+                    .push((id, prepare_object(&source, Mode::Manifests)));
+            }
             ("", "Node") => objects.nodes.push((id, typed(doc)?)),
             ("", "Namespace") => objects.namespaces.push((id, typed(doc)?)),
             ("", "PersistentVolumeClaim") => objects.pvcs.push((id, typed(doc)?)),
@@ -253,8 +264,8 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
         });
     }
     let input = Objects {
-        pods: sources(&objects.pods),
-        prepared_pods: Vec::new(),
+        pods: Vec::new(),
+        prepared_pods: sources(&objects.pods),
         nodes: sources(&objects.nodes),
         node_claims: sources(&objects.node_claims),
         node_pools: sources(&objects.node_pools),
@@ -275,15 +286,19 @@ pub fn build(docs: &[Document], now: prost_types::Timestamp) -> Result<Built, In
         now: Some(now),
         claims_expiring_with_pool: objects.claims_expiring_with_pool.clone(),
     };
-    let result = karpenter_snapshot::build(&input, Mode::Manifests)
-        .map_err(|e| docs[e.id].error(e.field, e.message))?;
+    let result = karpenter_snapshot::build(&input, Mode::Manifests).map_err(|e| InputError {
+        location: built.documents[e.id].clone(),
+        field: e.field,
+        message: e.message,
+    })?;
     built.snapshot = result.snapshot;
     built.origins = result.origins;
+    let documents = &built.documents;
     built.warnings.extend(
         result
             .warnings
             .into_iter()
-            .map(|w| format!("{}: {}", docs[w.id].origin, w.message)),
+            .map(|w| format!("{}: {}", documents[w.id], w.message)),
     );
     Ok(built)
 }
@@ -297,7 +312,7 @@ pub fn from_text(name: &str, text: &str, now: prost_types::Timestamp) -> Result<
     })?;
     let mut warnings = Vec::new();
     let docs = upgrade(docs, &mut warnings)?;
-    let mut built = build(&docs, now)?;
+    let mut built = build(docs, now)?;
     warnings.append(&mut built.warnings);
     built.warnings = warnings;
     Ok(built)
