@@ -20,6 +20,7 @@
 //! successive loops would, and sets that are not a prefix are found too.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::labels;
 use crate::model::{Cluster, InstanceType, OfferingFilter, Pod, PodKey, StateNode};
@@ -870,6 +871,7 @@ fn apply(cluster: &mut Cluster, command: &Command) {
             name: name.clone(),
             node_claim_name: name,
             node_pool: claim.node_pool.clone(),
+            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
             labels: node_labels,
             taints: claim.taints.clone(),
             allocatable: it

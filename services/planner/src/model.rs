@@ -4,6 +4,7 @@
 //! here knows a wire format.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::hostports::HostPort;
 use crate::labels;
@@ -299,6 +300,9 @@ pub struct StateNode {
     pub node_claim_name: String,
     pub node_pool: String,
     pub labels: BTreeMap<String, String>,
+    /// `labels` as requirements, built once: every scheduling run of a
+    /// disruption plan reads them.
+    pub label_requirements: Arc<Requirements>,
     /// Taints that count for scheduling (startup taints removed for nodes not
     /// yet initialized).
     pub taints: Vec<Taint>,

@@ -123,7 +123,7 @@ struct Template {
 
 /// An existing node as a run starts: shared by every run on the snapshot.
 struct NodeBase {
-    requirements: Requirements,
+    requirements: Arc<Requirements>,
     remaining: Resources,
     ports: HostPortUsage,
 }
@@ -148,7 +148,7 @@ impl ExistingNode<'_> {
     fn requirements(&self) -> &Requirements {
         self.state
             .as_ref()
-            .map_or(&self.base.requirements, |s| &s.requirements)
+            .map_or(&*self.base.requirements, |s| &s.requirements)
     }
 
     fn remaining(&self) -> &Resources {
@@ -165,7 +165,7 @@ impl ExistingNode<'_> {
         let base = self.base;
         self.state.get_or_insert_with(|| {
             Box::new(NodeState {
-                requirements: base.requirements.clone(),
+                requirements: (*base.requirements).clone(),
                 remaining: base.remaining.clone(),
                 ports: base.ports.clone(),
             })
@@ -871,7 +871,7 @@ impl<'c> Prepared<'c> {
 }
 
 fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> NodeBase {
-    let requirements = Requirements::from_labels(&node.labels);
+    let requirements = Arc::clone(&node.label_requirements);
     let mut used = Resources::default();
     let mut ports = HostPortUsage::default();
     let mut daemon_used = Resources::default();

@@ -19,6 +19,7 @@
 //! broken by name, so the same input always gives the same answer.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::labels;
 use crate::model::{AffinityTerm, Cluster, InstanceType, Pod, SpreadConstraint, WhenUnsatisfiable};
@@ -440,7 +441,7 @@ pub struct PoolDomains<'a> {
 /// node's labels as requirements, built once for many scheduling runs.
 pub struct TopologyBase {
     universe: Universe,
-    node_requirements: Vec<Requirements>,
+    node_requirements: Vec<Arc<Requirements>>,
     /// Node indices in name order (existing pods are counted in this order).
     nodes_by_name: Vec<usize>,
     /// Where running pods with required anti-affinity are, counted once for
@@ -498,7 +499,7 @@ impl TopologyBase {
         let node_requirements = cluster
             .nodes
             .iter()
-            .map(|node| Requirements::from_labels(&node.labels))
+            .map(|node| Arc::clone(&node.label_requirements))
             .collect();
         let mut nodes_by_name: Vec<usize> = (0..cluster.nodes.len()).collect();
         nodes_by_name.sort_by(|a, b| cluster.nodes[*a].name.cmp(&cluster.nodes[*b].name));

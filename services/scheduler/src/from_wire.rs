@@ -2,6 +2,7 @@
 //! a bad one reported with its path (`cluster.pending_pods[3].containers[0]`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use karpenter_core::labels;
 use karpenter_core::requirements::{Requirement, Requirements};
@@ -646,6 +647,7 @@ fn state_node(
         name: n.name.clone(),
         node_claim_name: n.node_claim_name.clone(),
         node_pool: n.node_pool.clone(),
+        label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
         labels: node_labels,
         taints: node_taints,
         allocatable: checked_resources(&format!("{field}.allocatable"), n.allocatable.as_ref())?,
