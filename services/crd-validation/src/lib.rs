@@ -143,6 +143,36 @@ impl Outcome {
     }
 }
 
+/// An OpenAPI v3 schema on its own, outside any CRD: the schema of a
+/// built-in kind (as `schemars` derives it from the API types, subschemas
+/// inlined), used for what strict field validation refuses, the fields the
+/// schema does not know. Only pruning is done with it: built-in kinds have
+/// validation rules no schema states, so their violations are not its job.
+#[derive(Debug)]
+pub struct StructuralSchema {
+    root: schema::Schema,
+}
+
+impl StructuralSchema {
+    /// Compiles `schema` (an `openAPIV3Schema`-shaped object; `$ref`s are
+    /// not followed, so subschemas must be inlined).
+    pub fn new(schema: &Json) -> Result<Self, CompileError> {
+        Ok(StructuralSchema {
+            root: schema::parse(schema, "openAPIV3Schema")?,
+        })
+    }
+
+    /// The paths of the fields of `obj` this schema does not know
+    /// (`spec.containers[0].resource`), as a resource root: `apiVersion`,
+    /// `kind` and `metadata`'s own fields are known.
+    pub fn unknown_fields(&self, obj: &Json) -> Vec<String> {
+        let mut copy = obj.clone();
+        let mut unknown = Vec::new();
+        validate::prune(&mut copy, &self.root, "", true, &mut unknown);
+        unknown
+    }
+}
+
 /// Validates and defaults the objects of one CRD. Cheap to share: build it
 /// once per CRD (compilation is the expensive part).
 #[derive(Debug)]

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::disrupt::DisruptArgs;
-use crate::input::{self, InputError};
+use crate::input;
 use crate::plan::PlanArgs;
 use crate::{CliError, convert, crds, disrupt, plan, validate};
 
@@ -75,6 +75,10 @@ pub struct ValidateArgs {
     /// Files or directories; `-` reads standard input.
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
+    /// Unknown fields, as kubectl's flag: refused (`strict`, the default),
+    /// reported (`warn`) or not looked for (`ignore`).
+    #[arg(long, value_enum, default_value = "strict")]
+    pub validate: validate::FieldValidation,
 }
 
 /// Runs the command line and returns the exit status.
@@ -172,49 +176,9 @@ pub fn run(command: Command) -> Result<u8, CliError> {
         }
         Command::Validate(args) => {
             let docs = input::load(&args.files)?;
-            let validators = validate::Validators::new()?;
-            let (mut valid, mut invalid, mut skipped) = (0, 0, 0);
-            let mut report_text = String::new();
-            for doc in &docs {
-                let report = validators.check(doc);
-                if report.skipped {
-                    skipped += 1;
-                    continue;
-                }
-                for w in &report.warnings {
-                    report_text.push_str(&format!("warning: {}: {w}\n", doc.origin));
-                }
-                for e in &report.errors {
-                    report_text.push_str(&format!("{}: {e}\n", doc.origin));
-                }
-                if report.errors.is_empty() {
-                    valid += 1;
-                } else {
-                    invalid += 1;
-                }
-            }
-            if valid + invalid == 0 {
-                return Err(InputError::file(
-                    args.files
-                        .first()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    "no karpenter.sh or karpenter.k8s.aws documents to validate",
-                )
-                .into());
-            }
-            let skipped = if skipped > 0 {
-                format!(", {skipped} skipped (not Karpenter)")
-            } else {
-                String::new()
-            };
-            report_text.push_str(&format!(
-                "{valid} document{} valid, {invalid} invalid{skipped}\n",
-                if valid == 1 { "" } else { "s" }
-            ));
-            out(&report_text)?;
-            // Invalid manifests are bad input, as for plan and disrupt.
-            Ok(if invalid > 0 { 2 } else { 0 })
+            let (text, code) = validate::run(&docs, args.validate, &args.files)?;
+            out(&text)?;
+            Ok(code)
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::output::{self, Format};
 use crate::snapshot::{self, Built};
 use karpenter_catalog::kwok as builtin_catalog;
 
+pub use crate::validate::FieldValidation;
 use crate::{CliError, catalog, example};
 
 /// Karpenter's feature gates and their defaults.
@@ -65,51 +66,39 @@ pub struct PlanArgs {
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=false.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
-    /// Unknown fields in Karpenter objects, as kubectl's flag: refused
+    /// Unknown fields, as kubectl's flag: refused
     /// (`strict`, the default), reported (`warn`) or not looked for (`ignore`).
     #[arg(long, value_enum, default_value = "strict")]
     pub validate: FieldValidation,
 }
 
-/// kubectl's `--validate` values (`true` and `false` are its older spellings).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FieldValidation {
-    #[value(alias = "true")]
-    Strict,
-    Warn,
-    #[value(alias = "false")]
-    Ignore,
-}
-
-/// Unknown fields of the Karpenter documents: refused under `strict`,
-/// warnings under `warn`, as the API server's field validation treats them.
+/// Karpenter documents against their CRDs (a violation is refused), and
+/// the unknown fields of the documents (Karpenter's and the built-in kinds
+/// planning reads): refused under `strict`, warnings under `warn`, as the
+/// API server's field validation treats them.
 fn check_fields(
     docs: &[Document],
     mode: FieldValidation,
     warnings: &mut Vec<String>,
 ) -> Result<(), CliError> {
-    if mode == FieldValidation::Ignore {
-        return Ok(());
-    }
-    let karpenter: Vec<&Document> = docs
-        .iter()
-        .filter(|d| matches!(d.group(), "karpenter.sh" | "karpenter.k8s.aws"))
-        .collect();
-    if karpenter.is_empty() {
-        return Ok(());
-    }
     let validators = crate::validate::Validators::new()?;
-    for doc in karpenter {
-        for (field, message) in validators.check(doc).unknown_fields {
-            match mode {
-                FieldValidation::Strict => {
-                    return Err(doc
-                        .error(field, format!("{message} (--validate=warn accepts it)"))
-                        .into());
-                }
-                _ => warnings.push(format!("{}: {field}: {message}", doc.origin)),
-            }
+    let karpenter = |d: &&Document| matches!(d.group(), "karpenter.sh" | "karpenter.k8s.aws");
+    for doc in docs
+        .iter()
+        .filter(|d| mode != FieldValidation::Ignore || karpenter(d))
+    {
+        let report = validators.check(doc);
+        // What the CRD's schema and rules refuse, the API server refuses
+        // whatever the field validation mode.
+        if let Some(error) = report.errors.first() {
+            let (field, message) = error.split_once(": ").unwrap_or(("", error));
+            return Err(doc.error(field, message).into());
         }
+        let (errors, mut warned) = crate::validate::judge_unknown_fields(&report, mode);
+        if let Some((field, message)) = errors.into_iter().next() {
+            return Err(doc.error(field, message).into());
+        }
+        warnings.extend(warned.drain(..).map(|w| format!("{}: {w}", doc.origin)));
     }
     Ok(())
 }

@@ -244,8 +244,9 @@ fn plan_unknown_kind_is_a_warning() {
     assert_eq!(all_pods(&plan), ["team-a/solo"]);
 }
 
-/// What `kubectl apply` refuses, plan and disrupt refuse: exit 2, naming
-/// the file, the document and the field.
+/// What `kubectl apply` refuses, plan, disrupt and validate refuse: exit
+/// 2, naming the file, the document and the field (each file's first line
+/// says which field).
 #[test]
 fn refused_inputs_exit_2_naming_file_document_and_field() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/refused");
@@ -254,18 +255,48 @@ fn refused_inputs_exit_2_naming_file_document_and_field() {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();
-    assert!(files.len() >= 3, "{files:?}");
-    for file in &files {
-        let file = file.display().to_string();
+    assert!(files.len() >= 7, "{files:?}");
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let field = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: no # expect: line", path.display()))
+            .trim();
+        let file = path.display().to_string();
+        let named = |line: &str| {
+            line.contains(&format!("{file}: document 1 ("))
+                && line.contains(&format!("): {field}: "))
+        };
         for command in ["plan", "disrupt"] {
             let out = karpctl(&[command, "-f", &file, "-o", "json"]);
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(2), "{command} {file}: {err}");
             assert!(
-                err.contains(&format!("error: {file}: document 1 (")) && err.contains("): kind: "),
-                "{command} {file}: {err}"
+                err.lines().any(|l| l.starts_with("error: ") && named(l)),
+                "{command} {file}: expected {field} named, got:\n{err}"
             );
             assert!(out.stdout.is_empty(), "{command} {file}");
+        }
+        let out = karpctl(&["validate", "-f", &file]);
+        let report = stdout(&out);
+        assert_eq!(out.status.code(), Some(2), "validate {file}: {report}");
+        assert!(
+            report.lines().any(named) && report.contains("1 invalid"),
+            "validate {file}: expected {field} named, got:\n{report}"
+        );
+        // `--validate=warn` lets an unknown field through, as kubectl's flag.
+        if file.contains("unknown-field") {
+            let out = karpctl(&["plan", "-f", &file, "-o", "json", "--validate=warn"]);
+            assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
+            assert!(
+                stderr(&out)
+                    .lines()
+                    .any(|l| l.starts_with("warning: ") && named(l)),
+                "{file}: {}",
+                stderr(&out)
+            );
         }
     }
     let typo = karpctl(&["plan", "-f", &testdata("refused/nodepool-typo.yaml")]);
@@ -274,6 +305,14 @@ fn refused_inputs_exit_2_naming_file_document_and_field() {
             .contains("karpenter.sh/v1 has no kind \"NodePoool\" (did you mean \"NodePool\"?)"),
         "{}",
         stderr(&typo)
+    );
+    let pod = karpctl(&["plan", "-f", &testdata("refused/pod-unknown-field.yaml")]);
+    assert!(
+        stderr(&pod).contains(
+            "spec.containers[0].resource: unknown field (did you mean \"spec.containers[0].resources\"?)"
+        ),
+        "{}",
+        stderr(&pod)
     );
 }
 
@@ -358,23 +397,36 @@ fn convert_seed_001() {
     assert!(stderr(&out).contains("ttlSecondsAfterEmpty"));
 }
 
+/// Seed 003's NodePool says `spec.limit`: refused as kubectl's strict
+/// field validation refuses it, accepted with a warning under
+/// `--validate=warn`, as kubectl's flag does.
 #[test]
 fn validate_seed_003() {
-    let out = karpctl(&[
+    let seed = [
         "validate",
         "-f",
         "testdata/seeds/003-nodepool-default.yaml",
         "-f",
         "testdata/seeds/003-ec2nodeclass-default.filled.yaml",
-    ]);
+    ];
+    let strict = karpctl(&seed);
+    assert_eq!(strict.status.code(), Some(2), "{}", stderr(&strict));
+    let text = stdout(&strict);
+    assert!(
+        text.contains("testdata/seeds/003-nodepool-default.yaml: document 1 (NodePool \"default\"): spec.limit: unknown field (did you mean \"spec.limits\"?)"),
+        "{text}"
+    );
+    assert!(text.contains("1 document valid, 1 invalid"), "{text}");
+
+    let warn = karpctl(&[&seed[..], &["--validate=warn"]].concat());
     assert_eq!(
-        out.status.code(),
+        warn.status.code(),
         Some(0),
         "{}{}",
-        stdout(&out),
-        stderr(&out)
+        stdout(&warn),
+        stderr(&warn)
     );
-    let text = stdout(&out);
+    let text = stdout(&warn);
     assert!(
         text.contains("warning:") && text.contains("spec.limit") && text.contains("spec.limits"),
         "{text}"
