@@ -800,3 +800,85 @@ fn now_decides_expiry() {
         "expiration is forceful: {after:#}"
     );
 }
+
+/// The consolidation example with the `report` pod's do-not-disrupt
+/// annotation set to `value` and its start time to `start` (none: the
+/// field is left out), written to a directory `disrupt` can read.
+fn example_with_report_annotation(value: &str, start: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = repo_root().join("deploy/examples/consolidation");
+    for file in ["catalog.yaml", "nodepool.yaml", "nodes.yaml", "pods.yaml"] {
+        let mut text = std::fs::read_to_string(example.join(file)).expect("example file");
+        if file == "pods.yaml" {
+            let (before, after) = text
+                .split_once("    karpenter.sh/do-not-disrupt: \"true\"")
+                .expect("the report pod's annotation");
+            let (report, rest) = after
+                .split_once("status:\n  phase: Running\n")
+                .expect("status");
+            let start = start
+                .map(|s| format!("  startTime: \"{s}\"\n"))
+                .unwrap_or_default();
+            text = format!(
+                "{before}    karpenter.sh/do-not-disrupt: \"{value}\"{report}status:\n  phase: Running\n{start}{rest}"
+            );
+        }
+        std::fs::write(dir.path().join(file), text).expect("write");
+    }
+    dir
+}
+
+/// Whether node-do-not-disrupt is blocked by its pod's annotation, and
+/// whether some command takes it, when disruption is planned at `now`.
+fn report_node_at(dir: &tempfile::TempDir, now: &str) -> (bool, bool) {
+    let path = dir.path().display().to_string();
+    let v = disrupt_json(&["disrupt", "-f", &path, "--now", now, "-o", "json"]);
+    let blocked = v["blocked"].as_array().expect("blocked").iter().any(|b| {
+        b["node"] == "node-do-not-disrupt"
+            && b["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("karpenter.sh/do-not-disrupt"))
+    });
+    let taken = v["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .flat_map(|c| c["candidates"].as_array().expect("candidates"))
+        .any(|n| n == "node-do-not-disrupt");
+    (blocked, taken)
+}
+
+/// Upstream's duration-valued `karpenter.sh/do-not-disrupt` (v1.12+,
+/// `IsDoNotDisruptActive`): a pod protects its node until its start time
+/// plus the duration; after that the node is consolidated like any other;
+/// a value that is not a positive duration does not protect; a pod whose
+/// start time is unknown stays protected.
+#[test]
+fn do_not_disrupt_duration_protects_until_the_pod_is_that_old() {
+    let started = "2024-05-01T10:05:00Z";
+    let hour = example_with_report_annotation("1h", Some(started));
+    assert_eq!(
+        report_node_at(&hour, "2024-05-01T10:35:00Z"),
+        (true, false),
+        "30 minutes after the start, 1h protects"
+    );
+    assert_eq!(
+        report_node_at(&hour, "2024-05-01T12:00:00Z"),
+        (false, true),
+        "two hours after the start, 1h has passed: the node is consolidated"
+    );
+    let unknown_start = example_with_report_annotation("1h", None);
+    assert_eq!(
+        report_node_at(&unknown_start, "2024-05-01T12:00:00Z"),
+        (true, false),
+        "without a start time the pod stays protected"
+    );
+    for value in ["soon", "-5m", "0s"] {
+        let bad = example_with_report_annotation(value, Some(started));
+        assert_eq!(
+            report_node_at(&bad, "2024-05-01T10:35:00Z"),
+            (false, true),
+            "{value:?} is not a positive duration: no protection"
+        );
+    }
+}

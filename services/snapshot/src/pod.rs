@@ -411,7 +411,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         explicit_priority: spec.priority,
         claims: crate::volumes::claims(src),
         do_not_disrupt: annotation(labels::DO_NOT_DISRUPT).cloned(),
-        start: src.start_time.or(creation_timestamp),
+        start: src.start_time,
         spec_path: sp,
     })
 }
