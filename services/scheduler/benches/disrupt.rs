@@ -10,6 +10,10 @@
 //! the lower bound, and the peak resident memory of a process that ran only
 //! that scenario.
 
+// The scheduler binary's allocator, so the figures are the service's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::Command;
 use std::time::Instant;
 

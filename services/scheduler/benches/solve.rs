@@ -10,6 +10,10 @@
 //! the peak resident memory of a process that parsed and solved only that
 //! size (each size runs in a child process so peaks do not mix).
 
+// The scheduler binary's allocator, so the figures are the service's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::Command;
 use std::time::Instant;
 
