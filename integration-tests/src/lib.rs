@@ -42,6 +42,7 @@ impl RunningService {
             metrics_listen: "127.0.0.1:0".parse()?,
             log_level: "warn".into(),
             log_json: false,
+            tls: Default::default(),
         };
         let listeners = Listeners::bind(&args).await?;
         let grpc = listeners.grpc_addr()?;

@@ -136,7 +136,8 @@ pub async fn run(
         settings.leader_election_namespace.clone()
     };
     apply_legacy_settings(&client, &namespace, &mut settings).await;
-    let clients = Clients::new(&settings.scheduler_address, &settings.provider_address)
+    let tls = settings.tls.client_config()?;
+    let clients = Clients::new(&settings.scheduler_address, &settings.provider_address, tls)
         .context("the scheduler or provider address is not a URL")?;
 
     let registry = karpenter_runtime::Metrics::new("karpenter");

@@ -71,6 +71,11 @@ pub struct Settings {
     pub preference_policy: PreferencePolicy,
     #[command(flatten)]
     pub kube: karpenter_kube::KubeArgs,
+    /// TLS to the scheduler and the provider (`https://` addresses): their
+    /// certificates verified against `--tls-ca`, this adapter's own
+    /// presented for mutual TLS.
+    #[command(flatten)]
+    pub tls: karpenter_runtime::TlsArgs,
 }
 
 /// `MIN_VALUES_POLICY`; the values are the scheduler's wire numbers.

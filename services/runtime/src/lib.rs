@@ -8,6 +8,7 @@
 //!                                          HTTP: /metrics  (Prometheus text)
 //!                                                /healthz  (process is up)
 //!                                                /readyz   (gRPC is serving)
+//!   --tls-cert/--tls-key [--tls-ca]        gRPC over TLS [mutual] ([`TlsArgs`])
 //! ```
 //!
 //! A service builds its tonic `Routes`, hands them to [`serve`] with its
@@ -21,6 +22,7 @@
 
 mod metrics;
 mod panics;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +34,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 pub use metrics::{GrpcMetricsLayer, Metrics};
 pub use panics::CatchPanicLayer;
+pub use tls::TlsArgs;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
@@ -55,6 +58,9 @@ pub struct ServiceArgs {
     /// Log as JSON lines instead of text.
     #[arg(long = "log-json", env = "LOG_JSON", default_value_t = false)]
     pub log_json: bool,
+    /// TLS of the gRPC server (off without flags).
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// Installs the global tracing subscriber. Safe to call more than once (the
@@ -105,6 +111,8 @@ pub fn init_tracing_output(filter: &str, json: bool, output: &str) -> anyhow::Re
 pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
+    /// The gRPC server's TLS, when the flags ask for it.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Listeners {
@@ -115,7 +123,8 @@ impl Listeners {
         let http = TcpListener::bind(args.metrics_listen)
             .await
             .with_context(|| format!("binding metrics listener on {}", args.metrics_listen))?;
-        Ok(Self { grpc, http })
+        let tls = args.tls.server_config()?;
+        Ok(Self { grpc, http, tls })
     }
 
     pub fn grpc_addr(&self) -> std::io::Result<SocketAddr> {
@@ -221,7 +230,13 @@ pub async fn serve_with_shutdown(
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc);
     ready.store(true, Ordering::SeqCst);
     let mut grpc_stop = stop_rx.clone();
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = listeners.tls {
+        builder = builder
+            .tls_config(tls)
+            .context("configuring the gRPC server's TLS")?;
+    }
+    let server = builder
         .layer(GrpcMetricsLayer::new(service.metrics.clone()))
         .layer(CatchPanicLayer::new(service.metrics.clone()))
         .add_routes(routes)

@@ -43,6 +43,7 @@ async fn a_panicking_handler_answers_internal_and_the_server_keeps_serving() {
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
         log_level: "warn".into(),
         log_json: false,
+        tls: Default::default(),
     };
     let listeners = Listeners::bind(&args).await.unwrap();
     let url = format!("http://{}", listeners.grpc_addr().unwrap());

@@ -38,6 +38,7 @@ async fn an_open_stream_does_not_hold_the_server_past_the_grace_period() {
         metrics_listen: "127.0.0.1:0".parse().expect("address"),
         log_level: "warn".into(),
         log_json: false,
+        tls: Default::default(),
     };
     let listeners = Listeners::bind(&args).await.expect("bound");
     let url = format!("http://{}", listeners.grpc_addr().expect("address"));

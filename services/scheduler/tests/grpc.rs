@@ -25,6 +25,7 @@ async fn start_with(limits: karpenter_scheduler::Limits) -> Running {
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
         log_level: "warn".into(),
         log_json: false,
+        tls: Default::default(),
     };
     let listeners = Listeners::bind(&args).await.unwrap();
     let grpc = format!("http://{}", listeners.grpc_addr().unwrap());

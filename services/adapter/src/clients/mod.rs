@@ -17,7 +17,7 @@ use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::scheduler::v1 as pb;
 use tonic::codegen::Bytes;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 const SOLVE: &str = "/karpenter.scheduler.v1.Scheduler/Solve";
@@ -76,12 +76,19 @@ where
     }
 }
 
-fn endpoint(address: &str) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(address.to_owned())?
+fn endpoint(
+    address: &str,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<Endpoint, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(address.to_owned())?
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)))
         .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true))
+        .keep_alive_while_idle(true);
+    match tls {
+        Some(tls) => endpoint.tls_config(tls.clone()),
+        None => Ok(endpoint),
+    }
 }
 
 /// Both peers; cheap to clone.
@@ -98,9 +105,13 @@ pub struct Clients {
 
 impl Clients {
     /// Clients that connect lazily: the adapter starts while its peers do.
-    pub fn new(scheduler: &str, provider: &str) -> Result<Self, tonic::transport::Error> {
-        let scheduler_channel = endpoint(scheduler)?.connect_lazy();
-        let provider_channel = endpoint(provider)?.connect_lazy();
+    pub fn new(
+        scheduler: &str,
+        provider: &str,
+        tls: Option<ClientTlsConfig>,
+    ) -> Result<Self, tonic::transport::Error> {
+        let scheduler_channel = endpoint(scheduler, tls.as_ref())?.connect_lazy();
+        let provider_channel = endpoint(provider, tls.as_ref())?.connect_lazy();
         let provider = CloudProviderClient::new(provider_channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
