@@ -35,6 +35,16 @@ pub struct TlsArgs {
     pub tls_ca: Option<PathBuf>,
 }
 
+/// Selects ring as rustls's process-wide provider, once. A workspace
+/// build links both ring and aws-lc-rs (the AWS SDK brings the latter), and
+/// rustls then refuses to guess, failing the first handshake.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may have installed one first: either is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))
 }
@@ -69,6 +79,7 @@ impl TlsArgs {
         if !self.enabled() {
             return Ok(None);
         }
+        ensure_crypto_provider();
         let identity = self
             .identity()?
             .context("--tls-ca on a server needs --tls-cert and --tls-key (its own certificate)")?;
@@ -85,6 +96,7 @@ impl TlsArgs {
         if !self.enabled() {
             return Ok(None);
         }
+        ensure_crypto_provider();
         let ca = self
             .ca()?
             .context("--tls-ca is needed to verify the servers' certificates")?;
