@@ -260,3 +260,77 @@ async fn an_expired_claim_is_drained_deleted_and_replaced() {
     );
     adapter.stop().await;
 }
+
+/// Upstream's "should ignore expired NodeClaims that are not managed by
+/// this Karpenter instance": a claim of a node class kind the provider does
+/// not serve (another Karpenter's) is left alone however old it is, while
+/// one of ours with the same expireAfter is expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_providers_expired_claim_is_left_alone() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    let claim = |name: &str, group: &str, kind: &str| {
+        json!({
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "other"}},
+            "spec": {
+                "nodeClassRef": {"group": group, "kind": kind, "name": "default"},
+                "requirements": [],
+                "expireAfter": "2s",
+            }
+        })
+    };
+    cluster
+        .create_dynamic(
+            "karpenter.sh/v1",
+            "NodeClaim",
+            "nodeclaims",
+            claim("foreign", "karpenter.k8s.aws", "EC2NodeClass"),
+        )
+        .await;
+    cluster
+        .create_dynamic(
+            "karpenter.sh/v1",
+            "NodeClaim",
+            "nodeclaims",
+            claim("ours", "karpenter.kwok.sh", "KWOKNodeClass"),
+        )
+        .await;
+    eventually(
+        "our claim expired and gone",
+        Duration::from_secs(40),
+        || async {
+            !cluster
+                .claims()
+                .await
+                .iter()
+                .any(|c| c.name_any() == "ours")
+        },
+    )
+    .await;
+    let claims = cluster.claims().await;
+    let foreign = claims
+        .iter()
+        .find(|c| c.name_any() == "foreign")
+        .expect("the other provider's claim is still there");
+    assert!(
+        foreign.metadata.deletion_timestamp.is_none(),
+        "not deleted: {foreign:?}"
+    );
+    assert!(
+        foreign
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_none_or(Vec::is_empty),
+        "not taken over (no finalizer, no launch): {foreign:?}"
+    );
+    assert!(
+        !cluster
+            .kwok
+            .instances()
+            .iter()
+            .any(|i| i.node_claim_name == "foreign"),
+        "no instance launched for it"
+    );
+    adapter.stop().await;
+}

@@ -249,7 +249,7 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
                     return Err(doc.error("kind", reason));
                 }
                 built.warnings.push(format!(
-                    "{}: skipped: kind {kind} ({}) is not used by plan",
+                    "{}: skipped: kind {kind} ({}) is not used for planning",
                     doc.origin,
                     doc.api_version()
                 ));

@@ -288,16 +288,33 @@ fn refused_inputs_exit_2_naming_file_document_and_field() {
         );
         // `--validate=warn` lets an unknown field through, as kubectl's flag.
         if file.contains("unknown-field") {
-            let out = karpctl(&["plan", "-f", &file, "-o", "json", "--validate=warn"]);
-            assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
-            assert!(
-                stderr(&out)
-                    .lines()
-                    .any(|l| l.starts_with("warning: ") && named(l)),
-                "{file}: {}",
-                stderr(&out)
-            );
+            for command in ["plan", "disrupt"] {
+                let out = karpctl(&[command, "-f", &file, "-o", "json", "--validate=warn"]);
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{command} {file}: {}",
+                    stderr(&out)
+                );
+                assert!(
+                    stderr(&out)
+                        .lines()
+                        .any(|l| l.starts_with("warning: ") && named(l)),
+                    "{command} {file}: {}",
+                    stderr(&out)
+                );
+            }
         }
+    }
+    // Seed 003's `spec.limit`: refused with the hint by every command.
+    let limit = testdata("refused/nodepool-unknown-field.yaml");
+    for command in ["plan", "disrupt", "validate"] {
+        let out = karpctl(&[command, "-f", &limit]);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(
+            said.contains("spec.limit: unknown field (did you mean \"spec.limits\"?)"),
+            "{command}: {said}"
+        );
     }
     let typo = karpctl(&["plan", "-f", &testdata("refused/nodepool-typo.yaml")]);
     assert!(
@@ -313,6 +330,51 @@ fn refused_inputs_exit_2_naming_file_document_and_field() {
         ),
         "{}",
         stderr(&pod)
+    );
+}
+
+/// Valid Kubernetes kinds planning does not read (a Service, a ConfigMap)
+/// are what `kubectl apply` accepts: every command goes on without them,
+/// saying so.
+#[test]
+fn kinds_planning_does_not_use_are_skipped_with_a_note() {
+    let extras = testdata("skipped/service-and-configmap.yaml");
+    for command in ["plan", "disrupt"] {
+        let out = karpctl(&[
+            command,
+            "-f",
+            &extras,
+            "-f",
+            "deploy/examples/consolidation",
+            "-o",
+            "json",
+        ]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{command}: {err}");
+        for (document, kind) in [(1, "Service \"web\""), (2, "ConfigMap \"settings\"")] {
+            let kind_name = kind.split(' ').next().unwrap_or_default();
+            assert!(
+                err.contains(&format!(
+                    "warning: {extras}: document {document} ({kind}): skipped: kind {kind_name} (v1) is not used for planning"
+                )),
+                "{command}: {err}"
+            );
+        }
+        let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert!(answer.is_object(), "{command}: {answer}");
+    }
+    let out = karpctl(&[
+        "validate",
+        "-f",
+        &extras,
+        "-f",
+        "deploy/examples/consolidation/nodepool.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("2 documents valid, 0 invalid, 2 skipped (not Karpenter)"),
+        "{}",
+        stdout(&out)
     );
 }
 
@@ -508,4 +570,160 @@ fn validate_invalid_manifests() {
         );
         assert!(report.contains("0 documents valid, 1 invalid"), "{report}");
     }
+}
+
+/// Writes `files` (name, text) into a fresh directory for `-f`.
+fn manifests_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    dir
+}
+
+const OPTIONAL_LABEL_CATALOG: &str = r#"kind: InstanceTypeCatalog
+instanceTypes:
+- name: plain.large
+  capacity: {cpu: "2", memory: 8Gi, pods: "29"}
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux}
+  offerings:
+  - {zone: zone-a, capacityType: on-demand, price: 0.1, available: true}
+- name: special.large
+  capacity: {cpu: "2", memory: 8Gi, pods: "29"}
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux, example.com/special: "yes"}
+  offerings:
+  - {zone: zone-a, capacityType: on-demand, price: 0.5, available: true}
+"#;
+
+/// A NodePool; `weight` 0 leaves the field out (a static pool may not set it).
+fn pool(name: &str, weight: u32, extra_metadata: &str, extra_spec: &str) -> String {
+    let weight = if weight > 0 {
+        format!("  weight: {weight}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+{extra_metadata}spec:
+{weight}{extra_spec}  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+      requirements: []
+"#
+    )
+}
+
+fn pending_pod(name: &str, node_affinity: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+{node_affinity}  containers:
+  - name: c
+    image: nginx
+    resources: {{requests: {{cpu: 500m, memory: 1Gi}}}}
+"#
+    )
+}
+
+/// Upstream's "should schedule optional labels", with a catalog as users
+/// write it: only one type lists the label, and `Exists` picks that one
+/// although it costs more; `DoesNotExist` picks the other.
+#[test]
+fn plan_exists_on_a_label_only_some_catalog_types_list_picks_those() {
+    let requires = |operator: &str| {
+        format!(
+            "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions:\n          - {{key: example.com/special, operator: {operator}}}\n"
+        )
+    };
+    let pods = pending_pod("wants-it", &requires("Exists"))
+        + &pending_pod("avoids-it", &requires("DoesNotExist"));
+    let dir = manifests_dir(&[
+        ("catalog.yaml", OPTIONAL_LABEL_CATALOG),
+        ("pool.yaml", &pool("default", 1, "", "")),
+        ("pods.yaml", &pods),
+    ]);
+    let out = karpctl(&[
+        "plan",
+        "-f",
+        &dir.path().display().to_string(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let type_of = |pod: &str| {
+        plan["nodeClaims"]
+            .as_array()
+            .expect("claims")
+            .iter()
+            .find(|c| {
+                c["pods"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p == pod))
+            })
+            .map(|c| {
+                let options = c["instanceTypes"].as_array().expect("options");
+                assert_eq!(options.len(), 1, "{pod}: {c:#}");
+                options[0].as_str().unwrap_or_default().to_owned()
+            })
+    };
+    assert_eq!(
+        type_of("default/wants-it").as_deref(),
+        Some("special.large"),
+        "{plan:#}"
+    );
+    assert_eq!(
+        type_of("default/avoids-it").as_deref(),
+        Some("plain.large"),
+        "{plan:#}"
+    );
+}
+
+/// Upstream's "should ignore NodePools that are deleting" and "should not
+/// create NodeClaims for StaticNodePool": pending pods get claims only from
+/// the pool that is neither, whatever the weights.
+#[test]
+fn plan_skips_deleting_and_static_node_pools() {
+    let deleting = pool(
+        "deleting",
+        100,
+        "  deletionTimestamp: \"2024-05-01T10:00:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
+        "",
+    );
+    let fixed = pool("static", 0, "", "  replicas: 2\n");
+    let pods = pending_pod("p", "");
+    let out_with = |pools: &[&str]| {
+        let dir = manifests_dir(&[
+            ("catalog.yaml", OPTIONAL_LABEL_CATALOG),
+            ("pools.yaml", &pools.concat()),
+            ("pods.yaml", &pods),
+        ]);
+        let out = karpctl(&[
+            "plan",
+            "-f",
+            &dir.path().display().to_string(),
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    let fallback = pool("fallback", 1, "", "");
+    let plan = out_with(&[&deleting, &fixed, &fallback]);
+    let claims = plan["nodeClaims"].as_array().expect("claims");
+    assert_eq!(claims.len(), 1, "{plan:#}");
+    assert_eq!(claims[0]["nodePool"], "fallback", "{plan:#}");
+    let plan = out_with(&[&deleting, &fixed]);
+    assert!(
+        plan["nodeClaims"].as_array().is_none_or(Vec::is_empty),
+        "{plan:#}"
+    );
+    assert_eq!(plan["unschedulable"][0]["pod"], "default/p", "{plan:#}");
 }

@@ -882,3 +882,156 @@ fn do_not_disrupt_duration_protects_until_the_pod_is_that_old() {
         );
     }
 }
+
+/// A drifted m5.xlarge node of a pool that never consolidates (only drift
+/// can take it), running one pod per entry of `annotations`, each started at
+/// `started` with that do-not-disrupt value; written with the consolidation
+/// example's catalog to a directory `disrupt` can read.
+fn drifted_node_with_pods(annotations: &[&str], started: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalog = repo_root().join("deploy/examples/consolidation/catalog.yaml");
+    std::fs::copy(catalog, dir.path().join("catalog.yaml")).expect("catalog");
+    let mut text = String::from(
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      expireAfter: Never
+  disruption:
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: Never
+    budgets: [{nodes: "100%"}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: drift}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: drift}}]
+  role: KarpenterNodeRole-drift
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-drifted
+  creationTimestamp: "2024-05-01T10:00:30Z"
+  labels:
+    karpenter.sh/nodepool: default
+    karpenter.sh/initialized: "true"
+    karpenter.sh/registered: "true"
+    karpenter.sh/capacity-type: on-demand
+    karpenter.k8s.aws/instance-family: m5
+    node.kubernetes.io/instance-type: m5.xlarge
+    topology.kubernetes.io/zone: us-west-2a
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+spec:
+  providerID: aws:///us-west-2a/i-0d000000000000001
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "58"}
+  allocatable: {cpu: 3920m, memory: 15491Mi, pods: "58"}
+  conditions:
+  - {type: Ready, status: "True", lastTransitionTime: "2024-05-01T10:01:00Z"}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-drifted
+  creationTimestamp: "2024-05-01T10:00:00Z"
+  labels:
+    karpenter.sh/nodepool: default
+    node.kubernetes.io/instance-type: m5.xlarge
+    topology.kubernetes.io/zone: us-west-2a
+    karpenter.sh/capacity-type: on-demand
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  requirements:
+  - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge]}
+  expireAfter: Never
+status:
+  nodeName: node-drifted
+  providerID: aws:///us-west-2a/i-0d000000000000001
+  conditions:
+  - {type: Launched, status: "True", reason: Launched, lastTransitionTime: "2024-05-01T10:00:10Z"}
+  - {type: Registered, status: "True", reason: Registered, lastTransitionTime: "2024-05-01T10:00:40Z"}
+  - {type: Initialized, status: "True", reason: Initialized, lastTransitionTime: "2024-05-01T10:01:00Z"}
+  - {type: Drifted, status: "True", reason: NodeClassDrifted, lastTransitionTime: "2024-05-01T10:02:00Z"}
+"#,
+    );
+    for (i, value) in annotations.iter().enumerate() {
+        text.push_str(&format!(
+            r#"---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: app-{i}
+  namespace: default
+  annotations: {{karpenter.sh/do-not-disrupt: "{value}"}}
+  ownerReferences:
+  - {{apiVersion: apps/v1, kind: ReplicaSet, name: app, controller: true, uid: app-uid}}
+spec:
+  nodeName: node-drifted
+  containers:
+  - name: main
+    image: public.ecr.aws/docker/library/nginx:1.27
+    resources:
+      requests: {{cpu: 500m, memory: 1Gi}}
+status:
+  phase: Running
+  startTime: "{started}"
+"#
+        ));
+    }
+    std::fs::write(dir.path().join("cluster.yaml"), text).expect("write");
+    dir
+}
+
+/// Whether a drift command takes node-drifted when planned at `now`.
+fn drifted_at(dir: &tempfile::TempDir, now: &str) -> bool {
+    let path = dir.path().display().to_string();
+    let v = disrupt_json(&["disrupt", "-f", &path, "--now", now, "-o", "json"]);
+    commands_with(&v, "Drifted")
+        .iter()
+        .flatten()
+        .any(|n| n == "node-drifted")
+}
+
+/// Upstream's drift suite: "should not drift nodes with pods that have a
+/// duration-based do-not-disrupt annotation that is still active", "should
+/// drift nodes with pods that have an invalid do-not-disrupt annotation
+/// format", and "should not drift nodes until the longest duration-based
+/// do-not-disrupt grace period expires across multiple pods".
+#[test]
+fn duration_do_not_disrupt_holds_drift_until_the_longest_has_passed() {
+    let started = "2024-05-01T10:10:00Z";
+    let one = drifted_node_with_pods(&["2m"], started);
+    assert!(!drifted_at(&one, "2024-05-01T10:11:00Z"), "inside 2m");
+    assert!(
+        drifted_at(&one, "2024-05-01T10:13:00Z"),
+        "3m later: drifted"
+    );
+
+    let invalid = drifted_node_with_pods(&["invalid-format"], started);
+    assert!(
+        drifted_at(&invalid, "2024-05-01T10:10:30Z"),
+        "an invalid value does not protect"
+    );
+
+    let both = drifted_node_with_pods(&["1m", "3m"], started);
+    assert!(!drifted_at(&both, "2024-05-01T10:10:30Z"), "both active");
+    assert!(
+        !drifted_at(&both, "2024-05-01T10:12:00Z"),
+        "1m has passed, 3m has not"
+    );
+    assert!(
+        drifted_at(&both, "2024-05-01T10:14:00Z"),
+        "past the longest: drifted"
+    );
+}

@@ -154,10 +154,13 @@ pub fn pod_requests(pod: &pb::Pod) -> Resources {
     total
 }
 
+/// A wire pod in the planner's model; `now` (seconds, nanos) is the
+/// snapshot's, against which a duration-valued do-not-disrupt is compared.
 pub fn pod(
     field: &str,
     p: &pb::Pod,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    now: (i64, i32),
 ) -> Result<Pod, InvalidField> {
     if p.name.is_empty() {
         return Err(InvalidField::new(
@@ -342,7 +345,9 @@ pub fn pod(
         tolerations: tolerations(&format!("{field}.tolerations"), &p.tolerations)?,
         host_ports,
         priority: p.priority,
-        do_not_disrupt: p.do_not_disrupt,
+        do_not_disrupt: p.do_not_disrupt
+            || p.do_not_disrupt_until
+                .is_some_and(|until| (until.seconds, until.nanos) > now),
         deletion_cost: p.deletion_cost,
         owner_kind: p.owner_kind.clone(),
         creation_seconds: seconds(p.creation_timestamp.as_ref()),
@@ -577,6 +582,7 @@ fn state_node(
     field: &str,
     n: &pb::StateNode,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    now: (i64, i32),
 ) -> Result<StateNode, InvalidField> {
     if n.name.is_empty() {
         return Err(InvalidField::new(
@@ -617,7 +623,7 @@ fn state_node(
         .pods
         .iter()
         .enumerate()
-        .map(|(i, p)| pod(&format!("{field}.pods[{i}]"), p, namespaces))
+        .map(|(i, p)| pod(&format!("{field}.pods[{i}]"), p, namespaces, now))
         .collect::<Result<Vec<_>, _>>()?;
     let capacity_type = if n.capacity_type.is_empty() {
         node_labels
@@ -691,8 +697,31 @@ fn rejected(kind: &str, namespace: &str, name: &str, error: InvalidField) -> pb:
 /// The whole snapshot, checked. One object that cannot be understood (a
 /// pod, node, node pool, daemonset or PDB) is left out and reported; only a
 /// request broken as a whole (its instance-type catalogs) is an error.
+/// A label some types of a catalog carry is absent (`DoesNotExist`) on the
+/// types that do not list it, as Karpenter's providers declare every label
+/// they know on every type: `Exists` on it then picks only the types that
+/// have it, and `DoesNotExist` only the others.
+fn declare_absent_labels(mut types: Vec<InstanceType>) -> Vec<InstanceType> {
+    let keys: BTreeSet<String> = types
+        .iter()
+        .flat_map(|it| it.requirements.keys().map(str::to_owned))
+        .collect();
+    for it in &mut types {
+        for key in &keys {
+            if !it.requirements.has(key) {
+                it.requirements.add(Requirement::does_not_exist(key));
+            }
+        }
+    }
+    types
+}
+
 pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
     let mut rejections = Vec::new();
+    let now = snapshot
+        .now
+        .as_ref()
+        .map_or((0, 0), |t| (t.seconds, t.nanos));
     let namespaces: BTreeMap<String, BTreeMap<String, String>> = snapshot
         .namespaces
         .iter()
@@ -719,6 +748,7 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()
+                .map(declare_absent_labels)
         })
         .collect::<Result<Vec<_>, _>>()?;
     if !snapshot.node_pools.is_empty() && catalogs.is_empty() {
@@ -740,7 +770,7 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
     let mut invalid_pods = Vec::new();
     for (i, p) in snapshot.pending_pods.iter().enumerate() {
         let field = format!("cluster.pending_pods[{i}]");
-        match pod(&field, p, &namespaces) {
+        match pod(&field, p, &namespaces, now) {
             Ok(parsed) if !seen.insert(parsed.key.clone()) => rejections.push(rejected(
                 "Pod",
                 &p.namespace,
@@ -763,7 +793,7 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
     }
     let mut nodes = Vec::with_capacity(snapshot.nodes.len());
     for (i, n) in snapshot.nodes.iter().enumerate() {
-        match state_node(&format!("cluster.nodes[{i}]"), n, &namespaces) {
+        match state_node(&format!("cluster.nodes[{i}]"), n, &namespaces, now) {
             Ok(node) => nodes.push(node),
             Err(e) => rejections.push(rejected("Node", "", &n.name, e)),
         }
@@ -844,7 +874,8 @@ fn daemon_set(
     if template.namespace.is_empty() {
         template.namespace = ds.namespace.clone();
     }
-    let mut pod = pod(&format!("{field}.template"), &template, namespaces)?;
+    // A template protects nothing: it is not a running pod.
+    let mut pod = pod(&format!("{field}.template"), &template, namespaces, (0, 0))?;
     pod.owner_kind = "DaemonSet".to_owned();
     Ok(DaemonSet {
         key: PodKey {

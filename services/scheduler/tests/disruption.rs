@@ -446,6 +446,58 @@ fn an_always_allow_pdb_lets_not_ready_pods_go() {
     );
 }
 
+// The spot entry of upstream's "can replace nodes, considers PDB policy":
+// a spot node under the same PDB, spot-to-spot consolidation on.
+#[test]
+fn an_always_allow_pdb_lets_not_ready_pods_go_from_a_spot_node() {
+    let plan = |not_ready: bool| {
+        let pods = (0..3)
+            .map(|i| {
+                let mut pod = running(&format!("p{i}"), "big", 500).label("app", "db");
+                pod.not_ready = not_ready;
+                pod
+            })
+            .collect();
+        let mut cluster = Cluster::new(vec![on(
+            managed("big", "xlarge", "spot", "test-zone-1"),
+            pods,
+        )]);
+        // Spot-to-spot replaces only with 15 cheaper options to choose from.
+        cluster.snapshot.instance_type_catalogs[0]
+            .instance_types
+            .extend((0..16).map(|i| {
+                it(
+                    &format!("spare-{i}"),
+                    4000,
+                    8 * GI,
+                    0.2 + 0.01 * f64::from(i),
+                )
+            }));
+        cluster
+            .options
+            .feature_gates
+            .insert("SpotToSpotConsolidation".into(), true);
+        cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "db".into(),
+            selector: Some(selector(&[("app", "db")])),
+            max_unavailable: "0".into(),
+            disruptions_allowed: 0,
+            unhealthy_pod_eviction_policy: "AlwaysAllow".into(),
+            ..Default::default()
+        }];
+        cluster.plan()
+    };
+    let response = plan(true);
+    assert_eq!(disrupted(&response), vec!["big"], "{response:?}");
+    let response = plan(false);
+    assert!(response.commands.is_empty());
+    assert_eq!(
+        blocked(&response, "big"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
 #[test]
 fn a_do_not_disrupt_pod_protects_its_node() {
     let mut protected = running("p2", "node1", 500);
@@ -674,6 +726,33 @@ fn two_nodes_are_not_merged_into_one_of_their_own_type() {
     assert_eq!(response.commands[0].placements[0].node, "two-pods");
 }
 
+// Upstream's spot entry of the same table: spot nodes with spot-to-spot
+// consolidation on are not merged into one of their own type either.
+#[test]
+fn two_spot_nodes_are_not_merged_into_one_of_their_own_type() {
+    let mut cluster = Cluster::new(vec![
+        on(
+            managed("one-pod", "small", "spot", "test-zone-1"),
+            vec![running("p0", "one-pod", 500)],
+        ),
+        on(
+            managed("two-pods", "small", "spot", "test-zone-1"),
+            vec![
+                running("p1", "two-pods", 500),
+                running("p2", "two-pods", 500),
+            ],
+        ),
+    ]);
+    cluster
+        .options
+        .feature_gates
+        .insert("SpotToSpotConsolidation".into(), true);
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["one-pod"], "{response:?}");
+    assert!(response.commands[0].replacements.is_empty());
+    assert_eq!(response.commands[0].placements[0].node, "two-pods");
+}
+
 // The same rule when only one candidate has an option's type: a small
 // among the candidates caps the replacement below a small's price, so the
 // three are not replaced by a small; the two larges go, their pods fit on it.
@@ -751,6 +830,54 @@ fn pods_do_not_move_onto_a_node_inside_its_consolidate_after_window() {
     let response = cluster.plan();
     assert_eq!(disrupted(&response), vec!["node1"], "{response:?}");
     assert_eq!(response.commands[0].placements[0].node, "node0");
+}
+
+// The window counts from the destination's last pod event when it has
+// one: a pod that landed on node0 a minute after it initialized keeps it
+// closed until consolidateAfter past that event.
+#[test]
+fn a_destinations_window_restarts_at_its_last_pod_event() {
+    let mut cluster = just_initialized();
+    cluster.snapshot.nodes[0]
+        .disruption
+        .as_mut()
+        .unwrap()
+        .last_pod_event_time = Some(prost_types::Timestamp {
+        seconds: NOW + 60,
+        nanos: 0,
+    });
+    let at = |seconds: i64| {
+        Some(prost_types::Timestamp {
+            seconds: NOW + seconds,
+            nanos: 0,
+        })
+    };
+    cluster.snapshot.now = at(90);
+    let response = cluster.plan();
+    assert!(
+        !disrupted(&response).contains(&"node1".to_string()),
+        "node0's pod event 30 s ago keeps it closed: {response:?}"
+    );
+    cluster.snapshot.now = at(150);
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["node1"], "{response:?}");
+    assert_eq!(response.commands[0].placements[0].node, "node0");
+}
+
+// Upstream's "should not schedule if limits would be exceeded (node)", as
+// disruption sees it: a pool at its node limit can still replace a node
+// (the candidate's own node is given back), but cannot add one.
+#[test]
+fn a_pool_at_its_node_limit_still_replaces_a_node() {
+    let mut cluster = Cluster::new(vec![on(
+        managed("big", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("p0", "big", 500)],
+    )]);
+    on_demand_only(&mut cluster);
+    cluster.pool().limits = Some(list(&[("nodes", 1)]));
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["big"], "{response:?}");
+    assert_eq!(response.commands[0].replacements.len(), 1, "{response:?}");
 }
 
 // ... and a destination whose pool never consolidates has no window.

@@ -93,6 +93,30 @@ fn exists_on_a_label_only_some_types_carry_picks_those_types() {
     assert_eq!(outcome.label("a", "special"), Some("optional"));
 }
 
+// The same with types that simply leave the label out (an
+// InstanceTypeCatalog lists only the labels a type has): the ones without
+// it are taken as not carrying it, for `Exists` and `DoesNotExist` alike.
+#[test]
+fn exists_on_a_label_other_types_leave_out_picks_the_types_that_list_it() {
+    let types: Vec<pb::InstanceType> = (0..5)
+        .map(|i| {
+            let mut it = ItSpec::new(&format!("fake-it-{i}"), (i + 1) * 1000, (i + 1) * 2 * GI)
+                .pods((i + 1) * 10)
+                .build();
+            it.requirements
+                .retain(|r| !(r.key == "special" && r.operator == DoesNotExist as i32));
+            it
+        })
+        .collect();
+    let outcome = Scenario::with_instance_types(vec![default_pool()], types).solve(vec![
+        pod("a").required(vec![req("special", Exists, &[])]),
+        pod("b").required(vec![req("special", DoesNotExist, &[])]),
+    ]);
+    assert_eq!(outcome.instance_type("a"), Some("fake-it-4"));
+    assert_eq!(outcome.label("a", "special"), Some("optional"));
+    assert_eq!(outcome.instance_type("b"), Some("fake-it-0"));
+}
+
 #[test]
 fn unknown_zone_is_not_scheduled_and_not_in_excludes() {
     let outcome = scenario().solve(vec![

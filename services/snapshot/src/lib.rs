@@ -46,7 +46,10 @@ use karpenter_proto::scheduler::v1 as pb;
 
 pub use fields::FieldError;
 pub use pdb::{disruptions_allowed, int_or_percent};
-pub use pod::{PreparedObject, PreparedPod, do_not_disrupt, prepare_object, provisionable};
+pub use pod::{
+    DoNotDisrupt, PreparedObject, PreparedPod, do_not_disrupt, do_not_disrupt_of, prepare_object,
+    provisionable,
+};
 
 /// How objects are read: see the [crate docs](crate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,7 +191,7 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
     let mut builder = Builder {
         mode,
         built: Built::default(),
-        now_seconds: objects.now.as_ref().map_or(0, |t| t.seconds),
+        unbound_daemon_pods: Vec::new(),
     };
     builder.built.snapshot.now = objects.now;
     builder.built.snapshot.instance_type_catalogs = objects.catalogs.clone();
@@ -235,24 +238,26 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
         builder.place_prepared(source.id, source.object, &context, &nodes, &mut seen_pods)?;
     }
     if mode == Mode::Manifests {
-        for (id, pod) in workload::expand(objects, &context, builder.now_seconds)? {
+        for (id, pod) in workload::expand(objects, &context)? {
             builder.place_pod(id, pod, &nodes, &mut seen_pods, "workload")?;
         }
     }
     let mut daemon_sets = Vec::new();
     {
         let snapshot = &builder.built.snapshot;
-        let running =
-            workload::newest_daemon_pods(snapshot.nodes.iter().flat_map(|n| n.pods.iter()));
+        let running = workload::newest_daemon_pods(
+            snapshot
+                .nodes
+                .iter()
+                .flat_map(|n| n.pods.iter())
+                .chain(&builder.unbound_daemon_pods),
+        );
         for source in &objects.daemon_sets {
             let meta = &source.object.metadata;
             let namespace = pod::namespace_of(meta);
             let name = meta.name.as_deref().unwrap_or_default();
             let pod = running.get(&(namespace.as_str(), name)).copied();
-            daemon_sets.push((
-                source.id,
-                workload::daemon_set(source, &context, builder.now_seconds, pod),
-            ));
+            daemon_sets.push((source.id, workload::daemon_set(source, &context, pod)));
         }
     }
     for (id, ds) in daemon_sets {
@@ -288,7 +293,9 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
 pub(crate) struct Builder {
     mode: Mode,
     built: Built,
-    now_seconds: i64,
+    /// DaemonSet pods without a node: not provisioned for, but a candidate
+    /// for the newest pod its DaemonSet counts as.
+    unbound_daemon_pods: Vec<pb::Pod>,
 }
 
 impl Builder {
@@ -386,7 +393,7 @@ impl Builder {
                 return self.keep::<()>(Err(error)).map(|_| ());
             }
         };
-        let finished = pod::finish_object(id, prepared, context, self.now_seconds);
+        let finished = pod::finish_object(id, prepared, context);
         match self.keep(finished)? {
             Some(pod) => self.place_pod(id, pod, nodes, seen, "Pod"),
             None => Ok(()),
@@ -420,10 +427,13 @@ impl Builder {
             return self.keep::<()>(Err(error)).map(|_| ());
         }
         if pod.node_name.is_empty() && pod.owner_kind == "DaemonSet" {
-            self.warn(
-                id,
-                "a DaemonSet's pod is not provisioned for: its DaemonSet counts as overhead on every node it selects".into(),
-            );
+            if self.mode == Mode::Manifests {
+                self.warn(
+                    id,
+                    "a DaemonSet's pod is not provisioned for: its DaemonSet counts as overhead on every node it selects".into(),
+                );
+            }
+            self.unbound_daemon_pods.push(pod);
         } else if pod.node_name.is_empty() {
             self.built.snapshot.pending_pods.push(pod);
             self.built.origins.pending_pods.push(id);

@@ -155,10 +155,12 @@ pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObj
         .as_ref()
         .ok_or_else(|| error(FieldError::new("spec", "is required")))?;
     let bound = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
-    if mode == Mode::Live && !bound && !provisionable(object) {
+    let (owner_kind, owner_name) = controller(meta);
+    // A DaemonSet's pod is never provisioned for, but its newest one, bound
+    // or not, is what the DaemonSet counts as on new nodes.
+    if mode == Mode::Live && !bound && !provisionable(object) && owner_kind != "DaemonSet" {
         return Ok(None);
     }
-    let (owner_kind, owner_name) = controller(meta);
     let mut prepared = prepare(&PodSource {
         namespace: namespace.clone(),
         name: name.clone(),
@@ -198,9 +200,8 @@ pub(crate) fn finish_object(
     id: usize,
     prepared: &PreparedPod,
     context: &PodContext,
-    now: i64,
 ) -> Result<pb::Pod, ObjectError> {
-    prepared.finish(context, now).map_err(|e| ObjectError {
+    prepared.finish(context).map_err(|e| ObjectError {
         id,
         kind: "Pod",
         namespace: prepared.namespace().to_owned(),
@@ -246,6 +247,60 @@ pub fn controller(meta: &ObjectMeta) -> (String, String) {
         .unwrap_or_default()
 }
 
+/// What `karpenter.sh/do-not-disrupt` on a pod asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoNotDisrupt {
+    /// No annotation, or a value that is neither `"true"` nor a positive
+    /// duration (Karpenter ignores those).
+    No,
+    /// `"true"`, or a duration on a pod whose start time is unknown.
+    Always,
+    /// A duration (v1.12+): protected until the pod's start time plus it.
+    Until(prost_types::Timestamp),
+}
+
+impl DoNotDisrupt {
+    /// Karpenter's `IsDoNotDisruptActive` at `now` (seconds).
+    pub fn active_at(&self, now: i64) -> bool {
+        match self {
+            DoNotDisrupt::No => false,
+            DoNotDisrupt::Always => true,
+            DoNotDisrupt::Until(until) => (until.seconds, until.nanos) > (now, 0),
+        }
+    }
+}
+
+/// Reads the annotation of a pod that started at `start`.
+pub fn do_not_disrupt_of(
+    annotations: &BTreeMap<String, String>,
+    start: Option<&prost_types::Timestamp>,
+) -> DoNotDisrupt {
+    let Some(value) = annotations.get(labels::DO_NOT_DISRUPT) else {
+        return DoNotDisrupt::No;
+    };
+    if value == "true" {
+        return DoNotDisrupt::Always;
+    }
+    let Ok(duration) = karpenter_core::duration::parse_go_duration(value) else {
+        return DoNotDisrupt::No;
+    };
+    if duration.is_zero() {
+        return DoNotDisrupt::No;
+    }
+    let Some(start) = start else {
+        return DoNotDisrupt::Always;
+    };
+    let seconds = i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
+    let nanos = i64::from(start.nanos) + i64::from(duration.subsec_nanos());
+    DoNotDisrupt::Until(prost_types::Timestamp {
+        seconds: start
+            .seconds
+            .saturating_add(seconds)
+            .saturating_add(nanos / 1_000_000_000),
+        nanos: (nanos % 1_000_000_000) as i32,
+    })
+}
+
 /// Karpenter's `IsDoNotDisruptActive`: `"true"`, or a positive duration not
 /// yet passed since the pod started (protected when the start is unknown);
 /// anything else does not protect.
@@ -254,25 +309,7 @@ pub fn do_not_disrupt(
     start: Option<&prost_types::Timestamp>,
     now: i64,
 ) -> bool {
-    let Some(value) = annotations.get(labels::DO_NOT_DISRUPT) else {
-        return false;
-    };
-    if value == "true" {
-        return true;
-    }
-    let Ok(duration) = karpenter_core::duration::parse_go_duration(value) else {
-        return false;
-    };
-    if duration.is_zero() {
-        return false;
-    }
-    match start {
-        None => true,
-        Some(start) => {
-            let seconds = i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
-            now.saturating_sub(start.seconds) < seconds
-        }
-    }
+    do_not_disrupt_of(annotations, start).active_at(now)
 }
 
 /// A pod in wire form but for what other objects and the clock decide:
@@ -300,8 +337,8 @@ impl PreparedPod {
         &self.pod.name
     }
 
-    /// The wire pod as of `now` (seconds) among `ctx`'s objects.
-    pub fn finish(&self, ctx: &PodContext, now: i64) -> fields::Result<pb::Pod> {
+    /// The wire pod among `ctx`'s objects.
+    pub fn finish(&self, ctx: &PodContext) -> fields::Result<pb::Pod> {
         let priority = priority(
             self.explicit_priority,
             &self.pod.priority_class_name,
@@ -312,18 +349,23 @@ impl PreparedPod {
         if let Some(value) = &self.do_not_disrupt {
             annotations.insert(labels::DO_NOT_DISRUPT.to_owned(), value.clone());
         }
+        let protection = do_not_disrupt_of(&annotations, self.start.as_ref());
         Ok(pb::Pod {
             priority,
             volumes: crate::volumes::resolve(&self.claims, ctx),
-            do_not_disrupt: do_not_disrupt(&annotations, self.start.as_ref(), now),
+            do_not_disrupt: protection == DoNotDisrupt::Always,
+            do_not_disrupt_until: match protection {
+                DoNotDisrupt::Until(until) => Some(until),
+                _ => None,
+            },
             ..self.pod.clone()
         })
     }
 }
 
-/// A pod spec to wire form, as of `now` among `ctx`'s objects.
-pub fn pod(src: &PodSource<'_>, ctx: &PodContext, now: i64) -> fields::Result<pb::Pod> {
-    prepare(src)?.finish(ctx, now)
+/// A pod spec to wire form among `ctx`'s objects.
+pub fn pod(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<pb::Pod> {
+    prepare(src)?.finish(ctx)
 }
 
 /// What of a pod spec depends on nothing but the pod.
@@ -405,6 +447,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         nominated_node_name: String::new(),
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
         not_ready: false,
+        do_not_disrupt_until: None,
     };
     Ok(PreparedPod {
         pod,
@@ -661,4 +704,50 @@ fn tolerations(list: &[core::Toleration], path: &str) -> fields::Result<Vec<pb::
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated(value: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(labels::DO_NOT_DISRUPT.to_owned(), value.to_owned())])
+    }
+
+    #[test]
+    fn a_duration_protects_until_the_start_plus_it_to_the_nanosecond() {
+        let start = prost_types::Timestamp {
+            seconds: 100,
+            nanos: 700_000_000,
+        };
+        let until = |value: &str| do_not_disrupt_of(&annotated(value), Some(&start));
+        assert_eq!(
+            until("500ms"),
+            DoNotDisrupt::Until(prost_types::Timestamp {
+                seconds: 101,
+                nanos: 200_000_000
+            })
+        );
+        assert_eq!(
+            until("2m"),
+            DoNotDisrupt::Until(prost_types::Timestamp {
+                seconds: 220,
+                nanos: 700_000_000
+            })
+        );
+        assert!(until("500ms").active_at(101) && !until("500ms").active_at(102));
+        assert_eq!(until("true"), DoNotDisrupt::Always);
+        for ignored in ["false", "invalid-format", "-5m", "0s", ""] {
+            assert_eq!(until(ignored), DoNotDisrupt::No, "{ignored:?}");
+        }
+        assert_eq!(
+            do_not_disrupt_of(&annotated("2m"), None),
+            DoNotDisrupt::Always,
+            "an unknown start keeps the pod protected"
+        );
+        assert_eq!(
+            do_not_disrupt_of(&BTreeMap::new(), Some(&start)),
+            DoNotDisrupt::No
+        );
+    }
 }

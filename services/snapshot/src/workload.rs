@@ -27,7 +27,6 @@ struct Workload<'a> {
 pub(crate) fn expand(
     objects: &Objects<'_>,
     context: &PodContext,
-    now: i64,
 ) -> Result<Vec<(usize, pb::Pod)>, ObjectError> {
     let mut workloads = Vec::new();
     for s in &objects.deployments {
@@ -93,7 +92,7 @@ pub(crate) fn expand(
     let mut pods = Vec::new();
     for workload in &workloads {
         pods.extend(
-            pods_of(workload, context, now)?
+            pods_of(workload, context)?
                 .into_iter()
                 .map(|p| (workload.id, p)),
         );
@@ -101,7 +100,7 @@ pub(crate) fn expand(
     Ok(pods)
 }
 
-fn pods_of(w: &Workload<'_>, context: &PodContext, now: i64) -> Result<Vec<pb::Pod>, ObjectError> {
+fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<pb::Pod>, ObjectError> {
     let name = w.meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(w.meta);
     let error = |e: FieldError| ObjectError {
@@ -148,7 +147,6 @@ fn pods_of(w: &Workload<'_>, context: &PodContext, now: i64) -> Result<Vec<pb::P
                 start_time: None,
             },
             context,
-            now,
         )
         .map_err(error)?;
         pod.uid = format!("{namespace}/{name}-{i}");
@@ -168,7 +166,6 @@ fn pods_of(w: &Workload<'_>, context: &PodContext, now: i64) -> Result<Vec<pb::P
 pub(crate) fn daemon_set(
     source: &Source<'_, DaemonSet>,
     context: &PodContext,
-    now: i64,
     running: Option<&pb::Pod>,
 ) -> Result<pb::DaemonSet, ObjectError> {
     let meta = &source.object.metadata;
@@ -212,7 +209,6 @@ pub(crate) fn daemon_set(
             start_time: None,
         },
         context,
-        now,
     )
     .map_err(error)?;
     let pod = match running {

@@ -65,6 +65,15 @@ fn kwok_classes(ready: &[(&str, bool)]) -> NodeClasses {
     }
 }
 
+/// Whether the wire pod is do-not-disrupt at `now` (seconds), as the
+/// scheduler reads it: for good, or until a time.
+fn protected_at(pod: &pb::Pod, now: i64) -> bool {
+    pod.do_not_disrupt
+        || pod
+            .do_not_disrupt_until
+            .is_some_and(|until| (until.seconds, until.nanos) > (now, 0))
+}
+
 fn names(pods: &[pb::Pod]) -> Vec<&str> {
     pods.iter().map(|p| p.name.as_str()).collect()
 }
@@ -363,7 +372,8 @@ fn a_do_not_disrupt_duration_protects_until_it_has_passed() {
         };
         let built = build(&objects, Mode::Live).expect("built");
         assert_eq!(
-            built.snapshot.nodes[0].pods[0].do_not_disrupt, protected,
+            protected_at(&built.snapshot.nodes[0].pods[0], start + minutes_later * 60),
+            protected,
             "{annotation} after {minutes_later} minutes"
         );
     }
@@ -376,6 +386,9 @@ fn a_do_not_disrupt_duration_protects_until_it_has_passed() {
 fn a_starting_node_is_planned_without_ephemeral_and_startup_taints() {
     let taints = json!([
         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
         {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"},
         {"key": "readiness.k8s.io/network", "effect": "NoSchedule"},
         {"key": "example.com/agent-starting", "effect": "NoSchedule"},
@@ -429,7 +442,52 @@ fn a_starting_node_is_planned_without_ephemeral_and_startup_taints() {
             .unwrap_or_default()
     };
     assert_eq!(keys("starting"), ["example.com/dedicated"]);
-    assert_eq!(keys("ready").len(), 5, "{:?}", keys("ready"));
+    // An initialized node keeps them all; karpenter.sh/unregistered is
+    // read as the node not being registered yet, not as a taint.
+    assert_eq!(keys("ready").len(), 7, "{:?}", keys("ready"));
+}
+
+/// Upstream's "can replace nodes, considers PDB policy" marks pods
+/// unhealthy with `Ready=False`: that is what lets an AlwaysAllow PDB let
+/// them go, so the snapshot says so of exactly those pods.
+#[test]
+fn a_pod_whose_ready_condition_is_false_is_not_ready() {
+    let with_ready = |name: &str, ready: Option<&str>| {
+        let conditions = match ready {
+            Some(status) => json!([{"type": "Ready", "status": status}]),
+            None => json!([]),
+        };
+        pod(
+            name,
+            json!({"spec": {"nodeName": "n1"},
+                   "status": {"phase": "Running", "conditions": conditions}}),
+        )
+    };
+    let pods = [
+        with_ready("unhealthy", Some("False")),
+        with_ready("healthy", Some("True")),
+        with_ready("unknown", None),
+    ];
+    let n1 = node("n1", json!({}));
+    let objects = Objects {
+        pods: pods
+            .iter()
+            .enumerate()
+            .map(|(id, object)| Source { id, object })
+            .collect(),
+        nodes: vec![Source { id: 9, object: &n1 }],
+        ..Objects::default()
+    };
+    for mode in [Mode::Live, Mode::Manifests] {
+        let built = build(&objects, mode).expect("built");
+        let not_ready: Vec<&str> = built.snapshot.nodes[0]
+            .pods
+            .iter()
+            .filter(|p| p.not_ready)
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(not_ready, ["unhealthy"], "{mode:?}");
+    }
 }
 
 /// Upstream "should handle resource zeroing of extended resources by
@@ -617,7 +675,7 @@ fn a_pod_read_once_is_finished_by_each_build() {
         let read_once = build(&objects, Mode::Live).expect("built");
         let pod = &read_once.snapshot.pending_pods[0];
         assert_eq!(pod.priority, value);
-        assert_eq!(pod.do_not_disrupt, minutes_later < 30);
+        assert_eq!(protected_at(pod, now.seconds), minutes_later < 30);
         assert_eq!(
             pod.volumes[0].driver,
             if with_storage { "ebs.csi.aws.com" } else { "" }
@@ -734,10 +792,6 @@ fn a_daemonset_counts_as_its_newest_pod_with_the_templates_node_affinity() {
                 id: 4,
                 object: &older,
             },
-            Source {
-                id: 5,
-                object: &pending,
-            },
         ];
         let (cpu, with_pods) = template_cpu(&objects, mode);
         assert_eq!(cpu, 2000, "the newest pod's requests");
@@ -747,5 +801,20 @@ fn a_daemonset_counts_as_its_newest_pod_with_the_templates_node_affinity() {
         );
         assert_eq!(with_pods[0].match_expressions[0].key, "foo");
         assert!(with_pods[0].match_fields.is_empty());
+        // Upstream's "should account for overhead using daemonset pod spec
+        // instead of daemonset spec": the newest pod the DaemonSet controls
+        // counts whether or not it is bound yet.
+        objects.pods.push(Source {
+            id: 5,
+            object: &pending,
+        });
+        let (cpu, _) = template_cpu(&objects, mode);
+        assert_eq!(cpu, 1000, "the newest pod, still unbound, in {mode:?} mode");
+        objects.pods = vec![Source {
+            id: 5,
+            object: &pending,
+        }];
+        let (cpu, _) = template_cpu(&objects, mode);
+        assert_eq!(cpu, 1000, "a lone unbound pod in {mode:?} mode");
     }
 }
