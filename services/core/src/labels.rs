@@ -145,6 +145,8 @@ pub const AWS_INSTANCE_ACCELERATOR_MANUFACTURER: &str =
     "karpenter.k8s.aws/instance-accelerator-manufacturer";
 /// Number of accelerators.
 pub const AWS_INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+/// Tenancies an instance type can be launched with (`default`, `dedicated`).
+pub const AWS_INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
 /// Name of the EC2NodeClass a NodeClaim / Node was launched with.
 pub const AWS_EC2_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 /// Availability-zone ID (`use1-az1`).
@@ -239,6 +241,7 @@ pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
     AWS_INSTANCE_ACCELERATOR_NAME,
     AWS_INSTANCE_ACCELERATOR_MANUFACTURER,
     AWS_INSTANCE_ACCELERATOR_COUNT,
+    AWS_INSTANCE_TENANCY,
 ];
 
 /// Labels every provider's instance types define; a pod may require them even when no node pool
@@ -289,6 +292,7 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
     AWS_INSTANCE_ACCELERATOR_NAME,
     AWS_INSTANCE_ACCELERATOR_MANUFACTURER,
     AWS_INSTANCE_ACCELERATOR_COUNT,
+    AWS_INSTANCE_TENANCY,
 ];
 
 /// Deprecated label keys and the well-known label each one means.

@@ -88,8 +88,7 @@ impl OfferingSource for OfferingView {
 /// GiB-hour + $0.50 per GPU or accelerator-hour (m5-like general-purpose
 /// rates). It keeps relative ordering sensible; it is not a quote.
 pub fn estimated_on_demand_price(info: &TypeInfo) -> f64 {
-    let devices = info.gpu.as_ref().map(|g| g.count).unwrap_or(0)
-        + info.accelerator.as_ref().map(|a| a.count).unwrap_or(0);
+    let devices = info.device_count();
     let price = 0.0316 * info.vcpus as f64
         + 0.00424 * (info.memory_mib as f64 / 1024.0)
         + 0.5 * devices as f64;

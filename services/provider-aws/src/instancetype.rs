@@ -1,6 +1,18 @@
-//! Instance types: what DescribeInstanceTypes says about a type, turned into
-//! the scheduler's `InstanceType` (well-known labels as requirements,
-//! capacity, overhead, offerings per zone and capacity type with prices).
+//! Instance types: what DescribeInstanceTypes (and the limits table) says
+//! about a type, turned into the scheduler's `InstanceType` the way
+//! Karpenter computes it, so that what is planned is what the kubelet will
+//! report:
+//!
+//! ```text
+//!   capacity   cpu, memory (less 64 MiB on Graviton, less the VM overhead),
+//!              ephemeral storage (root volume, or the instance store under
+//!              RAID0), pods (maxPods, else ENI-limited on the default network
+//!              card, 110 on Windows; podsPerCore), GPUs per manufacturer,
+//!              Neuron devices and cores, EFA, pod ENIs, Windows private IPs
+//!   overhead   kube-reserved (cpu by range, memory from the ENI-limited pod
+//!              count or the family's), system-reserved, hard eviction
+//!   labels     Karpenter's well-known labels as single-value requirements
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,15 +20,24 @@ use karpenter_api::ec2nodeclass::{AMIFamily, KubeletConfiguration};
 use karpenter_api::labels as l;
 use karpenter_proto::scheduler::v1 as sched;
 
+use crate::limits::{self, Limits};
 use crate::quantity;
 
-/// A GPU or accelerator of an instance type.
+/// A GPU or inference accelerator model of an instance type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Device {
     pub name: String,
     pub manufacturer: String,
     pub count: i64,
     pub memory_mib: Option<i64>,
+}
+
+/// The Neuron devices (Inferentia, Trainium) of an instance type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neuron {
+    pub name: String,
+    pub count: i64,
+    pub cores_per_device: i64,
 }
 
 /// What the provider keeps of one DescribeInstanceTypes entry.
@@ -27,20 +48,45 @@ pub struct TypeInfo {
     pub arch: String,
     pub vcpus: i64,
     pub memory_mib: i64,
-    pub hypervisor: Option<String>,
-    pub cpu_manufacturer: Option<String>,
-    pub clock_mhz: Option<i64>,
-    pub max_enis: i64,
+    /// Empty for bare metal, which has none.
+    pub hypervisor: String,
+    pub cpu_manufacturer: String,
+    /// 0 when AWS does not say.
+    pub clock_mhz: i64,
+    /// Network interfaces of the default network card (the VPC CNI puts
+    /// pod addresses only there).
+    pub default_card_enis: i64,
     pub ipv4_per_eni: i64,
-    pub network_mbps: Option<i64>,
+    /// EBS bandwidth when EBS optimization is on by default.
     pub ebs_mbps: Option<i64>,
-    pub gpu: Option<Device>,
+    pub gpus: Vec<Device>,
+    /// Inference accelerators of a type without Neuron devices.
     pub accelerator: Option<Device>,
-    pub local_nvme_gib: Option<i64>,
+    pub neuron: Option<Neuron>,
+    /// Local NVMe storage, GB.
+    pub local_nvme_gb: Option<i64>,
+    /// Instance store of any kind, GB (what RAID0 gives the kubelet).
+    pub instance_store_gb: Option<i64>,
     pub encryption_in_transit: bool,
     pub efa_interfaces: i64,
     pub spot: bool,
     pub on_demand: bool,
+    pub limits: Limits,
+}
+
+/// `radeon-pro-v520` of `Radeon Pro V520`: how Karpenter writes names and
+/// manufacturers as label values.
+fn kebab(text: &str) -> String {
+    text.to_lowercase().replace(' ', "-")
+}
+
+fn device(name: Option<&str>, manufacturer: Option<&str>, count: Option<i32>) -> Option<Device> {
+    Some(Device {
+        name: kebab(name?),
+        manufacturer: kebab(manufacturer?),
+        count: i64::from(count.unwrap_or(0)),
+        memory_mib: None,
+    })
 }
 
 impl TypeInfo {
@@ -53,113 +99,87 @@ impl TypeInfo {
             .supported_architectures()
             .iter()
             .find_map(|a| match a.as_str() {
-                "x86_64" => Some("amd64"),
-                "arm64" => Some("arm64"),
+                "x86_64" => Some(l::ARCH_AMD64),
+                "arm64" => Some(l::ARCH_ARM64),
                 _ => None,
             })?
             .to_string();
-        let vcpus = i64::from(info.v_cpu_info()?.default_v_cpus()?);
-        let memory_mib = info.memory_info()?.size_in_mib()?;
         let network = info.network_info();
         let usage: Vec<&str> = info
             .supported_usage_classes()
             .iter()
             .map(|u| u.as_str())
             .collect();
-        let gpu = info.gpu_info().and_then(|g| {
-            let first = g.gpus().first()?;
-            Some(Device {
-                name: first.name()?.to_lowercase(),
-                manufacturer: first.manufacturer()?.to_lowercase(),
-                count: g
-                    .gpus()
-                    .iter()
-                    .map(|d| i64::from(d.count().unwrap_or(0)))
-                    .sum(),
-                memory_mib: first
-                    .memory_info()
-                    .and_then(|m| m.size_in_mib())
-                    .map(i64::from),
-            })
-        });
-        let accelerator = info
-            .inference_accelerator_info()
-            .and_then(|a| {
-                let first = a.accelerators().first()?;
-                Some(Device {
-                    name: first.name()?.to_lowercase(),
-                    manufacturer: first.manufacturer()?.to_lowercase(),
-                    count: a
-                        .accelerators()
-                        .iter()
-                        .map(|d| i64::from(d.count().unwrap_or(0)))
-                        .sum(),
-                    memory_mib: None,
-                })
-            })
-            .or_else(|| {
-                let neuron = info.neuron_info()?;
-                let first = neuron.neuron_devices().first()?;
-                Some(Device {
-                    name: first.name()?.to_lowercase(),
-                    manufacturer: "aws".into(),
-                    count: neuron
-                        .neuron_devices()
-                        .iter()
-                        .map(|d| i64::from(d.count().unwrap_or(0)))
-                        .sum(),
-                    memory_mib: None,
-                })
-            });
-        let local_nvme_gib = info.instance_storage_info().and_then(|s| {
-            let nvme = s.nvme_support().map(|n| n.as_str()) != Some("unsupported");
-            s.total_size_in_gb().filter(|gb| nvme && *gb > 0)
-        });
+        let storage = info.instance_storage_info();
+        let ebs = info.ebs_info();
         Some(Self {
-            name,
+            limits: limits::of(&name),
             arch,
-            vcpus,
-            memory_mib,
-            hypervisor: info.hypervisor().map(|h| h.as_str().to_string()),
-            cpu_manufacturer: processor.manufacturer().map(manufacturer_label),
+            vcpus: i64::from(info.v_cpu_info()?.default_v_cpus()?),
+            memory_mib: info.memory_info()?.size_in_mib()?,
+            hypervisor: info
+                .hypervisor()
+                .map(|h| h.as_str().to_string())
+                .unwrap_or_default(),
+            cpu_manufacturer: kebab(processor.manufacturer().unwrap_or_default()),
             clock_mhz: processor
                 .sustained_clock_speed_in_ghz()
-                .map(|ghz| (ghz * 1000.0).round() as i64),
-            max_enis: network
-                .and_then(|n| n.maximum_network_interfaces())
-                .map(i64::from)
-                .unwrap_or(1),
+                .map_or(0, |ghz| (ghz * 1000.0).round() as i64),
+            default_card_enis: network.map_or(1, default_card_enis),
             ipv4_per_eni: network
                 .and_then(|n| n.ipv4_addresses_per_interface())
-                .map(i64::from)
-                .unwrap_or(1),
-            network_mbps: network.and_then(|n| {
-                let gbps: f64 = n
-                    .network_cards()
-                    .iter()
-                    .filter_map(|c| c.baseline_bandwidth_in_gbps())
-                    .sum();
-                (gbps > 0.0).then(|| (gbps * 1000.0).round() as i64)
-            }),
-            ebs_mbps: info
-                .ebs_info()
+                .map_or(1, i64::from),
+            ebs_mbps: ebs
+                .filter(|e| e.ebs_optimized_support().map(|s| s.as_str()) == Some("default"))
                 .and_then(|e| e.ebs_optimized_info())
                 .and_then(|o| o.maximum_bandwidth_in_mbps())
                 .map(i64::from),
-            gpu,
-            accelerator,
-            local_nvme_gib,
+            gpus: info.gpu_info().map_or_else(Vec::new, |g| {
+                g.gpus()
+                    .iter()
+                    .filter_map(|d| {
+                        let mut gpu = device(d.name(), d.manufacturer(), d.count())?;
+                        gpu.memory_mib =
+                            d.memory_info().and_then(|m| m.size_in_mib()).map(i64::from);
+                        Some(gpu)
+                    })
+                    .collect()
+            }),
+            accelerator: info
+                .inference_accelerator_info()
+                .filter(|_| info.neuron_info().is_none())
+                .and_then(|a| match a.accelerators() {
+                    [one] => device(one.name(), one.manufacturer(), one.count()),
+                    _ => None,
+                }),
+            neuron: info.neuron_info().and_then(|n| {
+                let devices = n.neuron_devices();
+                let first = devices.first()?;
+                Some(Neuron {
+                    name: kebab(first.name()?),
+                    count: devices
+                        .iter()
+                        .map(|d| i64::from(d.count().unwrap_or(0)))
+                        .sum(),
+                    cores_per_device: i64::from(
+                        first.core_info().and_then(|c| c.count()).unwrap_or(0),
+                    ),
+                })
+            }),
+            local_nvme_gb: storage
+                .filter(|s| s.nvme_support().map(|n| n.as_str()) != Some("unsupported"))
+                .and_then(|s| s.total_size_in_gb()),
+            instance_store_gb: storage.and_then(|s| s.total_size_in_gb()),
             encryption_in_transit: network
                 .and_then(|n| n.encryption_in_transit_supported())
                 .unwrap_or(false),
             efa_interfaces: network
-                .filter(|n| n.efa_supported().unwrap_or(false))
                 .and_then(|n| n.efa_info())
                 .and_then(|e| e.maximum_efa_interfaces())
-                .map(i64::from)
-                .unwrap_or(0),
+                .map_or(0, i64::from),
             spot: usage.contains(&"spot"),
             on_demand: usage.contains(&"on-demand"),
+            name,
         })
     }
 
@@ -173,44 +193,106 @@ impl TypeInfo {
         self.name.split_once('.').map(|(_, s)| s).unwrap_or("")
     }
 
-    /// `m` of `m5`, `inf` of `inf2`.
-    pub fn category(&self) -> &str {
-        let family = self.family();
-        let end = family
-            .find(|c: char| c.is_ascii_digit())
+    /// Category and generation as Karpenter reads the name: leading letters,
+    /// an optional `-<n>tb` (the `u-6tb1` high-memory types), then the
+    /// generation digits: `m`/`5` of `m5d.large`, `u`/`1` of `u-6tb1.56xlarge`.
+    pub fn category_and_generation(&self) -> Option<(&str, &str)> {
+        let (family, _) = self.name.split_once('.')?;
+        let category_end = family
+            .find(|c: char| !c.is_ascii_lowercase())
             .unwrap_or(family.len());
-        &family[..end]
+        if category_end == 0 {
+            return None;
+        }
+        let mut rest = &family[category_end..];
+        if let Some(after_dash) = rest.strip_prefix('-') {
+            let digits = after_dash.len()
+                - after_dash
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            if digits > 0 && after_dash[digits..].starts_with("tb") {
+                rest = &after_dash[digits + 2..];
+            }
+        }
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        (digits > 0).then(|| (&family[..category_end], &rest[..digits]))
     }
 
-    /// `5` of `m5d`.
-    pub fn generation(&self) -> Option<&str> {
-        let family = self.family();
-        let start = family.find(|c: char| c.is_ascii_digit())?;
-        let rest = &family[start..];
-        let end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        Some(&rest[..end])
-    }
-
-    /// Pods the VPC CNI can address: `ENIs x (IPv4 per ENI - 1) + 2`.
+    /// Pods the VPC CNI can address on the default card with `reserved_enis`
+    /// kept for other uses: `ENIs x (IPv4 per ENI - 1) + 2`, none without a
+    /// usable ENI.
     pub fn eni_limited_pods(&self, reserved_enis: i32) -> i64 {
-        let enis = (self.max_enis - i64::from(reserved_enis)).max(0);
-        (enis * (self.ipv4_per_eni - 1) + 2).max(0)
+        let usable = (self.default_card_enis - i64::from(reserved_enis)).max(0);
+        if usable == 0 {
+            return 0;
+        }
+        usable * (self.ipv4_per_eni - 1) + 2
+    }
+
+    /// GPUs and accelerators, for the price estimate.
+    pub fn device_count(&self) -> i64 {
+        self.gpus.iter().map(|g| g.count).sum::<i64>()
+            + self.accelerator.as_ref().map_or(0, |a| a.count)
+            + self.neuron.as_ref().map_or(0, |n| n.count)
     }
 }
 
-fn manufacturer_label(raw: &str) -> String {
-    match raw.to_lowercase().as_str() {
-        "intel" | "intel corporation" => "intel".into(),
-        "amd" | "advanced micro devices" => "amd".into(),
-        "aws" | "amazon web services" => "aws".into(),
-        other => other.replace(' ', "-"),
+fn default_card_enis(network: &aws_sdk_ec2::types::NetworkInfo) -> i64 {
+    let default_index = network.default_network_card_index().unwrap_or(0);
+    network
+        .network_cards()
+        .iter()
+        .find(|card| card.network_card_index().unwrap_or(0) == default_index)
+        .and_then(|card| card.maximum_network_interfaces())
+        .or(network.maximum_network_interfaces())
+        .map_or(1, i64::from)
+}
+
+/// How an AMI family's nodes count pods and reserve memory for them.
+#[derive(Debug, Clone, Copy)]
+struct FamilyTraits {
+    /// Pods follow the ENI limit unless `maxPods` says otherwise (Windows
+    /// nodes run 110).
+    eni_limited_pods: bool,
+    /// kube-reserved memory follows the ENI-limited pod count whatever
+    /// `maxPods` says (the EKS AMIs' bootstrap computes it so).
+    eni_limited_memory_overhead: bool,
+    /// The family's kubelet takes `podsPerCore` (Bottlerocket's does not).
+    pods_per_core: bool,
+}
+
+fn traits(family: AMIFamily) -> FamilyTraits {
+    match family {
+        AMIFamily::Bottlerocket => FamilyTraits {
+            eni_limited_pods: true,
+            eni_limited_memory_overhead: false,
+            pods_per_core: false,
+        },
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 => FamilyTraits {
+            eni_limited_pods: false,
+            eni_limited_memory_overhead: false,
+            pods_per_core: true,
+        },
+        AMIFamily::AL2 | AMIFamily::AL2023 | AMIFamily::Custom => FamilyTraits {
+            eni_limited_pods: true,
+            eni_limited_memory_overhead: true,
+            pods_per_core: true,
+        },
     }
 }
+
+fn is_windows(family: AMIFamily) -> bool {
+    matches!(family, AMIFamily::Windows2019 | AMIFamily::Windows2022)
+}
+
+/// Pods a Windows node runs without `maxPods`.
+const WINDOWS_PODS: i64 = 110;
+/// Memory Graviton instances keep for the kernel (contiguous memory
+/// allocator), out of the kubelet's reach.
+const GRAVITON_RESERVED_MIB: i64 = 64;
 
 /// Where the catalog is being built for: the node class's zones, kubelet
-/// settings, family and root volume.
+/// settings, family and storage.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub region: String,
@@ -220,6 +302,9 @@ pub struct Context {
     pub family: AMIFamily,
     /// Bytes of the volume the kubelet's ephemeral storage lives on.
     pub ephemeral_storage_bytes: i64,
+    /// `instanceStorePolicy: RAID0`: ephemeral storage is the instance
+    /// store, on the types that have one.
+    pub raid0: bool,
     pub vm_memory_overhead_percent: f64,
     pub reserved_enis: i32,
 }
@@ -255,28 +340,46 @@ fn req_absent(key: &str) -> sched::Requirement {
     req(key, sched::Operator::DoesNotExist, Vec::new())
 }
 
-/// Memory the kubelet sees: MiB less the VM overhead, in bytes.
+/// Memory the kubelet sees, in bytes: the type's memory less Graviton's
+/// reservation, less the VM overhead (a share of it, rounded up to MiB).
 pub fn memory_capacity_bytes(info: &TypeInfo, overhead_percent: f64) -> i64 {
-    let overhead_mib = ((info.memory_mib as f64) * overhead_percent).ceil() as i64;
-    (info.memory_mib - overhead_mib).max(0) * 1024 * 1024
+    let mut mib = info.memory_mib;
+    if info.arch == l::ARCH_ARM64 {
+        mib -= GRAVITON_RESERVED_MIB;
+    }
+    let overhead_mib = ((mib as f64) * overhead_percent).ceil() as i64;
+    (mib - overhead_mib).max(0) * 1024 * 1024
 }
 
-/// Pods per node: `maxPods` when set, else ENI-limited; capped by `podsPerCore`.
+/// Pods per node: `maxPods` when set, else the family's default; capped by
+/// `podsPerCore` where the family's kubelet takes it.
 pub fn pods(info: &TypeInfo, ctx: &Context) -> i64 {
     let kubelet = ctx.kubelet.as_ref();
+    let family = traits(ctx.family);
     let mut pods = match kubelet.and_then(|k| k.max_pods) {
         Some(max) => i64::from(max),
-        // Every family (AL2, AL2023, Bottlerocket, Windows) follows the ENI limit by default.
-        None => info.eni_limited_pods(ctx.reserved_enis),
+        None if family.eni_limited_pods => info.eni_limited_pods(ctx.reserved_enis),
+        None => WINDOWS_PODS,
     };
-    if let Some(per_core) = kubelet.and_then(|k| k.pods_per_core).filter(|p| *p > 0) {
+    if family.pods_per_core
+        && let Some(per_core) = kubelet.and_then(|k| k.pods_per_core).filter(|p| *p > 0)
+    {
         pods = pods.min(i64::from(per_core) * info.vcpus);
     }
     pods
 }
 
+/// Bytes of ephemeral storage on a node of this type.
+pub fn ephemeral_storage_bytes(info: &TypeInfo, ctx: &Context) -> i64 {
+    match info.instance_store_gb {
+        Some(gb) if ctx.raid0 && gb > 0 => gb.saturating_mul(1_000_000_000),
+        _ => ctx.ephemeral_storage_bytes,
+    }
+}
+
 /// Karpenter's kube-reserved cpu: 6% of the first core, 1% of the second,
-/// 0.5% of the next two, 0.25% of the rest (millicores).
+/// 0.5% of the next two, 0.25% of the rest (millicores, each range's share
+/// rounded down).
 pub fn kube_reserved_cpu_millis(vcpus: i64) -> i64 {
     let millis = vcpus * 1000;
     let ranges: [(i64, i64, f64); 4] = [
@@ -285,14 +388,11 @@ pub fn kube_reserved_cpu_millis(vcpus: i64) -> i64 {
         (2000, 4000, 0.005),
         (4000, i64::MAX, 0.0025),
     ];
-    let mut reserved = 0.0;
-    for (start, end, share) in ranges {
-        if millis > start {
-            let span = millis.min(end) - start;
-            reserved += span as f64 * share;
-        }
-    }
-    reserved.round() as i64
+    ranges
+        .iter()
+        .filter(|(start, _, _)| millis >= *start)
+        .map(|(start, end, share)| ((millis.min(*end) - start) as f64 * share) as i64)
+        .sum()
 }
 
 /// Karpenter's kube-reserved memory: 11 MiB per pod + 255 MiB (bytes).
@@ -316,73 +416,84 @@ fn reserved_from(settings: &BTreeMap<String, String>) -> BTreeMap<String, i64> {
     out
 }
 
+/// GPUs of one manufacturer, summed over the type's GPU models.
+fn gpus_of(info: &TypeInfo, manufacturer: &str) -> i64 {
+    info.gpus
+        .iter()
+        .filter(|g| g.manufacturer == manufacturer)
+        .map(|g| g.count)
+        .sum()
+}
+
 /// Capacity of a type as the kubelet will report it.
 pub fn capacity(info: &TypeInfo, ctx: &Context) -> BTreeMap<String, i64> {
     let mut capacity = BTreeMap::new();
-    capacity.insert("cpu".to_string(), info.vcpus * 1000);
-    capacity.insert(
-        "memory".to_string(),
+    let mut set = |name: &str, value: i64| {
+        capacity.insert(name.to_string(), value);
+    };
+    set("cpu", info.vcpus * 1000);
+    set(
+        "memory",
         memory_capacity_bytes(info, ctx.vm_memory_overhead_percent),
     );
-    capacity.insert("ephemeral-storage".to_string(), ctx.ephemeral_storage_bytes);
-    capacity.insert("pods".to_string(), pods(info, ctx));
-    if let Some(gpu) = &info.gpu {
-        let resource = match gpu.manufacturer.as_str() {
-            "nvidia" => Some(l::RESOURCE_NVIDIA_GPU),
-            "amd" => Some(l::RESOURCE_AMD_GPU),
-            "habana" => Some(l::RESOURCE_HABANA_GAUDI),
-            _ => None,
-        };
-        if let Some(resource) = resource {
-            capacity.insert(resource.to_string(), gpu.count);
-        }
+    set("ephemeral-storage", ephemeral_storage_bytes(info, ctx));
+    set("pods", pods(info, ctx));
+    set(l::RESOURCE_NVIDIA_GPU, gpus_of(info, "nvidia"));
+    set(l::RESOURCE_AMD_GPU, gpus_of(info, "amd"));
+    set(l::RESOURCE_HABANA_GAUDI, gpus_of(info, "habana"));
+    if let Some(neuron) = &info.neuron {
+        set(l::RESOURCE_AWS_NEURON, neuron.count);
+        set(
+            l::RESOURCE_AWS_NEURON_CORE,
+            neuron.count * neuron.cores_per_device,
+        );
     }
-    if let Some(acc) = &info.accelerator
-        && (acc.name.contains("inferentia")
-            || acc.name.contains("trainium")
-            || acc.manufacturer == "aws")
-    {
-        capacity.insert(l::RESOURCE_AWS_NEURON.to_string(), acc.count);
+    set(l::RESOURCE_EFA, info.efa_interfaces);
+    set(l::RESOURCE_AWS_POD_ENI, info.limits.pod_eni);
+    if is_windows(ctx.family) && info.arch == l::ARCH_AMD64 {
+        set(l::RESOURCE_PRIVATE_IPV4_ADDRESS, info.ipv4_per_eni - 1);
     }
-    if info.efa_interfaces > 0 {
-        capacity.insert(l::RESOURCE_EFA.to_string(), info.efa_interfaces);
-    }
+    capacity.retain(|_, v| *v > 0);
     capacity
 }
 
-/// kube-reserved, system-reserved and eviction thresholds.
+/// kube-reserved, system-reserved and hard eviction thresholds (soft
+/// thresholds do not take memory away from pods).
 pub fn overhead(info: &TypeInfo, ctx: &Context) -> sched::InstanceTypeOverhead {
-    let pods = pods(info, ctx);
+    let pods_for_memory = if traits(ctx.family).eni_limited_memory_overhead {
+        info.eni_limited_pods(0)
+    } else {
+        pods(info, ctx)
+    };
+    let storage = ephemeral_storage_bytes(info, ctx);
     let mut kube = BTreeMap::new();
     kube.insert("cpu".to_string(), kube_reserved_cpu_millis(info.vcpus));
-    kube.insert("memory".to_string(), kube_reserved_memory_bytes(pods));
+    kube.insert(
+        "memory".to_string(),
+        kube_reserved_memory_bytes(pods_for_memory),
+    );
     kube.insert("ephemeral-storage".to_string(), 1 << 30);
     let mut system = BTreeMap::new();
     let mut eviction = BTreeMap::new();
     eviction.insert("memory".to_string(), 100 * 1024 * 1024);
     eviction.insert(
         "ephemeral-storage".to_string(),
-        ((ctx.ephemeral_storage_bytes as f64) * 0.10).ceil() as i64,
+        quantity::percent_of(storage, 10.0),
     );
     if let Some(kubelet) = &ctx.kubelet {
         kube.extend(reserved_from(&kubelet.kube_reserved));
         system.extend(reserved_from(&kubelet.system_reserved));
         let memory_total = memory_capacity_bytes(info, ctx.vm_memory_overhead_percent);
-        let mut apply = |signals: &BTreeMap<String, String>, keep_max: bool| {
-            for (signal, value) in signals {
-                let (resource, total) = match signal.as_str() {
-                    "memory.available" => ("memory", memory_total),
-                    "nodefs.available" => ("ephemeral-storage", ctx.ephemeral_storage_bytes),
-                    _ => continue,
-                };
-                if let Some(v) = quantity::parse_threshold(value, total) {
-                    let entry = eviction.entry(resource.to_string()).or_insert(0);
-                    *entry = if keep_max { (*entry).max(v) } else { v };
-                }
+        for (signal, value) in &kubelet.eviction_hard {
+            let (resource, total) = match signal.as_str() {
+                "memory.available" => ("memory", memory_total),
+                "nodefs.available" => ("ephemeral-storage", storage),
+                _ => continue,
+            };
+            if let Some(v) = quantity::parse_threshold(value, total) {
+                eviction.insert(resource.to_string(), v);
             }
-        };
-        apply(&kubelet.eviction_hard, false);
-        apply(&kubelet.eviction_soft, true);
+        }
     }
     sched::InstanceTypeOverhead {
         kube_reserved: Some(resource_list(kube)),
@@ -393,24 +504,38 @@ pub fn overhead(info: &TypeInfo, ctx: &Context) -> sched::InstanceTypeOverhead {
 
 /// The labels (as single-value requirements, or `DoesNotExist`) of a type.
 pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requirement> {
-    let os = match ctx.family {
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => "windows",
-        _ => "linux",
+    // A Windows family runs only on amd64: an arm64 type gets no OS at all,
+    // so nothing selects it.
+    let os: Vec<&str> = match (is_windows(ctx.family), info.arch == l::ARCH_AMD64) {
+        (false, _) => vec!["linux"],
+        (true, true) => vec!["windows"],
+        (true, false) => Vec::new(),
     };
     let mut out = vec![
         req_in(l::INSTANCE_TYPE, [info.name.clone()]),
         req_in(l::ARCH, [info.arch.clone()]),
-        req_in(l::OS, [os]),
+        req_in(l::OS, os),
         req_in(l::TOPOLOGY_REGION, [ctx.region.clone()]),
-        req_in(l::AWS_INSTANCE_CATEGORY, [info.category()]),
-        req_in(l::AWS_INSTANCE_FAMILY, [info.family()]),
-        req_in(l::AWS_INSTANCE_SIZE, [info.size()]),
         req_in(l::AWS_INSTANCE_CPU, [info.vcpus.to_string()]),
         req_in(l::AWS_INSTANCE_MEMORY, [info.memory_mib.to_string()]),
+        req_in(l::AWS_INSTANCE_HYPERVISOR, [info.hypervisor.clone()]),
         req_in(
             l::AWS_INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
             [info.encryption_in_transit.to_string()],
         ),
+        req_in(
+            l::AWS_INSTANCE_CAPABILITY_FLEX,
+            [info.family().contains("-flex").to_string()],
+        ),
+        req_in(
+            l::AWS_INSTANCE_CPU_MANUFACTURER,
+            [info.cpu_manufacturer.clone()],
+        ),
+        req_in(
+            l::AWS_INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+            [info.clock_mhz.to_string()],
+        ),
+        req_in(l::AWS_INSTANCE_TENANCY, ["default", "dedicated"]),
     ];
     match ctx.family {
         AMIFamily::Windows2019 => out.push(req_in(l::WINDOWS_BUILD, ["10.0.17763"])),
@@ -419,26 +544,28 @@ pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requireme
     }
     let mut optional = |key: &str, value: Option<String>| {
         out.push(match value {
-            Some(v) if !v.is_empty() => req_in(key, [v]),
-            _ => req_absent(key),
+            Some(v) => req_in(key, [v]),
+            None => req_absent(key),
         });
     };
+    let (category, generation) = info.category_and_generation().unzip();
+    optional(l::AWS_INSTANCE_CATEGORY, category.map(str::to_string));
+    optional(l::AWS_INSTANCE_GENERATION, generation.map(str::to_string));
+    let family_and_size = info
+        .name
+        .contains('.')
+        .then(|| (info.family(), info.size()));
     optional(
-        l::AWS_INSTANCE_GENERATION,
-        info.generation().map(str::to_string),
+        l::AWS_INSTANCE_FAMILY,
+        family_and_size.map(|(f, _)| f.to_string()),
     );
-    optional(l::AWS_INSTANCE_HYPERVISOR, info.hypervisor.clone());
     optional(
-        l::AWS_INSTANCE_CPU_MANUFACTURER,
-        info.cpu_manufacturer.clone(),
-    );
-    optional(
-        l::AWS_INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-        info.clock_mhz.map(|m| m.to_string()),
+        l::AWS_INSTANCE_SIZE,
+        family_and_size.map(|(_, s)| s.to_string()),
     );
     optional(
         l::AWS_INSTANCE_NETWORK_BANDWIDTH,
-        info.network_mbps.map(|m| m.to_string()),
+        info.limits.network_mbps.map(|m| m.to_string()),
     );
     optional(
         l::AWS_INSTANCE_EBS_BANDWIDTH,
@@ -446,9 +573,13 @@ pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requireme
     );
     optional(
         l::AWS_INSTANCE_LOCAL_NVME,
-        info.local_nvme_gib.map(|g| g.to_string()),
+        info.local_nvme_gb.map(|g| g.to_string()),
     );
-    let gpu = info.gpu.as_ref();
+    // GPU labels describe a type with one GPU model.
+    let gpu = match info.gpus.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    };
     optional(l::AWS_INSTANCE_GPU_NAME, gpu.map(|g| g.name.clone()));
     optional(
         l::AWS_INSTANCE_GPU_MANUFACTURER,
@@ -459,22 +590,22 @@ pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requireme
         l::AWS_INSTANCE_GPU_MEMORY,
         gpu.and_then(|g| g.memory_mib).map(|m| m.to_string()),
     );
-    let acc = info.accelerator.as_ref();
+    let accelerator = match (&info.neuron, &info.accelerator) {
+        (Some(neuron), _) => Some((neuron.name.clone(), "aws".to_string(), neuron.count)),
+        (None, Some(a)) => Some((a.name.clone(), a.manufacturer.clone(), a.count)),
+        (None, None) => None,
+    };
     optional(
         l::AWS_INSTANCE_ACCELERATOR_NAME,
-        acc.map(|a| a.name.clone()),
+        accelerator.as_ref().map(|a| a.0.clone()),
     );
     optional(
         l::AWS_INSTANCE_ACCELERATOR_MANUFACTURER,
-        acc.map(|a| a.manufacturer.clone()),
+        accelerator.as_ref().map(|a| a.1.clone()),
     );
     optional(
         l::AWS_INSTANCE_ACCELERATOR_COUNT,
-        acc.map(|a| a.count.to_string()),
-    );
-    optional(
-        l::AWS_INSTANCE_CAPABILITY_FLEX,
-        info.family().contains("flex").then(|| "true".to_string()),
+        accelerator.as_ref().map(|a| a.2.to_string()),
     );
     out
 }
@@ -572,17 +703,166 @@ pub fn instance_type(
 mod tests {
     use super::*;
 
-    #[test]
-    fn kube_reserved_cpu_follows_karpenter() {
-        assert_eq!(kube_reserved_cpu_millis(1), 60);
-        assert_eq!(kube_reserved_cpu_millis(2), 70);
-        assert_eq!(kube_reserved_cpu_millis(4), 80);
-        assert_eq!(kube_reserved_cpu_millis(8), 90);
-        assert_eq!(kube_reserved_cpu_millis(96), 310);
+    fn named(name: &str) -> TypeInfo {
+        TypeInfo {
+            name: name.into(),
+            arch: l::ARCH_AMD64.into(),
+            vcpus: 2,
+            memory_mib: 8192,
+            hypervisor: "nitro".into(),
+            cpu_manufacturer: "intel".into(),
+            clock_mhz: 3100,
+            default_card_enis: 3,
+            ipv4_per_eni: 10,
+            ebs_mbps: None,
+            gpus: Vec::new(),
+            accelerator: None,
+            neuron: None,
+            local_nvme_gb: None,
+            instance_store_gb: None,
+            encryption_in_transit: false,
+            efa_interfaces: 0,
+            spot: true,
+            on_demand: true,
+            limits: Limits::default(),
+        }
     }
 
     #[test]
-    fn memory_and_pods() {
-        assert_eq!(kube_reserved_memory_bytes(29), (11 * 29 + 255) << 20);
+    fn kube_reserved_cpu_follows_karpenter_range_by_range() {
+        assert_eq!(kube_reserved_cpu_millis(1), 60);
+        assert_eq!(kube_reserved_cpu_millis(2), 70);
+        assert_eq!(kube_reserved_cpu_millis(4), 80);
+        assert_eq!(kube_reserved_cpu_millis(5), 82, "2.5m rounds down");
+        assert_eq!(kube_reserved_cpu_millis(8), 90);
+        assert_eq!(kube_reserved_cpu_millis(96), 310);
+        assert_eq!(kube_reserved_cpu_millis(192), 550);
+    }
+
+    #[test]
+    fn category_and_generation_as_karpenter_reads_names() {
+        let of = |name: &str| {
+            named(name)
+                .category_and_generation()
+                .map(|(c, g)| (c.to_string(), g.to_string()))
+        };
+        assert_eq!(of("m5d.large"), Some(("m".into(), "5".into())));
+        assert_eq!(of("u-6tb1.56xlarge"), Some(("u".into(), "1".into())));
+        assert_eq!(of("u7i-12tb.224xlarge"), Some(("u".into(), "7".into())));
+        assert_eq!(of("p6-b200.48xlarge"), Some(("p".into(), "6".into())));
+        assert_eq!(of("inf2.xlarge"), Some(("inf".into(), "2".into())));
+        assert_eq!(of("mac2-m2.metal"), Some(("mac".into(), "2".into())));
+        assert_eq!(of("nodot"), None);
+    }
+
+    #[test]
+    fn eni_limited_pods_count_the_default_card_and_none_without_an_eni() {
+        let mut info = named("p5.48xlarge");
+        info.default_card_enis = 2;
+        info.ipv4_per_eni = 50;
+        assert_eq!(info.eni_limited_pods(0), 100);
+        assert_eq!(info.eni_limited_pods(2), 0);
+    }
+
+    fn context(family: AMIFamily, kubelet: serde_json::Value) -> Context {
+        Context {
+            region: "us-east-1".into(),
+            zones: Vec::new(),
+            kubelet: serde_json::from_value(kubelet).expect("kubelet"),
+            family,
+            ephemeral_storage_bytes: 20 << 30,
+            raid0: false,
+            vm_memory_overhead_percent: 0.075,
+            reserved_enis: 0,
+        }
+    }
+
+    fn kube_memory_mib(info: &TypeInfo, ctx: &Context) -> i64 {
+        overhead(info, ctx).kube_reserved.expect("kube").quantities["memory"] >> 20
+    }
+
+    /// m5.large (3 ENIs x 10 addresses) by family and kubelet settings, as
+    /// Karpenter's formulas give them.
+    #[test]
+    fn pods_and_their_memory_follow_the_family() {
+        let m5 = named("m5.large");
+        let al2023 = context(AMIFamily::AL2023, serde_json::json!(null));
+        assert_eq!(
+            (pods(&m5, &al2023), kube_memory_mib(&m5, &al2023)),
+            (29, 574)
+        );
+
+        let max_pods = context(AMIFamily::AL2023, serde_json::json!({"maxPods": 110}));
+        assert_eq!(
+            (pods(&m5, &max_pods), kube_memory_mib(&m5, &max_pods)),
+            (110, 574),
+            "AL2023 reserves memory for the ENI-limited count whatever maxPods says"
+        );
+        let reserved = Context {
+            reserved_enis: 1,
+            ..al2023.clone()
+        };
+        assert_eq!(
+            (pods(&m5, &reserved), kube_memory_mib(&m5, &reserved)),
+            (20, 574)
+        );
+        let per_core = context(AMIFamily::AL2023, serde_json::json!({"podsPerCore": 4}));
+        assert_eq!(pods(&m5, &per_core), 8);
+
+        let bottlerocket = context(
+            AMIFamily::Bottlerocket,
+            serde_json::json!({"maxPods": 110, "podsPerCore": 4}),
+        );
+        assert_eq!(
+            (
+                pods(&m5, &bottlerocket),
+                kube_memory_mib(&m5, &bottlerocket)
+            ),
+            (110, 1465),
+            "Bottlerocket ignores podsPerCore and reserves for its own count"
+        );
+
+        let windows = context(AMIFamily::Windows2022, serde_json::json!(null));
+        assert_eq!(
+            (pods(&m5, &windows), kube_memory_mib(&m5, &windows)),
+            (110, 1465)
+        );
+        let windows_capacity = capacity(&m5, &windows);
+        assert_eq!(windows_capacity[l::RESOURCE_PRIVATE_IPV4_ADDRESS], 9);
+        assert!(!super::capacity(&m5, &al2023).contains_key(l::RESOURCE_PRIVATE_IPV4_ADDRESS));
+    }
+
+    #[test]
+    fn raid0_gives_the_instance_store_and_soft_eviction_takes_nothing() {
+        let mut m5d = named("m5d.large");
+        m5d.instance_store_gb = Some(75);
+        let mut ctx = context(
+            AMIFamily::AL2023,
+            serde_json::json!({"evictionSoft": {"memory.available": "50%"},
+                               "evictionHard": {"nodefs.available": "100%"}}),
+        );
+        ctx.raid0 = true;
+        assert_eq!(capacity(&m5d, &ctx)["ephemeral-storage"], 75_000_000_000);
+        let eviction = overhead(&m5d, &ctx)
+            .eviction_threshold
+            .expect("eviction")
+            .quantities;
+        assert_eq!(
+            eviction["memory"],
+            100 << 20,
+            "evictionSoft leaves allocatable alone"
+        );
+        assert!(
+            !eviction.contains_key("ephemeral-storage"),
+            "100% turns the threshold off: {eviction:?}"
+        );
+    }
+
+    #[test]
+    fn graviton_keeps_64_mib_before_the_vm_overhead() {
+        let mut info = named("a1.medium");
+        info.arch = l::ARCH_ARM64.into();
+        info.memory_mib = 2048;
+        assert_eq!(memory_capacity_bytes(&info, 0.075), 1835 << 20);
     }
 }

@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod error;
 pub mod instancetype;
 pub mod interruption;
+pub mod limits;
 pub mod nodeclass;
 pub mod provider;
 pub mod quantity;

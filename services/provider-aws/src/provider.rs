@@ -17,7 +17,7 @@ use aws_sdk_ec2::types::{
     TagSpecification, TargetCapacitySpecificationRequest, VolumeType as Ec2VolumeType,
 };
 use base64::Engine as _;
-use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens};
+use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens, InstanceStorePolicy};
 use karpenter_api::labels as l;
 use karpenter_core::requirements::Requirements;
 use karpenter_proto::provider::v1 as pb;
@@ -106,11 +106,7 @@ fn volumes(nc: &NodeClass) -> Vec<Volume> {
     if nc.spec.block_device_mappings.is_empty() {
         return default_volumes(family);
     }
-    let root_device = match family {
-        AMIFamily::Bottlerocket => "/dev/xvdb",
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => "/dev/sda1",
-        _ => "/dev/xvda",
-    };
+    let root_device = ephemeral_device(family);
     let any_root = nc.spec.block_device_mappings.iter().any(|m| m.root_volume);
     nc.spec
         .block_device_mappings
@@ -150,14 +146,51 @@ fn volumes(nc: &NodeClass) -> Vec<Volume> {
         .collect()
 }
 
-/// Bytes of ephemeral storage: the root (or Bottlerocket data) volume.
+/// Bytes of ephemeral storage, as Karpenter finds the kubelet's volume: the
+/// mapping marked `rootVolume`; for Custom the last mapping; otherwise the
+/// family's ephemeral device (sizes taken as written, `100G` is 10^11
+/// bytes); without mappings the family's default (20 GiB for Custom).
 fn ephemeral_storage_bytes(nc: &NodeClass) -> i64 {
-    volumes(nc)
-        .iter()
-        .find(|v| v.root)
-        .and_then(|v| v.size_gib)
-        .unwrap_or(20)
-        .saturating_mul(1 << 30)
+    let family = nc.family();
+    let size = |m: &karpenter_api::ec2nodeclass::BlockDeviceMapping| {
+        m.ebs
+            .as_ref()
+            .and_then(|e| e.volume_size.as_ref())
+            .and_then(|q| {
+                karpenter_core::quantity::parse(&q.0, karpenter_core::quantity::Unit::Base).ok()
+            })
+    };
+    let mappings = &nc.spec.block_device_mappings;
+    let chosen = if mappings.is_empty() {
+        None
+    } else if let Some(root) = mappings.iter().find(|m| m.root_volume) {
+        size(root)
+    } else if family == AMIFamily::Custom {
+        mappings.last().and_then(size)
+    } else {
+        let device = ephemeral_device(family);
+        mappings
+            .iter()
+            .find(|m| m.device_name.as_deref() == Some(device))
+            .and_then(size)
+    };
+    chosen.unwrap_or_else(|| {
+        default_volumes(family)
+            .iter()
+            .find(|v| v.root)
+            .and_then(|v| v.size_gib)
+            .unwrap_or(20)
+            .saturating_mul(1 << 30)
+    })
+}
+
+/// The device the family's kubelet keeps its ephemeral storage on.
+fn ephemeral_device(family: AMIFamily) -> &'static str {
+    match family {
+        AMIFamily::Bottlerocket => "/dev/xvdb",
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 => "/dev/sda1",
+        _ => "/dev/xvda",
+    }
 }
 
 fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
@@ -177,6 +210,8 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
         kubelet: nc.and_then(|nc| nc.spec.kubelet.clone()),
         family: nc.map(NodeClass::family).unwrap_or(AMIFamily::AL2023),
         ephemeral_storage_bytes: nc.map(ephemeral_storage_bytes).unwrap_or(20 << 30),
+        raid0: nc
+            .is_some_and(|nc| nc.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0)),
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
         reserved_enis: settings.reserved_enis,
     }
@@ -1358,18 +1393,56 @@ mod tests {
     }
 
     #[test]
-    fn a_huge_root_volume_saturates_instead_of_overflowing() {
-        let nc = node_class(serde_json::json!({
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "role": "KarpenterNodeRole",
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-            "blockDeviceMappings": [{
-                "deviceName": "/dev/xvda",
-                "rootVolume": true,
-                "ebs": {"volumeSize": "9223372036854775806"}
-            }]
-        }));
-        assert_eq!(ephemeral_storage_bytes(&nc), i64::MAX);
+    fn ephemeral_storage_is_the_kubelets_volume_as_written() {
+        let with = |family: &str, mappings: serde_json::Value| {
+            ephemeral_storage_bytes(&node_class(serde_json::json!({
+                "amiFamily": family,
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "role": "KarpenterNodeRole",
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "blockDeviceMappings": mappings,
+            })))
+        };
+        let bdm = |device: &str, size: &str, root: bool| serde_json::json!({"deviceName": device, "rootVolume": root, "ebs": {"volumeSize": size}});
+        assert_eq!(
+            with(
+                "AL2023",
+                serde_json::json!([bdm("/dev/xvda", "100G", false)])
+            ),
+            100_000_000_000,
+            "decimal sizes are not rounded to GiB"
+        );
+        assert_eq!(
+            with(
+                "AL2023",
+                serde_json::json!([
+                    bdm("/dev/xvda", "20Gi", false),
+                    bdm("/dev/xvdc", "80Gi", true)
+                ])
+            ),
+            80 << 30,
+            "the mapping marked rootVolume wins"
+        );
+        assert_eq!(
+            with(
+                "Custom",
+                serde_json::json!([
+                    bdm("/dev/sda1", "30Gi", false),
+                    bdm("/dev/sdb", "60Gi", false)
+                ])
+            ),
+            60 << 30,
+            "Custom: the last mapping"
+        );
+        assert_eq!(with("Custom", serde_json::json!([])), 20 << 30);
+        assert_eq!(
+            with(
+                "AL2023",
+                serde_json::json!([bdm("/dev/xvda", "9223372036854775806", true)])
+            ),
+            9_223_372_036_854_775_806,
+            "a huge size does not overflow"
+        );
     }
 }

@@ -3,8 +3,15 @@
 
 use karpenter_core::quantity::{self, Unit};
 
+/// `percent`% of `total`, rounded up, computed as the kubelet and Karpenter
+/// do (`total / 100 * percent` in floating point).
+pub fn percent_of(total: i64, percent: f64) -> i64 {
+    ((total.max(0) as f64) / 100.0 * percent).ceil() as i64
+}
+
 /// An eviction threshold: an absolute quantity, or a percentage (0 to 100,
-/// as the kubelet accepts) of `total`, rounded up.
+/// as the kubelet accepts) of `total`, rounded up; `100%` turns the
+/// threshold off, as Karpenter reads it.
 pub fn parse_threshold(text: &str, total: i64) -> Option<i64> {
     match text.trim().strip_suffix('%') {
         Some(percent) => {
@@ -12,7 +19,10 @@ pub fn parse_threshold(text: &str, total: i64) -> Option<i64> {
             if !(0.0..=100.0).contains(&percent) {
                 return None;
             }
-            Some(((total.max(0) as f64) * percent / 100.0).ceil() as i64)
+            if percent == 100.0 {
+                return Some(0);
+            }
+            Some(percent_of(total, percent))
         }
         None => quantity::parse(text.trim(), Unit::Base).ok(),
     }
@@ -28,6 +38,7 @@ mod tests {
         assert_eq!(parse_threshold("100Mi", 1000), Some(100 * 1024 * 1024));
         assert_eq!(parse_threshold("-10%", 1000), None);
         assert_eq!(parse_threshold("150%", 1000), None);
+        assert_eq!(parse_threshold("100%", 1000), Some(0));
         assert_eq!(parse_threshold("abc", 1000), None);
     }
 }

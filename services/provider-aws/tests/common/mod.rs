@@ -44,6 +44,18 @@ pub const QUEUE: &str = "Karpenter-seed-cluster-SpotInterruptionQueue";
 pub const NODE_ROLE: &str = "KarpenterNodeRole-seed-cluster";
 pub const ZONES: [&str; 3] = ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"];
 
+/// Where a world is made: seed 003's region, or another one.
+#[derive(Debug, Clone, Copy)]
+pub struct Place {
+    pub region: &'static str,
+    pub zones: &'static [&'static str],
+}
+
+pub const SEED_PLACE: Place = Place {
+    region: REGION,
+    zones: &ZONES,
+};
+
 /// The actions of seed 003's IAM policy: the only ones the provider may call.
 pub const ALLOWED_ACTIONS: &[&str] = &[
     "ssm:GetParameter",
@@ -533,7 +545,11 @@ pub struct Setup {
 }
 
 pub async fn setup_clients(endpoint: &str) -> Setup {
-    let mut settings = provider_aws::Settings::new(CLUSTER, REGION);
+    setup_clients_in(endpoint, REGION).await
+}
+
+pub async fn setup_clients_in(endpoint: &str, region: &str) -> Setup {
+    let mut settings = provider_aws::Settings::new(CLUSTER, region);
     settings.endpoint_url = Some(endpoint.to_string());
     settings.credentials = Some(("testing".into(), "testing".into()));
     let clients = provider_aws::Clients::new(&settings).await;
@@ -611,6 +627,12 @@ async fn find_ami(ec2: &aws_sdk_ec2::Client, pattern: &str, arch: &str) -> Strin
 /// node role and the interruption queue; fills the proxy's price tables and
 /// the public SSM parameters for `al2023@latest`.
 pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
+    make_world_in(setup, proxy, &ZONES).await
+}
+
+/// [`make_world`] with subnets in `zones` (the first three get the seed's
+/// sizes, the others /24s).
+pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) -> Made {
     use aws_sdk_ec2::types::ResourceType;
     let discovery = [("karpenter.sh/discovery", CLUSTER)];
     let vpc = setup
@@ -626,12 +648,13 @@ pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
         .expect("vpc id")
         .to_string();
     let mut subnets = Vec::new();
-    for (i, zone) in ZONES.iter().enumerate() {
+    for (i, zone) in zones.iter().enumerate() {
         // Different sizes so "most free IPs" is observable.
         let cidr = match i {
             0 => "10.0.0.0/20".to_string(),
             1 => "10.0.16.0/24".to_string(),
-            _ => "10.0.32.0/22".to_string(),
+            2 => "10.0.32.0/22".to_string(),
+            n => format!("10.0.{}.0/24", 100 + n),
         };
         let out = setup
             .ec2
@@ -656,7 +679,7 @@ pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
         .create_subnet()
         .vpc_id(&vpc)
         .cidr_block("10.0.64.0/24")
-        .availability_zone(ZONES[0])
+        .availability_zone(zones[0])
         .send()
         .await
         .expect("create untagged subnet");
@@ -717,7 +740,7 @@ pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
     }
     let mut spot = BTreeMap::new();
     for (t, p) in &on_demand {
-        for (i, zone) in ZONES.iter().enumerate() {
+        for (i, zone) in zones.iter().enumerate() {
             spot.insert((t.clone(), zone.to_string()), p * (0.30 + 0.05 * i as f64));
         }
     }
@@ -758,7 +781,11 @@ pub async fn make_world(setup: &Setup, proxy: &FaultProxy) -> Made {
 
 /// Settings of the provider under test.
 pub fn settings(proxy: &FaultProxy) -> provider_aws::Settings {
-    let mut settings = provider_aws::Settings::new(CLUSTER, REGION);
+    settings_in(proxy, REGION)
+}
+
+pub fn settings_in(proxy: &FaultProxy, region: &str) -> provider_aws::Settings {
+    let mut settings = provider_aws::Settings::new(CLUSTER, region);
     settings.endpoint_url = Some(proxy.url());
     settings.credentials = Some(("testing".into(), "testing".into()));
     settings.kubernetes_version = K8S.into();
@@ -775,15 +802,20 @@ impl World {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut provider_aws::Settings)) -> Self {
+        Self::start_in(SEED_PLACE, tweak).await
+    }
+
+    /// A world in `place` rather than seed 003's region.
+    pub async fn start_in(place: Place, tweak: impl FnOnce(&mut provider_aws::Settings)) -> Self {
         if let Ok(filter) = std::env::var("TEST_LOG") {
             karpenter_runtime::init_tracing(&filter, false);
         }
         let moto = Moto::start().await;
         moto.reset().await;
         let proxy = FaultProxy::start(moto.addr).await;
-        let setup = setup_clients(&moto.url()).await;
-        let made = make_world(&setup, &proxy).await;
-        let mut settings = settings(&proxy);
+        let setup = setup_clients_in(&moto.url(), place.region).await;
+        let made = make_world_in(&setup, &proxy, place.zones).await;
+        let mut settings = settings_in(&proxy, place.region);
         tweak(&mut settings);
         let metrics = karpenter_runtime::Metrics::new("karpenter_provider_aws");
         let service = provider_aws::service(settings, metrics).await;
