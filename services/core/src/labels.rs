@@ -82,6 +82,9 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
 /// Taint key put on nodes until they register (effect `NoExecute`).
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
+/// On a node: its kubelet registered it with its taints, so registration
+/// does not copy the claim's taints onto it.
+pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 
 /// Spot capacity.
 pub const CAPACITY_TYPE_SPOT: &str = "spot";

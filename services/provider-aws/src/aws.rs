@@ -18,14 +18,16 @@ pub struct Settings {
     pub endpoint_url: Option<String>,
     /// Static credentials (tests); otherwise the SDK's default chain.
     pub credentials: Option<(String, String)>,
-    /// Kubernetes minor version, for the EKS-optimized AMI SSM parameters.
-    pub kubernetes_version: String,
-    /// API server endpoint written into user data.
-    pub cluster_endpoint: String,
-    /// Base64 cluster CA bundle written into user data.
+    /// Kubernetes minor version, for the EKS-optimized AMI SSM parameters;
+    /// unset: the cluster's (`eks:DescribeCluster`).
+    pub kubernetes_version: Option<String>,
+    /// API server endpoint written into user data; unset: the cluster's.
+    pub cluster_endpoint: Option<String>,
+    /// Base64 cluster CA bundle written into user data; unset: the cluster's.
     pub cluster_ca_bundle: Option<String>,
-    /// Cluster service CIDR (for AL2023's NodeConfig).
-    pub cluster_cidr: String,
+    /// The cluster's service CIDR (cluster DNS, IP family); unset: the
+    /// cluster's.
+    pub service_cidr: Option<String>,
     /// SQS queue name or URL of interruption events; none disables the stream.
     pub interruption_queue: Option<String>,
     /// Share of memory the hypervisor and OS take before the kubelet sees it.
@@ -56,10 +58,10 @@ impl Settings {
             region: region.into(),
             endpoint_url: None,
             credentials: None,
-            kubernetes_version: "1.31".into(),
-            cluster_endpoint: String::new(),
+            kubernetes_version: None,
+            cluster_endpoint: None,
             cluster_ca_bundle: None,
-            cluster_cidr: "10.100.0.0/16".into(),
+            service_cidr: None,
             interruption_queue: None,
             vm_memory_overhead_percent: 0.075,
             reserved_enis: 0,
@@ -82,6 +84,7 @@ pub struct Clients {
     pub sqs: aws_sdk_sqs::Client,
     pub iam: aws_sdk_iam::Client,
     pub pricing: aws_sdk_pricing::Client,
+    pub eks: aws_sdk_eks::Client,
 }
 
 impl Clients {
@@ -115,6 +118,7 @@ impl Clients {
             sqs: aws_sdk_sqs::Client::new(&shared),
             iam: aws_sdk_iam::Client::new(&shared),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
+            eks: aws_sdk_eks::Client::new(&shared),
         }
     }
 }

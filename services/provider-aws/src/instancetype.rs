@@ -628,6 +628,9 @@ pub fn offerings(
             .cloned()
             .collect()
     };
+    // AL2023 does not run on the first Graviton generation: its types stay
+    // listed, with nothing to launch.
+    let family_runs_it = !(ctx.family == AMIFamily::AL2023 && info.name.starts_with("a1."));
     let mut out = Vec::new();
     for (zone, zone_id) in zones {
         for (capacity_type, supported) in [
@@ -642,8 +645,9 @@ pub fn offerings(
             } else {
                 source.on_demand_price(&info.name)
             };
-            let available =
-                price.is_some() && !source.is_unavailable(&info.name, &zone, capacity_type);
+            let available = family_runs_it
+                && price.is_some()
+                && !source.is_unavailable(&info.name, &zone, capacity_type);
             let mut requirements = vec![
                 req_in(l::CAPACITY_TYPE, [capacity_type]),
                 req_in(l::TOPOLOGY_ZONE, [zone.clone()]),

@@ -20,15 +20,20 @@
 #![forbid(unsafe_code)]
 
 pub mod aws;
+pub mod candidates;
 pub mod catalog;
+pub mod cluster;
 pub mod error;
+pub mod fleet;
 pub mod instancetype;
 pub mod interruption;
 pub mod limits;
 pub mod nodeclass;
 pub mod provider;
 pub mod quantity;
+pub mod templates;
 pub mod userdata;
+pub mod volumes;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -283,8 +288,15 @@ impl CloudProvider for AwsProvider {
         let request = request.into_inner();
         let nc = NodeClass::from_wire("node_class", request.node_class.as_ref())?;
         tracing::Span::current().record("node_class", nc.name.as_str());
-        let response =
-            nodeclass::resolve(&self.provider.clients, &self.provider.settings, &nc).await?;
+        let (cluster, cluster_error) = self.provider.cluster.details().await;
+        let response = nodeclass::resolve(
+            &self.provider.clients,
+            &self.provider.settings,
+            &cluster,
+            cluster_error.as_deref(),
+            &nc,
+        )
+        .await?;
         Ok(Response::new(response))
     }
 

@@ -21,15 +21,22 @@ struct Args {
     /// Endpoint for every AWS API (moto, a proxy); the SDK default otherwise.
     #[arg(long, env = "AWS_ENDPOINT_URL")]
     endpoint_url: Option<String>,
-    /// API server endpoint written into user data.
-    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
-    cluster_endpoint: String,
-    /// Base64 cluster CA bundle written into user data.
+    /// API server endpoint written into user data (default: the cluster's,
+    /// from eks:DescribeCluster).
+    #[arg(long, env = "CLUSTER_ENDPOINT")]
+    cluster_endpoint: Option<String>,
+    /// Base64 cluster CA bundle written into user data (default: the
+    /// cluster's).
     #[arg(long, env = "CLUSTER_CA_BUNDLE")]
     cluster_ca_bundle: Option<String>,
-    /// Kubernetes minor version (EKS-optimized AMI SSM parameters).
-    #[arg(long, env = "KUBERNETES_VERSION", default_value = "1.31")]
-    kubernetes_version: String,
+    /// The cluster's service CIDR, for the cluster DNS address and IP family
+    /// (default: the cluster's).
+    #[arg(long, env = "SERVICE_CIDR")]
+    service_cidr: Option<String>,
+    /// Kubernetes minor version, for the EKS-optimized AMIs (default: the
+    /// cluster's).
+    #[arg(long, env = "KUBERNETES_VERSION")]
+    kubernetes_version: Option<String>,
     /// SQS queue name or URL of interruption events.
     #[arg(long, env = "INTERRUPTION_QUEUE")]
     interruption_queue: Option<String>,
@@ -52,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
     settings.endpoint_url = args.endpoint_url;
     settings.cluster_endpoint = args.cluster_endpoint;
     settings.cluster_ca_bundle = args.cluster_ca_bundle;
+    settings.service_cidr = args.service_cidr;
     settings.kubernetes_version = args.kubernetes_version;
     settings.interruption_queue = args.interruption_queue;
     settings.vm_memory_overhead_percent = args.vm_memory_overhead_percent;

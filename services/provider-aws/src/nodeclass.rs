@@ -13,6 +13,7 @@ use karpenter_api::labels as l;
 use karpenter_proto::provider::v1 as pb;
 
 use crate::aws::{Clients, Settings};
+use crate::cluster::ClusterDetails;
 use crate::error::{Error, error_code};
 
 /// The version of the spec hash scheme.
@@ -213,36 +214,40 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// The instance types the variant's image serves: NVIDIA's drivers only
+    /// NVIDIA GPUs, Neuron's only types with Neuron accelerators, and the
+    /// standard image everything else (AMD GPUs included).
     fn requirements(self, arch: &str) -> Vec<NodeSelectorRequirement> {
-        let mut out = vec![NodeSelectorRequirement {
-            key: l::ARCH.into(),
-            operator: NodeSelectorOperator::In,
-            values: vec![arch.into()],
-        }];
-        let (gpu, acc) = match self {
-            Variant::Standard => (
-                NodeSelectorOperator::DoesNotExist,
-                NodeSelectorOperator::DoesNotExist,
-            ),
-            Variant::Nvidia => (
-                NodeSelectorOperator::Exists,
-                NodeSelectorOperator::DoesNotExist,
-            ),
-            Variant::Neuron => (
-                NodeSelectorOperator::DoesNotExist,
-                NodeSelectorOperator::Exists,
-            ),
+        let requirement = |key: &str, operator, values: &[&str]| NodeSelectorRequirement {
+            key: key.into(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
         };
-        out.push(NodeSelectorRequirement {
-            key: l::AWS_INSTANCE_GPU_COUNT.into(),
-            operator: gpu,
-            values: Vec::new(),
-        });
-        out.push(NodeSelectorRequirement {
-            key: l::AWS_INSTANCE_ACCELERATOR_COUNT.into(),
-            operator: acc,
-            values: Vec::new(),
-        });
+        let mut out = vec![requirement(l::ARCH, NodeSelectorOperator::In, &[arch])];
+        match self {
+            Variant::Standard => {
+                out.push(requirement(
+                    l::AWS_INSTANCE_GPU_MANUFACTURER,
+                    NodeSelectorOperator::NotIn,
+                    &["nvidia"],
+                ));
+                out.push(requirement(
+                    l::AWS_INSTANCE_ACCELERATOR_COUNT,
+                    NodeSelectorOperator::DoesNotExist,
+                    &[],
+                ));
+            }
+            Variant::Nvidia => out.push(requirement(
+                l::AWS_INSTANCE_GPU_MANUFACTURER,
+                NodeSelectorOperator::In,
+                &["nvidia"],
+            )),
+            Variant::Neuron => out.push(requirement(
+                l::AWS_INSTANCE_ACCELERATOR_COUNT,
+                NodeSelectorOperator::Exists,
+                &[],
+            )),
+        }
         out
     }
 }
@@ -340,6 +345,13 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'stati
                     "amd64",
                     Variant::Standard,
                 ),
+                // Bottlerocket's standard x86_64 image carries the Neuron
+                // drivers too.
+                (
+                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
+                    "amd64",
+                    Variant::Neuron,
+                ),
                 (
                     format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"),
                     "arm64",
@@ -434,7 +446,7 @@ async fn describe_images(
 /// AMIs of every term, the newest per architecture and variant.
 pub async fn resolve_amis(
     clients: &Clients,
-    settings: &Settings,
+    kubernetes_version: &str,
     spec: &EC2NodeClassSpec,
 ) -> Result<Vec<AMIStatus>, Error> {
     // (image, variant) candidates
@@ -444,8 +456,12 @@ pub async fn resolve_amis(
             let alias: nc::AMIAlias = alias.parse().map_err(|e: nc::InvalidAMIAlias| {
                 Error::invalid("node_class.spec_json.amiSelectorTerms", e.to_string())
             })?;
-            for (parameter, arch, variant) in alias_parameters(&alias, &settings.kubernetes_version)
-            {
+            // The EKS-optimized images are per Kubernetes version: without
+            // one there is nothing to look up.
+            if kubernetes_version.is_empty() {
+                continue;
+            }
+            for (parameter, arch, variant) in alias_parameters(&alias, kubernetes_version) {
                 let Some(id) = ssm_parameter(clients, &parameter).await? else {
                     continue;
                 };
@@ -737,7 +753,7 @@ pub async fn delete_managed_instance_profile(
             Ok(())
         }
         Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(()),
-        Err(e) => Err(Error::aws("iam:DeleteInstanceProfile", &e)),
+        Err(e) => Err(Error::aws("ssm:GetParameter", &e)),
     }
 }
 
@@ -751,14 +767,54 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pb::Condit
 }
 
 /// Resolves everything and reports it as Karpenter does.
+/// Whether nodes of this class can join the cluster: its endpoint, CA and
+/// service CIDR are known, and the class's user data can be merged.
+fn validation(
+    cluster: &ClusterDetails,
+    cluster_error: Option<&str>,
+    node_class: &NodeClass,
+) -> pb::Condition {
+    let mut problems = Vec::new();
+    let missing = cluster.missing();
+    if !missing.is_empty() {
+        let mut problem = format!(
+            "{} of cluster {:?} unknown",
+            missing.join(", "),
+            cluster.name
+        );
+        if let Some(error) = cluster_error {
+            problem.push_str(&format!(" (eks:DescribeCluster: {error})"));
+        }
+        problems.push(problem);
+    }
+    if let Err(error) =
+        crate::userdata::check(node_class.family(), node_class.spec.user_data.as_deref())
+    {
+        problems.push(format!("spec.userData: {error}"));
+    }
+    let reason = if missing.is_empty() {
+        "UserDataInvalid"
+    } else {
+        "ClusterDetailsUnresolved"
+    };
+    condition(
+        nc::CONDITION_VALIDATION_SUCCEEDED,
+        problems.is_empty(),
+        reason,
+        problems.join("; "),
+    )
+}
+
 pub async fn resolve(
     clients: &Clients,
     settings: &Settings,
+    cluster: &ClusterDetails,
+    cluster_error: Option<&str>,
     node_class: &NodeClass,
 ) -> Result<pb::ResolveNodeClassResponse, Error> {
     let subnets = resolve_subnets(clients, &node_class.spec).await?;
     let groups = resolve_security_groups(clients, &node_class.spec).await?;
-    let amis = resolve_amis(clients, settings, &node_class.spec).await?;
+    let amis = resolve_amis(clients, &cluster.version, &node_class.spec).await?;
     let profile = resolve_instance_profile(clients, settings, node_class).await?;
     let mut conditions = vec![
         condition(
@@ -777,10 +833,14 @@ pub async fn resolve(
             nc::CONDITION_AMIS_READY,
             !amis.is_empty(),
             "AMINotFound",
-            format!(
-                "AMISelector did not match any AMIs; check spec.amiSelectorTerms (for an alias, that the SSM parameters exist for Kubernetes {})",
-                settings.kubernetes_version
-            ),
+            if cluster.version.is_empty() {
+                "AMISelector did not match any AMIs; an alias needs the cluster's Kubernetes version, which is unknown (KUBERNETES_VERSION)".to_string()
+            } else {
+                format!(
+                    "AMISelector did not match any AMIs; check spec.amiSelectorTerms (for an alias, that the SSM parameters exist for Kubernetes {})",
+                    cluster.version
+                )
+            },
         ),
         match &profile {
             Ok(_) => condition(nc::CONDITION_INSTANCE_PROFILE_READY, true, "", String::new()),
@@ -792,6 +852,7 @@ pub async fn resolve(
             ),
         },
     ];
+    conditions.push(validation(cluster, cluster_error, node_class));
     let not_ready: Vec<String> = conditions
         .iter()
         .filter(|c| c.status != "True")

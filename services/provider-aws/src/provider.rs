@@ -3,46 +3,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceType as Ec2InstanceType,
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, OnDemandOptionsRequest,
-    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag,
-    TagSpecification, TargetCapacitySpecificationRequest, VolumeType as Ec2VolumeType,
-};
-use base64::Engine as _;
-use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens, InstanceStorePolicy};
+use aws_sdk_ec2::types::Filter;
+use karpenter_api::ec2nodeclass::{AMIFamily, InstanceStorePolicy};
 use karpenter_api::labels as l;
 use karpenter_core::requirements::Requirements;
 use karpenter_proto::provider::v1 as pb;
 use karpenter_proto::scheduler::v1 as sched;
 
 use crate::aws::{Clients, Settings};
+use crate::candidates::{self, Candidate, requirements_of};
 use crate::catalog::{Catalog, OfferingView};
+use crate::cluster::{Cluster, ClusterDetails};
 use crate::error::{Error, error_code};
+use crate::fleet::{self, Group, Launch};
 use crate::instancetype::{self, Context, TypeInfo};
-use crate::nodeclass::{self, NodeClass, fnv64};
-use crate::userdata;
+use crate::nodeclass::{self, NodeClass};
+use crate::templates;
+use crate::volumes;
 
-/// Most instance types one launch considers (the cheapest).
-pub const MAX_INSTANCE_TYPES: usize = 60;
 /// Fleets one Create tries before reporting insufficient capacity.
 pub const MAX_FLEET_ATTEMPTS: usize = 3;
-/// Fleet error codes that mean "this offering has no capacity now".
-pub const CAPACITY_ERRORS: &[&str] = &[
-    "InsufficientInstanceCapacity",
-    "UnfulfillableCapacity",
-    "MaxSpotInstanceCountExceeded",
-    "VcpuLimitExceeded",
-    "Unsupported",
-    "InsufficientFreeAddressesInSubnet",
-];
 
 pub const DRIFT_AMI: &str = "AMIDrift";
 pub const DRIFT_SUBNET: &str = "SubnetDrift";
@@ -57,140 +39,13 @@ pub struct Provider {
     pub clients: Clients,
     pub settings: Settings,
     pub catalog: Arc<Catalog>,
+    /// The cluster's endpoint, CA, service CIDR and version.
+    pub cluster: Cluster,
     built: std::sync::Mutex<BTreeMap<String, (u64, Built)>>,
     /// When this process last used each launch template, by name.
-    templates_used: std::sync::Mutex<BTreeMap<String, std::time::SystemTime>>,
+    templates_used: std::sync::Mutex<BTreeMap<String, SystemTime>>,
     /// Interruption message id to the receipt handle of its last delivery.
     receipts: std::sync::Mutex<BTreeMap<String, String>>,
-}
-
-/// A block device as the launch template gets it.
-#[derive(Debug, Clone)]
-struct Volume {
-    device: String,
-    size_gib: Option<i64>,
-    volume_type: String,
-    encrypted: bool,
-    delete_on_termination: bool,
-    iops: Option<i64>,
-    throughput: Option<i64>,
-    kms_key_id: Option<String>,
-    snapshot_id: Option<String>,
-    root: bool,
-}
-
-fn default_volumes(family: AMIFamily) -> Vec<Volume> {
-    let volume = |device: &str, gib: i64, root: bool| Volume {
-        device: device.into(),
-        size_gib: Some(gib),
-        volume_type: "gp3".into(),
-        encrypted: true,
-        delete_on_termination: true,
-        iops: None,
-        throughput: None,
-        kms_key_id: None,
-        snapshot_id: None,
-        root,
-    };
-    match family {
-        AMIFamily::Bottlerocket => {
-            vec![volume("/dev/xvda", 4, false), volume("/dev/xvdb", 20, true)]
-        }
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => vec![volume("/dev/sda1", 50, true)],
-        _ => vec![volume("/dev/xvda", 20, true)],
-    }
-}
-
-fn volumes(nc: &NodeClass) -> Vec<Volume> {
-    let family = nc.family();
-    if nc.spec.block_device_mappings.is_empty() {
-        return default_volumes(family);
-    }
-    let root_device = ephemeral_device(family);
-    let any_root = nc.spec.block_device_mappings.iter().any(|m| m.root_volume);
-    nc.spec
-        .block_device_mappings
-        .iter()
-        .filter_map(|m| {
-            let device = m.device_name.clone()?;
-            let ebs = m.ebs.clone().unwrap_or_default();
-            let size_gib = ebs
-                .volume_size
-                .as_ref()
-                .and_then(|q| {
-                    karpenter_core::quantity::parse(&q.0, karpenter_core::quantity::Unit::Base).ok()
-                })
-                .map(|bytes| bytes / (1 << 30) + i64::from(bytes % (1 << 30) != 0));
-            let root = if any_root {
-                m.root_volume
-            } else {
-                device == root_device
-            };
-            Some(Volume {
-                device,
-                size_gib,
-                volume_type: ebs
-                    .volume_type
-                    .and_then(|t| serde_json::to_value(t).ok())
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| "gp3".into()),
-                encrypted: ebs.encrypted.unwrap_or(true),
-                delete_on_termination: ebs.delete_on_termination.unwrap_or(true),
-                iops: ebs.iops,
-                throughput: ebs.throughput,
-                kms_key_id: ebs.kms_key_id,
-                snapshot_id: ebs.snapshot_id,
-                root,
-            })
-        })
-        .collect()
-}
-
-/// Bytes of ephemeral storage, as Karpenter finds the kubelet's volume: the
-/// mapping marked `rootVolume`; for Custom the last mapping; otherwise the
-/// family's ephemeral device (sizes taken as written, `100G` is 10^11
-/// bytes); without mappings the family's default (20 GiB for Custom).
-fn ephemeral_storage_bytes(nc: &NodeClass) -> i64 {
-    let family = nc.family();
-    let size = |m: &karpenter_api::ec2nodeclass::BlockDeviceMapping| {
-        m.ebs
-            .as_ref()
-            .and_then(|e| e.volume_size.as_ref())
-            .and_then(|q| {
-                karpenter_core::quantity::parse(&q.0, karpenter_core::quantity::Unit::Base).ok()
-            })
-    };
-    let mappings = &nc.spec.block_device_mappings;
-    let chosen = if mappings.is_empty() {
-        None
-    } else if let Some(root) = mappings.iter().find(|m| m.root_volume) {
-        size(root)
-    } else if family == AMIFamily::Custom {
-        mappings.last().and_then(size)
-    } else {
-        let device = ephemeral_device(family);
-        mappings
-            .iter()
-            .find(|m| m.device_name.as_deref() == Some(device))
-            .and_then(size)
-    };
-    chosen.unwrap_or_else(|| {
-        default_volumes(family)
-            .iter()
-            .find(|v| v.root)
-            .and_then(|v| v.size_gib)
-            .unwrap_or(20)
-            .saturating_mul(1 << 30)
-    })
-}
-
-/// The device the family's kubelet keeps its ephemeral storage on.
-fn ephemeral_device(family: AMIFamily) -> &'static str {
-    match family {
-        AMIFamily::Bottlerocket => "/dev/xvdb",
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => "/dev/sda1",
-        _ => "/dev/xvda",
-    }
 }
 
 fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
@@ -209,16 +64,12 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
             .unwrap_or_default(),
         kubelet: nc.and_then(|nc| nc.spec.kubelet.clone()),
         family: nc.map(NodeClass::family).unwrap_or(AMIFamily::AL2023),
-        ephemeral_storage_bytes: nc.map(ephemeral_storage_bytes).unwrap_or(20 << 30),
+        ephemeral_storage_bytes: nc.map(volumes::ephemeral_storage_bytes).unwrap_or(20 << 30),
         raid0: nc
             .is_some_and(|nc| nc.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0)),
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
         reserved_enis: settings.reserved_enis,
     }
-}
-
-fn tag(key: impl Into<String>, value: impl Into<String>) -> Tag {
-    Tag::builder().key(key).value(value).build()
 }
 
 fn provider_id(zone: &str, instance_id: &str) -> String {
@@ -239,10 +90,6 @@ pub fn instance_id(provider_id: &str) -> Result<&str, Error> {
         })
 }
 
-fn requirements_of(list: &[sched::Requirement]) -> Option<Requirements> {
-    karpenter_proto::convert::requirements("", list).ok()
-}
-
 /// The instance types an AMI can run on; `None` when its requirements are
 /// not well formed (the AMI is then used for nothing).
 fn ami_requirements(list: &[karpenter_api::NodeSelectorRequirement]) -> Option<Requirements> {
@@ -256,19 +103,15 @@ fn ami_requirements(list: &[karpenter_api::NodeSelectorRequirement]) -> Option<R
         .map(Requirements::from_requirements)
 }
 
-/// A type the launch may use, with its offerings of the chosen capacity type.
-struct Candidate {
-    instance_type: sched::InstanceType,
-    offerings: Vec<sched::Offering>,
-}
-
 impl Provider {
     pub fn new(clients: Clients, settings: Settings) -> Self {
         let catalog = Arc::new(Catalog::new(clients.clone(), settings.clone()));
+        let cluster = Cluster::new(clients.clone(), settings.clone());
         Self {
             clients,
             settings,
             catalog,
+            cluster,
             built: std::sync::Mutex::new(BTreeMap::new()),
             templates_used: std::sync::Mutex::new(BTreeMap::new()),
             receipts: std::sync::Mutex::new(BTreeMap::new()),
@@ -290,129 +133,41 @@ impl Provider {
             .remove(id)
     }
 
-    fn template_used(&self, name: &str) {
+    pub(crate) fn template_used(&self, name: &str) {
         self.templates_used
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), std::time::SystemTime::now());
+            .insert(name.to_string(), SystemTime::now());
     }
 
-    /// This cluster's launch templates (of one node class, if given).
-    async fn launch_templates(
-        &self,
-        node_class: Option<&str>,
-    ) -> Result<Vec<aws_sdk_ec2::types::LaunchTemplate>, Error> {
-        let mut request = self.clients.ec2.describe_launch_templates().filters(
-            Filter::builder()
-                .name("tag:karpenter.k8s.aws/cluster")
-                .values(&self.settings.cluster_name)
-                .build(),
-        );
-        if let Some(node_class) = node_class {
-            request = request.filters(
-                Filter::builder()
-                    .name(format!("tag:{}", l::AWS_EC2_NODE_CLASS))
-                    .values(node_class)
-                    .build(),
-            );
-        }
-        let mut pages = request.into_paginator().send();
-        let mut templates = Vec::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| Error::aws("ec2:DescribeLaunchTemplates", &e))?;
-            templates.extend(page.launch_templates().iter().cloned());
-        }
-        Ok(templates)
+    /// Whether this process made or used the template and the janitor has
+    /// not deleted it since.
+    pub(crate) fn knows_template(&self, name: &str) -> bool {
+        self.template_last_used(name)
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|idle| idle < self.settings.launch_template_ttl)
     }
 
-    /// Deletes launch templates by name (gone already is fine); returns how
-    /// many this call deleted.
-    async fn delete_launch_templates(&self, names: Vec<String>) -> Result<usize, Error> {
-        let mut deleted = 0;
-        for name in names {
-            match self
-                .clients
-                .ec2
-                .delete_launch_template()
-                .launch_template_name(&name)
-                .send()
-                .await
-            {
-                Ok(_) => {
-                    deleted += 1;
-                    tracing::info!(launch_template = %name, "deleted launch template");
-                }
-                Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
-                Err(e) => return Err(Error::aws("ec2:DeleteLaunchTemplate", &e)),
-            }
-            self.templates_used
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
-        }
-        Ok(deleted)
+    pub(crate) fn template_last_used(&self, name: &str) -> Option<SystemTime> {
+        self.templates_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
     }
 
-    /// Deletes this cluster's launch templates that no launch used for
-    /// `launch_template_ttl` (templates of earlier processes count from
-    /// their creation). Returns how many were deleted.
-    pub async fn collect_launch_templates(&self) -> Result<usize, Error> {
-        let now = std::time::SystemTime::now();
-        let mut stale = Vec::new();
-        for template in self.launch_templates(None).await? {
-            let Some(name) = template.launch_template_name() else {
-                continue;
-            };
-            let used = self
-                .templates_used
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(name)
-                .copied();
-            let last = used.or_else(|| {
-                template
-                    .create_time()
-                    .and_then(|t| std::time::SystemTime::try_from(*t).ok())
-            });
-            let idle = last
-                .and_then(|at| now.duration_since(at).ok())
-                .unwrap_or_default();
-            if idle >= self.settings.launch_template_ttl {
-                stale.push(name.to_string());
-            }
-        }
-        self.delete_launch_templates(stale).await
+    pub(crate) fn forget_template(&self, name: &str) {
+        self.templates_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
     }
 
     /// Releases what the provider made for a node class being deleted: its
     /// launch templates and its managed instance profile.
     pub async fn finalize_node_class(&self, nc: &NodeClass) -> Result<(), Error> {
-        let names = self
-            .launch_templates(Some(&nc.name))
-            .await?
-            .iter()
-            .filter_map(|t| t.launch_template_name().map(str::to_string))
-            .collect();
-        self.delete_launch_templates(names).await?;
+        self.delete_node_class_templates(nc).await?;
         nodeclass::delete_managed_instance_profile(&self.clients, &self.settings, nc).await
-    }
-
-    /// Collects unused launch templates every `janitor_interval` until the
-    /// provider is dropped.
-    pub fn spawn_launch_template_janitor(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let every = self.settings.janitor_interval;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(provider) = weak.upgrade() else {
-                    return;
-                };
-                if let Err(error) = provider.collect_launch_templates().await {
-                    tracing::warn!(%error, "collecting unused launch templates failed");
-                }
-            }
-        });
     }
 
     /// The scheduler's instance types for a node class (its zones, kubelet
@@ -486,6 +241,24 @@ impl Provider {
         }
     }
 
+    /// The cluster's details, or why nodes could not join it now.
+    pub async fn cluster_details(&self) -> Result<ClusterDetails, Error> {
+        let (details, error) = self.cluster.details().await;
+        let missing = details.missing();
+        if missing.is_empty() {
+            return Ok(details);
+        }
+        let mut message = format!(
+            "nodes cannot join cluster {:?}: {} unknown",
+            details.name,
+            missing.join(", ")
+        );
+        if let Some(error) = error {
+            message.push_str(&format!(" (eks:DescribeCluster: {error})"));
+        }
+        Err(Error::NotReady(message))
+    }
+
     /// Launches an instance for the claim (or returns the one already launched for it).
     pub async fn create(&self, claim: &pb::NodeClaim) -> Result<pb::Instance, Error> {
         if claim.name.is_empty() {
@@ -496,6 +269,7 @@ impl Provider {
         }
         let nc = NodeClass::from_wire("node_claim.node_class", claim.node_class.as_ref())?;
         Self::ensure_ready(&nc)?;
+        let cluster = self.cluster_details().await?;
         let requirements =
             karpenter_proto::convert::requirements("node_claim.requirements", &claim.requirements)
                 .map_err(|e| Error::invalid(e.field.clone(), e.message.clone()))?;
@@ -505,10 +279,12 @@ impl Provider {
         }
         let requests = karpenter_proto::convert::resources(claim.resources.as_ref());
         let mut failed: Vec<pb::FailedOffering> = Vec::new();
+        let mut templates_gone = false;
         for attempt in 0..MAX_FLEET_ATTEMPTS {
-            let types = self.instance_types(Some(&nc)).await?;
+            let built = self.instance_types(Some(&nc)).await?;
+            let types: Vec<sched::InstanceType> = built.iter().map(|(_, it)| it.clone()).collect();
             let (capacity_type, candidates) =
-                self.candidates(claim, &requirements, &requests, &types)?;
+                candidates::select(claim, &requirements, &requests, &types)?;
             if candidates.is_empty() {
                 if failed.is_empty() {
                     return Err(Error::NoCompatibleInstanceTypes(format!(
@@ -518,30 +294,22 @@ impl Provider {
                 }
                 break;
             }
-            let token = if attempt == 0 {
-                claim.name.clone()
-            } else {
-                format!("{}-{attempt}", claim.name)
-            };
+            let groups = self.template_groups(&cluster, claim, &nc, capacity_type, &candidates)?;
+            for group in &groups {
+                self.ensure_launch_template(&group.template).await?;
+            }
+            let token = fleet::client_token(&claim.name, attempt);
             match self
-                .launch(claim, &nc, capacity_type, &candidates, &token)
+                .fleet(claim, &nc, capacity_type, &groups, &token)
                 .await?
             {
-                Launch::Launched(instance_id, skipped) => {
+                Launch::Launched(instance, skipped) => {
                     for o in &skipped {
                         self.catalog
                             .mark_unavailable(&o.instance_type, &o.zone, &o.capacity_type);
                     }
                     let view = self.catalog.offering_view().await?;
-                    let instance = self.describe(&instance_id).await?.ok_or_else(|| {
-                        Error::Internal(format!("launched {instance_id} but cannot describe it"))
-                    })?;
-                    return Ok(self.to_wire(
-                        &instance,
-                        Some(&nc),
-                        &view,
-                        &candidates_types(&candidates),
-                    ));
+                    return Ok(self.to_wire(&instance, Some(&nc), &view, &types));
                 }
                 Launch::InsufficientCapacity(offerings) => {
                     for o in &offerings {
@@ -555,6 +323,26 @@ impl Provider {
                     );
                     failed.extend(offerings);
                 }
+                // Another replica's janitor deleted a template between our
+                // look and the fleet: make it again, once.
+                Launch::TemplateGone if !templates_gone => {
+                    templates_gone = true;
+                    for group in &groups {
+                        self.forget_template(&group.template.name);
+                    }
+                }
+                Launch::TemplateGone => {
+                    return Err(Error::Aws {
+                        action: "ec2:CreateFleet",
+                        message: "the launch template was deleted while launching, twice".into(),
+                    });
+                }
+                Launch::Failed(message) => {
+                    return Err(Error::Aws {
+                        action: "ec2:CreateFleet",
+                        message,
+                    });
+                }
             }
         }
         Err(Error::InsufficientCapacity {
@@ -567,476 +355,57 @@ impl Provider {
         })
     }
 
-    fn candidates(
+    /// The launch templates of a launch: each candidate goes with the
+    /// first (newest) AMI whose requirements it meets, and the types of an
+    /// AMI are split by the pods their user data sets.
+    fn template_groups<'c>(
         &self,
-        claim: &pb::NodeClaim,
-        requirements: &Requirements,
-        requests: &karpenter_core::resources::Resources,
-        types: &[(TypeInfo, sched::InstanceType)],
-    ) -> Result<(&'static str, Vec<Candidate>), Error> {
-        let allowed = |ct: &str| requirements.get(l::CAPACITY_TYPE).is_none_or(|r| r.has(ct));
-        let mut compatible: Vec<(sched::InstanceType, Vec<sched::Offering>)> = Vec::new();
-        for (_, it) in types {
-            if !claim.instance_types.is_empty() && !claim.instance_types.contains(&it.name) {
-                continue;
-            }
-            let Some(type_reqs) = requirements_of(&it.requirements) else {
-                continue;
-            };
-            if type_reqs.intersects(requirements).is_err() {
-                continue;
-            }
-            let allocatable = karpenter_core::resources::Resources::from_map(
-                &karpenter_proto::convert::allocatable(it),
-            );
-            if !requests.fits(&allocatable) {
-                continue;
-            }
-            let offerings: Vec<sched::Offering> = it
-                .offerings
-                .iter()
-                .filter(|o| o.available)
-                .filter(|o| {
-                    requirements_of(&o.requirements)
-                        .is_some_and(|r| r.intersects(requirements).is_ok())
-                })
-                .cloned()
-                .collect();
-            if !offerings.is_empty() {
-                compatible.push((it.clone(), offerings));
-            }
-        }
-        let spot_available = allowed(l::CAPACITY_TYPE_SPOT)
-            && compatible
-                .iter()
-                .any(|(_, os)| os.iter().any(|o| o.capacity_type == l::CAPACITY_TYPE_SPOT));
-        let capacity_type = if spot_available {
-            l::CAPACITY_TYPE_SPOT
-        } else {
-            l::CAPACITY_TYPE_ON_DEMAND
-        };
-        let mut candidates: Vec<Candidate> = compatible
-            .into_iter()
-            .filter_map(|(it, offerings)| {
-                let offerings: Vec<sched::Offering> = offerings
-                    .into_iter()
-                    .filter(|o| o.capacity_type == capacity_type)
-                    .collect();
-                (!offerings.is_empty()).then_some(Candidate {
-                    instance_type: it,
-                    offerings,
-                })
-            })
-            .collect();
-        let cheapest = |c: &Candidate| {
-            c.offerings
-                .iter()
-                .map(|o| o.price)
-                .fold(f64::INFINITY, f64::min)
-        };
-        candidates.sort_by(|a, b| {
-            cheapest(a)
-                .total_cmp(&cheapest(b))
-                .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
-        });
-        if !claim.instance_types.is_empty() {
-            candidates.sort_by_key(|c| {
-                claim
-                    .instance_types
-                    .iter()
-                    .position(|n| *n == c.instance_type.name)
-                    .unwrap_or(usize::MAX)
-            });
-        }
-        candidates.truncate(MAX_INSTANCE_TYPES);
-        // minValues must still hold over the types the launch may use.
-        for wanted in &claim.requirements {
-            let Some(min) = wanted.min_values.filter(|m| *m > 0) else {
-                continue;
-            };
-            let distinct: BTreeSet<&str> = candidates
-                .iter()
-                .filter_map(|c| {
-                    c.instance_type
-                        .requirements
-                        .iter()
-                        .find(|r| r.key == wanted.key && r.operator == sched::Operator::In as i32)
-                        .and_then(|r| r.values.first())
-                        .map(String::as_str)
-                })
-                .collect();
-            if distinct.len() < min as usize {
-                return Err(Error::NoCompatibleInstanceTypes(format!(
-                    "minValues {min} of {:?} cannot be met: the {} cheapest compatible types offer only {} value(s) {:?}",
-                    wanted.key,
-                    candidates.len(),
-                    distinct.len(),
-                    distinct
-                )));
-            }
-        }
-        Ok((capacity_type, candidates))
-    }
-
-    fn instance_tags(&self, claim: &pb::NodeClaim, nc: &NodeClass) -> Vec<(String, String)> {
-        let mut tags: BTreeMap<String, String> = nc.spec.tags.clone();
-        tags.insert(
-            format!("kubernetes.io/cluster/{}", self.settings.cluster_name),
-            "owned".into(),
-        );
-        tags.insert(l::TAG_NODE_POOL.into(), claim.node_pool.clone());
-        tags.insert(l::TAG_NODE_CLAIM.into(), claim.name.clone());
-        tags.insert(l::TAG_NODE_CLASS.into(), nc.name.clone());
-        tags.insert(
-            l::TAG_EKS_CLUSTER_NAME.into(),
-            self.settings.cluster_name.clone(),
-        );
-        tags.into_iter().collect()
-    }
-
-    async fn launch(
-        &self,
+        cluster: &ClusterDetails,
         claim: &pb::NodeClaim,
         nc: &NodeClass,
-        capacity_type: &'static str,
-        candidates: &[Candidate],
-        token: &str,
-    ) -> Result<Launch, Error> {
-        // One launch template per AMI; each type goes with the first AMI whose
-        // requirements it meets (newest first).
-        let mut by_ami: BTreeMap<String, Vec<&Candidate>> = BTreeMap::new();
-        let mut ami_order: Vec<String> = Vec::new();
+        capacity_type: &str,
+        candidates: &'c [Candidate],
+    ) -> Result<Vec<Group<'c>>, Error> {
+        let mut keys: Vec<(String, i64)> = Vec::new();
+        let mut members: BTreeMap<(String, i64), Vec<&'c Candidate>> = BTreeMap::new();
         for candidate in candidates {
             let Some(type_reqs) = requirements_of(&candidate.instance_type.requirements) else {
                 continue;
             };
-            let ami = nc.status.amis.iter().find(|ami| {
+            let Some(ami) = nc.status.amis.iter().find(|ami| {
                 ami_requirements(&ami.requirements)
                     .is_some_and(|r| r.intersects(&type_reqs).is_ok())
-            });
-            if let Some(ami) = ami {
-                if !by_ami.contains_key(&ami.id) {
-                    ami_order.push(ami.id.clone());
-                }
-                by_ami.entry(ami.id.clone()).or_default().push(candidate);
+            }) else {
+                continue;
+            };
+            let key = (ami.id.clone(), candidate.pods());
+            if !members.contains_key(&key) {
+                keys.push(key.clone());
             }
+            members.entry(key).or_default().push(candidate);
         }
-        if by_ami.is_empty() {
+        if keys.is_empty() {
             return Err(Error::NoCompatibleInstanceTypes(
-                "no resolved AMI serves any of the compatible instance types (check the AMIs' architectures)".into(),
+                "no resolved AMI serves any of the compatible instance types (check the AMIs' architectures and variants)".into(),
             ));
         }
-        let tags = self.instance_tags(claim, nc);
-        let mut configs = Vec::new();
-        let mut subnet_zone: BTreeMap<String, String> = BTreeMap::new();
-        let mut by_zone: BTreeMap<String, &nodeclass::Subnet> = BTreeMap::new();
-        let subnets: Vec<nodeclass::Subnet> = nc
-            .status
-            .subnets
-            .iter()
-            .map(|s| nodeclass::Subnet {
-                id: s.id.clone(),
-                zone: s.zone.clone(),
-                zone_id: s.zone_id.clone(),
-                free_ips: 0,
-            })
-            .collect();
-        // Status subnets are ordered by free IPs (most first) when resolved.
-        for subnet in &subnets {
-            by_zone.entry(subnet.zone.clone()).or_insert(subnet);
-            subnet_zone.insert(subnet.id.clone(), subnet.zone.clone());
-        }
-        for ami in &ami_order {
-            let template = self.ensure_launch_template(claim, nc, ami, &tags).await?;
-            let mut overrides = Vec::new();
-            for candidate in &by_ami[ami] {
-                for offering in &candidate.offerings {
-                    let Some(subnet) = by_zone.get(&offering.zone) else {
-                        continue;
-                    };
-                    overrides.push(
-                        FleetLaunchTemplateOverridesRequest::builder()
-                            .instance_type(Ec2InstanceType::from(
-                                candidate.instance_type.name.as_str(),
-                            ))
-                            .subnet_id(&subnet.id)
-                            .availability_zone(&subnet.zone)
-                            .build(),
-                    );
-                }
-            }
-            if overrides.is_empty() {
-                continue;
-            }
-            configs.push(
-                FleetLaunchTemplateConfigRequest::builder()
-                    .launch_template_specification(
-                        FleetLaunchTemplateSpecificationRequest::builder()
-                            .launch_template_name(template)
-                            .version("$Latest")
-                            .build(),
-                    )
-                    .set_overrides(Some(overrides))
-                    .build(),
-            );
-        }
-        let ec2_tags: Vec<Tag> = tags.iter().map(|(k, v)| tag(k, v)).collect();
-        let target = TargetCapacitySpecificationRequest::builder()
-            .total_target_capacity(1)
-            .default_target_capacity_type(if capacity_type == l::CAPACITY_TYPE_SPOT {
-                DefaultTargetCapacityType::Spot
-            } else {
-                DefaultTargetCapacityType::OnDemand
-            })
-            .build();
-        let mut request = self
-            .clients
-            .ec2
-            .create_fleet()
-            .r#type(FleetType::Instant)
-            .client_token(token)
-            .target_capacity_specification(target)
-            .set_launch_template_configs(Some(configs))
-            .tag_specifications(
-                TagSpecification::builder()
-                    .resource_type(ResourceType::Instance)
-                    .set_tags(Some(ec2_tags.clone()))
-                    .build(),
-            )
-            .tag_specifications(
-                TagSpecification::builder()
-                    .resource_type(ResourceType::Volume)
-                    .set_tags(Some(ec2_tags))
-                    .build(),
-            );
-        request = if capacity_type == l::CAPACITY_TYPE_SPOT {
-            request.spot_options(
-                SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
-                    .build(),
-            )
-        } else {
-            request.on_demand_options(
-                OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
-                    .build(),
-            )
-        };
-        let out = request
-            .send()
-            .await
-            .map_err(|e| Error::aws("ec2:CreateFleet", &e))?;
-        let launched = out
-            .instances()
-            .iter()
-            .flat_map(|i| i.instance_ids())
-            .next()
-            .cloned();
-        let mut ice = Vec::new();
-        let mut other = Vec::new();
-        for error in out.errors() {
-            let code = error.error_code().unwrap_or_default();
-            let overrides = error
-                .launch_template_and_overrides()
-                .and_then(|lt| lt.overrides());
-            let instance_type = overrides
-                .and_then(|o| o.instance_type())
-                .map(|t| t.as_str().to_string())
-                .unwrap_or_default();
-            let zone = overrides
-                .and_then(|o| o.availability_zone().map(str::to_string))
-                .or_else(|| {
-                    overrides
-                        .and_then(|o| o.subnet_id())
-                        .and_then(|s| subnet_zone.get(s).cloned())
+        keys.into_iter()
+            .map(|key| {
+                let template = templates::Spec::new(
+                    &self.settings,
+                    cluster,
+                    nc,
+                    claim,
+                    capacity_type,
+                    &key.0,
+                    key.1,
+                )?;
+                Ok(Group {
+                    template,
+                    candidates: members.remove(&key).unwrap_or_default(),
                 })
-                .unwrap_or_default();
-            if CAPACITY_ERRORS.contains(&code) {
-                ice.push(pb::FailedOffering {
-                    instance_type,
-                    zone,
-                    capacity_type: capacity_type.to_string(),
-                });
-            } else {
-                other.push(format!(
-                    "{code}: {}",
-                    error.error_message().unwrap_or_default()
-                ));
-            }
-        }
-        if let Some(id) = launched {
-            // Offerings the fleet skipped for capacity are remembered even
-            // when another one launched.
-            return Ok(Launch::Launched(id, ice));
-        }
-        if !other.is_empty() && ice.is_empty() {
-            return Err(Error::Aws {
-                action: "ec2:CreateFleet",
-                message: other.join("; "),
-            });
-        }
-        if ice.is_empty() {
-            return Err(Error::Aws {
-                action: "ec2:CreateFleet",
-                message: "the fleet launched nothing and reported no error".into(),
-            });
-        }
-        Ok(Launch::InsufficientCapacity(ice))
-    }
-
-    /// Finds the launch template for this AMI and configuration by name, or
-    /// creates it (a template made by an earlier attempt is reused).
-    async fn ensure_launch_template(
-        &self,
-        claim: &pb::NodeClaim,
-        nc: &NodeClass,
-        ami: &str,
-        tags: &[(String, String)],
-    ) -> Result<String, Error> {
-        let family = nc.family();
-        let mut labels: BTreeMap<String, String> = claim.labels.clone().into_iter().collect();
-        labels.insert(l::NODE_POOL.into(), claim.node_pool.clone());
-        labels.insert(l::AWS_EC2_NODE_CLASS.into(), nc.name.clone());
-        let mut taints: Vec<String> = claim
-            .taints
-            .iter()
-            .chain(&claim.startup_taints)
-            .map(|t| {
-                let effect = match sched::TaintEffect::try_from(t.effect) {
-                    Ok(sched::TaintEffect::NoExecute) => "NoExecute",
-                    Ok(sched::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
-                    _ => "NoSchedule",
-                };
-                if t.value.is_empty() {
-                    format!("{}:{effect}", t.key)
-                } else {
-                    format!("{}={}:{effect}", t.key, t.value)
-                }
             })
-            .collect();
-        taints.push(userdata::unregistered_taint());
-        let bootstrap = userdata::Bootstrap {
-            cluster_name: &self.settings.cluster_name,
-            cluster_endpoint: &self.settings.cluster_endpoint,
-            ca_bundle: self.settings.cluster_ca_bundle.as_deref(),
-            cluster_cidr: &self.settings.cluster_cidr,
-            labels: &labels,
-            taints: &taints,
-            kubelet: nc.spec.kubelet.as_ref(),
-            user_data: nc.spec.user_data.as_deref(),
-        };
-        let user_data = userdata::render(family, &bootstrap);
-        let metadata = nc_metadata(nc);
-        let volumes = volumes(nc);
-        let groups: Vec<String> = nc
-            .status
-            .security_groups
-            .iter()
-            .map(|g| g.id.clone())
-            .collect();
-        let profile = nc.status.instance_profile.clone().unwrap_or_default();
-        let fingerprint = format!(
-            "{}|{ami}|{user_data}|{groups:?}|{profile}|{volumes:?}|{metadata:?}|{tags:?}|{:?}",
-            self.settings.cluster_name, nc.spec.associate_public_ip_address
-        );
-        let name = format!("karpenter.k8s.aws/{}", fnv64(fingerprint.as_bytes()));
-        match self
-            .clients
-            .ec2
-            .describe_launch_templates()
-            .launch_template_names(&name)
-            .send()
-            .await
-        {
-            Ok(out) if !out.launch_templates().is_empty() => {
-                self.template_used(&name);
-                return Ok(name);
-            }
-            Ok(_) => {}
-            Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
-            Err(e) => return Err(Error::aws("ec2:DescribeLaunchTemplates", &e)),
-        }
-        let mappings: Vec<LaunchTemplateBlockDeviceMappingRequest> = volumes
-            .iter()
-            .map(|v| {
-                LaunchTemplateBlockDeviceMappingRequest::builder()
-                    .device_name(&v.device)
-                    .ebs(
-                        LaunchTemplateEbsBlockDeviceRequest::builder()
-                            .set_volume_size(v.size_gib.map(|g| g as i32))
-                            .volume_type(Ec2VolumeType::from(v.volume_type.as_str()))
-                            .encrypted(v.encrypted)
-                            .delete_on_termination(v.delete_on_termination)
-                            .set_iops(v.iops.map(|i| i as i32))
-                            .set_throughput(v.throughput.map(|t| t as i32))
-                            .set_kms_key_id(v.kms_key_id.clone())
-                            .set_snapshot_id(v.snapshot_id.clone())
-                            .build(),
-                    )
-                    .build()
-            })
-            .collect();
-        let mut data = RequestLaunchTemplateData::builder()
-            .image_id(ami)
-            .user_data(base64::engine::general_purpose::STANDARD.encode(user_data))
-            .iam_instance_profile(
-                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
-                    .name(&profile)
-                    .build(),
-            )
-            .set_block_device_mappings(Some(mappings))
-            .metadata_options(metadata);
-        data = match nc.spec.associate_public_ip_address {
-            Some(public) => data.network_interfaces(
-                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                    .device_index(0)
-                    .associate_public_ip_address(public)
-                    .set_groups(Some(groups))
-                    .build(),
-            ),
-            None => data.set_security_group_ids(Some(groups)),
-        };
-        let lt_tags: Vec<Tag> = [
-            (
-                format!("kubernetes.io/cluster/{}", self.settings.cluster_name),
-                "owned".to_string(),
-            ),
-            (
-                "karpenter.k8s.aws/cluster".to_string(),
-                self.settings.cluster_name.clone(),
-            ),
-            (l::AWS_EC2_NODE_CLASS.to_string(), nc.name.clone()),
-        ]
-        .into_iter()
-        .map(|(k, v)| tag(k, v))
-        .collect();
-        match self
-            .clients
-            .ec2
-            .create_launch_template()
-            .launch_template_name(&name)
-            .launch_template_data(data.build())
-            .tag_specifications(
-                TagSpecification::builder()
-                    .resource_type(ResourceType::LaunchTemplate)
-                    .set_tags(Some(lt_tags))
-                    .build(),
-            )
-            .send()
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(launch_template = %name, ami, "created launch template");
-                self.template_used(&name);
-                Ok(name)
-            }
-            // Another Create made it first: use it.
-            Err(e) if error_code(&e).is_some_and(|c| c.contains("AlreadyExists")) => {
-                self.template_used(&name);
-                Ok(name)
-            }
-            Err(e) => Err(Error::aws("ec2:CreateLaunchTemplate", &e)),
-        }
+            .collect()
     }
 
     /// Describes one instance; `None` when it does not exist.
@@ -1086,19 +455,18 @@ impl Provider {
         Ok(out)
     }
 
+    /// This cluster's live instances of Karpenter's: every one carries the
+    /// node-claim and node-pool tags (and only those tagged with a node pool
+    /// may be terminated under Karpenter's IAM policy).
     fn live_filters(&self) -> Vec<Filter> {
+        let tag_key = |key: &str| Filter::builder().name("tag-key").values(key).build();
         vec![
             Filter::builder()
-                .name(format!(
-                    "tag:kubernetes.io/cluster/{}",
-                    self.settings.cluster_name
-                ))
+                .name(format!("tag:{}", templates::cluster_tag(&self.settings)))
                 .values("owned")
                 .build(),
-            Filter::builder()
-                .name("tag-key")
-                .values(l::TAG_NODE_CLAIM)
-                .build(),
+            tag_key(l::TAG_NODE_CLAIM),
+            tag_key(l::TAG_NODE_POOL),
             Filter::builder()
                 .name("instance-state-name")
                 .values("pending")
@@ -1332,117 +700,9 @@ impl Provider {
     }
 }
 
-enum Launch {
-    /// The instance, and offerings the fleet skipped for capacity.
-    Launched(String, Vec<pb::FailedOffering>),
-    InsufficientCapacity(Vec<pb::FailedOffering>),
-}
-
-fn candidates_types(candidates: &[Candidate]) -> Vec<sched::InstanceType> {
-    candidates.iter().map(|c| c.instance_type.clone()).collect()
-}
-
 fn is_gone(instance: &aws_sdk_ec2::types::Instance) -> bool {
     matches!(
         instance.state().and_then(|s| s.name()).map(|n| n.as_str()),
         Some("terminated") | Some("shutting-down")
     )
-}
-
-fn nc_metadata(nc: &NodeClass) -> LaunchTemplateInstanceMetadataOptionsRequest {
-    let defaults = karpenter_api::ec2nodeclass::MetadataOptions::default();
-    let set = nc.spec.metadata_options.clone().unwrap_or_default();
-    let endpoint = set.http_endpoint.or(defaults.http_endpoint);
-    let ipv6 = set.http_protocol_ipv6.or(defaults.http_protocol_ipv6);
-    let hops = set
-        .http_put_response_hop_limit
-        .or(defaults.http_put_response_hop_limit)
-        .unwrap_or(1);
-    let tokens = set.http_tokens.or(defaults.http_tokens);
-    LaunchTemplateInstanceMetadataOptionsRequest::builder()
-        .http_endpoint(match endpoint {
-            Some(EndpointState::Disabled) => LaunchTemplateInstanceMetadataEndpointState::Disabled,
-            _ => LaunchTemplateInstanceMetadataEndpointState::Enabled,
-        })
-        .http_protocol_ipv6(match ipv6 {
-            Some(EndpointState::Enabled) => LaunchTemplateInstanceMetadataProtocolIpv6::Enabled,
-            _ => LaunchTemplateInstanceMetadataProtocolIpv6::Disabled,
-        })
-        .http_put_response_hop_limit(hops as i32)
-        .http_tokens(match tokens {
-            Some(HttpTokens::Optional) => LaunchTemplateHttpTokensState::Optional,
-            _ => LaunchTemplateHttpTokensState::Required,
-        })
-        .build()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node_class(spec: serde_json::Value) -> NodeClass {
-        NodeClass::from_wire(
-            "node_class",
-            Some(&pb::NodeClass {
-                name: "default".into(),
-                spec_json: spec.to_string(),
-                ..Default::default()
-            }),
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn ephemeral_storage_is_the_kubelets_volume_as_written() {
-        let with = |family: &str, mappings: serde_json::Value| {
-            ephemeral_storage_bytes(&node_class(serde_json::json!({
-                "amiFamily": family,
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "role": "KarpenterNodeRole",
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-                "blockDeviceMappings": mappings,
-            })))
-        };
-        let bdm = |device: &str, size: &str, root: bool| serde_json::json!({"deviceName": device, "rootVolume": root, "ebs": {"volumeSize": size}});
-        assert_eq!(
-            with(
-                "AL2023",
-                serde_json::json!([bdm("/dev/xvda", "100G", false)])
-            ),
-            100_000_000_000,
-            "decimal sizes are not rounded to GiB"
-        );
-        assert_eq!(
-            with(
-                "AL2023",
-                serde_json::json!([
-                    bdm("/dev/xvda", "20Gi", false),
-                    bdm("/dev/xvdc", "80Gi", true)
-                ])
-            ),
-            80 << 30,
-            "the mapping marked rootVolume wins"
-        );
-        assert_eq!(
-            with(
-                "Custom",
-                serde_json::json!([
-                    bdm("/dev/sda1", "30Gi", false),
-                    bdm("/dev/sdb", "60Gi", false)
-                ])
-            ),
-            60 << 30,
-            "Custom: the last mapping"
-        );
-        assert_eq!(with("Custom", serde_json::json!([])), 20 << 30);
-        assert_eq!(
-            with(
-                "AL2023",
-                serde_json::json!([bdm("/dev/xvda", "9223372036854775806", true)])
-            ),
-            9_223_372_036_854_775_806,
-            "a huge size does not overflow"
-        );
-    }
 }

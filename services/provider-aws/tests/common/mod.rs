@@ -21,6 +21,8 @@
 
 #![allow(dead_code)]
 
+pub mod userdata;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -336,6 +338,7 @@ impl FaultProxy {
         let action = target
             .clone()
             .or_else(|| fields.get("Action").cloned())
+            .or_else(|| rest_action(&service, parts.method.as_str(), parts.uri.path()))
             .unwrap_or_default();
         let qualified = format!("{service}:{action}");
         self.with(|s| s.actions.push(qualified.clone()));
@@ -493,6 +496,17 @@ impl FaultProxy {
     }
 }
 
+/// The action of a REST call (EKS names it by method and path).
+fn rest_action(service: &str, method: &str, path: &str) -> Option<String> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (service, method, segments.as_slice()) {
+        ("eks", "GET", ["clusters", _]) => Some("DescribeCluster".into()),
+        ("eks", "POST", ["clusters"]) => Some("CreateCluster".into()),
+        ("eks", "GET", ["clusters"]) => Some("ListClusters".into()),
+        _ => None,
+    }
+}
+
 async fn forward(
     upstream: SocketAddr,
     parts: http::request::Parts,
@@ -542,6 +556,7 @@ pub struct Setup {
     pub ec2: aws_sdk_ec2::Client,
     pub iam: aws_sdk_iam::Client,
     pub sqs: aws_sdk_sqs::Client,
+    pub eks: aws_sdk_eks::Client,
 }
 
 pub async fn setup_clients(endpoint: &str) -> Setup {
@@ -557,6 +572,7 @@ pub async fn setup_clients_in(endpoint: &str, region: &str) -> Setup {
         ec2: clients.ec2,
         iam: clients.iam,
         sqs: clients.sqs,
+        eks: clients.eks,
     }
 }
 
@@ -702,6 +718,22 @@ pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) ->
         .send()
         .await
         .expect("create role");
+    // The EKS cluster the provider learns its endpoint, CA, service CIDR
+    // (moto's default, 172.20.0.0/16) and version from.
+    setup
+        .eks
+        .create_cluster()
+        .name(CLUSTER)
+        .version(K8S)
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(subnets.iter().map(|(id, _)| id.clone()).collect()))
+                .build(),
+        )
+        .send()
+        .await
+        .expect("create the EKS cluster");
     let queue = setup
         .sqs
         .create_queue()
@@ -788,9 +820,6 @@ pub fn settings_in(proxy: &FaultProxy, region: &str) -> provider_aws::Settings {
     let mut settings = provider_aws::Settings::new(CLUSTER, region);
     settings.endpoint_url = Some(proxy.url());
     settings.credentials = Some(("testing".into(), "testing".into()));
-    settings.kubernetes_version = K8S.into();
-    settings.cluster_endpoint = "https://seed-cluster.example".into();
-    settings.cluster_ca_bundle = Some("Q0EK".into());
     settings.interruption_queue = Some(QUEUE.into());
     settings.interruption_wait_seconds = 1;
     settings

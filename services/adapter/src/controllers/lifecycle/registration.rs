@@ -20,8 +20,7 @@ use crate::index::Index;
 use crate::metrics::{PoolLabels, PoolZoneLabels};
 use crate::patch;
 
-/// Nodes with this label set to `true` keep their own taints.
-pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+use karpenter_core::labels::DO_NOT_SYNC_TAINTS;
 
 /// Registers the claim's Node; returns it as written (for initialization
 /// to read without waiting for the watch).
