@@ -862,6 +862,36 @@ mod tests {
         );
     }
 
+    struct Priced;
+
+    impl OfferingSource for Priced {
+        fn on_demand_price(&self, _: &str) -> Option<f64> {
+            Some(0.1)
+        }
+        fn spot_price(&self, _: &str, _: &str) -> Option<f64> {
+            Some(0.05)
+        }
+        fn is_unavailable(&self, _: &str, _: &str, _: &str) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn al2023_does_not_launch_the_first_graviton_generation() {
+        let mut a1 = named("a1.large");
+        a1.arch = l::ARCH_ARM64.into();
+        let zones = BTreeSet::from(["zone-a".to_string()]);
+        let available = |family| {
+            let ctx = context(family, serde_json::json!(null));
+            offerings(&a1, &ctx, &zones, &Priced)
+                .iter()
+                .any(|o| o.available)
+        };
+        assert!(!available(AMIFamily::AL2023));
+        assert!(available(AMIFamily::AL2));
+        assert!(available(AMIFamily::Bottlerocket));
+    }
+
     #[test]
     fn graviton_keeps_64_mib_before_the_vm_overhead() {
         let mut info = named("a1.medium");

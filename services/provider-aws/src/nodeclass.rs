@@ -901,6 +901,69 @@ mod tests {
             .collect()
     }
 
+    /// Which variants' images a type with these labels may run.
+    fn variants_for(labels: &[(&str, &str)]) -> Vec<Variant> {
+        use karpenter_core::requirements::{Requirement, Requirements};
+        let mut type_reqs = Requirements::new();
+        for key in [
+            l::AWS_INSTANCE_GPU_MANUFACTURER,
+            l::AWS_INSTANCE_ACCELERATOR_COUNT,
+        ] {
+            type_reqs.add(match labels.iter().find(|(k, _)| *k == key) {
+                Some((_, v)) => Requirement::single(key, v),
+                None => Requirement::does_not_exist(key),
+            });
+        }
+        type_reqs.add(Requirement::single(l::ARCH, "amd64"));
+        [Variant::Standard, Variant::Nvidia, Variant::Neuron]
+            .into_iter()
+            .filter(|variant| {
+                let image = Requirements::from_requirements(
+                    variant.requirements("amd64").into_iter().map(|r| {
+                        karpenter_api::NodeSelectorRequirementWithMinValues::from(r)
+                            .to_requirement()
+                            .expect("requirement")
+                    }),
+                );
+                image.intersects(&type_reqs).is_ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nvidia_images_serve_only_nvidia_gpus() {
+        assert_eq!(variants_for(&[]), [Variant::Standard], "m5");
+        assert_eq!(
+            variants_for(&[(l::AWS_INSTANCE_GPU_MANUFACTURER, "nvidia")]),
+            [Variant::Nvidia],
+            "g4dn"
+        );
+        assert_eq!(
+            variants_for(&[(l::AWS_INSTANCE_GPU_MANUFACTURER, "amd")]),
+            [Variant::Standard],
+            "g4ad's AMD GPU has no use for NVIDIA's drivers"
+        );
+        assert_eq!(
+            variants_for(&[(l::AWS_INSTANCE_ACCELERATOR_COUNT, "1")]),
+            [Variant::Neuron],
+            "inf2"
+        );
+    }
+
+    #[test]
+    fn bottlerocket_serves_neuron_types_from_its_standard_image() {
+        let alias: nc::AMIAlias = "bottlerocket@latest".parse().expect("alias");
+        let neuron: Vec<String> = alias_parameters(&alias, "1.31")
+            .into_iter()
+            .filter(|(_, _, v)| *v == Variant::Neuron)
+            .map(|(p, _, _)| p)
+            .collect();
+        assert_eq!(
+            neuron,
+            ["/aws/service/bottlerocket/aws-k8s-1.31/x86_64/latest/image_id"]
+        );
+    }
+
     #[test]
     fn alias_parameters_follow_the_public_ssm_layout() {
         let al2023 = params("al2023@latest");

@@ -188,6 +188,9 @@ pub enum Fault {
     FleetIce { capacity_type: String },
     /// The Pricing API is unreachable (HTTP 503 every time).
     PricingDown,
+    /// EC2 is eventually consistent: an instance a fleet launched less than
+    /// this long ago is not found by DescribeInstances yet.
+    FreshInstanceNotFound(Duration),
 }
 
 #[derive(Default)]
@@ -202,6 +205,21 @@ pub struct ProxyState {
     pub spot: BTreeMap<(String, String), f64>,
     /// Fleets answered with insufficient capacity (type, zone) per call.
     pub ice_answers: Vec<Vec<(String, String)>>,
+    /// Every query-protocol request (EC2, IAM): its action and form fields.
+    pub requests: Vec<(String, BTreeMap<String, String>)>,
+    /// Instances CreateFleet launched, and when.
+    pub launched: Vec<(String, Instant)>,
+}
+
+impl ProxyState {
+    /// The form fields of every `action` request, oldest first.
+    pub fn requests_of(&self, action: &str) -> Vec<BTreeMap<String, String>> {
+        self.requests
+            .iter()
+            .filter(|(a, _)| a == action)
+            .map(|(_, fields)| fields.clone())
+            .collect()
+    }
 }
 
 /// The fault-injecting proxy in front of moto.
@@ -341,15 +359,38 @@ impl FaultProxy {
             .or_else(|| rest_action(&service, parts.method.as_str(), parts.uri.path()))
             .unwrap_or_default();
         let qualified = format!("{service}:{action}");
-        self.with(|s| s.actions.push(qualified.clone()));
+        self.with(|s| {
+            s.actions.push(qualified.clone());
+            if matches!(service.as_str(), "ec2" | "iam") {
+                s.requests.push((qualified.clone(), fields.clone()));
+            }
+        });
         if let Some(response) = self.inject(&service, &action, &fields, &text) {
             return response;
         }
         // Forward unchanged.
-        match forward(upstream, parts, body).await {
+        let (response, answer) = match forward(upstream, parts, body).await {
             Ok(r) => r,
-            Err(e) => xml(502, format!("proxy: {e}")),
+            Err(e) => return xml(502, format!("proxy: {e}")),
+        };
+        if qualified == "ec2:CreateFleet" {
+            self.remember_launched(&String::from_utf8_lossy(&answer));
         }
+        response
+    }
+
+    /// Notes the instances a CreateFleet answer names.
+    fn remember_launched(&self, body: &str) {
+        let now = Instant::now();
+        self.with(|s| {
+            for id in body.split("<item>").filter_map(|chunk| {
+                let id = chunk.strip_prefix("i-")?;
+                let end = id.find(|c: char| !c.is_ascii_hexdigit())?;
+                Some(format!("i-{}", &id[..end]))
+            }) {
+                s.launched.push((id, now));
+            }
+        });
     }
 
     fn inject(
@@ -386,6 +427,31 @@ impl FaultProxy {
                     });
                 }
                 _ => {}
+            }
+        }
+        if action == "DescribeInstances"
+            && let Some(fresh) = state.faults.iter().find_map(|f| match f {
+                Fault::FreshInstanceNotFound(age) => Some(*age),
+                _ => None,
+            })
+        {
+            let asked: Vec<&String> = fields
+                .iter()
+                .filter(|(k, _)| k.starts_with("InstanceId."))
+                .map(|(_, v)| v)
+                .collect();
+            if let Some(id) = asked.iter().find(|id| {
+                state
+                    .launched
+                    .iter()
+                    .any(|(launched, at)| launched == **id && at.elapsed() < fresh)
+            }) {
+                return Some(xml(
+                    400,
+                    format!(
+                        "<Response><Errors><Error><Code>InvalidInstanceID.NotFound</Code><Message>The instance ID '{id}' does not exist</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+                    ),
+                ));
             }
         }
         let pricing_down = state.faults.iter().any(|f| matches!(f, Fault::PricingDown));
@@ -507,11 +573,12 @@ fn rest_action(service: &str, method: &str, path: &str) -> Option<String> {
     }
 }
 
+/// Sends the request on to moto; the answer, and its body.
 async fn forward(
     upstream: SocketAddr,
     parts: http::request::Parts,
     body: Bytes,
-) -> Result<Response<Full<Bytes>>, String> {
+) -> Result<(Response<Full<Bytes>>, Bytes), String> {
     let stream = TcpStream::connect(upstream)
         .await
         .map_err(|e| e.to_string())?;
@@ -548,7 +615,10 @@ async fn forward(
         }
         out = out.header(name, value);
     }
-    out.body(Full::new(bytes)).map_err(|e| e.to_string())
+    let response = out
+        .body(Full::new(bytes.clone()))
+        .map_err(|e| e.to_string())?;
+    Ok((response, bytes))
 }
 
 /// SDK clients straight to moto, for setting up the world (not recorded).
@@ -787,6 +857,17 @@ pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) ->
         s.ssm.insert(
             format!("{root}/arm64/standard/recommended/image_id"),
             ami_arm64.clone(),
+        );
+        // The GPU and Neuron variants (moto has no such images: the same ones).
+        for (arch, ami) in [("x86_64", &ami_amd64), ("arm64", &ami_arm64)] {
+            s.ssm.insert(
+                format!("{root}/{arch}/nvidia/recommended/image_id"),
+                ami.clone(),
+            );
+        }
+        s.ssm.insert(
+            format!("{root}/x86_64/neuron/recommended/image_id"),
+            ami_amd64.clone(),
         );
         // Other families' public parameters (moto ships no Bottlerocket or
         // EKS AL2 images, so they point at the same AL2023 images).

@@ -100,22 +100,6 @@ fn node_config_fields(path: &str) -> Option<&'static [&'static str]> {
         "spec.instance.localStorage" => &["strategy", "mountPath", "disabledMounts"],
         "spec.instance.network" => &["nameservers", "domains"],
         "spec.kubelet" => &["config", "flags", "maxPodsExpression"],
-        // KubeletConfiguration v1beta1 fields Karpenter writes.
-        "spec.kubelet.config" => &[
-            "maxPods",
-            "clusterDNS",
-            "registerWithTaints",
-            "podsPerCore",
-            "kubeReserved",
-            "systemReserved",
-            "evictionHard",
-            "evictionSoft",
-            "evictionSoftGracePeriod",
-            "evictionMaxPodGracePeriod",
-            "imageGCHighThresholdPercent",
-            "imageGCLowThresholdPercent",
-            "cpuCFSQuota",
-        ],
         _ => return None,
     })
 }
