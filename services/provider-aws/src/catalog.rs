@@ -233,11 +233,36 @@ impl Catalog {
         Ok(prices)
     }
 
+    /// On-demand prices: shared-tenancy instances, and bare metal, which
+    /// AWS prices only as dedicated "Compute Instance (bare metal)".
     async fn fetch_on_demand(&self) -> Result<HashMap<String, f64>, Error> {
+        let mut prices = self.fetch_products("Shared", "Compute Instance").await?;
+        match self
+            .fetch_products("Dedicated", "Compute Instance (bare metal)")
+            .await
+        {
+            Ok(metal) => {
+                for (name, price) in metal {
+                    prices.entry(name).or_insert(price);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "bare-metal prices unavailable; bare-metal types keep no on-demand offering");
+            }
+        }
+        Ok(prices)
+    }
+
+    async fn fetch_products(
+        &self,
+        tenancy: &str,
+        product_family: &str,
+    ) -> Result<HashMap<String, f64>, Error> {
         use aws_sdk_pricing::types::{Filter as PFilter, FilterType};
         let filters = [
             ("regionCode", self.settings.region.as_str()),
-            ("tenancy", "Shared"),
+            ("tenancy", tenancy),
+            ("productFamily", product_family),
             ("preInstalledSw", "NA"),
             ("operatingSystem", "Linux"),
             ("capacitystatus", "Used"),

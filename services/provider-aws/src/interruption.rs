@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   SQS ──ReceiveMessage (long poll)──▶ parse ──▶ InterruptionEvent{id = SQS message id}
-//!                                        │ malformed / not ours: log, count, DeleteMessage
+//!                                        │ an event Karpenter does not act on: count as ignored, DeleteMessage
+//!                                        │ malformed: log, count as malformed, DeleteMessage
 //!   AcknowledgeInterruption(id) ──DeleteMessage──▶ SQS   (unacked: redelivered after visibility timeout)
 //! ```
 
@@ -22,22 +23,22 @@ pub struct Parsed {
     pub detail: String,
 }
 
-/// Why a message was not an event.
+/// Why a message could not be read as an event at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     #[error("not JSON: {0}")]
     NotJson(String),
     #[error("missing field {0}")]
     Missing(&'static str),
-    #[error("not an event Karpenter handles: source {origin:?}, detail-type {detail_type:?}")]
-    Unhandled { origin: String, detail_type: String },
 }
 
 /// State changes that interrupt a node.
 const INTERRUPTING_STATES: &[&str] = &["stopping", "stopped", "shutting-down", "terminated"];
 
-/// Parses an EventBridge message body.
-pub fn parse(body: &str) -> Result<Parsed, ParseError> {
+/// Parses an EventBridge message body: the event, `None` for one Karpenter
+/// does not act on (another source or detail type, a state change to a
+/// running state, another service's health event), or why it is malformed.
+pub fn parse(body: &str) -> Result<Option<Parsed>, ParseError> {
     let value: Value =
         serde_json::from_str(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
     let source = value
@@ -62,7 +63,7 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
             .ok_or(ParseError::Missing("detail.instance-id"))
     };
     match (source, detail_type) {
-        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => Ok(Parsed {
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => Ok(Some(Parsed {
             kind: Kind::SpotInterruption,
             instance_ids: instance_id()?,
             state: String::new(),
@@ -74,32 +75,43 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                     .and_then(Value::as_str)
                     .unwrap_or("terminate")
             ),
-        }),
-        ("aws.ec2", "EC2 Instance Rebalance Recommendation") => Ok(Parsed {
+        })),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation") => Ok(Some(Parsed {
             kind: Kind::RebalanceRecommendation,
             instance_ids: instance_id()?,
             state: String::new(),
             time,
             detail: "rebalance recommendation".into(),
-        }),
+        })),
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning") => Ok(Some(Parsed {
+            kind: Kind::CapacityReservationInterruption,
+            instance_ids: instance_id()?,
+            state: String::new(),
+            time,
+            detail: format!(
+                "capacity reservation interruption warning: instance-action {}",
+                detail
+                    .get("instance-action")
+                    .and_then(Value::as_str)
+                    .unwrap_or("terminate")
+            ),
+        })),
         ("aws.ec2", "EC2 Instance State-change Notification") => {
             let state = detail
                 .get("state")
                 .and_then(Value::as_str)
-                .ok_or(ParseError::Missing("detail.state"))?;
-            if !INTERRUPTING_STATES.contains(&state) {
-                return Err(ParseError::Unhandled {
-                    origin: source.into(),
-                    detail_type: format!("{detail_type} ({state})"),
-                });
+                .ok_or(ParseError::Missing("detail.state"))?
+                .to_ascii_lowercase();
+            if !INTERRUPTING_STATES.contains(&state.as_str()) {
+                return Ok(None);
             }
-            Ok(Parsed {
+            Ok(Some(Parsed {
                 kind: Kind::StateChange,
                 instance_ids: instance_id()?,
-                state: state.into(),
-                time,
                 detail: format!("instance state changed to {state}"),
-            })
+                state,
+                time,
+            }))
         }
         ("aws.health", "AWS Health Event") => {
             let service = detail
@@ -111,10 +123,7 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if service != "EC2" || category != "scheduledChange" {
-                return Err(ParseError::Unhandled {
-                    origin: source.into(),
-                    detail_type: format!("{detail_type} ({service}/{category})"),
-                });
+                return Ok(None);
             }
             let ids: Vec<String> = detail
                 .get("affectedEntities")
@@ -125,7 +134,7 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                 .map(str::to_string)
                 .collect();
             if ids.is_empty() {
-                return Err(ParseError::Missing("detail.affectedEntities[].entityValue"));
+                return Ok(None);
             }
             let description = detail
                 .get("eventDescription")
@@ -134,7 +143,7 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                 .and_then(|d| d.get("latestDescription"))
                 .and_then(Value::as_str)
                 .unwrap_or("scheduled change");
-            Ok(Parsed {
+            Ok(Some(Parsed {
                 kind: Kind::ScheduledChange,
                 instance_ids: ids,
                 state: String::new(),
@@ -146,12 +155,9 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
                         .and_then(Value::as_str)
                         .unwrap_or("AWS Health")
                 ),
-            })
+            }))
         }
-        _ => Err(ParseError::Unhandled {
-            origin: source.into(),
-            detail_type: detail_type.into(),
-        }),
+        _ => Ok(None),
     }
 }
 
@@ -159,17 +165,71 @@ pub fn parse(body: &str) -> Result<Parsed, ParseError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn spot_warning() {
-        let body = r#"{"version":"0","id":"1","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","time":"2024-01-01T00:00:00Z","region":"us-west-2","resources":[],"detail":{"instance-id":"i-0abc","instance-action":"terminate"}}"#;
-        let parsed = parse(body).expect("parses");
-        assert_eq!(parsed.kind, Kind::SpotInterruption);
-        assert_eq!(parsed.instance_ids, vec!["i-0abc".to_string()]);
+    fn message(detail_type: &str, detail: &str) -> String {
+        format!(
+            r#"{{"version":"0","id":"1","detail-type":"{detail_type}","source":"aws.ec2","time":"2024-01-01T00:00:00Z","region":"us-west-2","resources":[],"detail":{detail}}}"#
+        )
     }
 
     #[test]
-    fn malformed() {
+    fn spot_and_capacity_reservation_warnings() {
+        let parsed = parse(&message(
+            "EC2 Spot Instance Interruption Warning",
+            r#"{"instance-id":"i-0abc","instance-action":"terminate"}"#,
+        ))
+        .expect("parses")
+        .expect("an event");
+        assert_eq!(parsed.kind, Kind::SpotInterruption);
+        assert_eq!(parsed.instance_ids, vec!["i-0abc".to_string()]);
+        let reservation = parse(&message(
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            r#"{"instance-id":"i-0def","instance-action":"terminate"}"#,
+        ))
+        .expect("parses")
+        .expect("an event");
+        assert_eq!(reservation.kind, Kind::CapacityReservationInterruption);
+        assert_eq!(reservation.instance_ids, vec!["i-0def".to_string()]);
+    }
+
+    #[test]
+    fn states_are_read_whatever_their_case() {
+        let parsed = parse(&message(
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id":"i-0abc","state":"STOPPING"}"#,
+        ))
+        .expect("parses")
+        .expect("an event");
+        assert_eq!(
+            (parsed.kind, parsed.state.as_str()),
+            (Kind::StateChange, "stopping")
+        );
+        let running = parse(&message(
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id":"i-0abc","state":"Running"}"#,
+        ));
+        assert_eq!(running, Ok(None), "a running instance is no interruption");
+    }
+
+    #[test]
+    fn events_not_acted_on_are_ignored_and_broken_ones_malformed() {
+        assert_eq!(
+            parse(
+                r#"{"source":"aws.autoscaling","detail-type":"EC2 Instance Launch Successful","detail":{}}"#
+            ),
+            Ok(None)
+        );
+        assert_eq!(
+            parse(
+                r#"{"source":"aws.health","detail-type":"AWS Health Event","detail":{"service":"EC2","eventTypeCategory":"scheduledChange","affectedEntities":[]}}"#
+            ),
+            Ok(None),
+            "a scheduled change naming no instance"
+        );
         assert!(matches!(parse("{"), Err(ParseError::NotJson(_))));
         assert!(matches!(parse("{}"), Err(ParseError::Missing("source"))));
+        assert!(matches!(
+            parse(&message("EC2 Spot Instance Interruption Warning", "{}")),
+            Err(ParseError::Missing("detail.instance-id"))
+        ));
     }
 }

@@ -58,6 +58,7 @@ pub struct ProviderMetrics {
     pub insufficient_capacity: Counter,
     pub interruption_events: Counter,
     pub interruption_messages_malformed: Counter,
+    pub interruption_messages_ignored: Counter,
 }
 
 /// The gRPC service.
@@ -83,7 +84,11 @@ impl AwsProvider {
                 .counter("interruption_events", "Interruption events streamed"),
             interruption_messages_malformed: metrics.counter(
                 "interruption_messages_malformed",
-                "Interruption queue messages that were malformed or not handled (deleted)",
+                "Interruption queue messages that could not be read (deleted)",
+            ),
+            interruption_messages_ignored: metrics.counter(
+                "interruption_messages_ignored",
+                "Interruption queue messages of events Karpenter does not act on (deleted)",
             ),
         };
         let provider = Arc::new(Provider::new(clients, settings));
@@ -338,11 +343,23 @@ impl CloudProvider for AwsProvider {
                         continue;
                     };
                     let parsed = interruption::parse(message.body().unwrap_or_default());
+                    let message_id = message.message_id().unwrap_or_default();
                     let parsed = match parsed {
-                        Ok(parsed) => parsed,
+                        Ok(Some(parsed)) => parsed,
+                        Ok(None) => {
+                            metrics.interruption_messages_ignored.inc();
+                            tracing::debug!(
+                                message_id,
+                                "deleting an interruption message Karpenter does not act on"
+                            );
+                            if let Err(error) = delete_message(&sqs, &url, receipt).await {
+                                tracing::warn!(%error, "deleting an ignored message failed");
+                            }
+                            continue;
+                        }
                         Err(error) => {
                             metrics.interruption_messages_malformed.inc();
-                            tracing::warn!(%error, message_id = message.message_id().unwrap_or_default(), "dropping interruption message");
+                            tracing::warn!(%error, message_id, "dropping a malformed interruption message");
                             if let Err(error) = delete_message(&sqs, &url, receipt).await {
                                 tracing::warn!(%error, "deleting a dropped message failed");
                             }

@@ -219,6 +219,25 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
         "{spot_b:?}"
     );
     assert!(m5.offerings.iter().all(|o| o.available));
+    // Bare metal is priced as a dedicated product: its on-demand offering
+    // has that price, and is available.
+    let metal = types
+        .iter()
+        .find(|t| t.name == "m5.metal")
+        .expect("m5.metal is offered");
+    let metal_price = world.proxy.with(|s| s.on_demand["m5.metal"]);
+    let metal_on_demand: Vec<&sched::Offering> = metal
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "on-demand")
+        .collect();
+    assert!(!metal_on_demand.is_empty());
+    assert!(
+        metal_on_demand
+            .iter()
+            .all(|o| o.available && (o.price - metal_price).abs() < 1e-9),
+        "{metal_on_demand:?}"
+    );
     assert!(
         od.requirements
             .iter()
@@ -741,10 +760,16 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
             "AWS Health Event",
             serde_json::json!({"service": "EC2", "eventTypeCategory": "scheduledChange", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", "affectedEntities": [{"entityValue": id}]}),
         ),
+        // EventBridge may send states in any case.
         event(
             "aws.ec2",
             "EC2 Instance State-change Notification",
-            serde_json::json!({"instance-id": id, "state": "stopping"}),
+            serde_json::json!({"instance-id": id, "state": "STOPPING"}),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            serde_json::json!({"instance-id": id, "instance-action": "terminate"}),
         ),
         "this is not json".to_string(),
         event(
@@ -777,7 +802,7 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
         .into_inner();
     let mut kinds = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while kinds.len() < 4 && Instant::now() < deadline {
+    while kinds.len() < 5 && Instant::now() < deadline {
         let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await
         else {
             break;
@@ -802,6 +827,7 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
             (Kind::RebalanceRecommendation as i32, String::new()),
             (Kind::ScheduledChange as i32, String::new()),
             (Kind::StateChange as i32, "stopping".to_string()),
+            (Kind::CapacityReservationInterruption as i32, String::new()),
         ]
     );
     drop(stream);
@@ -838,8 +864,12 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
     }
     let metrics = integration_tests_metrics(&world).await;
     assert!(
-        metrics.contains("interruption_messages_malformed_total 3"),
-        "{metrics}"
+        metrics.contains("interruption_messages_malformed_total 1"),
+        "only the one that is not JSON: {metrics}"
+    );
+    assert!(
+        metrics.contains("interruption_messages_ignored_total 2"),
+        "a running instance and another source: {metrics}"
     );
     world.assert_least_privilege();
 }

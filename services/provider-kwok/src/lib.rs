@@ -359,6 +359,9 @@ impl KwokProvider {
             "rebalance-recommendation" | "RebalanceRecommendation" => Kind::RebalanceRecommendation,
             "scheduled-change" | "ScheduledChange" => Kind::ScheduledChange,
             "state-change" | "StateChange" => Kind::StateChange,
+            "capacity-reservation-interruption" | "CapacityReservationInterruption" => {
+                Kind::CapacityReservationInterruption
+            }
             other => return Err(format!("unknown interruption kind {other:?}")),
         };
         let mut st = self.state();

@@ -55,23 +55,30 @@ pub fn message_type(event: &pv::InterruptionEvent) -> &'static str {
         EventKind::ScheduledChange => "scheduled_change",
         EventKind::StateChange if stopped(&event.state) => "instance_stopped",
         EventKind::StateChange if terminated(&event.state) => "instance_terminated",
+        EventKind::CapacityReservationInterruption => "capacity_reservation_interrupted",
         _ => "no_op",
     }
 }
 
 fn stopped(state: &str) -> bool {
-    matches!(state, "stopping" | "stopped")
+    ["stopping", "stopped"]
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(state))
 }
 
 fn terminated(state: &str) -> bool {
-    matches!(state, "shutting-down" | "terminated")
+    ["shutting-down", "terminated"]
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(state))
 }
 
 pub fn action(event: &pv::InterruptionEvent) -> Action {
     match message_type(event) {
-        "spot_interrupted" | "scheduled_change" | "instance_stopped" | "instance_terminated" => {
-            Action::CordonAndDrain
-        }
+        "spot_interrupted"
+        | "scheduled_change"
+        | "instance_stopped"
+        | "instance_terminated"
+        | "capacity_reservation_interrupted" => Action::CordonAndDrain,
         _ => Action::NoAction,
     }
 }
@@ -99,6 +106,11 @@ fn notice(event: &pv::InterruptionEvent) -> Option<(Kind, &'static str, &'static
             Kind::Warning,
             "InstanceTerminating",
             "Instance is terminating",
+        ),
+        "capacity_reservation_interrupted" => (
+            Kind::Warning,
+            "CapacityReservationInstanceInterrupted",
+            "Capacity Reservation interruption warning was triggered",
         ),
         _ => return None,
     })
@@ -276,6 +288,12 @@ mod tests {
                 Action::CordonAndDrain,
             ),
             (EventKind::StateChange, "running", "no_op", Action::NoAction),
+            (
+                EventKind::CapacityReservationInterruption,
+                "",
+                "capacity_reservation_interrupted",
+                Action::CordonAndDrain,
+            ),
             (
                 EventKind::RebalanceRecommendation,
                 "",

@@ -201,6 +201,9 @@ pub struct ProxyState {
     pub ssm: HashMap<String, String>,
     /// On-demand USD/hour by instance type, for pricing:GetProducts.
     pub on_demand: BTreeMap<String, f64>,
+    /// Bare-metal types: AWS prices them only as dedicated "Compute
+    /// Instance (bare metal)" products.
+    pub bare_metal: BTreeSet<String>,
     /// Spot USD/hour by (type, zone), for DescribeSpotPriceHistory.
     pub spot: BTreeMap<(String, String), f64>,
     /// Fleets answered with insufficient capacity (type, zone) per call.
@@ -464,21 +467,39 @@ impl FaultProxy {
                             .into(),
                     ));
                 }
-                let region = serde_json::from_str::<serde_json::Value>(body)
-                    .ok()
-                    .and_then(|v| {
-                        v.get("Filters")?.as_array()?.iter().find_map(|f| {
-                            (f.get("Field")?.as_str()? == "regionCode")
-                                .then(|| f.get("Value")?.as_str().map(str::to_string))?
+                let filter = |field: &str| {
+                    serde_json::from_str::<serde_json::Value>(body)
+                        .ok()
+                        .and_then(|v| {
+                            v.get("Filters")?.as_array()?.iter().find_map(|f| {
+                                (f.get("Field")?.as_str()? == field)
+                                    .then(|| f.get("Value")?.as_str().map(str::to_string))?
+                            })
                         })
-                    })
-                    .unwrap_or_default();
+                        .unwrap_or_default()
+                };
+                let region = filter("regionCode");
+                // As AWS: shared "Compute Instance" products, or dedicated
+                // "Compute Instance (bare metal)" ones.
+                let metal = match (filter("tenancy").as_str(), filter("productFamily").as_str()) {
+                    ("Shared", "Compute Instance") => false,
+                    ("Dedicated", "Compute Instance (bare metal)") => true,
+                    _ => {
+                        return Some(json(
+                            200,
+                            serde_json::json!({"FormatVersion": "aws_v1", "PriceList": []})
+                                .to_string(),
+                        ));
+                    }
+                };
+                let family = filter("productFamily");
                 let list: Vec<String> = state
                     .on_demand
                     .iter()
+                    .filter(|(t, _)| state.bare_metal.contains(*t) == metal)
                     .map(|(t, p)| {
                         serde_json::json!({
-                            "product": {"productFamily": "Compute Instance", "attributes": {"instanceType": t, "regionCode": region, "operatingSystem": "Linux"}},
+                            "product": {"productFamily": family, "attributes": {"instanceType": t, "regionCode": region, "operatingSystem": "Linux"}},
                             "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": format!("{p:.4}")}}}}}}
                         })
                         .to_string()
@@ -816,6 +837,7 @@ pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) ->
     let ami_arm64 = find_ami(&setup.ec2, "al2023-ami-*", "arm64").await;
     // Prices: a table for every type moto knows (on-demand), spot per zone.
     let mut on_demand = BTreeMap::new();
+    let mut bare_metal = BTreeSet::new();
     let mut pages = setup.ec2.describe_instance_types().into_paginator().send();
     while let Some(page) = pages.next().await {
         let page = page.expect("describe instance types");
@@ -832,6 +854,9 @@ pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) ->
                     .iter()
                     .any(|a| a.as_str() == "arm64")
             });
+            if info.bare_metal() == Some(true) {
+                bare_metal.insert(t.as_str().to_string());
+            }
             let factor = if graviton { 0.8 } else { 1.0 };
             let price = (0.034 * f64::from(cpu) + 0.0046 * (mem as f64 / 1024.0)) * factor;
             on_demand.insert(
@@ -848,6 +873,7 @@ pub async fn make_world_in(setup: &Setup, proxy: &FaultProxy, zones: &[&str]) ->
     }
     proxy.with(|s| {
         s.on_demand = on_demand;
+        s.bare_metal = bare_metal;
         s.spot = spot;
         let root = format!("/aws/service/eks/optimized-ami/{K8S}/amazon-linux-2023");
         s.ssm.insert(
