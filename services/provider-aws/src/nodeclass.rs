@@ -585,115 +585,225 @@ pub async fn resolve_instance_profile(
     };
     let role = role_name(role);
     let name = instance_profile_name(settings, &node_class.name);
-    let wanted_tags = [
-        (
-            format!("kubernetes.io/cluster/{}", settings.cluster_name),
-            "owned".to_string(),
-        ),
-        (l::TOPOLOGY_REGION.to_string(), settings.region.clone()),
-        (l::AWS_EC2_NODE_CLASS.to_string(), node_class.name.clone()),
-        (
-            l::TAG_EKS_CLUSTER_NAME.to_string(),
-            settings.cluster_name.clone(),
-        ),
-    ];
-    let iam_tags = |pairs: &[(String, String)]| -> Result<Vec<aws_sdk_iam::types::Tag>, Error> {
-        pairs
-            .iter()
-            .map(|(key, value)| {
-                aws_sdk_iam::types::Tag::builder()
-                    .key(key)
-                    .value(value)
-                    .build()
-                    .map_err(|e| Error::Internal(format!("building an IAM tag: {e}")))
-            })
-            .collect()
+    let wanted_tags = instance_profile_tags(settings, node_class);
+    let Some((roles, tags)) = existing_profile(clients, &name).await? else {
+        create_instance_profile(clients, &name, &wanted_tags).await?;
+        return set_role(clients, &name, &[], role).await;
     };
-    let existing = match clients
+    let scoped = SCOPING_TAGS.iter().all(|key| {
+        let key = scope_key(settings, key);
+        tags.get(&key) == wanted_tags.get(&key)
+    });
+    if !scoped {
+        // Karpenter's IAM policy lets it change only profiles carrying its
+        // scoping tags: one without them can be used, not repaired.
+        if roles.iter().any(|r| r == role) {
+            return Ok(Ok(name));
+        }
+        return Ok(Err(format!(
+            "instance profile {name:?} exists without the tags kubernetes.io/cluster/{}=owned, topology.kubernetes.io/region={} and karpenter.k8s.aws/ec2nodeclass={}, so Karpenter's IAM policy does not let it give the profile role {role:?}; tag the profile or delete it",
+            settings.cluster_name, settings.region, node_class.name
+        )));
+    }
+    // A profile made before some tags existed gets them all at once (the
+    // policy wants every scoping tag on the request, not just the new one).
+    if wanted_tags.iter().any(|(k, v)| tags.get(k) != Some(v))
+        && let Err(why) = tag_instance_profile(clients, &name, &wanted_tags).await?
+    {
+        return Ok(Err(why));
+    }
+    if roles.iter().any(|r| r == role) {
+        return Ok(Ok(name));
+    }
+    set_role(clients, &name, &roles, role).await
+}
+
+/// Tags the policy scopes instance-profile changes by (`cluster` stands for
+/// `kubernetes.io/cluster/<name>`).
+const SCOPING_TAGS: [&str; 3] = ["cluster", l::TOPOLOGY_REGION, l::AWS_EC2_NODE_CLASS];
+
+fn scope_key(settings: &Settings, key: &str) -> String {
+    if key == "cluster" {
+        format!("kubernetes.io/cluster/{}", settings.cluster_name)
+    } else {
+        key.to_string()
+    }
+}
+
+/// The tags of a node class's instance profile: the class's own, with
+/// Karpenter's over them.
+fn instance_profile_tags(settings: &Settings, node_class: &NodeClass) -> BTreeMap<String, String> {
+    let mut tags = node_class.spec.tags.clone();
+    tags.insert(scope_key(settings, "cluster"), "owned".into());
+    tags.insert(l::TOPOLOGY_REGION.into(), settings.region.clone());
+    tags.insert(l::AWS_EC2_NODE_CLASS.into(), node_class.name.clone());
+    tags.insert(
+        l::TAG_EKS_CLUSTER_NAME.into(),
+        settings.cluster_name.clone(),
+    );
+    tags
+}
+
+fn iam_tags(tags: &BTreeMap<String, String>) -> Result<Vec<aws_sdk_iam::types::Tag>, Error> {
+    tags.iter()
+        .map(|(key, value)| {
+            aws_sdk_iam::types::Tag::builder()
+                .key(key)
+                .value(value)
+                .build()
+                .map_err(|e| Error::Internal(format!("building an IAM tag: {e}")))
+        })
+        .collect()
+}
+
+fn access_denied<E>(error: &aws_sdk_ec2::error::SdkError<E>) -> bool
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata,
+{
+    error_code(error).is_some_and(|c| c.contains("AccessDenied") || c.contains("Unauthorized"))
+}
+
+/// The profile's roles and tags, if it exists.
+async fn existing_profile(
+    clients: &Clients,
+    name: &str,
+) -> Result<Option<(Vec<String>, BTreeMap<String, String>)>, Error> {
+    match clients
         .iam
         .get_instance_profile()
-        .instance_profile_name(&name)
+        .instance_profile_name(name)
         .send()
         .await
     {
-        Ok(out) => out.instance_profile().map(|p| {
+        Ok(out) => Ok(out.instance_profile().map(|p| {
             let roles = p
                 .roles()
                 .iter()
                 .map(|r| r.role_name().to_string())
-                .collect::<Vec<_>>();
-            let tags: Vec<(String, String)> = p
+                .collect();
+            let tags = p
                 .tags()
                 .iter()
                 .map(|t| (t.key().to_string(), t.value().to_string()))
                 .collect();
             (roles, tags)
-        }),
-        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => None,
-        Err(e) => return Err(Error::aws("iam:GetInstanceProfile", &e)),
-    };
-    let roles = match existing {
-        Some((roles, tags)) => {
-            // A profile made before these tags existed (or by hand) gets them.
-            let missing: Vec<(String, String)> = wanted_tags
-                .iter()
-                .filter(|w| !tags.contains(w))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                clients
-                    .iam
-                    .tag_instance_profile()
-                    .instance_profile_name(&name)
-                    .set_tags(Some(iam_tags(&missing)?))
-                    .send()
-                    .await
-                    .map_err(|e| Error::aws("iam:TagInstanceProfile", &e))?;
-            }
-            roles
-        }
-        None => {
-            let request = clients
-                .iam
-                .create_instance_profile()
-                .instance_profile_name(&name)
-                .set_tags(Some(iam_tags(&wanted_tags)?));
-            match request.send().await {
-                Ok(_) => tracing::info!(instance_profile = %name, "created instance profile"),
-                // Made by an earlier attempt that died before adding the role: reuse it.
-                Err(e) if error_code(&e).as_deref() == Some("EntityAlreadyExists") => {}
-                Err(e) => return Err(Error::aws("iam:CreateInstanceProfile", &e)),
-            }
-            Vec::new()
-        }
-    };
-    if roles.iter().any(|r| r == role) {
-        return Ok(Ok(name));
+        })),
+        Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(None),
+        Err(e) => Err(Error::aws("iam:GetInstanceProfile", &e)),
     }
-    for other in &roles {
-        clients
-            .iam
-            .remove_role_from_instance_profile()
-            .instance_profile_name(&name)
-            .role_name(other)
-            .send()
-            .await
-            .map_err(|e| Error::aws("iam:RemoveRoleFromInstanceProfile", &e))?;
-    }
+}
+
+async fn create_instance_profile(
+    clients: &Clients,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<(), Error> {
     match clients
         .iam
-        .add_role_to_instance_profile()
-        .instance_profile_name(&name)
-        .role_name(role)
+        .create_instance_profile()
+        .instance_profile_name(name)
+        .set_tags(Some(iam_tags(tags)?))
         .send()
         .await
     {
-        Ok(_) => Ok(Ok(name)),
+        Ok(_) => {
+            tracing::info!(instance_profile = %name, "created instance profile");
+            Ok(())
+        }
+        // Made by an earlier attempt that died before adding the role: reuse it.
+        Err(e) if error_code(&e).as_deref() == Some("EntityAlreadyExists") => Ok(()),
+        Err(e) => Err(Error::aws("iam:CreateInstanceProfile", &e)),
+    }
+}
+
+async fn tag_instance_profile(
+    clients: &Clients,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<Result<(), String>, Error> {
+    match clients
+        .iam
+        .tag_instance_profile()
+        .instance_profile_name(name)
+        .set_tags(Some(iam_tags(tags)?))
+        .send()
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(e) if access_denied(&e) => Ok(Err(format!(
+            "tagging instance profile {name:?} was denied: {}",
+            crate::error::describe_sdk_error(&e)
+        ))),
+        Err(e) => Err(Error::aws("iam:TagInstanceProfile", &e)),
+    }
+}
+
+/// Gives the profile `role` in place of `roles` (a profile holds one). If
+/// the new role may not be passed, the old one is put back.
+async fn set_role(
+    clients: &Clients,
+    name: &str,
+    roles: &[String],
+    role: &str,
+) -> Result<Result<String, String>, Error> {
+    let add = |role: &str| {
+        clients
+            .iam
+            .add_role_to_instance_profile()
+            .instance_profile_name(name)
+            .role_name(role)
+            .send()
+    };
+    for other in roles {
+        match clients
+            .iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(name)
+            .role_name(other)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if access_denied(&e) => {
+                return Ok(Err(format!(
+                    "removing role {other:?} from instance profile {name:?} was denied: {}",
+                    crate::error::describe_sdk_error(&e)
+                )));
+            }
+            Err(e) => return Err(Error::aws("iam:RemoveRoleFromInstanceProfile", &e)),
+        }
+    }
+    match add(role).await {
+        Ok(_) => Ok(Ok(name.to_string())),
         Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(Err(format!(
             "role {role:?} does not exist; create it (with the node policies) or fix spec.role"
         ))),
+        Err(e) if access_denied(&e) => {
+            if let Some(previous) = roles.first()
+                && let Err(restore) = add(previous).await
+            {
+                tracing::warn!(error = %crate::error::describe_sdk_error(&restore), instance_profile = %name, "putting the previous role back failed");
+            }
+            Ok(Err(format!(
+                "giving instance profile {name:?} role {role:?} was denied (Karpenter's IAM policy passes only the node role): {}",
+                crate::error::describe_sdk_error(&e)
+            )))
+        }
         Err(e) => Err(Error::aws("iam:AddRoleToInstanceProfile", &e)),
     }
+}
+
+/// A profile the policy does not let Karpenter delete (it lacks the
+/// scoping tags) is left for its owner rather than holding the node class.
+fn left_behind<E>(name: &str, error: &aws_sdk_ec2::error::SdkError<E>)
+where
+    E: std::error::Error + aws_sdk_ec2::error::ProvideErrorMetadata + 'static,
+{
+    tracing::warn!(
+        instance_profile = %name,
+        error = %crate::error::describe_sdk_error(error),
+        "not allowed to delete the node class's instance profile; leaving it"
+    );
 }
 
 /// Deletes the instance profile the provider made for a node class (none
@@ -738,6 +848,10 @@ pub async fn delete_managed_instance_profile(
         {
             Ok(_) => {}
             Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => {}
+            Err(e) if access_denied(&e) => {
+                left_behind(&name, &e);
+                return Ok(());
+            }
             Err(e) => return Err(Error::aws("iam:RemoveRoleFromInstanceProfile", &e)),
         }
     }
@@ -753,7 +867,11 @@ pub async fn delete_managed_instance_profile(
             Ok(())
         }
         Err(e) if error_code(&e).as_deref() == Some("NoSuchEntity") => Ok(()),
-        Err(e) => Err(Error::aws("ssm:GetParameter", &e)),
+        Err(e) if access_denied(&e) => {
+            left_behind(&name, &e);
+            Ok(())
+        }
+        Err(e) => Err(Error::aws("iam:DeleteInstanceProfile", &e)),
     }
 }
 

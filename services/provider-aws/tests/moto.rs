@@ -1128,19 +1128,47 @@ async fn min_values_are_kept_over_the_launched_types() {
     world.assert_least_privilege();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_existing_untagged_profile_is_tagged_and_given_the_role() {
-    let mut world = World::start().await;
+/// Makes the node class's instance profile in moto, as an older tool or a
+/// person might have, with `tags`.
+async fn existing_profile(world: &World, tags: &[(&str, &str)]) -> String {
     let name =
         provider_aws::nodeclass::instance_profile_name(&common::settings(&world.proxy), "default");
+    let tags: Vec<aws_sdk_iam::types::Tag> = tags
+        .iter()
+        .map(|(k, v)| {
+            aws_sdk_iam::types::Tag::builder()
+                .key(*k)
+                .value(*v)
+                .build()
+                .unwrap()
+        })
+        .collect();
     world
         .setup
         .iam
         .create_instance_profile()
         .instance_profile_name(&name)
+        .set_tags(Some(tags))
         .send()
         .await
         .unwrap();
+    name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_profile_gets_every_tag_at_once_and_the_role() {
+    let mut world = World::start().await;
+    // The policy's scoping tags, but not the newer eks:eks-cluster-name:
+    // tagging only the missing one would be denied.
+    let name = existing_profile(
+        &world,
+        &[
+            ("kubernetes.io/cluster/seed-cluster", "owned"),
+            ("topology.kubernetes.io/region", REGION),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+        ],
+    )
+    .await;
     let (_, response) = resolved(&mut world, seed_node_class()).await;
     assert!(
         response.conditions.iter().all(|c| c.status == "True"),
@@ -1149,6 +1177,15 @@ async fn an_existing_untagged_profile_is_tagged_and_given_the_role() {
     );
     assert_eq!(world.proxy.count("iam:CreateInstanceProfile"), 0);
     assert_eq!(world.proxy.count("iam:TagInstanceProfile"), 1);
+    let tagged = world
+        .proxy
+        .with(|s| s.requests_of("iam:TagInstanceProfile"))
+        .remove(0);
+    assert_eq!(
+        tagged.keys().filter(|k| k.ends_with(".Key")).count(),
+        4,
+        "every tag on the request: {tagged:?}"
+    );
     let got = world
         .setup
         .iam
@@ -1163,9 +1200,88 @@ async fn an_existing_untagged_profile_is_tagged_and_given_the_role() {
         profile
             .tags()
             .iter()
-            .any(|t| t.key() == "karpenter.k8s.aws/ec2nodeclass" && t.value() == "default")
+            .any(|t| t.key() == "eks:eks-cluster-name" && t.value() == "seed-cluster")
     );
-    world.assert_least_privilege();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_the_policy_may_not_change_is_reported_not_a_failure() {
+    let mut world = World::start().await;
+    // Untagged: Karpenter's policy lets it neither tag it nor give it a role.
+    existing_profile(&world, &[]).await;
+    let (_, response) = resolved(&mut world, seed_node_class()).await;
+    let profile = response
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "InstanceProfileReady")
+        .unwrap();
+    assert_eq!(profile.status, "False", "{profile:?}");
+    assert!(
+        profile.message.contains("tag the profile or delete it"),
+        "{profile:?}"
+    );
+    assert!(
+        response
+            .conditions
+            .iter()
+            .filter(|c| c.r#type.ends_with("Ready")
+                && c.r#type != "Ready"
+                && c.r#type != "InstanceProfileReady")
+            .all(|c| c.status == "True"),
+        "the rest is still resolved: {:?}",
+        response.conditions
+    );
+    assert_eq!(
+        world.proxy.count("iam:TagInstanceProfile"),
+        0,
+        "nothing denied was tried"
+    );
+
+    // A role the policy may not pass: reported, the profile left as it was.
+    let mut world = World::start().await;
+    world
+        .setup
+        .iam
+        .create_role()
+        .role_name("SomeOtherRole")
+        .assume_role_policy_document("{}")
+        .send()
+        .await
+        .unwrap();
+    let (_, first) = resolved(&mut world, seed_node_class()).await;
+    assert!(first.conditions.iter().all(|c| c.status == "True"));
+    let mut other = seed_node_class();
+    let mut spec: serde_json::Value = serde_json::from_str(&other.spec_json).unwrap();
+    spec["role"] = "SomeOtherRole".into();
+    other.spec_json = spec.to_string();
+    let (_, response) = resolved(&mut world, other).await;
+    let profile = response
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "InstanceProfileReady")
+        .unwrap();
+    assert_eq!(profile.status, "False", "{profile:?}");
+    assert!(profile.message.contains("SomeOtherRole"), "{profile:?}");
+    let denials = world.proxy.take_denials();
+    assert!(
+        denials.iter().any(|d| d.starts_with("iam:PassRole")),
+        "{denials:?}"
+    );
+    let name =
+        provider_aws::nodeclass::instance_profile_name(&common::settings(&world.proxy), "default");
+    let got = world
+        .setup
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.instance_profile().unwrap().roles()[0].role_name(),
+        NODE_ROLE,
+        "the node role is put back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
