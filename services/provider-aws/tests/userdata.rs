@@ -514,3 +514,57 @@ async fn without_the_clusters_details_nothing_launches_and_flags_fill_them_in() 
         Some("10.100.0.10")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_users_data_each_family_bootstraps_alone() {
+    let mut world = World::start().await;
+    let cluster = cluster(&world).await;
+
+    let nc = node_class(&mut world, "al2@latest", None).await;
+    let (data, _) = launch(&mut world, claim("al2-alone", &nc, "t4g")).await;
+    for data in &data {
+        let parts = userdata::mime_parts(data);
+        assert_eq!(parts.len(), 1, "{data}");
+        assert_eq!(parts[0].content_type, "text/x-shellscript");
+        bash_parses(&parts[0].payload);
+        assert!(
+            parts[0]
+                .payload
+                .contains(&format!("--apiserver-endpoint '{}'", cluster.endpoint))
+        );
+    }
+
+    let nc = node_class(&mut world, "bottlerocket@latest", None).await;
+    let (data, pods) = launch(&mut world, claim("bottlerocket-alone", &nc, "t4g")).await;
+    for data in &data {
+        let settings = userdata::bottlerocket(data);
+        let kubernetes = &settings["settings"]["kubernetes"];
+        assert_eq!(
+            kubernetes["api-server"].as_str(),
+            Some(cluster.endpoint.as_str())
+        );
+        assert!(pods.contains(&kubernetes["max-pods"].as_integer().expect("max-pods")));
+        assert_eq!(
+            kubernetes["node-labels"]["karpenter.sh/nodepool"].as_str(),
+            Some("default")
+        );
+        assert!(
+            kubernetes["node-taints"]["dedicated"]
+                .as_array()
+                .is_some_and(|a| a.len() == 2)
+        );
+    }
+
+    let nc = node_class(&mut world, "windows2022@latest", None).await;
+    let (data, _) = launch(&mut world, claim("windows-alone", &nc, "m5")).await;
+    for data in &data {
+        assert!(
+            data.starts_with("<powershell>\n[string]$EKSBootstrapScriptFile"),
+            "{data}"
+        );
+        assert!(
+            data.contains(&format!("-Base64ClusterCA '{}'", cluster.ca)),
+            "{data}"
+        );
+    }
+}
