@@ -99,3 +99,49 @@ pub fn repo_root() -> PathBuf {
 pub fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
+
+/// The `User-Agent` the adapter's Kubernetes client sends.
+pub const ADAPTER_USER_AGENT: &str = "karpenter-adapter";
+
+/// Where end-to-end tests leave the API calls the adapter made, for the
+/// chart's check that its RBAC grants exactly those
+/// (`ADAPTER_API_CALLS_DIR`, else `target/adapter-api-calls`).
+pub fn adapter_calls_dir() -> PathBuf {
+    std::env::var_os("ADAPTER_API_CALLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target").join("adapter-api-calls"))
+}
+
+/// Writes the calls the adapter made to `server` (one JSON object a line)
+/// into [`adapter_calls_dir`], in a file of its own. `provider` names the
+/// provider the adapter ran with (`kwok`, `aws`), whose node class kind it
+/// used.
+pub fn record_adapter_calls(server: &kube_test_server::KubeTestServer, provider: &str) {
+    let calls: Vec<String> = server
+        .api_calls()
+        .into_iter()
+        .filter(|c| c.user_agent.starts_with(ADAPTER_USER_AGENT))
+        .filter_map(|c| {
+            let mut value = serde_json::to_value(&c).ok()?;
+            value["provider"] = provider.into();
+            Some(value.to_string())
+        })
+        .collect();
+    if calls.is_empty() {
+        return;
+    }
+    let dir = adapter_calls_dir();
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let file = dir.join(format!("{}-{unique}.jsonl", std::process::id()));
+    if let Err(error) =
+        std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, calls.join("\n") + "\n"))
+    {
+        eprintln!(
+            "could not record the adapter's API calls in {}: {error}",
+            file.display()
+        );
+    }
+}

@@ -574,3 +574,104 @@ async fn seed_001_as_written_reads_back_typed_scales_and_evicts() {
         "an unbound pod goes at once"
     );
 }
+
+/// What a chart installs besides workloads: RBAC and network policies are
+/// stored and read back, Services get a cluster IP that updates keep, and
+/// every request is logged as RBAC sees it, by client.
+#[tokio::test]
+async fn rbac_network_policies_cluster_ips_and_the_call_log() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    let (server, client) = start(Config::default()).await;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "karpenter-adapter"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    }))
+    .unwrap();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let read = roles.get("karpenter-adapter").await.unwrap();
+    assert_eq!(read.rules.unwrap()[0].verbs, ["get", "list", "watch"]);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "default");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "adapter"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "adapter"},
+        "subjects": [{"kind": "ServiceAccount", "name": "adapter", "namespace": "default"}]
+    }))
+    .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), "default");
+    let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "scheduler"},
+        "spec": {"podSelector": {"matchLabels": {"app": "scheduler"}},
+                 "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "adapter"}}}]}]}
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    assert_eq!(
+        policies
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "scheduler"},
+        "spec": {"selector": {"app": "scheduler"}, "ports": [{"name": "grpc", "port": 50051}]}
+    }))
+    .unwrap();
+    let created = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let ip = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .expect("a cluster IP");
+    assert!(ip.starts_with("10."), "{ip}");
+    let mut changed = created.clone();
+    changed.spec.as_mut().unwrap().cluster_ip = None;
+    changed.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    let updated = services
+        .replace("scheduler", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_eq!(
+        updated.spec.unwrap().cluster_ip.as_deref(),
+        Some(ip.as_str()),
+        "updates keep it"
+    );
+
+    let calls = server.api_calls();
+    let seen = |verb: &str, resource: &str| {
+        calls
+            .iter()
+            .any(|c| c.verb == verb && c.resource == resource)
+    };
+    assert!(
+        seen("create", "clusterroles") && seen("get", "clusterroles"),
+        "{calls:?}"
+    );
+    assert!(
+        seen("list", "networkpolicies") && seen("update", "services"),
+        "{calls:?}"
+    );
+    assert!(
+        calls.iter().any(|c| c.resource == "rolebindings"
+            && c.namespace == "default"
+            && c.group == "rbac.authorization.k8s.io"),
+        "{calls:?}"
+    );
+}

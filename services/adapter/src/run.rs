@@ -122,9 +122,14 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let config = karpenter_kube::config(&settings.kube)
+    let mut config = karpenter_kube::config(&settings.kube)
         .await?
         .context("no cluster to talk to: pass --kubeconfig (or KUBECONFIG), or run in a pod")?;
+    // Named in the API server's audit log, as client-go's clients are.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("karpenter-adapter/", env!("CARGO_PKG_VERSION"))),
+    ));
     let client = karpenter_kube::rate_limited_client(
         config,
         settings.kube_client_qps,

@@ -236,10 +236,46 @@ fn pod_admission(spec: &mut Value) {
     spec["tolerations"] = Value::Array(added);
 }
 
+/// A service's cluster IP: stable for its namespace and name, in
+/// kube-apiserver's default service range (10.96.0.0/12), so that updates
+/// keep it and clients waiting for one (`helm install --wait`) see it.
+fn cluster_ip(namespace: &str, name: &str) -> String {
+    let mut hash: u32 = 2_166_136_261;
+    for byte in namespace.bytes().chain([b'/']).chain(name.bytes()) {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(16_777_619);
+    }
+    // 10.96.0.0/12 less the network, the API server's .1 and broadcast.
+    let offset = 2 + hash % ((1 << 20) - 3);
+    let ip = (10u32 << 24) | (96 << 16) | offset;
+    format!(
+        "{}.{}.{}.{}",
+        ip >> 24,
+        (ip >> 16) & 0xff,
+        (ip >> 8) & 0xff,
+        ip & 0xff
+    )
+}
+
 fn service(obj: &mut Value) {
+    let namespace = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let spec = &mut obj["spec"];
     default(spec, "type", json!("ClusterIP"));
     default(spec, "sessionAffinity", json!("None"));
+    if spec["type"] != json!("ExternalName") {
+        default(spec, "clusterIP", json!(cluster_ip(&namespace, &name)));
+        let ip = spec["clusterIP"].clone();
+        default(spec, "clusterIPs", json!([ip]));
+        default(spec, "ipFamilies", json!(["IPv4"]));
+        default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
     if let Some(ports) = spec["ports"].as_array_mut() {
         for port in ports {
             default(port, "protocol", json!("TCP"));

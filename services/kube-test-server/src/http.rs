@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
+use super::calls::{ApiCall, CallLog, verb};
 use super::openapi;
 use super::patch;
 use super::resources::ResourceInfo;
@@ -34,6 +35,8 @@ pub struct App {
     pub store: Arc<Store>,
     /// How often an idle watch with `allowWatchBookmarks` gets a bookmark.
     pub bookmark_interval: Duration,
+    /// The resource requests made, as RBAC sees them.
+    pub calls: Arc<CallLog>,
 }
 
 pub fn router(app: Arc<App>) -> axum::Router {
@@ -254,6 +257,22 @@ async fn route(
     } else {
         String::new()
     };
+    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    app.calls.record(ApiCall {
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        verb: verb(method, target.name.is_some(), watching).to_string(),
+        group: res.group.clone(),
+        resource: match &target.sub {
+            Some(sub) => format!("{}/{sub}", res.plural),
+            None => res.plural.clone(),
+        },
+        namespace: ns.clone(),
+        name: target.name.clone().unwrap_or_default(),
+    });
     let mgr = manager(query, headers);
     // A dry run writes to a scratch copy of the store that is then dropped.
     let scratch;

@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+mod calls;
 pub mod controllers;
 mod daemons;
 mod defaults;
@@ -42,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use calls::ApiCall;
 pub use resources::ResourceInfo;
 pub use store::{ApiError, Store};
 
@@ -95,6 +97,7 @@ pub struct KubeTestServer {
     scheme: &'static str,
     pub addr: SocketAddr,
     pub store: Arc<Store>,
+    calls: Arc<calls::CallLog>,
     kubeconfig: Option<PathBuf>,
     state_file: Option<PathBuf>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -135,9 +138,11 @@ impl KubeTestServer {
         }
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
+        let calls = Arc::new(calls::CallLog::default());
         let app = Arc::new(http::App {
             store: store.clone(),
             bookmark_interval: config.bookmark_interval,
+            calls: calls.clone(),
         });
         let router = http::router(app);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -191,6 +196,7 @@ impl KubeTestServer {
             scheme: if config.tls { "https" } else { "http" },
             addr,
             store,
+            calls,
             kubeconfig: config.kubeconfig,
             state_file: config.state_file,
             stop: Some(stop),
@@ -201,6 +207,11 @@ impl KubeTestServer {
     /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
         format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// Every distinct resource request made so far, as RBAC sees it.
+    pub fn api_calls(&self) -> Vec<ApiCall> {
+        self.calls.all()
     }
 
     /// The kubeconfig path, if one was written.

@@ -84,8 +84,15 @@ struct Product {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     adapter: tokio::task::JoinHandle<anyhow::Result<()>>,
     _scheduler: integration_tests::RunningService,
-    _server: KubeTestServer,
+    server: KubeTestServer,
     _dir: tempfile::TempDir,
+}
+
+/// The calls the adapter made go where the chart's RBAC check reads them.
+impl Drop for Product {
+    fn drop(&mut self) {
+        integration_tests::record_adapter_calls(&self.server, "aws");
+    }
 }
 
 impl Product {
@@ -155,7 +162,7 @@ impl Product {
             stop: Some(stop),
             adapter,
             _scheduler: scheduler,
-            _server: server,
+            server,
             _dir: dir,
         }
     }

@@ -41,6 +41,13 @@ pub struct Cluster {
     pub scheduler: RunningService,
 }
 
+/// The calls the adapter made go where the chart's RBAC check reads them.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        integration_tests::record_adapter_calls(&self.server, "kwok");
+    }
+}
+
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]
