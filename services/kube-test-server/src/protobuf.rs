@@ -38,7 +38,8 @@ fn pool() -> Option<&'static DescriptorPool> {
 }
 
 /// The protobuf package of an API version: `apps/v1` is `api.apps.v1`,
-/// `coordination.k8s.io/v1` is `api.coordination.v1`.
+/// `coordination.k8s.io/v1` is `api.coordination.v1`,
+/// `rbac.authorization.k8s.io/v1` is `api.rbac.v1`.
 fn package(api_version: &str) -> Option<String> {
     match api_version.split_once('/') {
         None => Some(format!("api.core.{api_version}")),
@@ -46,6 +47,7 @@ fn package(api_version: &str) -> Option<String> {
             "apiextensions_apiserver.pkg.apis.apiextensions.{version}"
         )),
         Some(("meta.k8s.io", version)) => Some(format!("apimachinery.pkg.apis.meta.{version}")),
+        Some(("rbac.authorization.k8s.io", version)) => Some(format!("api.rbac.{version}")),
         Some((group, version)) => {
             let short = group.strip_suffix(".k8s.io").unwrap_or(group);
             (!short.contains('.')).then(|| format!("api.{short}.{version}"))
