@@ -148,10 +148,14 @@ pub async fn run(
     let registry = karpenter_runtime::Metrics::new("karpenter");
     let metrics = AdapterMetrics::register(&registry);
     let reconciling = Arc::new(AtomicBool::new(false));
+    // Ready is "could take over now": the cluster is listed and both peers
+    // answer. A standby is ready too, so that a rollout or a drain (the
+    // PDB counts ready replicas) can go on while one replica leads.
+    let synced = Arc::new(AtomicBool::new(false));
     let readiness: karpenter_runtime::Readiness = {
-        let reconciling = reconciling.clone();
+        let synced = synced.clone();
         let clients = clients.clone();
-        Arc::new(move || reconciling.load(Ordering::SeqCst) && clients.up())
+        Arc::new(move || synced.load(Ordering::SeqCst) && clients.up())
     };
     // Every task of this adapter lives in `tasks`: when `run` ends, or its
     // future is dropped, they all stop.
@@ -175,6 +179,7 @@ pub async fn run(
     let state = State {
         metrics,
         reconciling,
+        synced,
         stopped,
     };
     lead(settings, options, peers, state, &namespace, &mut tasks).await
@@ -191,6 +196,8 @@ struct State {
     metrics: Arc<AdapterMetrics>,
     /// Whether this replica reconciles (leads, index listed).
     reconciling: Arc<AtomicBool>,
+    /// Whether the index has listed the cluster (leader or standby).
+    synced: Arc<AtomicBool>,
     /// Becomes true on shutdown.
     stopped: tokio::sync::watch::Receiver<bool>,
 }
@@ -209,6 +216,7 @@ async fn lead(
     let State {
         metrics,
         reconciling,
+        synced,
         mut stopped,
     } = state;
     let stop = async move {
@@ -231,6 +239,14 @@ async fn lead(
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
     let snapshots = crate::watch::start(client.clone(), node_class.clone(), tasks);
+    {
+        let mut listed = snapshots.clone();
+        tasks.spawn(async move {
+            if listed.wait_for(|p| p.index.listed()).await.is_ok() {
+                synced.store(true, Ordering::SeqCst);
+            }
+        });
+    }
 
     let elector = Elector::new(
         client.clone(),

@@ -177,17 +177,22 @@ async fn a_standby_takes_over_when_the_leader_dies() {
         .adapter_with(cluster.settings(&["--identity", "one"]), test_timing())
         .await;
     eventually("the first replica leads", Duration::from_secs(10), || {
-        leader.ready()
+        leader.leads()
     })
     .await;
     let standby = cluster
         .adapter_with(cluster.settings(&["--identity", "two"]), test_timing())
         .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!standby.ready().await, "a standby does not reconcile");
+    // A synced standby is ready (a rollout or drain may go on) but does
+    // not lead.
+    eventually("the standby is ready", Duration::from_secs(10), || {
+        standby.ready()
+    })
+    .await;
+    assert!(!standby.leads().await, "a standby does not reconcile");
     leader.kill();
     eventually("the standby leads", Duration::from_secs(15), || {
-        standby.ready()
+        standby.leads()
     })
     .await;
     scaled_out(&cluster, 1).await;

@@ -392,6 +392,14 @@ impl Adapter {
         let _ = self.task.await;
     }
 
+    /// Whether it holds the leader lease (its leader gauge).
+    pub async fn leads(&self) -> bool {
+        self.metrics()
+            .await
+            .lines()
+            .any(|l| l.starts_with("karpenter_leader ") && l.ends_with(" 1"))
+    }
+
     /// What `/readyz` answers.
     pub async fn ready(&self) -> bool {
         http_get(self.http, "/readyz")
