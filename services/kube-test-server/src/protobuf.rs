@@ -55,8 +55,26 @@ fn package(api_version: &str) -> Option<String> {
     }
 }
 
+/// The options kinds of meta/v1 that clients send under the version of
+/// the resource they act on (client-go's `DeleteOptions` is `v1` for a
+/// Secret, `apps/v1` for a Deployment).
+const META_OPTIONS: &[&str] = &[
+    "DeleteOptions",
+    "CreateOptions",
+    "UpdateOptions",
+    "PatchOptions",
+    "GetOptions",
+    "ListOptions",
+];
+
 fn message_for(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
-    pool()?.get_message_by_name(&format!("{}.{kind}", package(api_version)?))
+    let pool = pool()?;
+    let name = if META_OPTIONS.contains(&kind) {
+        format!("apimachinery.pkg.apis.meta.v1.{kind}")
+    } else {
+        format!("{}.{kind}", package(api_version)?)
+    };
+    pool.get_message_by_name(&name)
 }
 
 /// Decodes a protobuf request body into the JSON object it stands for.
@@ -264,6 +282,26 @@ mod tests {
             message("apimachinery.pkg.api.resource.Quantity"),
             vec![("string", ProtoValue::String(s.into()))],
         ))
+    }
+
+    #[test]
+    fn delete_options_read_under_the_resources_version() {
+        let preconditions = with(
+            message("apimachinery.pkg.apis.meta.v1.Preconditions"),
+            vec![("uid", ProtoValue::String("u-1".into()))],
+        );
+        let options = with(
+            message("apimachinery.pkg.apis.meta.v1.DeleteOptions"),
+            vec![
+                ("propagationPolicy", ProtoValue::String("Background".into())),
+                ("preconditions", ProtoValue::Message(preconditions)),
+            ],
+        );
+        for api_version in ["v1", "apps/v1"] {
+            let json = decode(&body(api_version, "DeleteOptions", &options)).unwrap();
+            assert_eq!(json["propagationPolicy"], "Background", "{api_version}");
+            assert_eq!(json["preconditions"]["uid"], "u-1", "{api_version}");
+        }
     }
 
     #[test]

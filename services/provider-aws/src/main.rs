@@ -55,6 +55,12 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
+    // Everything the provider makes is tagged with the cluster's name, and
+    // its IAM policy is scoped by it: there is no sensible default.
+    anyhow::ensure!(
+        !args.cluster_name.trim().is_empty(),
+        "the cluster's name is required: --cluster-name or CLUSTER_NAME (the chart's settings.clusterName)"
+    );
     let mut settings = provider_aws::Settings::new(args.cluster_name, args.region);
     settings.endpoint_url = args.endpoint_url;
     settings.cluster_endpoint = args.cluster_endpoint;

@@ -1,0 +1,236 @@
+{{/* The chart's name. */}}
+{{- define "karpenter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name: the release name when it already says
+"karpenter" (`helm install karpenter`), else "<release>-karpenter".
+*/}}
+{{- define "karpenter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The name of one service's objects: "<fullname>-<component>". */}}
+{{- define "karpenter.componentName" -}}
+{{- printf "%s-%s" (include "karpenter.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "karpenter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "karpenter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "karpenter.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Labels of every object of one component. */}}
+{{- define "karpenter.labels" -}}
+helm.sh/chart: {{ include "karpenter.chart" .root }}
+{{ include "karpenter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- with .root.Values.additionalLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "karpenter.annotations" -}}
+{{- with .Values.additionalAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The provider's service account: the release's full name, as IRSA expects. */}}
+{{- define "karpenter.providerServiceAccount" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "karpenter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "karpenter.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* http or https, as the services speak to each other. */}}
+{{- define "karpenter.scheme" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{- define "karpenter.schedulerAddress" -}}
+{{- printf "%s://%s.%s.svc:50051" (include "karpenter.scheme" .) (include "karpenter.componentName" (dict "root" . "component" "scheduler")) .Release.Namespace }}
+{{- end }}
+
+{{- define "karpenter.providerAddress" -}}
+{{- printf "%s://%s.%s.svc:50051" (include "karpenter.scheme" .) (include "karpenter.componentName" (dict "root" . "component" "provider")) .Release.Namespace }}
+{{- end }}
+
+{{/* The Secret holding the services' certificates. */}}
+{{- define "karpenter.tlsSecret" -}}
+{{- if .Values.tls.certManager.enabled }}
+{{- printf "%s-tls" (include "karpenter.fullname" .) }}
+{{- else }}
+{{- required "tls.enabled needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled" .Values.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{/* The TLS flags of a service (server or client side alike). */}}
+{{- define "karpenter.tlsArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls-cert=/etc/karpenter/tls/tls.crt
+- --tls-key=/etc/karpenter/tls/tls.key
+- --tls-ca=/etc/karpenter/tls/ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "karpenter.tlsVolumeMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/karpenter/tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "karpenter.tlsVolumes" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "karpenter.tlsSecret" . }}
+{{- end }}
+{{- end }}
+
+{{/* OpenTelemetry: where traces go, and the service's name in them. */}}
+{{- define "karpenter.telemetryEnv" -}}
+{{- if .root.Values.telemetry.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .root.Values.telemetry.otlpEndpoint | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "karpenter-%s" .component | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The container security context of every service. */}}
+{{- define "karpenter.containerSecurityContext" -}}
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The affinity of a component: its own, else the chart's, with every pod
+(anti-)affinity term that names no pods made about the component's pods.
+*/}}
+{{- define "karpenter.affinity" -}}
+{{- $affinity := deepCopy (default .root.Values.affinity .own) }}
+{{- $selector := fromYaml (include "karpenter.selectorLabels" .) }}
+{{- range $kind := list "podAffinity" "podAntiAffinity" }}
+{{- with (get $affinity $kind) }}
+{{- range $term := (get . "requiredDuringSchedulingIgnoredDuringExecution" | default list) }}
+{{- if not (hasKey $term "labelSelector") }}
+{{- $_ := set $term "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- end }}
+{{- range $weighted := (get . "preferredDuringSchedulingIgnoredDuringExecution" | default list) }}
+{{- $term := get $weighted "podAffinityTerm" }}
+{{- if and $term (not (hasKey $term "labelSelector")) }}
+{{- $_ := set $term "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $affinity }}
+{{- end }}
+
+{{/* Spread constraints about the component's own pods. */}}
+{{- define "karpenter.topologySpreadConstraints" -}}
+{{- $selector := fromYaml (include "karpenter.selectorLabels" .) }}
+{{- $constraints := list }}
+{{- range (deepCopy .root.Values.topologySpreadConstraints) }}
+{{- if not (hasKey . "labelSelector") }}
+{{- $_ := set . "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $constraints = append $constraints . }}
+{{- end }}
+{{- toYaml $constraints }}
+{{- end }}
+
+{{/*
+The pod spec fields every service shares: identity, placement and
+security. Takes (dict "root" . "component" NAME "own" SERVICE_VALUES "serviceAccount" NAME "automount" BOOL).
+*/}}
+{{- define "karpenter.podCommon" -}}
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: {{ .automount }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+priorityClassName: {{ .root.Values.priorityClassName | quote }}
+dnsPolicy: {{ .root.Values.dnsPolicy }}
+{{- with .root.Values.terminationGracePeriodSeconds }}
+terminationGracePeriodSeconds: {{ . }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with (default .root.Values.nodeSelector .own.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+  {{- include "karpenter.affinity" (dict "root" .root "component" .component "own" .own.affinity) | nindent 2 }}
+{{- with (include "karpenter.topologySpreadConstraints" .) | fromYamlArray }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default .root.Values.tolerations .own.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* FEATURE_GATES from settings.featureGates: NodeRepair=false,... */}}
+{{- define "karpenter.featureGates" -}}
+{{- $gates := list }}
+{{- range $name, $on := .Values.settings.featureGates }}
+{{- $gates = append $gates (printf "%s=%t" (title $name) $on) }}
+{{- end }}
+{{- join "," $gates }}
+{{- end }}
+
+{{/* The node class kind the provider serves: group and resource. */}}
+{{- define "karpenter.nodeClass" -}}
+{{- if eq .Values.provider.kind "aws" }}
+group: karpenter.k8s.aws
+resource: ec2nodeclasses
+{{- else if eq .Values.provider.kind "kwok" }}
+group: karpenter.kwok.sh
+resource: kwoknodeclasses
+{{- else }}
+group: {{ required "provider.custom.nodeClass.group is required with provider.kind custom" .Values.provider.custom.nodeClass.group }}
+resource: {{ required "provider.custom.nodeClass.resource is required with provider.kind custom" .Values.provider.custom.nodeClass.resource }}
+{{- end }}
+{{- end }}
