@@ -12,6 +12,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod otlp;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -20,13 +20,16 @@
 //!   from the objects as they are, so a restart resumes where the last
 //!   process stopped.
 //! - [`clients`]: the scheduler and provider over gRPC, with deadlines and
-//!   retries; [`patch`]: API writes guarded by resource versions.
+//!   retries, carrying the trace context; [`patch`]: API writes guarded by
+//!   resource versions; [`claim_traces`]: a claim's launch continues the
+//!   trace that created it.
 //! - [`run`]: the wiring, with [`leader`] election and [`settings`] named as
 //!   Karpenter's.
 
 #![forbid(unsafe_code)]
 
 pub mod claim;
+pub mod claim_traces;
 pub mod clients;
 pub mod conditions;
 pub mod controllers;

@@ -25,8 +25,13 @@ async fn main() -> anyhow::Result<()> {
         "" => "info",
         other => other,
     };
-    karpenter_runtime::init_tracing_output(level, false, &cli.settings.log_output_paths)
-        .context("LOG_OUTPUT_PATHS")?;
+    let _telemetry = karpenter_runtime::init_tracing_output(
+        "karpenter-adapter",
+        level,
+        false,
+        &cli.settings.log_output_paths,
+    )
+    .context("LOG_OUTPUT_PATHS")?;
     let http = tokio::net::TcpListener::bind(cli.settings.metrics_listen)
         .await
         .with_context(|| format!("binding {}", cli.settings.metrics_listen))?;

@@ -272,6 +272,7 @@ async fn lead(
         metrics: metrics.clone(),
         timing: options.timing,
         nominations: Nominations::default(),
+        claim_traces: Default::default(),
     };
     spawn_controllers(&ctx, &snapshots, tasks);
     let mut listed = snapshots.clone();

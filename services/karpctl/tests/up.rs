@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use integration_tests::otlp::{OtlpReceiver, ReceivedSpan};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
@@ -41,8 +42,45 @@ fn bin_dir() -> PathBuf {
     dir
 }
 
-fn karpctl_up(state: &Path, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_karpctl"))
+/// A running `karpctl up`, stopped with SIGTERM when dropped, so a failed
+/// test leaves no cluster behind.
+struct Up(Child);
+
+impl std::ops::Deref for Up {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Up {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        terminate(&self.0);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn karpctl_up(state: &Path, extra: &[&str]) -> Up {
+    karpctl_up_with_env(state, extra, &[])
+}
+
+fn karpctl_up_with_env(state: &Path, extra: &[&str], env: &[(&str, &str)]) -> Up {
+    Up(Command::new(env!("CARGO_BIN_EXE_karpctl"))
+        .envs(env.iter().copied())
         .arg("up")
         .arg("--state-dir")
         .arg(state)
@@ -53,7 +91,7 @@ fn karpctl_up(state: &Path, extra: &[&str]) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("karpctl up")
+        .expect("karpctl up"))
 }
 
 /// Stdout lines as they come.
@@ -100,6 +138,63 @@ fn terminate(child: &Child) {
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill");
+}
+
+/// Applies the NodePool `karpctl up` wrote and a Deployment of five pods
+/// asking for a CPU each; waits until a Node appears.
+async fn provision(state: &Path, kubeconfig: &Path) {
+    let config = karpenter_kube::from_kubeconfig(kubeconfig)
+        .await
+        .expect("kubeconfig");
+    let client = karpenter_kube::client(config).expect("client");
+    let pool: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(state.join("nodepool.yaml")).expect("pool"))
+            .expect("yaml");
+    let pool: karpenter_api::NodePool = serde_json::from_value(pool).expect("pool");
+    Api::<karpenter_api::NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("pool created");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "inflate"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "inflate"}},
+                 "template": {"metadata": {"labels": {"app": "inflate"}},
+                              "spec": {"containers": [{"name": "inflate",
+                                       "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                       "resources": {"requests": {"cpu": "1"}}}]}}}
+    }))
+    .expect("deployment");
+    let deployments = Api::<Deployment>::default_namespaced(client.clone());
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("created");
+    deployments
+        .patch(
+            "inflate",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .expect("scaled");
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let count = nodes
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if count > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node appeared in {}",
+            state.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[test]
@@ -162,7 +257,7 @@ fn two_clusters_run_side_by_side_and_stop_on_sigterm() {
         tempfile::tempdir().expect("a"),
         tempfile::tempdir().expect("b"),
     ];
-    let mut children: Vec<Child> = states.iter().map(|s| karpctl_up(s.path(), &[])).collect();
+    let mut children: Vec<Up> = states.iter().map(|s| karpctl_up(s.path(), &[])).collect();
     let mut outputs = Vec::new();
     for child in &mut children {
         let lines = lines(child);
@@ -173,43 +268,7 @@ fn two_clusters_run_side_by_side_and_stop_on_sigterm() {
     // Each cluster provisions for its own pods, through its kubeconfig.
     for state in &states {
         let kubeconfig = state.path().join("kubeconfig");
-        runtime.block_on(async {
-            let config = karpenter_kube::from_kubeconfig(&kubeconfig).await.expect("kubeconfig");
-            let client = karpenter_kube::client(config).expect("client");
-            let pool: serde_json::Value =
-                serde_yaml::from_str(&std::fs::read_to_string(state.path().join("nodepool.yaml")).expect("pool"))
-                    .expect("yaml");
-            let pool: karpenter_api::NodePool = serde_json::from_value(pool).expect("pool");
-            Api::<karpenter_api::NodePool>::all(client.clone())
-                .create(&PostParams::default(), &pool)
-                .await
-                .expect("pool created");
-            let deployment: Deployment = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "inflate"},
-                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "inflate"}},
-                         "template": {"metadata": {"labels": {"app": "inflate"}},
-                                      "spec": {"containers": [{"name": "inflate",
-                                               "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                                               "resources": {"requests": {"cpu": "1"}}}]}}}
-            }))
-            .expect("deployment");
-            let deployments = Api::<Deployment>::default_namespaced(client.clone());
-            deployments.create(&PostParams::default(), &deployment).await.expect("created");
-            deployments
-                .patch("inflate", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 5}})))
-                .await
-                .expect("scaled");
-            let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let count = nodes.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
-                if count > 0 {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "no node appeared in {}", state.path().display());
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
+        runtime.block_on(provision(state.path(), &kubeconfig));
     }
     for child in &mut children {
         terminate(child);
@@ -241,4 +300,107 @@ fn two_clusters_run_side_by_side_and_stop_on_sigterm() {
             "the API server at {server} was stopped"
         );
     }
+}
+
+/// The spans of one trace, by the service that sent them.
+fn trace_services(spans: &[ReceivedSpan], trace_id: &str) -> Vec<(String, String)> {
+    spans
+        .iter()
+        .filter(|s| s.trace_id == trace_id)
+        .map(|s| (s.service.clone(), s.name.clone()))
+        .collect()
+}
+
+#[test]
+fn one_provisioning_is_one_trace_across_the_three_services() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let receiver = runtime
+        .block_on(OtlpReceiver::start())
+        .expect("OTLP receiver");
+    let endpoint = receiver.endpoint();
+    let state = tempfile::tempdir().expect("state");
+    let mut child = karpctl_up_with_env(
+        state.path(),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            // Each service names itself, whatever the caller's environment says.
+            ("OTEL_SERVICE_NAME", "everything"),
+        ],
+    );
+    let lines = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_for_line(&lines, "ready", Duration::from_secs(120), &mut seen);
+    let kubeconfig = state.path().join("kubeconfig");
+    runtime.block_on(provision(state.path(), &kubeconfig));
+
+    // The provisioning trace: the adapter's batch, Solve in the scheduler
+    // and Create in the provider, the two calls children of adapter spans.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (spans, trace_id) = loop {
+        let spans = receiver.spans();
+        let create = spans.iter().find(|s| {
+            s.service == "karpenter-provider-kwok"
+                && s.name == "karpenter.provider.v1.CloudProvider/Create"
+        });
+        let solved_in_same_trace = create.is_some_and(|create| {
+            spans.iter().any(|s| {
+                s.trace_id == create.trace_id
+                    && s.service == "karpenter-scheduler"
+                    && s.name == "karpenter.scheduler.v1.Scheduler/Solve"
+            })
+        });
+        if solved_in_same_trace {
+            let trace_id = create.map(|c| c.trace_id.clone()).unwrap_or_default();
+            break (spans, trace_id);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no trace holds both the provider's Create and the scheduler's Solve; received:\n{:#?}",
+            receiver.spans()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let in_trace: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.trace_id == trace_id).collect();
+    let adapter_span = |id: &str| {
+        in_trace
+            .iter()
+            .any(|s| s.span_id == id && s.service == "karpenter-adapter")
+    };
+    for (service, name) in [
+        (
+            "karpenter-scheduler",
+            "karpenter.scheduler.v1.Scheduler/Solve",
+        ),
+        (
+            "karpenter-provider-kwok",
+            "karpenter.provider.v1.CloudProvider/Create",
+        ),
+    ] {
+        let call = in_trace
+            .iter()
+            .find(|s| s.service == service && s.name == name)
+            .expect("in the trace");
+        assert!(
+            adapter_span(&call.parent_span_id),
+            "{service}'s {name} is a child of an adapter span: {:#?}",
+            trace_services(&spans, &trace_id)
+        );
+    }
+    // The handler's own span sits under the server span.
+    assert!(
+        in_trace
+            .iter()
+            .any(|s| s.service == "karpenter-scheduler" && s.name == "Solve"),
+        "the scheduler's Solve span is in the trace: {:#?}",
+        trace_services(&spans, &trace_id)
+    );
+    assert!(
+        in_trace.iter().all(|s| s.service != "everything"),
+        "every service names itself"
+    );
+    terminate(&child);
+    let status = child.wait().expect("exit");
+    assert!(status.success(), "{status}");
 }

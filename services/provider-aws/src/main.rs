@@ -54,7 +54,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
+    let _telemetry = karpenter_runtime::init_tracing(
+        "karpenter-provider-aws",
+        &args.service.log_level,
+        args.service.log_json,
+    )?;
     // Everything the provider makes is tagged with the cluster's name, and
     // its IAM policy is scoped by it: there is no sensible default.
     anyhow::ensure!(

@@ -42,7 +42,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
+    let _telemetry = karpenter_runtime::init_tracing(
+        "karpenter-provider-kwok",
+        &args.service.log_level,
+        args.service.log_json,
+    )?;
     let catalog =
         provider_kwok::load_catalog(args.catalog.as_deref()).context("loading the catalog")?;
     let node_delay = karpenter_core::duration::parse_go_duration(&args.node_delay)

@@ -9,6 +9,7 @@
 //!                                                /healthz  (process is up)
 //!                                                /readyz   (gRPC is serving)
 //!   --tls-cert/--tls-key [--tls-ca]        gRPC over TLS [mutual] ([`TlsArgs`])
+//!   OTEL_EXPORTER_OTLP_ENDPOINT            traces over OTLP ([`telemetry`])
 //! ```
 //!
 //! A service builds its tonic `Routes`, hands them to [`serve`] with its
@@ -22,6 +23,7 @@
 
 mod metrics;
 mod panics;
+pub mod telemetry;
 mod tls;
 
 use std::net::SocketAddr;
@@ -34,6 +36,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 pub use metrics::{GrpcMetricsLayer, Metrics};
 pub use panics::CatchPanicLayer;
+pub use telemetry::{Telemetry, TraceContextLayer};
 pub use tls::TlsArgs;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
@@ -63,47 +66,24 @@ pub struct ServiceArgs {
     pub tls: TlsArgs,
 }
 
-/// Installs the global tracing subscriber. Safe to call more than once (the
-/// later calls do nothing), so tests can start several services.
-pub fn init_tracing(filter: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+/// Installs the global tracing subscriber, logging to standard error, and
+/// exporting traces named `service` when the environment asks
+/// ([`telemetry`]). Safe to call more than once (the later calls do
+/// nothing), so tests can start several services. Keep the answer until
+/// the process ends.
+pub fn init_tracing(service: &str, filter: &str, json: bool) -> anyhow::Result<Telemetry> {
+    telemetry::install(service, filter, json, telemetry::writer("stderr")?)
 }
 
-/// Installs the global tracing subscriber writing to `output`: `stdout`,
-/// `stderr` or a file path (appended to), as Karpenter's
-/// `LOG_OUTPUT_PATHS` names it.
-pub fn init_tracing_output(filter: &str, json: bool, output: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let writer = match output {
-        "" | "stdout" => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout),
-        "stderr" => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
-        path => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening the log file {path}"))?;
-            tracing_subscriber::fmt::writer::BoxMakeWriter::new(Arc::new(file))
-        }
-    };
-    let builder = builder.with_writer(writer);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-    Ok(())
+/// [`init_tracing`] writing the logs to `output`: `stdout`, `stderr` or a
+/// file path (appended to), as Karpenter's `LOG_OUTPUT_PATHS` names it.
+pub fn init_tracing_output(
+    service: &str,
+    filter: &str,
+    json: bool,
+    output: &str,
+) -> anyhow::Result<Telemetry> {
+    telemetry::install(service, filter, json, telemetry::writer(output)?)
 }
 
 /// Bound listeners, so a caller that asked for port 0 learns the real ports
@@ -237,6 +217,7 @@ pub async fn serve_with_shutdown(
             .context("configuring the gRPC server's TLS")?;
     }
     let server = builder
+        .layer(TraceContextLayer)
         .layer(GrpcMetricsLayer::new(service.metrics.clone()))
         .layer(CatchPanicLayer::new(service.metrics.clone()))
         .add_routes(routes)

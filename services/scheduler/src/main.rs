@@ -30,7 +30,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    karpenter_runtime::init_tracing(&args.service.log_level, args.service.log_json);
+    let _telemetry = karpenter_runtime::init_tracing(
+        "karpenter-scheduler",
+        &args.service.log_level,
+        args.service.log_json,
+    )?;
     let metrics = karpenter_runtime::Metrics::new("karpenter_scheduler");
     anyhow::ensure!(
         args.max_call_seconds.is_finite() && args.max_call_seconds > 0.0,

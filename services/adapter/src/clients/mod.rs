@@ -157,9 +157,11 @@ impl Clients {
         flag.store(!down, Ordering::Relaxed);
     }
 
+    /// A request with its deadline and the current span's trace context.
     fn request<T>(message: T, deadline: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(deadline);
+        karpenter_runtime::telemetry::inject_current(request.metadata_mut());
         request
     }
 

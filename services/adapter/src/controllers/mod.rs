@@ -27,6 +27,7 @@ use karpenter_api::NodeClaim;
 use karpenter_proto::provider::v1 as pv;
 use kube::api::{Api, ApiResource, DynamicObject};
 
+use crate::claim_traces::ClaimTraces;
 use crate::clients::Clients;
 use crate::events::Recorder;
 use crate::metrics::AdapterMetrics;
@@ -47,6 +48,8 @@ pub struct Context {
     pub timing: Timing,
     /// Nodes provisioning planned pending pods onto.
     pub nominations: Nominations,
+    /// The trace each claim was created in, for its launch.
+    pub claim_traces: ClaimTraces,
 }
 
 /// Durations the controllers run by; tests shorten them.

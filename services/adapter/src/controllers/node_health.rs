@@ -207,21 +207,25 @@ impl Reconciler for NodeHealth {
             return Ok(Some(BLOCKED_RETRY));
         }
         let api = self.ctx.node_claims();
-        let overdue = super::lifecycle::termination_deadline(claim).is_some_and(|at| at <= now);
-        // The API's copy, not the index's: a pass that runs again before
-        // the index shows the deletion must not repair twice.
-        let latest = if overdue {
-            api.get_opt(&claim.name_any()).await?
-        } else {
-            let deadline = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-            Some(
-                patch::merge(
-                    &api,
-                    claim.as_ref(),
-                    json!({"metadata": {"annotations": {labels::NODE_CLAIM_TERMINATION_TIMESTAMP: deadline}}}),
-                )
-                .await?,
-            )
+        // An overdue claim keeps its deadline; otherwise the repair gives
+        // no grace. The write is guarded by the index's resourceVersion, so
+        // a pass that runs again before the index shows the deletion gets a
+        // conflict (and reads again) instead of repairing twice.
+        let deadline = super::lifecycle::termination_deadline(claim)
+            .filter(|at| *at <= now)
+            .unwrap_or(now)
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let latest = match patch::merge(
+            &api,
+            claim.as_ref(),
+            json!({"metadata": {"annotations": {labels::NODE_CLAIM_TERMINATION_TIMESTAMP: deadline}}}),
+        )
+        .await
+        {
+            Ok(latest) => Some(latest),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
         };
         let Some(latest) = latest.filter(|c| c.meta().deletion_timestamp.is_none()) else {
             return Ok(None);

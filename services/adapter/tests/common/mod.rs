@@ -79,7 +79,11 @@ impl Cluster {
 
     /// A cluster whose kwok nodes come up `node_delay` after launch.
     pub async fn start_with_node_delay(tls: bool, node_delay: Duration) -> Cluster {
-        karpenter_runtime::init_tracing("info,kube=warn,tower=warn,hyper=warn", false);
+        let _ = karpenter_runtime::init_tracing(
+            "adapter-tests",
+            "info,kube=warn,tower=warn,hyper=warn",
+            false,
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         let server = KubeTestServer::start(Config {

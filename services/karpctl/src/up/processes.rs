@@ -85,7 +85,10 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(errors))
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            // One name for every service would merge them in a trace
+            // viewer: each names itself (karpenter-scheduler, ...).
+            .env_remove("OTEL_SERVICE_NAME");
         for (key, value) in env {
             command.env(key, value);
         }

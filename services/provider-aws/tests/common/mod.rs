@@ -1269,7 +1269,7 @@ impl World {
     /// A world in `place` rather than seed 003's region.
     pub async fn start_in(place: Place, tweak: impl FnOnce(&mut provider_aws::Settings)) -> Self {
         if let Ok(filter) = std::env::var("TEST_LOG") {
-            karpenter_runtime::init_tracing(&filter, false);
+            let _ = karpenter_runtime::init_tracing("provider-aws-tests", &filter, false);
         }
         let moto = Moto::start().await;
         moto.reset().await;

@@ -11,7 +11,9 @@ use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_LAUNCHED;
 use karpenter_proto::provider::v1 as pv;
 use kube::ResourceExt;
+use kube::api::DynamicObject;
 use tonic::Code;
+use tracing::Instrument as _;
 
 use super::{Step, claim_conditions};
 use crate::claim::{quantities, wire_claim};
@@ -49,11 +51,7 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
         delete_for(ctx, claim, "nodeclass_not_found").await?;
         return Ok(Step::Deleted);
     };
-    match ctx
-        .clients
-        .create(wire_claim(claim, Some(node_class)))
-        .await
-    {
+    match create(ctx, claim, node_class).await {
         Ok(instance) => {
             populate(claim, &instance);
             claim_conditions(claim).set_true(CONDITION_LAUNCHED);
@@ -110,6 +108,30 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
             Err(Error::peer("Create")(status))
         }
     }
+}
+
+/// `Create` in a span continuing the trace the claim was created in.
+async fn create(
+    ctx: &Context,
+    claim: &NodeClaim,
+    node_class: &DynamicObject,
+) -> std::result::Result<pv::Instance, tonic::Status> {
+    let name = claim.name_any();
+    let span = tracing::info_span!("launch", nodeclaim = %name);
+    if let Some(parent) = ctx.claim_traces.of(&name) {
+        parent.adopt(&span);
+    }
+    let created = ctx
+        .clients
+        .create(wire_claim(claim, Some(node_class)))
+        .instrument(span)
+        .await;
+    // A transient failure is retried in the same trace; anything else is
+    // the end of this claim's launch.
+    if !matches!(&created, Err(status) if crate::clients::transient(status)) {
+        ctx.claim_traces.forget(&name);
+    }
+    created
 }
 
 /// The instance's labels (the claim's own win), provider ID, image and

@@ -361,6 +361,7 @@ async fn create(
         .create(&PostParams::default(), &claim)
         .await?;
     let name = created.name_any();
+    ctx.claim_traces.remember(&name);
     let shown: Vec<&str> = plan
         .instance_types
         .iter()
