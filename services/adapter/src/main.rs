@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
         false,
         &cli.settings.log_output_paths,
     )
-    .context("LOG_OUTPUT_PATHS")?;
+    .context("setting up logs (LOG_OUTPUT_PATHS) and traces (OTEL_*)")?;
     let http = tokio::net::TcpListener::bind(cli.settings.metrics_listen)
         .await
         .with_context(|| format!("binding {}", cli.settings.metrics_listen))?;

@@ -10,9 +10,12 @@
 //! Traces are off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set and `OTEL_SDK_DISABLED` is
 //! not `true`; the service name is `OTEL_SERVICE_NAME`, else the service's
-//! own. The exporter reads the other standard `OTEL_*` variables itself
-//! (`OTEL_BSP_SCHEDULE_DELAY`, `OTEL_EXPORTER_OTLP_TIMEOUT`, ...). Off,
-//! nothing is injected or exported and spans cost what logging costs.
+//! own. Export is OTLP over gRPC (`http://` or `https://` with the system's
+//! roots or `OTEL_EXPORTER_OTLP_CERTIFICATE`), uncompressed; another
+//! protocol or compression is refused at start, naming the variable. The
+//! exporter reads the other standard `OTEL_*` variables itself
+//! (`OTEL_BSP_SCHEDULE_DELAY`, `OTEL_EXPORTER_OTLP_TIMEOUT`, headers, ...).
+//! Off, nothing is injected or exported and spans cost what logging costs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,25 +57,91 @@ impl Drop for Telemetry {
     }
 }
 
-fn env_set(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
+/// Where and how spans are exported, read from the standard `OTEL_*`
+/// variables. A trace-specific variable wins over the general one; an
+/// empty value counts as unset (Helm templates often render one).
+#[derive(Debug, PartialEq, Eq)]
+struct ExporterConfig {
+    endpoint: String,
+    /// PEM file of the CA that signed the collector's certificate; the
+    /// system's roots otherwise (https only).
+    ca_file: Option<String>,
 }
 
-/// Whether the environment asks for traces.
-fn traces_wanted() -> bool {
-    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-    !disabled
-        && (env_set("OTEL_EXPORTER_OTLP_ENDPOINT") || env_set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+impl ExporterConfig {
+    /// `None` when traces are off (no endpoint, or `OTEL_SDK_DISABLED`);
+    /// an error naming the variable for what this exporter cannot do.
+    fn from_env(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Self>> {
+        let value = |name: &str| {
+            var(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let signal = |name: &str| {
+            let traces = name.replace("OTEL_EXPORTER_OTLP_", "OTEL_EXPORTER_OTLP_TRACES_");
+            value(&traces)
+                .map(|v| (traces, v))
+                .or_else(|| value(name).map(|v| (name.to_owned(), v)))
+        };
+        if value("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        let Some((endpoint_var, endpoint)) = signal("OTEL_EXPORTER_OTLP_ENDPOINT") else {
+            return Ok(None);
+        };
+        if let Some((name, protocol)) = signal("OTEL_EXPORTER_OTLP_PROTOCOL")
+            && protocol != "grpc"
+        {
+            anyhow::bail!(
+                "{name}={protocol}: the services export OTLP over gRPC only; set it to grpc or leave it unset"
+            );
+        }
+        if let Some((name, compression)) = signal("OTEL_EXPORTER_OTLP_COMPRESSION")
+            && compression != "none"
+        {
+            anyhow::bail!(
+                "{name}={compression}: the services export traces uncompressed; set it to none or leave it unset"
+            );
+        }
+        let uri: http::Uri = endpoint
+            .parse()
+            .with_context(|| format!("{endpoint_var}={endpoint}: not a URL"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            anyhow::bail!(
+                "{endpoint_var}={endpoint}: expected http://host:port or https://host:port (the collector's OTLP/gRPC port, usually 4317)"
+            );
+        }
+        Ok(Some(Self {
+            endpoint,
+            ca_file: signal("OTEL_EXPORTER_OTLP_CERTIFICATE").map(|(_, file)| file),
+        }))
+    }
+
+    fn uses_tls(&self) -> bool {
+        self.endpoint.starts_with("https:")
+    }
 }
 
 /// The tracer provider exporting over OTLP/gRPC. Must run inside a tokio
 /// runtime: the exporter's channel lives on it.
-fn tracer_provider(service: &str) -> anyhow::Result<SdkTracerProvider> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+fn tracer_provider(service: &str, config: &ExporterConfig) -> anyhow::Result<SdkTracerProvider> {
+    use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
+        .with_endpoint(config.endpoint.clone());
+    if config.uses_tls() {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(file) = &config.ca_file {
+            let pem = std::fs::read(file)
+                .with_context(|| format!("reading OTEL_EXPORTER_OTLP_CERTIFICATE {file}"))?;
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        builder = builder.with_tls_config(tls);
+    }
+    let exporter = builder
         .build()
-        .context("building the OTLP trace exporter (OTEL_EXPORTER_OTLP_ENDPOINT)")?;
-    let resource = if env_set("OTEL_SERVICE_NAME") {
+        .with_context(|| format!("building the OTLP trace exporter for {}", config.endpoint))?;
+    let resource = if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty()) {
         opentelemetry_sdk::Resource::builder().build()
     } else {
         opentelemetry_sdk::Resource::builder()
@@ -86,8 +155,9 @@ fn tracer_provider(service: &str) -> anyhow::Result<SdkTracerProvider> {
 }
 
 /// Installs the global subscriber: logs to `writer` (JSON lines or text)
-/// filtered by `filter`, and, when the environment asks, the same spans
-/// exported as traces named `service`. Later calls do nothing (tests
+/// filtered by `filter`, and, when the environment asks, spans at info and
+/// above exported as traces named `service` whatever the log level (a
+/// quiet log must not silence the traces). Later calls do nothing (tests
 /// start several services in one process).
 pub(crate) fn install(
     service: &str,
@@ -95,31 +165,28 @@ pub(crate) fn install(
     json: bool,
     writer: BoxMakeWriter,
 ) -> anyhow::Result<Telemetry> {
+    use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let provider = if traces_wanted() {
-        Some(tracer_provider(service)?)
-    } else {
-        None
+    let provider = match ExporterConfig::from_env(|name| std::env::var(name).ok())? {
+        Some(config) => Some(tracer_provider(service, &config)?),
+        None => None,
     };
-    let traces = provider
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service.to_owned())));
-    let (text, json_lines) = if json {
-        (
-            None,
-            Some(tracing_subscriber::fmt::layer().json().with_writer(writer)),
-        )
+    let traces = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service.to_owned()))
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+    });
+    let logs = if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(writer)
+            .boxed()
     } else {
-        (
-            Some(tracing_subscriber::fmt::layer().with_writer(writer)),
-            None,
-        )
+        tracing_subscriber::fmt::layer().with_writer(writer).boxed()
     };
     let installed = tracing_subscriber::registry()
-        .with(filter)
-        .with(text)
-        .with(json_lines)
+        .with(logs.with_filter(filter))
         .with(traces)
         .try_init()
         .is_ok();
@@ -262,4 +329,93 @@ pub(crate) fn writer(output: &str) -> anyhow::Result<BoxMakeWriter> {
             BoxMakeWriter::new(Arc::new(file))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExporterConfig;
+
+    fn config(vars: &[(&str, &str)]) -> anyhow::Result<Option<ExporterConfig>> {
+        ExporterConfig::from_env(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    fn endpoint(vars: &[(&str, &str)]) -> Option<String> {
+        config(vars).expect("accepted").map(|c| c.endpoint)
+    }
+
+    #[test]
+    fn traces_are_off_without_an_endpoint_or_when_disabled() {
+        assert_eq!(endpoint(&[]), None);
+        assert_eq!(endpoint(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "  ")]), None);
+        assert_eq!(
+            endpoint(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("OTEL_SDK_DISABLED", "TRUE"),
+            ]),
+            None
+        );
+    }
+
+    #[test]
+    fn the_trace_endpoint_wins_unless_it_is_empty() {
+        let general = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317");
+        assert_eq!(
+            endpoint(&[
+                general,
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces:4317")
+            ]),
+            Some("https://traces:4317".into())
+        );
+        assert_eq!(
+            endpoint(&[general, ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")]),
+            Some("http://collector:4317".into())
+        );
+    }
+
+    #[test]
+    fn what_the_exporter_cannot_do_is_refused_naming_the_variable() {
+        let general = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317");
+        for (vars, named) in [
+            (
+                vec![general, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+            ),
+            (
+                vec![general, ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")],
+                "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION=gzip",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4317",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector")],
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=ftp://collector",
+            ),
+        ] {
+            let error = config(&vars).expect_err("refused").to_string();
+            assert!(error.contains(named), "{error}");
+        }
+        assert!(
+            config(&[general, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])
+                .expect("grpc")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_collector_ca_applies_to_https() {
+        let c = config(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/otel/ca.pem"),
+        ])
+        .expect("accepted")
+        .expect("on");
+        assert!(c.uses_tls());
+        assert_eq!(c.ca_file.as_deref(), Some("/etc/otel/ca.pem"));
+    }
 }
