@@ -66,6 +66,8 @@ struct ExporterConfig {
     /// PEM file of the CA that signed the collector's certificate; the
     /// system's roots otherwise (https only).
     ca_file: Option<String>,
+    /// `OTEL_SERVICE_NAME` is set: the SDK names the service from it.
+    service_named: bool,
 }
 
 impl ExporterConfig {
@@ -114,6 +116,7 @@ impl ExporterConfig {
         Ok(Some(Self {
             endpoint,
             ca_file: signal("OTEL_EXPORTER_OTLP_CERTIFICATE").map(|(_, file)| file),
+            service_named: value("OTEL_SERVICE_NAME").is_some(),
         }))
     }
 
@@ -141,7 +144,7 @@ fn tracer_provider(service: &str, config: &ExporterConfig) -> anyhow::Result<Sdk
     let exporter = builder
         .build()
         .with_context(|| format!("building the OTLP trace exporter for {}", config.endpoint))?;
-    let resource = if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty()) {
+    let resource = if config.service_named {
         opentelemetry_sdk::Resource::builder().build()
     } else {
         opentelemetry_sdk::Resource::builder()
