@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_faults;
 pub mod otlp;
 
 use std::net::SocketAddr;

@@ -19,6 +19,9 @@ pub enum Error {
     /// An object in the cluster cannot be acted on as it is.
     #[error("{0}")]
     Invalid(String),
+    /// The reconcile panicked (a bug); retried with backoff like a failure.
+    #[error("the reconcile panicked: {0}")]
+    Panicked(String),
 }
 
 fn status_text(status: &tonic::Status) -> String {

@@ -151,6 +151,11 @@ impl<K: Entry> Store<K> {
 }
 
 impl<K> Store<K> {
+    /// Removes one object outside of a watch event; whether it was there.
+    fn remove(&mut self, key: &Key) -> bool {
+        self.objects.contains_key(key) && Arc::make_mut(&mut self.objects).remove(key).is_some()
+    }
+
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
         self.objects.get(&(namespace.to_owned(), name.to_owned()))
     }
@@ -196,6 +201,12 @@ pub enum Update {
     PersistentVolume(Event<PersistentVolume>),
     StorageClass(Event<StorageClass>),
     CsiNode(Event<CSINode>),
+    /// A NodeClaim this adapter has just created, as the API answered the
+    /// create: shown before its watch event arrives (see
+    /// [`crate::watch::Writes`]), so planning counts it at once.
+    NodeClaimCreated(NodeClaim),
+    /// Takes a created claim back out if the watch never showed it.
+    NodeClaimForgotten(Key),
 }
 
 /// Which kinds an update touched, so controllers wake only for theirs.
@@ -279,6 +290,12 @@ impl Index {
             Update::PersistentVolume(e) => changed.other = self.persistent_volumes.apply(e),
             Update::StorageClass(e) => changed.other = self.storage_classes.apply(e),
             Update::CsiNode(e) => changed.other = self.csi_nodes.apply(e),
+            Update::NodeClaimCreated(claim) => {
+                changed.node_claims = self.node_claims.apply(Event::Apply(Entry::keep(claim)));
+            }
+            Update::NodeClaimForgotten(key) => {
+                changed.node_claims = self.node_claims.remove(&key);
+            }
         }
         if changed.nodes {
             self.lookups.nodes_by_provider_id = OnceLock::new();
@@ -335,6 +352,27 @@ impl Index {
             Arc::new(map)
         });
         map.get(provider_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// The NodeClaims an interruption names with `provider_id`: those
+    /// launched as it, or, when it is partial (a provider that could not
+    /// learn every part of it, as AWS's zone when describing the instance
+    /// failed), those whose provider ID names the same instance, as the
+    /// provider proto's `InterruptionEvent` lets a provider send.
+    pub fn claims_for_interrupted(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
+        let exact = self.claims_for_provider_id(provider_id);
+        if !exact.is_empty() {
+            return exact.to_vec();
+        }
+        let instance = instance_id(provider_id);
+        if instance.is_empty() {
+            return Vec::new();
+        }
+        self.node_claims
+            .iter()
+            .filter(|claim| claim.provider_id().map(instance_id) == Some(instance))
+            .cloned()
+            .collect()
     }
 
     /// The NodeClaim launched as `provider_id`, when exactly one is.
@@ -394,6 +432,37 @@ impl Index {
     }
 }
 
+#[cfg(test)]
+impl Index {
+    /// `index` with every store's first list completed.
+    pub(crate) fn listed_for_tests(mut index: Index) -> Index {
+        for update in [
+            Update::Pod(Event::InitDone),
+            Update::Node(Event::InitDone),
+            Update::NodePool(Event::InitDone),
+            Update::NodeClaim(Event::InitDone),
+            Update::NodeClass(Event::InitDone),
+            Update::DaemonSet(Event::InitDone),
+            Update::PodDisruptionBudget(Event::InitDone),
+            Update::Namespace(Event::InitDone),
+            Update::PriorityClass(Event::InitDone),
+            Update::PersistentVolumeClaim(Event::InitDone),
+            Update::PersistentVolume(Event::InitDone),
+            Update::StorageClass(Event::InitDone),
+            Update::CsiNode(Event::InitDone),
+        ] {
+            index.apply(update);
+        }
+        index
+    }
+}
+
+/// The instance a provider ID names: its last path segment
+/// (`aws:///us-west-2a/i-0abc` and `aws:///i-0abc` name `i-0abc`).
+pub fn instance_id(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or_default()
+}
+
 /// Name of an object, for logs and keys.
 pub fn name_of<K: Resource>(object: &K) -> String {
     object.name_any()
@@ -427,23 +496,7 @@ mod tests {
     }
 
     fn list_all(index: &mut Index) {
-        for update in [
-            Update::Pod(Event::InitDone),
-            Update::Node(Event::InitDone),
-            Update::NodePool(Event::InitDone),
-            Update::NodeClaim(Event::InitDone),
-            Update::NodeClass(Event::InitDone),
-            Update::DaemonSet(Event::InitDone),
-            Update::PodDisruptionBudget(Event::InitDone),
-            Update::Namespace(Event::InitDone),
-            Update::PriorityClass(Event::InitDone),
-            Update::PersistentVolumeClaim(Event::InitDone),
-            Update::PersistentVolume(Event::InitDone),
-            Update::StorageClass(Event::InitDone),
-            Update::CsiNode(Event::InitDone),
-        ] {
-            index.apply(update);
-        }
+        *index = Index::listed_for_tests(std::mem::take(index));
     }
 
     #[test]
@@ -484,6 +537,34 @@ mod tests {
         index.apply(Update::Pod(Event::Apply(pod("a", None))));
         let kept = index.pods.get("default", "a").expect("kept");
         assert!(kept.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn an_interruption_without_the_zone_finds_the_claim_by_its_instance() {
+        let mut index = Index::default();
+        index.apply(Update::NodeClaim(Event::Apply(claim(
+            "a",
+            Some("aws:///us-west-2a/i-0abc"),
+        ))));
+        index.apply(Update::NodeClaim(Event::Apply(claim(
+            "b",
+            Some("aws:///us-west-2b/i-0def"),
+        ))));
+        let names = |provider_id: &str| -> Vec<String> {
+            index
+                .claims_for_interrupted(provider_id)
+                .iter()
+                .map(|c| name_of(c.as_ref()))
+                .collect()
+        };
+        assert_eq!(names("aws:///us-west-2a/i-0abc"), ["a"]);
+        assert_eq!(
+            names("aws:///i-0abc"),
+            ["a"],
+            "the zone could not be learnt"
+        );
+        assert!(names("aws:///i-0fff").is_empty());
+        assert!(names("").is_empty());
     }
 
     #[test]

@@ -1,16 +1,35 @@
-//! Leader election with a `coordination.k8s.io/v1` Lease, as
-//! controller-runtime does it: the holder renews the lease every
-//! `retry`; another replica takes it once `lease_duration` has passed
-//! without a renewal. A leader that cannot renew within `renew_deadline`
-//! stops leading (the process then exits, and its replica restarts as a
-//! standby), so two replicas never act at once for longer than that.
+//! Leader election with a `coordination.k8s.io/v1` Lease, as client-go's
+//! `leaderelection` does it:
+//!
+//! ```text
+//!   standby: get lease ──record changed?──▶ observed = (record, now)
+//!            holder set and observed + leaseDuration > now ──▶ wait `retry`
+//!            else ──update (resourceVersion CAS)──▶ leader
+//!   leader:  every `retry`: renew, each try bounded by last renewal + renewDeadline
+//!            deadline passed ──▶ stop leading (controllers stopped, process exits)
+//! ```
+//!
+//! Two rules keep two replicas from ever acting at once:
+//!
+//! - expiry is judged by when *this* replica observed the record change,
+//!   never by comparing the holder's `renewTime` with the local clock, so
+//!   clock skew between nodes cannot make a live lease look expired;
+//! - every call has a deadline, and the leader steps down once
+//!   `renew_deadline` (shorter than `lease_duration`) has passed without a
+//!   renewal, so it has stopped before any standby can take the lease, even
+//!   when its connection to the API server hangs without closing.
+//!
+//! The lease goes through its own client (see [`lease_client`]): no rate
+//! limit shared with the controllers, and short timeouts.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
+use tokio::time::Instant;
 
 /// Timing of the election.
 #[derive(Clone, Copy, Debug)]
@@ -31,11 +50,34 @@ impl Default for Timing {
     }
 }
 
+/// A client for the lease alone: not behind the controllers' rate limit
+/// (a renewal must not queue behind a burst of evictions), and with
+/// timeouts, so a connection that stops answering fails the call instead
+/// of holding it forever.
+pub fn lease_client(
+    mut config: kube::Config,
+    timing: Timing,
+) -> Result<kube::Client, karpenter_kube::KubeError> {
+    let bound = timing.renew_deadline.max(Duration::from_secs(1));
+    config.connect_timeout = Some(bound);
+    config.read_timeout = Some(bound);
+    config.write_timeout = Some(bound);
+    config.reset_reader_on_write = true;
+    karpenter_kube::client(config)
+}
+
+/// The lease record as last observed, and when (this replica's clock).
+struct Observed {
+    spec: Option<LeaseSpec>,
+    at: Instant,
+}
+
 pub struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
     timing: Timing,
+    observed: Mutex<Option<Observed>>,
 }
 
 /// What one attempt found.
@@ -43,6 +85,15 @@ pub struct Elector {
 enum Attempt {
     Held,
     HeldByOther(String),
+}
+
+/// Why an attempt did not get an answer.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("no answer from the API server in time")]
+    TimedOut,
 }
 
 impl Elector {
@@ -58,6 +109,7 @@ impl Elector {
             name: name.to_owned(),
             identity: identity.to_owned(),
             timing,
+            observed: Mutex::new(None),
         }
     }
 
@@ -69,32 +121,38 @@ impl Elector {
         i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
     }
 
+    /// Records `spec` as observed now if it differs from the last record
+    /// seen; returns when the current record was first observed.
+    fn observe(&self, spec: Option<&LeaseSpec>) -> Instant {
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        match observed.as_ref() {
+            Some(seen) if seen.spec.as_ref() == spec => seen.at,
+            _ => {
+                let at = Instant::now();
+                *observed = Some(Observed {
+                    spec: spec.cloned(),
+                    at,
+                });
+                at
+            }
+        }
+    }
+
+    /// One try to take or renew the lease, given up at `deadline`.
+    async fn attempt_until(&self, deadline: Instant) -> Result<Attempt, AttemptError> {
+        match tokio::time::timeout_at(deadline, self.attempt()).await {
+            Ok(result) => result.map_err(AttemptError::from),
+            Err(_) => Err(AttemptError::TimedOut),
+        }
+    }
+
     /// One try to take or renew the lease.
     async fn attempt(&self) -> Result<Attempt, kube::Error> {
         let existing = self.api.get_opt(&self.name).await?;
         let Some(mut lease) = existing else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.name.clone()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.identity.clone()),
-                    lease_duration_seconds: Some(Self::seconds(self.timing.lease_duration)),
-                    acquire_time: Some(Self::now()),
-                    renew_time: Some(Self::now()),
-                    lease_transitions: Some(0),
-                    ..LeaseSpec::default()
-                }),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(Attempt::Held),
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    Ok(Attempt::HeldByOther(String::new()))
-                }
-                Err(e) => Err(e),
-            };
+            return self.create().await;
         };
+        let observed_at = self.observe(lease.spec.as_ref());
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let mine = holder == self.identity;
@@ -104,18 +162,15 @@ impl Elector {
                 .map_or(self.timing.lease_duration, |s| {
                     Duration::from_secs(u64::try_from(s).unwrap_or(0))
                 });
-            let renewed = spec.renew_time.as_ref().map(|t| t.0);
-            let expired = renewed.is_none_or(|t| {
-                let age = Timestamp::now().duration_since(t);
-                age.as_secs_f64() > duration.as_secs_f64()
-            });
-            if !expired {
+            // Expired only once the record has stayed the same for a whole
+            // lease duration as this replica saw it.
+            if observed_at.elapsed() < duration {
                 return Ok(Attempt::HeldByOther(holder));
             }
         }
         if !mine {
             spec.acquire_time = Some(Self::now());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
         }
         spec.holder_identity = Some(self.identity.clone());
         spec.lease_duration_seconds = Some(Self::seconds(self.timing.lease_duration));
@@ -126,8 +181,36 @@ impl Elector {
             .replace(&self.name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => Ok(Attempt::Held),
+            Ok(written) => {
+                self.observe(written.spec.as_ref());
+                Ok(Attempt::Held)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::HeldByOther(holder)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self) -> Result<Attempt, kube::Error> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(Self::seconds(self.timing.lease_duration)),
+                acquire_time: Some(Self::now()),
+                renew_time: Some(Self::now()),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(written) => {
+                self.observe(written.spec.as_ref());
+                Ok(Attempt::Held)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::HeldByOther(String::new())),
             Err(e) => Err(e),
         }
     }
@@ -136,7 +219,8 @@ impl Elector {
     pub async fn acquire(&self) {
         let mut logged = String::new();
         loop {
-            match self.attempt().await {
+            let deadline = Instant::now() + self.timing.renew_deadline;
+            match self.attempt_until(deadline).await {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "acquired the leader lease");
                     return;
@@ -153,22 +237,27 @@ impl Elector {
         }
     }
 
-    /// Renews the lease until a renewal fails for longer than the renew
-    /// deadline (or another replica took it); returns then.
+    /// Renews the lease every `retry` until no renewal succeeded within the
+    /// renew deadline (a hung call counts: each is cut at the deadline) or
+    /// another replica took it; returns then, and the caller stops leading.
     pub async fn hold(&self) {
-        let mut last_renewal = tokio::time::Instant::now();
+        let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry).await;
-            match self.attempt().await {
-                Ok(Attempt::Held) => last_renewal = tokio::time::Instant::now(),
+            let deadline = last_renewal + self.timing.renew_deadline;
+            match self.attempt_until(deadline).await {
+                Ok(Attempt::Held) => last_renewal = Instant::now(),
                 Ok(Attempt::HeldByOther(holder)) => {
                     tracing::error!(%holder, "another replica holds the leader lease");
                     return;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "renewing the leader lease failed");
-                    if last_renewal.elapsed() > self.timing.renew_deadline {
-                        tracing::error!("could not renew the leader lease in time");
+                    if Instant::now() >= deadline {
+                        tracing::error!(
+                            renew_deadline = ?self.timing.renew_deadline,
+                            "could not renew the leader lease in time; stepping down"
+                        );
                         return;
                     }
                 }
@@ -178,19 +267,26 @@ impl Elector {
 
     /// Gives the lease up (on shutdown), so a standby takes over at once.
     pub async fn release(&self) {
-        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
-            && let Some(spec) = lease.spec.as_mut()
-            && spec.holder_identity.as_deref() == Some(self.identity.as_str())
-        {
-            spec.holder_identity = None;
-            spec.renew_time = None;
-            if let Err(error) = self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await
+        let deadline = Instant::now() + self.timing.renew_deadline;
+        let released = tokio::time::timeout_at(deadline, async {
+            if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
+                && let Some(spec) = lease.spec.as_mut()
+                && spec.holder_identity.as_deref() == Some(self.identity.as_str())
             {
-                tracing::warn!(%error, "releasing the leader lease failed");
+                spec.holder_identity = None;
+                spec.renew_time = None;
+                if let Err(error) = self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                {
+                    tracing::warn!(%error, "releasing the leader lease failed");
+                }
             }
+        })
+        .await;
+        if released.is_err() {
+            tracing::warn!("releasing the leader lease timed out");
         }
     }
 }

@@ -5,7 +5,10 @@
 //! Watchers start before the election, so a standby replica that takes
 //! over has its index listed already. Controllers run only while this
 //! replica leads; losing the lease ends the process (its restart makes it a
-//! standby), as controller-runtime does.
+//! standby), as controller-runtime does. The controllers are supervised: if
+//! one ends (a panic, a loop that returned), every controller is stopped,
+//! the lease is given up and the process exits with the reason, rather
+//! than leading with a controller missing.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -43,6 +46,11 @@ use crate::watch::Published;
 
 /// Reconciles of one controller that run at once.
 const CONCURRENCY: usize = 64;
+
+/// How long the controllers' client waits for any answer from the API
+/// server (watches are closed by the server after
+/// [`crate::watch::WATCH_TIMEOUT_SECONDS`]).
+const API_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a running adapter needs besides its settings.
 #[derive(Default)]
@@ -130,6 +138,11 @@ pub async fn run(
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("karpenter-adapter/", env!("CARGO_PKG_VERSION"))),
     ));
+    let lease_client = crate::leader::lease_client(config.clone(), options.election)?;
+    // A call that gets no answer fails instead of hanging (a connection
+    // dropped without a reset); watches end server-side well before this.
+    config.read_timeout = Some(API_READ_TIMEOUT);
+    config.reset_reader_on_write = true;
     let client = karpenter_kube::rate_limited_client(
         config,
         settings.kube_client_qps,
@@ -175,7 +188,11 @@ pub async fn run(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let peers = Peers { client, clients };
+    let peers = Peers {
+        client,
+        lease_client,
+        clients,
+    };
     let state = State {
         metrics,
         reconciling,
@@ -188,6 +205,8 @@ pub async fn run(
 /// The adapter's peers: the API server and the two gRPC services.
 struct Peers {
     client: kube::Client,
+    /// The lease's own client (see [`crate::leader::lease_client`]).
+    lease_client: kube::Client,
     clients: Clients,
 }
 
@@ -212,7 +231,11 @@ async fn lead(
     namespace: &str,
     tasks: &mut JoinSet<()>,
 ) -> anyhow::Result<()> {
-    let Peers { client, clients } = peers;
+    let Peers {
+        client,
+        lease_client,
+        clients,
+    } = peers;
     let State {
         metrics,
         reconciling,
@@ -238,7 +261,7 @@ async fn lead(
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
-    let snapshots = crate::watch::start(client.clone(), node_class.clone(), tasks);
+    let (snapshots, writes) = crate::watch::start(client.clone(), node_class.clone(), tasks);
     {
         let mut listed = snapshots.clone();
         tasks.spawn(async move {
@@ -249,7 +272,7 @@ async fn lead(
     }
 
     let elector = Elector::new(
-        client.clone(),
+        lease_client,
         namespace,
         &settings.leader_election_name,
         &identity(&settings),
@@ -273,66 +296,138 @@ async fn lead(
         timing: options.timing,
         nominations: Nominations::default(),
         claim_traces: Default::default(),
+        writes,
     };
-    spawn_controllers(&ctx, &snapshots, tasks);
+    let mut controllers = Controllers::default();
+    spawn_controllers(&ctx, &snapshots, &mut controllers);
     let mut listed = snapshots.clone();
+    let mut ended = None;
     tokio::select! {
         _ = listed.wait_for(|p| p.index.listed()) => {
             reconciling.store(true, Ordering::SeqCst);
             tracing::info!("reconciling");
         }
         () = &mut stop => {}
+        name = controllers.any_ended() => ended = Some(name),
     }
 
-    let outcome = if settings.disable_leader_election {
-        (&mut stop).await;
-        Ok(())
-    } else {
-        tokio::select! {
-            () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease")),
+    let election = !settings.disable_leader_election;
+    let outcome = match ended {
+        Some(name) => Err(anyhow::anyhow!("the {name} controller stopped")),
+        None => tokio::select! {
+            () = elector.hold(), if election => Err(anyhow::anyhow!("lost the leader lease")),
             () = &mut stop => Ok(()),
-        }
+            name = controllers.any_ended() => Err(anyhow::anyhow!("the {name} controller stopped")),
+        },
     };
+    // Every controller has stopped before the lease can pass to another
+    // replica: none acts on this replica's index once another leads.
     reconciling.store(false, Ordering::SeqCst);
-    tasks.abort_all();
+    controllers.stop().await;
     metrics.leader.set(0);
-    if outcome.is_ok() && !settings.disable_leader_election {
+    if let Err(error) = &outcome {
+        tracing::error!(%error, "stopped leading");
+    }
+    tasks.abort_all();
+    if election {
         elector.release().await;
     }
     outcome
 }
 
-/// Karpenter's controllers, each a task on `tasks`.
+/// The controller tasks of a leading replica, by name.
+#[derive(Default)]
+struct Controllers {
+    tasks: JoinSet<()>,
+    names: std::collections::HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Controllers {
+    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.tasks.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Resolves with the name of the first controller that ends, however
+    /// it ends (none is meant to while the replica leads).
+    async fn any_ended(&mut self) -> &'static str {
+        match self.tasks.join_next_with_id().await {
+            Some(Ok((id, ()))) => self.names.get(&id).copied().unwrap_or("unknown"),
+            Some(Err(error)) => {
+                let name = self.names.get(&error.id()).copied().unwrap_or("unknown");
+                if error.is_panic() {
+                    tracing::error!(controller = name, "a controller panicked");
+                }
+                name
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops every controller and waits until each has.
+    async fn stop(&mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+/// Karpenter's controllers, each a supervised task.
 fn spawn_controllers(
     ctx: &Context,
     snapshots: &watch::Receiver<Published>,
-    tasks: &mut JoinSet<()>,
+    tasks: &mut Controllers,
 ) {
-    tasks.spawn(provisioning::run(ctx.clone(), snapshots.clone()));
-    tasks.spawn(gc::run(ctx.clone(), snapshots.clone()));
-    tasks.spawn(disruption::run(ctx.clone(), snapshots.clone()));
-    tasks.spawn(interruption::run(ctx.clone(), snapshots.clone()));
-    tasks.spawn(observability::run(ctx.clone(), snapshots.clone()));
-    let lifecycle = Arc::new(Lifecycle { ctx: ctx.clone() });
-    tasks.spawn(runner::run(lifecycle, snapshots.clone(), CONCURRENCY));
-    let claim_disruption = Arc::new(ClaimDisruption { ctx: ctx.clone() });
-    tasks.spawn(runner::run(
-        claim_disruption,
-        snapshots.clone(),
-        CONCURRENCY,
-    ));
-    let pod_events = Arc::new(PodEvents::new(ctx.clone()));
-    tasks.spawn(runner::run(pod_events, snapshots.clone(), CONCURRENCY));
-    let expiration = Arc::new(Expiration { ctx: ctx.clone() });
-    tasks.spawn(runner::run(expiration, snapshots.clone(), CONCURRENCY));
-    if ctx.settings.feature_gates.enabled("NodeRepair") {
-        let health = Arc::new(NodeHealth { ctx: ctx.clone() });
-        tasks.spawn(runner::run(health, snapshots.clone(), CONCURRENCY));
+    let c = ctx;
+    let s = snapshots;
+    tasks.spawn("provisioner", provisioning::run(c.clone(), s.clone()));
+    tasks.spawn("garbagecollection", gc::run(c.clone(), s.clone()));
+    tasks.spawn("disruption", disruption::run(c.clone(), s.clone()));
+    tasks.spawn("interruption", interruption::run(c.clone(), s.clone()));
+    tasks.spawn("observability", observability::run(c.clone(), s.clone()));
+    let lifecycle = Arc::new(Lifecycle { ctx: c.clone() });
+    tasks.spawn(
+        "nodeclaim.lifecycle",
+        runner::run(lifecycle, s.clone(), CONCURRENCY),
+    );
+    let claim_disruption = Arc::new(ClaimDisruption { ctx: c.clone() });
+    let run = runner::run(claim_disruption, s.clone(), CONCURRENCY);
+    tasks.spawn("nodeclaim.disruption", run);
+    let pod_events = Arc::new(PodEvents::new(c.clone()));
+    tasks.spawn(
+        "pod.events",
+        runner::run(pod_events, s.clone(), CONCURRENCY),
+    );
+    let expiration = Arc::new(Expiration { ctx: c.clone() });
+    tasks.spawn(
+        "nodeclaim.expiration",
+        runner::run(expiration, s.clone(), CONCURRENCY),
+    );
+    if c.settings.feature_gates.enabled("NodeRepair") {
+        let health = Arc::new(NodeHealth { ctx: c.clone() });
+        tasks.spawn("node.health", runner::run(health, s.clone(), CONCURRENCY));
     }
-    let termination = Arc::new(Termination { ctx: ctx.clone() });
-    tasks.spawn(runner::run(termination, snapshots.clone(), CONCURRENCY));
-    let pools = Arc::new(NodePools { ctx: ctx.clone() });
-    tasks.spawn(runner::run(pools, snapshots.clone(), CONCURRENCY));
-    let classes = Arc::new(NodeClasses { ctx: ctx.clone() });
-    tasks.spawn(runner::run(classes, snapshots.clone(), CONCURRENCY));
+    let termination = Arc::new(Termination { ctx: c.clone() });
+    tasks.spawn(
+        "node.termination",
+        runner::run(termination, s.clone(), CONCURRENCY),
+    );
+    let pools = Arc::new(NodePools { ctx: c.clone() });
+    tasks.spawn("nodepool", runner::run(pools, s.clone(), CONCURRENCY));
+    let classes = Arc::new(NodeClasses { ctx: c.clone() });
+    tasks.spawn("nodeclass", runner::run(classes, s.clone(), CONCURRENCY));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_controller_that_panics_or_returns_is_reported_by_name() {
+        let mut controllers = Controllers::default();
+        controllers.spawn("steady", std::future::pending());
+        controllers.spawn("provisioner", async { panic!("a bug") });
+        assert_eq!(controllers.any_ended().await, "provisioner");
+        controllers.spawn("garbagecollection", async {});
+        assert_eq!(controllers.any_ended().await, "garbagecollection");
+        controllers.stop().await;
+    }
 }

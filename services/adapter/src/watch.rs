@@ -6,8 +6,11 @@
 //! ```
 //!
 //! Controllers hold a `watch::Receiver<Published>`; a snapshot is an
-//! `Arc<Index>` that later events never change.
+//! `Arc<Index>` that later events never change. The adapter's own creates
+//! of NodeClaims reach the owner too ([`Writes`]): a snapshot shows a claim
+//! from the moment it was created, whatever the watch's lag.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +25,9 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use crate::index::{self, Changed, Entry, Index, PodEntry, Update};
+use crate::index::{self, Changed, Entry, Index, Key, PodEntry, Update};
 
 /// Per-kind change counters; a controller compares them with what it saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,13 +58,33 @@ pub struct Published {
     pub versions: Versions,
 }
 
+/// The adapter's own writes, told to the index owner so snapshots show
+/// them before the watch does.
+#[derive(Clone, Debug)]
+pub struct Writes {
+    updates: mpsc::Sender<Update>,
+}
+
+impl Writes {
+    /// A NodeClaim this adapter created (the API's answer). Until the watch
+    /// shows it, snapshots hold this copy, so a lagging NodeClaim watch can
+    /// never make provisioning (or the pool limits) miss capacity it has
+    /// already asked for, as Karpenter's cluster state records a claim the
+    /// moment it is created.
+    pub async fn created(&self, claim: NodeClaim) {
+        // Only fails once the owner has stopped, with the adapter.
+        let _ = self.updates.send(Update::NodeClaimCreated(claim)).await;
+    }
+}
+
 /// Starts one watcher per kind and the owner task on `tasks` (dropping
-/// the set stops them); returns the snapshots.
+/// the set stops them); returns the snapshots and the handle the adapter
+/// tells its own writes through.
 pub fn start(
     client: kube::Client,
     node_class: ApiResource,
     tasks: &mut JoinSet<()>,
-) -> watch::Receiver<Published> {
+) -> (watch::Receiver<Published>, Writes) {
     let (updates, received) = mpsc::channel::<Update>(UPDATE_BACKLOG);
     let (publish, snapshots) = watch::channel(Published::default());
     let u = &updates;
@@ -84,12 +108,21 @@ pub fn start(
     spawn_watch::<CSINode>(tasks, Api::all(c.clone()), u.clone(), Update::CsiNode);
     let node_classes: Api<DynamicObject> = Api::all_with(client, &node_class);
     tasks.spawn(forward(
-        watcher::watcher(node_classes, watcher::Config::default()),
-        updates,
+        watcher::watcher(node_classes, watch_config()),
+        updates.clone(),
         Update::NodeClass,
     ));
     tasks.spawn(own(received, publish));
-    snapshots
+    (snapshots, Writes { updates })
+}
+
+/// Seconds after which the API server ends a watch (the watcher then
+/// resumes it from its last resourceVersion): shorter than the client's
+/// read timeout, so a quiet watch is never mistaken for a dead connection.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 45;
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }
 
 fn spawn_watch<E>(
@@ -107,7 +140,7 @@ fn spawn_watch<E>(
         + 'static,
 {
     tasks.spawn(forward(
-        watcher::watcher(api, watcher::Config::default()),
+        watcher::watcher(api, watch_config()),
         updates,
         wrap,
     ));
@@ -147,27 +180,141 @@ const UPDATE_BACKLOG: usize = 256;
 /// snapshot, and a lone event is published at once.
 const MIN_PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
 
+/// How long a claim this adapter created is shown without the watch
+/// having shown it (and how long a watched deletion is remembered): far
+/// beyond any healthy watch's lag, short enough that a claim created and
+/// deleted before its watch events arrived is not counted for long.
+const UNSEEN_FOR_AT_MOST: Duration = Duration::from_secs(300);
+
+/// How often the owner drops what it has remembered too long.
+const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// Claims this adapter created that the NodeClaim watch has not shown
+/// yet, and claims whose deletion it showed recently (a create answered
+/// after its own deletion was watched must not bring the claim back).
+#[derive(Default)]
+struct Unseen {
+    created: HashMap<Key, (NodeClaim, Instant)>,
+    deleted: HashMap<Key, Instant>,
+}
+
+fn claim_key(claim: &NodeClaim) -> Key {
+    (
+        String::new(),
+        claim.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Unseen {
+    /// Looks at an update before the index applies it; `None` drops it.
+    fn filter(&mut self, index: &Index, update: Update) -> Option<Update> {
+        match &update {
+            Update::NodeClaim(Event::Apply(claim) | Event::InitApply(claim)) => {
+                self.created.remove(&claim_key(claim));
+            }
+            Update::NodeClaim(Event::Delete(claim)) => {
+                let key = claim_key(claim);
+                self.created.remove(&key);
+                self.deleted.insert(key, Instant::now());
+            }
+            Update::NodeClaimCreated(claim) => {
+                let key = claim_key(claim);
+                if index.node_claims.named(&key.1).is_some() || self.deleted.contains_key(&key) {
+                    return None;
+                }
+                self.created.insert(key, (claim.clone(), Instant::now()));
+            }
+            _ => {}
+        }
+        Some(update)
+    }
+
+    /// After a relist replaced the claims: created claims the list did not
+    /// hold yet (it may predate them) are shown again.
+    fn after_relist(&self, index: &mut Index) -> Changed {
+        let mut changed = Changed::default();
+        for (key, (claim, _)) in &self.created {
+            if index.node_claims.named(&key.1).is_none() {
+                changed.merge(index.apply(Update::NodeClaimCreated(claim.clone())));
+            }
+        }
+        changed
+    }
+
+    /// Forgets what was remembered too long; a created claim still unseen
+    /// is taken out of the index.
+    fn prune(&mut self, index: &mut Index) -> Changed {
+        let mut changed = Changed::default();
+        self.deleted
+            .retain(|_, at| at.elapsed() < UNSEEN_FOR_AT_MOST);
+        let expired: Vec<Key> = self
+            .created
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() >= UNSEEN_FOR_AT_MOST)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            self.created.remove(&key);
+            tracing::warn!(nodeclaim = %key.1, "the NodeClaim watch never showed a claim this adapter created; no longer counting it");
+            changed.merge(index.apply(Update::NodeClaimForgotten(key)));
+        }
+        changed
+    }
+}
+
+/// The index with the owner's bookkeeping of its own writes.
+struct Owned {
+    index: Index,
+    unseen: Unseen,
+}
+
+impl Owned {
+    fn apply(&mut self, update: Update) -> Changed {
+        let relist_done = matches!(update, Update::NodeClaim(Event::InitDone));
+        let Some(update) = self.unseen.filter(&self.index, update) else {
+            return Changed::default();
+        };
+        let mut changed = self.index.apply(update);
+        if relist_done {
+            changed.merge(self.unseen.after_relist(&mut self.index));
+        }
+        changed
+    }
+}
+
 /// The owner task: applies updates and publishes what changed.
 async fn own(mut received: mpsc::Receiver<Update>, publish: watch::Sender<Published>) {
-    let mut index = Index::default();
+    let mut owned = Owned {
+        index: Index::default(),
+        unseen: Unseen::default(),
+    };
     let mut versions = Versions::default();
     let mut last_publish = tokio::time::Instant::now();
-    while let Some(first) = received.recv().await {
-        let mut changed = index.apply(first);
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut changed = tokio::select! {
+            first = received.recv() => match first {
+                Some(first) => owned.apply(first),
+                None => return,
+            },
+            _ = prune.tick() => owned.unseen.prune(&mut owned.index),
+        };
         let not_before = last_publish + MIN_PUBLISH_INTERVAL;
         loop {
             while let Ok(update) = received.try_recv() {
-                changed.merge(index.apply(update));
+                changed.merge(owned.apply(update));
             }
             if tokio::time::Instant::now() >= not_before {
                 break;
             }
             match tokio::time::timeout_at(not_before, received.recv()).await {
-                Ok(Some(update)) => changed.merge(index.apply(update)),
+                Ok(Some(update)) => changed.merge(owned.apply(update)),
                 Ok(None) => return,
                 Err(_) => break,
             }
         }
+        let index = &owned.index;
         let listed_before = publish.borrow().index.listed();
         if changed.any() || index.listed() != listed_before {
             versions.bump(changed);

@@ -368,7 +368,16 @@ impl CloudProvider for AwsProvider {
                     };
                     let mut provider_ids = Vec::new();
                     for id in &parsed.instance_ids {
-                        let described = provider.describe(id).await.ok().flatten();
+                        let described = match provider.describe(id).await {
+                            Ok(described) => described,
+                            Err(error) => {
+                                // The event still names the instance (the
+                                // adapter matches by instance ID); only the
+                                // spot offering is not marked unavailable.
+                                tracing::warn!(%error, instance = %id, "describing an interrupted instance failed; sending its event without the zone");
+                                None
+                            }
+                        };
                         let zone = described
                             .as_ref()
                             .and_then(|i| i.placement())

@@ -12,7 +12,9 @@
 //!   ──▶ AcknowledgeInterruption (after acting; the cloud resends until then)
 //! ```
 //!
-//! The stream is reopened with backoff when it breaks. A cloud message can
+//! Claims are matched by the instance an event names (a provider ID that
+//! lacks a part the provider could not learn still finds its claim). The
+//! stream is reopened with backoff when it breaks. A cloud message can
 //! arrive more than once; acting twice is harmless (a claim already being
 //! deleted is left alone) and events are not repeated within the dedupe
 //! window.
@@ -117,7 +119,12 @@ fn notice(event: &pv::InterruptionEvent) -> Option<(Kind, &'static str, &'static
 }
 
 /// Runs until the snapshots end: one stream at a time, reopened on error.
-pub async fn run(ctx: Context, snapshots: watch::Receiver<Published>) {
+/// Nothing is consumed before the index has listed the cluster: an event
+/// matched against an empty index would be acknowledged unacted.
+pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
+    if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
+        return;
+    }
     let mut handled: HashMap<String, Instant> = HashMap::new();
     let mut failures = 0u32;
     loop {
@@ -174,11 +181,11 @@ async fn handle(
     let index = snapshots.borrow().index.clone();
     let mut ok = true;
     for provider_id in &event.provider_ids {
-        for claim in index.claims_for_provider_id(provider_id) {
-            if !ctx.manages(claim) {
+        for claim in index.claims_for_interrupted(provider_id) {
+            if !ctx.manages(&claim) {
                 continue;
             }
-            if let Err(error) = act(ctx, &index, &event, claim).await {
+            if let Err(error) = act(ctx, &index, &event, &claim).await {
                 tracing::warn!(nodeclaim = %claim.name_any(), %error, "acting on an interruption failed");
                 ok = false;
             }

@@ -50,6 +50,8 @@ pub struct Context {
     pub nominations: Nominations,
     /// The trace each claim was created in, for its launch.
     pub claim_traces: ClaimTraces,
+    /// Tells the index what this adapter created, ahead of the watch.
+    pub writes: crate::watch::Writes,
 }
 
 /// Durations the controllers run by; tests shorten them.

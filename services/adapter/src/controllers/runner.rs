@@ -10,19 +10,22 @@
 //! A key is reconciled when its fingerprint (the versions of the objects it
 //! reads) changes, when its requeue or backoff comes due, and again right
 //! after a run during which it changed. The same key never runs twice at
-//! once; different keys run concurrently up to a limit.
+//! once; different keys run concurrently up to a limit. A reconcile that
+//! panics fails like any other (its key backs off and runs again), so one
+//! bad object never leaves its key in flight for good.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use futures_util::FutureExt as _;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index::{Index, Key};
 use crate::watch::{Published, Versions};
 
@@ -165,11 +168,24 @@ fn spawn<R: Reconciler>(
     tasks.spawn(
         async move {
             let _permit = permits.acquire_owned().await;
-            let result = reconciler.reconcile(key.clone(), index).await;
+            let reconcile = reconciler.reconcile(key.clone(), index);
+            let result = match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => Err(Error::Panicked(panic_message(panic.as_ref()))),
+            };
             (key, result)
         }
         .instrument(span),
     );
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 fn finish(
@@ -180,9 +196,9 @@ fn finish(
     let (key, result) = match joined {
         Ok(done) => done,
         Err(error) => {
-            // A panic in one reconcile: the key is lost for this round (its
-            // next change runs it again); the controller goes on.
-            tracing::error!(controller = name, %error, "a reconcile panicked");
+            // Only cancellation ends a task without a key (panics are
+            // caught inside it), and the runner never cancels its tasks.
+            tracing::error!(controller = name, %error, "a reconcile task ended without a result");
             return;
         }
     };
@@ -209,5 +225,59 @@ fn finish(
     }
     if queue.dirty.remove(&key) {
         queue.due.insert(key, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Panics the first time it reconciles its one key.
+    #[derive(Default)]
+    struct PanicsOnce {
+        calls: AtomicU32,
+    }
+
+    impl Reconciler for PanicsOnce {
+        const NAME: &'static str = "panics-once";
+
+        fn relevant(versions: &Versions) -> u64 {
+            versions.node_claims
+        }
+
+        fn keys(&self, _index: &Index) -> Vec<(Key, u64)> {
+            vec![((String::new(), "a".to_owned()), 1)]
+        }
+
+        async fn reconcile(&self, _key: Key, _index: Arc<Index>) -> Result<Requeue> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a bug in the first pass");
+            }
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicked_reconcile_runs_again_after_a_backoff() {
+        let published = Published {
+            index: Arc::new(Index::listed_for_tests(Index::default())),
+            versions: Versions::default(),
+        };
+        let (_publish, snapshots) = watch::channel(published);
+        let reconciler = Arc::new(PanicsOnce::default());
+        let running = tokio::spawn(run(reconciler.clone(), snapshots, 4));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reconciler.calls.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running.abort();
+        assert_eq!(
+            reconciler.calls.load(Ordering::SeqCst),
+            2,
+            "the key is reconciled again, with nothing changed, after its panic"
+        );
     }
 }

@@ -160,6 +160,13 @@ pub enum Fault {
     Throttle { action: String, times: usize },
     /// Answer `action` with HTTP 500 `times` times.
     ServerError { action: String, times: usize },
+    /// Answer `action` with HTTP 500 whenever its form field `field` is
+    /// `value` (one instance's DescribeInstances, say), until cleared.
+    ServerErrorWhen {
+        action: String,
+        field: String,
+        value: String,
+    },
     /// Answer CreateFleet of this capacity type with InsufficientInstanceCapacity for every override.
     FleetIce { capacity_type: String },
     /// The Pricing API is unreachable (HTTP 503 every time).
@@ -434,6 +441,13 @@ impl FaultProxy {
                             r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#.into(),
                         )
                     });
+                }
+                Fault::ServerErrorWhen {
+                    action: a,
+                    field,
+                    value,
+                } if a == action && fields.get(field.as_str()) == Some(&*value) => {
+                    return Some(xml(500, "<Response><Errors><Error><Code>InternalError</Code><Message>internal</Message></Error></Errors><RequestID>proxy</RequestID></Response>".into()));
                 }
                 Fault::ServerError { action: a, times } if a == action && *times > 0 => {
                     *times -= 1;

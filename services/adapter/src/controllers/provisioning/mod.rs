@@ -8,9 +8,10 @@
 //!     ──▶ events: Nominated / FailedScheduling ──▶ wait until the index shows the new claims
 //! ```
 //!
-//! The wait at the end is what keeps a batch from planning again for pods
-//! the previous one already launched capacity for: the next snapshot holds
-//! the new claims as in-flight nodes.
+//! Every claim created is handed to the index at once (`Writes::created`),
+//! so the next snapshot holds it as an in-flight node and counts it against
+//! its pool's limits even while the NodeClaim watch lags: a batch never
+//! plans again for pods the previous one already asked capacity for.
 
 pub mod batcher;
 
@@ -361,6 +362,7 @@ async fn create(
         .create(&PostParams::default(), &claim)
         .await?;
     let name = created.name_any();
+    ctx.writes.created(created).await;
     ctx.claim_traces.remember(&name);
     let shown: Vec<&str> = plan
         .instance_types
