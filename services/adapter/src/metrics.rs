@@ -103,6 +103,12 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// `scheduler` or `provider`.
+    pub peer: String,
+}
+
 /// The adapter's metrics, registered on the service's registry.
 #[derive(Clone)]
 pub struct AdapterMetrics {
@@ -132,6 +138,7 @@ pub struct AdapterMetrics {
     pub nodepool_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub nodepool_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub leader: Gauge,
+    pub peer_up: Family<PeerLabels, Gauge>,
 }
 
 fn duration_buckets() -> Histogram {
@@ -187,6 +194,7 @@ impl AdapterMetrics {
             nodepool_usage: Family::default(),
             nodepool_limit: Family::default(),
             leader: Gauge::default(),
+            peer_up: Family::default(),
         };
         metrics.with_registry(|r| {
             r.register(
@@ -314,6 +322,11 @@ impl AdapterMetrics {
                 "leader",
                 "1 while this replica holds the leader lease",
                 m.leader.clone(),
+            );
+            r.register(
+                "peer_up",
+                "1 while the peer (scheduler, provider) answers its gRPC health check (ours)",
+                m.peer_up.clone(),
             );
         });
         Arc::new(m)

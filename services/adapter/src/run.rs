@@ -39,7 +39,7 @@ use crate::controllers::{
 };
 use crate::events::Recorder;
 use crate::leader::Elector;
-use crate::metrics::AdapterMetrics;
+use crate::metrics::{AdapterMetrics, PeerLabels};
 use crate::nominations::Nominations;
 use crate::settings::{LEGACY_CONFIG_MAP, LEGACY_KEYS, Settings};
 use crate::watch::Published;
@@ -161,14 +161,17 @@ pub async fn run(
     let registry = karpenter_runtime::Metrics::new("karpenter");
     let metrics = AdapterMetrics::register(&registry);
     let reconciling = Arc::new(AtomicBool::new(false));
-    // Ready is "could take over now": the cluster is listed and both peers
-    // answer. A standby is ready too, so that a rollout or a drain (the
-    // PDB counts ready replicas) can go on while one replica leads.
+    // Ready is about this process alone: it has listed the cluster. A
+    // standby is ready too, so that a rollout or a drain (the PDB counts
+    // ready replicas) can go on while one replica leads. Peers are not part
+    // of it: a scheduler or provider that is down (or a cloud that denies
+    // every call) would make every replica unready at once, and the PDB
+    // would then block draining the nodes they run on. Peer health is the
+    // `karpenter_peer_up` gauge.
     let synced = Arc::new(AtomicBool::new(false));
     let readiness: karpenter_runtime::Readiness = {
         let synced = synced.clone();
-        let clients = clients.clone();
-        Arc::new(move || synced.load(Ordering::SeqCst) && clients.up())
+        Arc::new(move || synced.load(Ordering::SeqCst))
     };
     // Every task of this adapter lives in `tasks`: when `run` ends, or its
     // future is dropped, they all stop.
@@ -248,9 +251,17 @@ async fn lead(
     tokio::pin!(stop);
     {
         let clients = clients.clone();
+        let metrics = metrics.clone();
         tasks.spawn(async move {
             loop {
                 clients.probe().await;
+                let (scheduler, provider) = clients.up();
+                for (peer, up) in [("scheduler", scheduler), ("provider", provider)] {
+                    let labels = PeerLabels {
+                        peer: peer.to_owned(),
+                    };
+                    metrics.peer_up.get_or_create(&labels).set(i64::from(up));
+                }
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         });
@@ -297,6 +308,7 @@ async fn lead(
         nominations: Nominations::default(),
         claim_traces: Default::default(),
         writes,
+        evictions: Default::default(),
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);

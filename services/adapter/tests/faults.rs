@@ -1,5 +1,6 @@
-//! Peers that go away or misbehave: the adapter reports not ready, launches
-//! nothing twice, and carries on once they are back; an API server that
+//! Peers that go away or misbehave: the adapter stays ready (readiness is
+//! about the process; peer health is a metric), launches nothing twice,
+//! and carries on once they are back; an API server that
 //! stops answering (a fault proxy on loopback between the adapter and
 //! kube-test-server) never leaves two leaders acting, and a lagging watch
 //! never launches the same capacity twice.
@@ -13,18 +14,28 @@ use integration_tests::api_faults::{Action, ApiFaultProxy, Fault};
 use kube::ResourceExt;
 use serde_json::json;
 
+/// Finding 7 of the fault review: a provider that is down (or a cloud that
+/// denies every call) used to make every adapter replica NotReady, and
+/// their PodDisruptionBudget then blocked draining the nodes they run on.
+/// Readiness is now the process's own; the peer's state is a metric.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_provider_that_is_down_makes_the_adapter_unready_and_nothing_launches_twice() {
+async fn a_provider_that_is_down_leaves_the_adapter_ready_and_nothing_launches_twice() {
     let mut cluster = Cluster::start().await;
     let adapter = cluster.adapter().await;
     eventually("ready", Duration::from_secs(20), || adapter.ready()).await;
     let address = cluster.stop_provider().await;
     eventually(
-        "/readyz failing while the provider is down",
+        "the provider reported down in karpenter_peer_up",
         Duration::from_secs(20),
-        || async { !adapter.ready().await },
+        || async {
+            adapter
+                .metrics()
+                .await
+                .contains("karpenter_peer_up{peer=\"provider\"} 0")
+        },
     )
     .await;
+    assert!(adapter.ready().await, "still ready without its provider");
     cluster
         .node_pool(Cluster::pool("default", json!({}), json!({})))
         .await;
@@ -36,7 +47,17 @@ async fn a_provider_that_is_down_makes_the_adapter_unready_and_nothing_launches_
     );
 
     cluster.restart_provider(address).await;
-    eventually("ready again", Duration::from_secs(20), || adapter.ready()).await;
+    eventually(
+        "the provider reported up again",
+        Duration::from_secs(20),
+        || async {
+            adapter
+                .metrics()
+                .await
+                .contains("karpenter_peer_up{peer=\"provider\"} 1")
+        },
+    )
+    .await;
     eventually("pods running", Duration::from_secs(60), || {
         cluster.running("inflate", 3)
     })
@@ -189,22 +210,12 @@ async fn a_stalled_node_claim_watch_launches_the_capacity_once() {
     adapter.stop().await;
 }
 
-/// Finding 8 (races): a Node deleted by hand is tainted by termination
-/// before its claim's deletion reaches the index; with the NodeClaim watch
-/// stalled, disruption's cleanup of leftover taints must not take the taint
-/// off again (it releases only nodes that are not being deleted), or pods
-/// could land on a node being drained.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_deleted_nodes_taint_stays_while_the_claim_watch_lags() {
-    use k8s_openapi::api::core::v1::Node;
+/// A pool with one running pod whose PodDisruptionBudget allows no
+/// eviction (so a drain of its node holds); the node's name.
+async fn one_pod_no_eviction_allowed(cluster: &Cluster) -> String {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use kube::api::{Api, DeleteParams, PostParams};
+    use kube::api::{Api, PostParams};
 
-    let cluster = Cluster::start().await;
-    let proxy = ApiFaultProxy::start(api_addr(&cluster))
-        .await
-        .expect("proxy");
-    let adapter = proxied_adapter(&cluster, &proxy, "racing").await;
     cluster
         .node_pool(Cluster::pool("default", json!({}), json!({})))
         .await;
@@ -213,7 +224,6 @@ async fn a_deleted_nodes_taint_stays_while_the_claim_watch_lags() {
         cluster.running("inflate", 1)
     })
     .await;
-    // A PDB that allows no eviction holds the drain.
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "inflate"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "inflate"}}}
@@ -223,7 +233,25 @@ async fn a_deleted_nodes_taint_stays_while_the_claim_watch_lags() {
         .create(&PostParams::default(), &pdb)
         .await
         .expect("pdb");
-    let node_name = cluster.nodes().await[0].name_any();
+    cluster.nodes().await[0].name_any()
+}
+
+/// Finding 8 (races): a Node deleted by hand is tainted by termination
+/// before its claim's deletion reaches the index; with the NodeClaim watch
+/// stalled, disruption's cleanup of leftover taints must not take the taint
+/// off again (it releases only nodes that are not being deleted), or pods
+/// could land on a node being drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_nodes_taint_stays_while_the_claim_watch_lags() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, DeleteParams};
+
+    let cluster = Cluster::start().await;
+    let proxy = ApiFaultProxy::start(api_addr(&cluster))
+        .await
+        .expect("proxy");
+    let adapter = proxied_adapter(&cluster, &proxy, "racing").await;
+    let node_name = one_pod_no_eviction_allowed(&cluster).await;
     let stalled = proxy.add(Fault::on("/nodeclaims", Action::Hold).watches());
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     nodes

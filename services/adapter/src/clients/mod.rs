@@ -126,7 +126,7 @@ impl Clients {
     }
 
     /// Asks both peers' gRPC health service whether they serve, and
-    /// records the answers (what `/readyz` reports between calls).
+    /// records the answers (calls record theirs too).
     pub async fn probe(&self) {
         async fn serving(channel: Channel) -> bool {
             let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
@@ -147,9 +147,12 @@ impl Clients {
         self.provider_up.store(provider, Ordering::Relaxed);
     }
 
-    /// Both peers answered their last call.
-    pub fn up(&self) -> bool {
-        self.scheduler_up.load(Ordering::Relaxed) && self.provider_up.load(Ordering::Relaxed)
+    /// Whether (scheduler, provider) answered their last call or probe.
+    pub fn up(&self) -> (bool, bool) {
+        (
+            self.scheduler_up.load(Ordering::Relaxed),
+            self.provider_up.load(Ordering::Relaxed),
+        )
     }
 
     fn note<T>(flag: &AtomicBool, result: &Result<T, Status>) {

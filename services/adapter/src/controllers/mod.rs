@@ -52,6 +52,8 @@ pub struct Context {
     pub claim_traces: ClaimTraces,
     /// Tells the index what this adapter created, ahead of the watch.
     pub writes: crate::watch::Writes,
+    /// Pods whose eviction was refused, and when to ask again.
+    pub evictions: termination::evictions::Evictions,
 }
 
 /// Durations the controllers run by; tests shorten them.

@@ -203,9 +203,17 @@ async fn force_delete(
     Ok(())
 }
 
-/// Asks the Eviction API to move the pod; a PodDisruptionBudget that says
-/// no (429) is reported on the Node and tried again on the next pass.
+/// Asks the Eviction API to move the pod, unless its last refusal is too
+/// recent (see [`super::evictions`]). A PodDisruptionBudget that says no
+/// (429) is reported on the Node; the API server throttling (429 without a
+/// budget) is only backed off; either way the drain goes on with the next
+/// pod.
 async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Result<()> {
+    let uid = pod.uid().unwrap_or_default();
+    let now = tokio::time::Instant::now();
+    if !ctx.evictions.due(&uid, now) {
+        return Ok(());
+    }
     let namespace = pod.namespace().unwrap_or_default();
     let params = EvictParams {
         delete_options: Some(DeleteParams {
@@ -229,48 +237,62 @@ async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Resu
             code: code.to_string(),
         })
         .inc();
-    match result {
+    let status = match result {
         Ok(_) => {
-            ctx.recorder.emit(
-                Event::new(
-                    pod,
-                    Kind::Normal,
-                    "Evicted",
-                    format!("Evicted pod: {reason}"),
-                )
-                .dedupe_on(pod.name_any()),
-            );
-            ctx.metrics
-                .pods_drained
-                .get_or_create(&ReasonLabels {
-                    reason: reason.to_owned(),
-                })
-                .inc();
-            Ok(())
+            ctx.evictions.accepted(&uid);
+            evicted(ctx, pod, reason);
+            return Ok(());
         }
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(kube::Error::Api(status))
-            if status.code == 429
-                || status.message.contains("more than one PodDisruptionBudget") =>
-        {
-            let why = if status.code == 429 {
-                "evicting pod violates a PDB"
-            } else {
-                "eviction does not support multiple PDBs"
-            };
-            ctx.recorder.emit(Event::new(
-                node,
-                Kind::Warning,
-                "FailedDraining",
-                format!(
-                    "Failed to drain node, {why} (Pod={namespace}/{})",
-                    pod.name_any()
-                ),
-            ));
-            Ok(())
+        Err(kube::Error::Api(status)) => status,
+        Err(error) => {
+            ctx.evictions.refused(&uid, now);
+            return Err(error.into());
         }
-        Err(e) => Err(e.into()),
+    };
+    if status.code == 404 || status.code == 409 {
+        ctx.evictions.accepted(&uid);
+        return Ok(());
     }
+    ctx.evictions.refused(&uid, now);
+    let why = if status.message.contains("more than one PodDisruptionBudget") {
+        "eviction does not support multiple PDBs"
+    } else if status.code == 429 && status.message.contains("disruption budget") {
+        "evicting pod violates a PDB"
+    } else if status.code == 429 {
+        tracing::debug!(pod = %pod.name_any(), "eviction throttled by the API server; backing off");
+        return Ok(());
+    } else {
+        return Err(kube::Error::Api(status).into());
+    };
+    ctx.recorder.emit(Event::new(
+        node,
+        Kind::Warning,
+        "FailedDraining",
+        format!(
+            "Failed to drain node, {why} (Pod={namespace}/{})",
+            pod.name_any()
+        ),
+    ));
+    Ok(())
+}
+
+/// Records an eviction that went through.
+fn evicted(ctx: &Context, pod: &PodEntry, reason: &str) {
+    ctx.recorder.emit(
+        Event::new(
+            pod,
+            Kind::Normal,
+            "Evicted",
+            format!("Evicted pod: {reason}"),
+        )
+        .dedupe_on(pod.name_any()),
+    );
+    ctx.metrics
+        .pods_drained
+        .get_or_create(&ReasonLabels {
+            reason: reason.to_owned(),
+        })
+        .inc();
 }
 
 #[cfg(test)]

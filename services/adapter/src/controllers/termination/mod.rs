@@ -11,6 +11,7 @@
 //! ```
 
 pub mod drain;
+pub mod evictions;
 
 use std::sync::Arc;
 use std::time::Duration;
