@@ -48,8 +48,14 @@ fn requirement(r: &pb::Requirement) -> Option<NodeSelectorRequirementWithMinValu
         None => {
             let bound: i64 = r.values.first()?.parse().ok()?;
             match karpenter_proto::convert::operator("", r.operator).ok()? {
-                Operator::Gte => (NodeSelectorOperator::Gt, vec![(bound - 1).to_string()]),
-                _ => (NodeSelectorOperator::Lt, vec![(bound + 1).to_string()]),
+                Operator::Gte => (
+                    NodeSelectorOperator::Gt,
+                    vec![bound.checked_sub(1)?.to_string()],
+                ),
+                _ => (
+                    NodeSelectorOperator::Lt,
+                    vec![bound.checked_add(1)?.to_string()],
+                ),
             }
         }
     };
@@ -268,6 +274,7 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
         startup_taints: taints(&spec.startup_taints),
         node_class: node_class.map(wire_node_class),
         instance_types: Vec::new(),
+        uid: claim.uid().unwrap_or_default(),
     }
 }
 

@@ -177,7 +177,7 @@ fn under_consolidate_after(cluster: &Cluster, node: &StateNode) -> bool {
     else {
         return false;
     };
-    cluster.now_seconds - since < after
+    cluster.now_seconds.saturating_sub(since) < after
 }
 
 fn closed_nodes(cluster: &Cluster) -> ClosedNodes {
@@ -208,7 +208,7 @@ fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
         .last_pod_event_seconds
         .or(node.disruption.initialized_seconds)
         .unwrap_or(node.creation_seconds);
-    cluster.now_seconds - start >= after
+    cluster.now_seconds.saturating_sub(start) >= after
 }
 
 /// Why a managed node cannot be a candidate at all, if it cannot.
@@ -323,7 +323,7 @@ fn build_candidates(
         };
         let lifetime = match cluster.node_pools[pool].expire_after_seconds {
             Some(total) if total > 0 => {
-                let age = (cluster.now_seconds - node.creation_seconds) as f64;
+                let age = cluster.now_seconds.saturating_sub(node.creation_seconds) as f64;
                 ((total as f64 - age) / total as f64).clamp(0.0, 1.0)
             }
             _ => 1.0,

@@ -61,11 +61,14 @@ pub enum Launch {
     Failed(String),
 }
 
-/// The claim's idempotency token for one attempt: its name, hashed when
-/// too long for EC2.
-pub fn client_token(claim: &str, attempt: usize) -> String {
+/// The claim's idempotency token for one attempt: the cluster (hashed)
+/// and the claim's UID (its name when a caller sends no UID), hashed when
+/// too long for EC2. Two clusters in one account, or a claim name used
+/// again after its claim was deleted, never share a token.
+pub fn client_token(cluster: &str, claim_uid: &str, attempt: usize) -> String {
+    let claim = format!("{:08x}-{claim_uid}", fnv64(cluster.as_bytes()) as u32);
     let token = if attempt == 0 {
-        claim.to_string()
+        claim
     } else {
         format!("{claim}-{attempt}")
     };
@@ -322,13 +325,29 @@ mod tests {
 
     #[test]
     fn client_tokens_fit_ec2s_limit_and_stay_distinct() {
-        assert_eq!(client_token("default-abcde", 0), "default-abcde");
-        assert_eq!(client_token("default-abcde", 2), "default-abcde-2");
+        let uid = "0b6a1f52-3c1e-4a8e-9d7e-5f1b2c3d4e5f";
+        let first = client_token("prod", uid, 0);
+        assert!(first.ends_with(uid), "{first}");
+        assert_eq!(client_token("prod", uid, 2), format!("{first}-2"));
+        assert_ne!(
+            first,
+            client_token("staging", uid, 0),
+            "another cluster in the account"
+        );
+        assert_ne!(
+            first,
+            client_token("prod", "1c2d3e4f-0000-4a8e-9d7e-5f1b2c3d4e5f", 0),
+            "a claim of the same name made again has another UID"
+        );
         let long = "a".repeat(63);
-        let first = client_token(&long, 0);
-        let second = client_token(&long, 1);
+        let first = client_token("prod", &long, 0);
+        let second = client_token("prod", &long, 1);
         assert!(first.len() <= 64 && second.len() <= 64);
         assert_ne!(first, second);
-        assert_eq!(first, client_token(&long, 0), "stable across retries");
+        assert_eq!(
+            first,
+            client_token("prod", &long, 0),
+            "stable across retries"
+        );
     }
 }

@@ -15,9 +15,12 @@ struct Args {
     /// Name of the EKS cluster.
     #[arg(long, env = "CLUSTER_NAME")]
     cluster_name: String,
-    /// AWS region.
-    #[arg(long, env = "AWS_REGION", default_value = "us-west-2")]
-    region: String,
+    /// AWS region (on EKS the pod identity webhook sets AWS_REGION);
+    /// AWS_DEFAULT_REGION is read when it is not set. Required: launching
+    /// in a region nobody chose would be launching in the wrong account's
+    /// capacity.
+    #[arg(long, env = "AWS_REGION")]
+    region: Option<String>,
     /// Endpoint for every AWS API (moto, a proxy); the SDK default otherwise.
     #[arg(long, env = "AWS_ENDPOINT_URL")]
     endpoint_url: Option<String>,
@@ -65,7 +68,17 @@ async fn main() -> anyhow::Result<()> {
         !args.cluster_name.trim().is_empty(),
         "the cluster's name is required: --cluster-name or CLUSTER_NAME (the chart's settings.clusterName)"
     );
-    let mut settings = provider_aws::Settings::new(args.cluster_name, args.region);
+    let region = args
+        .region
+        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    let Some(region) = region else {
+        anyhow::bail!(
+            "the AWS region is required: --region, AWS_REGION or AWS_DEFAULT_REGION (the chart's aws.region)"
+        );
+    };
+    let mut settings = provider_aws::Settings::new(args.cluster_name, region);
     settings.endpoint_url = args.endpoint_url;
     settings.cluster_endpoint = args.cluster_endpoint;
     settings.cluster_ca_bundle = args.cluster_ca_bundle;

@@ -930,6 +930,27 @@ pub async fn resolve(
     cluster_error: Option<&str>,
     node_class: &NodeClass,
 ) -> Result<pb::ResolveNodeClassResponse, Error> {
+    let (status, conditions) =
+        resolve_status(clients, settings, cluster, cluster_error, node_class).await?;
+    let status_json = serde_json::to_string(&status)
+        .map_err(|e| Error::Internal(format!("encoding the status: {e}")))?;
+    Ok(pb::ResolveNodeClassResponse {
+        status_json,
+        conditions,
+        hash: spec_hash(&node_class.spec),
+        hash_version: HASH_VERSION.into(),
+    })
+}
+
+/// What the node class's spec selects in this account (subnets, security
+/// groups, AMIs, instance profile) and its conditions, `Ready` last.
+pub async fn resolve_status(
+    clients: &Clients,
+    settings: &Settings,
+    cluster: &ClusterDetails,
+    cluster_error: Option<&str>,
+    node_class: &NodeClass,
+) -> Result<(EC2NodeClassStatus, Vec<pb::Condition>), Error> {
     let subnets = resolve_subnets(clients, &node_class.spec).await?;
     let groups = resolve_security_groups(clients, &node_class.spec).await?;
     let amis = resolve_amis(clients, &cluster.version, &node_class.spec).await?;
@@ -997,14 +1018,7 @@ pub async fn resolve(
         instance_profile: profile.ok(),
         conditions: Vec::new(),
     };
-    let status_json = serde_json::to_string(&status)
-        .map_err(|e| Error::Internal(format!("encoding the status: {e}")))?;
-    Ok(pb::ResolveNodeClassResponse {
-        status_json,
-        conditions,
-        hash: spec_hash(&node_class.spec),
-        hash_version: HASH_VERSION.into(),
-    })
+    Ok((status, conditions))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_ec2::types::Filter;
 use karpenter_api::ec2nodeclass::{AMIFamily, InstanceStorePolicy};
@@ -46,6 +46,22 @@ pub struct Provider {
     templates_used: std::sync::Mutex<BTreeMap<String, SystemTime>>,
     /// Interruption message id to the receipt handle of its last delivery.
     receipts: std::sync::Mutex<BTreeMap<String, String>>,
+    /// This provider's own resolution of each node class spec launched on.
+    resolutions: std::sync::Mutex<BTreeMap<String, Resolution>>,
+}
+
+/// How long a node class resolution is reused for launches.
+const RESOLUTION_REUSED_FOR: Duration = Duration::from_secs(60);
+/// Distinct node class specs whose resolution is kept at once.
+const RESOLUTIONS_KEPT: usize = 64;
+
+/// What the provider itself resolved for one node class spec.
+#[derive(Clone, Debug)]
+struct Resolution {
+    status: karpenter_api::ec2nodeclass::EC2NodeClassStatus,
+    /// Why the node class is not ready, when it is not.
+    not_ready: Option<String>,
+    at: Instant,
 }
 
 fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
@@ -115,6 +131,7 @@ impl Provider {
             built: std::sync::Mutex::new(BTreeMap::new()),
             templates_used: std::sync::Mutex::new(BTreeMap::new()),
             receipts: std::sync::Mutex::new(BTreeMap::new()),
+            resolutions: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -268,6 +285,7 @@ impl Provider {
             ));
         }
         let nc = NodeClass::from_wire("node_claim.node_class", claim.node_class.as_ref())?;
+        let nc = self.trusted(nc).await?;
         Self::ensure_ready(&nc)?;
         let cluster = self.cluster_details().await?;
         let requirements =
@@ -298,7 +316,12 @@ impl Provider {
             for group in &groups {
                 self.ensure_launch_template(&group.template).await?;
             }
-            let token = fleet::client_token(&claim.name, attempt);
+            let uid = if claim.uid.is_empty() {
+                &claim.name
+            } else {
+                &claim.uid
+            };
+            let token = fleet::client_token(&self.settings.cluster_name, uid, attempt);
             match self
                 .fleet(claim, &nc, capacity_type, &groups, &token)
                 .await?
@@ -500,11 +523,85 @@ impl Provider {
         Ok(Some(self.to_wire(instance, nc, &view, &types)))
     }
 
+    /// The node class as this provider resolves it from the spec: a
+    /// caller's status is never launched on (it could name any subnet,
+    /// image or instance profile in the account). Resolutions are reused
+    /// for a while per spec, and only a few are kept.
+    pub async fn trusted(&self, mut nc: NodeClass) -> Result<NodeClass, Error> {
+        let key = format!("{}/{}", nc.name, nodeclass::spec_hash(&nc.spec));
+        let cached = {
+            let resolutions = self.resolutions.lock().unwrap_or_else(|p| p.into_inner());
+            resolutions
+                .get(&key)
+                .filter(|r| r.at.elapsed() < RESOLUTION_REUSED_FOR)
+                .cloned()
+        };
+        let resolution = match cached {
+            Some(resolution) => resolution,
+            None => {
+                let (cluster, cluster_error) = self.cluster.details().await;
+                let (status, conditions) = nodeclass::resolve_status(
+                    &self.clients,
+                    &self.settings,
+                    &cluster,
+                    cluster_error.as_deref(),
+                    &nc,
+                )
+                .await?;
+                let failing: Vec<String> = conditions
+                    .iter()
+                    .filter(|c| c.r#type != "Ready" && c.status != "True")
+                    .map(|c| format!("{} ({})", c.message, c.r#type))
+                    .collect();
+                let not_ready = (!failing.is_empty()).then(|| failing.join("; "));
+                let resolution = Resolution {
+                    status,
+                    not_ready,
+                    at: Instant::now(),
+                };
+                let mut resolutions = self.resolutions.lock().unwrap_or_else(|p| p.into_inner());
+                if resolutions.len() >= RESOLUTIONS_KEPT
+                    && let Some(oldest) = resolutions
+                        .iter()
+                        .min_by_key(|(_, r)| r.at)
+                        .map(|(k, _)| k.clone())
+                {
+                    resolutions.remove(&oldest);
+                }
+                resolutions.insert(key, resolution.clone());
+                resolution
+            }
+        };
+        if let Some(why) = resolution.not_ready {
+            return Err(Error::NotReady(format!(
+                "node class {:?} is not ready: {why}",
+                nc.name
+            )));
+        }
+        nc.status = resolution.status;
+        Ok(nc)
+    }
+
+    /// Whether an instance is one this provider launched for this cluster
+    /// (`kubernetes.io/cluster/<name>: owned` and a node pool tag, as
+    /// Karpenter v1 tags them): only those are read, judged or deleted.
+    fn ours(&self, instance: &aws_sdk_ec2::types::Instance) -> bool {
+        let cluster_tag = templates::cluster_tag(&self.settings);
+        let tag = |key: &str| {
+            instance
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(key))
+                .and_then(|t| t.value())
+        };
+        tag(&cluster_tag) == Some("owned") && tag(l::TAG_NODE_POOL).is_some()
+    }
+
     pub async fn get(&self, provider_id: &str) -> Result<pb::Instance, Error> {
         let id = instance_id(provider_id)?;
         let instance = self.describe(id).await?;
         match instance {
-            Some(i) if !is_gone(&i) => {
+            Some(i) if !is_gone(&i) && self.ours(&i) => {
                 let view = self.catalog.offering_view().await?;
                 let types = self.wire_types().await?;
                 Ok(self.to_wire(&i, None, &view, &types))
@@ -535,7 +632,9 @@ impl Provider {
     pub async fn delete(&self, provider_id: &str) -> Result<(), Error> {
         let id = instance_id(provider_id)?;
         match self.describe(id).await? {
-            Some(i) if !is_gone(&i) => {}
+            Some(i) if !is_gone(&i) && self.ours(&i) => {}
+            // Another cluster's instance (or one Karpenter did not launch)
+            // is not this provider's to terminate.
             _ => return Err(Error::NotFound(format!("instance {id} does not exist"))),
         }
         match self
@@ -567,7 +666,7 @@ impl Provider {
         let instance = self
             .describe(id)
             .await?
-            .filter(|i| !is_gone(i))
+            .filter(|i| !is_gone(i) && self.ours(i))
             .ok_or_else(|| Error::NotFound(format!("instance {id} does not exist")))?;
         let image = if request.image_id.is_empty() {
             instance.image_id().unwrap_or_default().to_string()

@@ -885,11 +885,26 @@ async fn integration_tests_metrics(world: &World) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_map_to_grpc_codes() {
     let mut world = World::start().await;
-    // Not resolved yet: FAILED_PRECONDITION naming what is missing.
-    let claim = seed_node_claim("default-early", &seed_node_class());
+    // A node class whose spec selects no subnet (whatever status the caller
+    // sends: the provider resolves it itself): FAILED_PRECONDITION naming
+    // what is missing.
+    let mut unready = seed_node_class();
+    let mut spec: serde_json::Value = serde_json::from_str(&unready.spec_json).unwrap();
+    spec["subnetSelectorTerms"] =
+        serde_json::json!([{"tags": {"karpenter.sh/discovery": "no-such-cluster"}}]);
+    unready.spec_json = spec.to_string();
+    let (_, resolved_status) = resolved(&mut world, seed_node_class()).await;
+    unready.status_json = resolved_status.status_json;
+    let claim = seed_node_claim("default-early", &unready);
     let error = create(&mut world, claim).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::FailedPrecondition, "{error:?}");
-    assert!(error.message().contains("no subnets resolved"), "{error:?}");
+    assert!(
+        error
+            .message()
+            .contains("SubnetSelector did not match any subnets")
+            && error.message().contains("SubnetsReady"),
+        "{error:?}"
+    );
     // A spec that is not an EC2NodeClass: INVALID_ARGUMENT with the field path.
     let mut bad = seed_node_class();
     bad.spec_json = "{\"subnetSelectorTerms\": 5}".into();
@@ -1551,5 +1566,158 @@ async fn an_unacknowledged_interruption_comes_again_with_the_same_id() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    world.assert_least_privilege();
+}
+
+/// Issue 21: a `Create` whose node class carries a forged status (a subnet
+/// and an AMI the spec does not select) launches only on what the provider
+/// resolves from the spec itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_node_class_status_is_not_launched_on() {
+    let mut world = World::start().await;
+    let (mut node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let forged_subnet = world
+        .setup
+        .ec2
+        .create_subnet()
+        .vpc_id(&world.made.vpc)
+        .cidr_block("10.0.80.0/24")
+        .availability_zone("ap-northeast-2a")
+        .send()
+        .await
+        .expect("an unselected subnet")
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .expect("subnet id")
+        .to_owned();
+    let forged_image = world
+        .setup
+        .ec2
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .expect("images")
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id())
+        .find(|id| *id != world.made.ami_arm64 && *id != world.made.ami_amd64)
+        .expect("another image")
+        .to_owned();
+    let mut status: serde_json::Value =
+        serde_json::from_str(&node_class.status_json).expect("status");
+    status["subnets"] = serde_json::json!([{"id": forged_subnet, "zone": "ap-northeast-2a"}]);
+    status["amis"] = serde_json::json!([{"id": forged_image, "name": "forged",
+        "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}]);
+    node_class.status_json = status.to_string();
+    let claim = seed_node_claim("default-forged", &node_class);
+    let instance = create(&mut world, claim).await.expect("launched");
+    assert_eq!(instance.image_id, world.made.ami_arm64, "the resolved AMI");
+    let described = world
+        .setup
+        .ec2
+        .describe_instances()
+        .instance_ids(instance.provider_id.rsplit('/').next().unwrap_or_default())
+        .send()
+        .await
+        .expect("described");
+    let launched = &described.reservations()[0].instances()[0];
+    assert_ne!(launched.subnet_id(), Some(forged_subnet.as_str()));
+    assert!(
+        world
+            .made
+            .subnets
+            .iter()
+            .any(|(id, _)| Some(id.as_str()) == launched.subnet_id()),
+        "launched in a subnet the spec selects: {:?}",
+        launched.subnet_id()
+    );
+    world.assert_least_privilege();
+}
+
+/// Issue 21: `Get` and `Delete` act only on this cluster's instances; an
+/// instance of another cluster (tagged as Karpenter's, which seed 003's
+/// policy lets it terminate) or one without tags is NOT_FOUND and keeps
+/// running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clusters_instance_is_not_found_and_keeps_running() {
+    use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+
+    let mut world = World::start().await;
+    let tags = |pairs: &[(&str, &str)]| {
+        TagSpecification::builder()
+            .resource_type(ResourceType::Instance)
+            .set_tags(Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                    .collect(),
+            ))
+            .build()
+    };
+    let mut ids = Vec::new();
+    for pairs in [
+        &[
+            ("kubernetes.io/cluster/other-cluster", "owned"),
+            ("karpenter.sh/nodepool", "default"),
+            ("karpenter.sh/nodeclaim", "default-other"),
+        ][..],
+        &[("Name", "hand-made")][..],
+    ] {
+        let out = world
+            .setup
+            .ec2
+            .run_instances()
+            .image_id(&world.made.ami_amd64)
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .subnet_id(&world.made.subnets[0].0)
+            .min_count(1)
+            .max_count(1)
+            .tag_specifications(tags(pairs))
+            .send()
+            .await
+            .expect("run instance");
+        ids.push(out.instances()[0].instance_id().expect("id").to_owned());
+    }
+    for id in &ids {
+        let provider_id = format!("aws:///{}/{id}", world.made.subnets[0].1);
+        let get = world
+            .client
+            .get(pb::GetRequest {
+                provider_id: provider_id.clone(),
+            })
+            .await;
+        assert_eq!(
+            get.map(|_| ()).map_err(|s| s.code()),
+            Err(tonic::Code::NotFound),
+            "{id}"
+        );
+        let deleted = world
+            .client
+            .delete(pb::DeleteRequest {
+                provider_id: provider_id.clone(),
+            })
+            .await;
+        assert_eq!(
+            deleted.map(|_| ()).map_err(|s| s.code()),
+            Err(tonic::Code::NotFound),
+            "{id}"
+        );
+        let state = world
+            .setup
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .expect("described")
+            .reservations()[0]
+            .instances()[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_owned());
+        assert_eq!(state.as_deref(), Some("running"), "{id} still runs");
+    }
+    assert_eq!(world.proxy.count("ec2:TerminateInstances"), 0);
     world.assert_least_privilege();
 }

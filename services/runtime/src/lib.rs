@@ -153,6 +153,21 @@ pub async fn serve_http(
         .context("metrics server failed")
 }
 
+/// Longest any unary call may take on the server (above the adapter's
+/// longest deadline, Create's 120 s); a call still running then is ended
+/// with DEADLINE_EXCEEDED. Streams (interruptions) are not cut: the limit
+/// covers the handler's answer, not the stream it returns.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// Calls one connection runs at once; more wait their turn.
+pub const CALLS_PER_CONNECTION: usize = 256;
+/// HTTP/2 streams one connection may have open at once.
+pub const STREAMS_PER_CONNECTION: u32 = 256;
+/// How often an idle connection is pinged (HTTP/2 and TCP keep-alive), so
+/// a peer that vanished without closing is noticed.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection is closed.
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long open calls may finish once shutdown begins.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -210,7 +225,13 @@ pub async fn serve_with_shutdown(
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc);
     ready.store(true, Ordering::SeqCst);
     let mut grpc_stop = stop_rx.clone();
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .timeout(CALL_TIMEOUT)
+        .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
+        .max_concurrent_streams(Some(STREAMS_PER_CONNECTION))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL));
     if let Some(tls) = listeners.tls {
         builder = builder
             .tls_config(tls)

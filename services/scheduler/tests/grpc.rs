@@ -461,3 +461,62 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     stream.read_to_string(&mut body).await.unwrap();
     body
 }
+
+/// Issue 21: times from a request are subtracted with checked arithmetic:
+/// a node created, initialized and last touched at the end of time, seen
+/// from the beginning of time, is answered (planned or refused by field),
+/// never a panic of a debug build (INTERNAL).
+#[tokio::test]
+async fn times_at_the_ends_of_the_range_do_not_overflow() {
+    let running = start().await;
+    let mut client = connect(&running.grpc).await;
+    let mut request = request();
+    let cluster = request.cluster.as_mut().unwrap();
+    cluster.pending_pods.clear();
+    let far = |seconds: i64| Some(prost_types::Timestamp { seconds, nanos: 0 });
+    cluster.node_pools[0].disruption = Some(pb::Disruption {
+        consolidate_after: Some(prost_types::Duration {
+            seconds: i64::MAX,
+            nanos: 0,
+        }),
+        ..Default::default()
+    });
+    cluster.node_pools[0].expire_after = Some(prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 0,
+    });
+    let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
+    cluster.nodes = vec![pb::StateNode {
+        name: "ancient".into(),
+        node_claim_name: "ancient".into(),
+        node_pool: "default".into(),
+        capacity: m5.capacity.clone(),
+        allocatable: m5.capacity.clone(),
+        has_node: true,
+        registered: true,
+        initialized: true,
+        price: 0.096,
+        capacity_type: "on-demand".into(),
+        zone: "us-west-2a".into(),
+        instance_type: "m5.large".into(),
+        creation_timestamp: far(i64::MAX),
+        disruption: Some(pb::NodeClaimDisruptionState {
+            last_pod_event_time: far(i64::MAX),
+            initialized_time: far(i64::MAX),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    cluster.now = far(i64::MIN);
+    let answer = client
+        .plan_disruption(pb::PlanDisruptionRequest {
+            cluster: request.cluster,
+            options: None,
+        })
+        .await;
+    if let Err(status) = &answer {
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}

@@ -197,7 +197,7 @@ async fn handle(
     }
     if let Some(time) = &event.time {
         let now = crate::live::now();
-        let seconds = (now.seconds - time.seconds) as f64;
+        let seconds = now.seconds.saturating_sub(time.seconds) as f64;
         ctx.metrics.interruption_latency.observe(seconds.max(0.0));
     }
     match ctx.clients.acknowledge_interruption(&event.id).await {

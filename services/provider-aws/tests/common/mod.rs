@@ -1404,5 +1404,6 @@ pub fn seed_node_claim(name: &str, node_class: &pb::NodeClass) -> pb::NodeClaim 
         startup_taints: Vec::new(),
         node_class: Some(node_class.clone()),
         instance_types: Vec::new(),
+        uid: format!("uid-{name}"),
     }
 }

@@ -80,7 +80,7 @@ fn stuck_terminating(pod: &PodEntry, now: Timestamp) -> bool {
     pod.metadata
         .deletion_timestamp
         .as_ref()
-        .is_some_and(|t| now.as_second() - t.0.as_second() > STUCK_AFTER_SECONDS)
+        .is_some_and(|t| now.as_second().saturating_sub(t.0.as_second()) > STUCK_AFTER_SECONDS)
 }
 
 /// Pods the drain waits for: not finished, not tolerating the disrupted
@@ -108,7 +108,7 @@ pub fn needs_force_delete(pod: &PodEntry, deadline: Option<Timestamp>, now: Time
     let Some(grace) = pod.termination_grace_period_seconds else {
         return false;
     };
-    now.as_second() > deadline.as_second() - grace
+    now.as_second() > deadline.as_second().saturating_sub(grace)
 }
 
 /// The tier a graceful pod leaves in (0 first).
@@ -168,7 +168,7 @@ async fn force_delete(
     now: Timestamp,
     reason: &str,
 ) -> Result<()> {
-    let left = (deadline.as_second() - now.as_second()).max(1);
+    let left = deadline.as_second().saturating_sub(now.as_second()).max(1);
     let granted = u32::try_from(left).unwrap_or(u32::MAX);
     let params = DeleteParams {
         grace_period_seconds: Some(granted),
