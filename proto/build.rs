@@ -20,11 +20,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("karpenter_descriptor.bin"),
         prost::Message::encode_to_vec(&descriptors),
     )?;
+    // Type names (`prost::Name`): the codec looks a message's shape up by
+    // its full name to bound what decoding it costs.
+    let mut config = prost_build::Config::new();
+    config.enable_type_names();
     tonic_prost_build::configure()
         // Ordered maps: the same message always encodes and prints the same.
         .btree_map(".")
         .build_client(true)
         .build_server(true)
-        .compile_fds(descriptors)?;
+        .codec_path("crate::codec::BoundedCodec")
+        .compile_fds_with_config(descriptors, config)?;
     Ok(())
 }

@@ -13,6 +13,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bounds;
+pub mod codec;
 pub mod convert;
 
 pub mod scheduler {

@@ -237,8 +237,41 @@ fn measure(count: usize, runs: usize) {
     );
 }
 
+/// `--request-bytes`: per size, the encoded Solve request and what the
+/// wire bounds (`karpenter_proto::bounds`) make of it: the figure the
+/// scheduler's largest accepted message is sized from.
+fn request_bytes(sizes: &[usize]) {
+    use prost::Message as _;
+    println!("| pods | request | estimated decoded | ratio | bounds |");
+    println!("|---:|---:|---:|---:|---|");
+    for &count in sizes {
+        let request = pb::SolveRequest {
+            cluster: Some(snapshot(count)),
+            options: None,
+        }
+        .encode_to_vec();
+        let name = "karpenter.scheduler.v1.SolveRequest";
+        let estimated =
+            karpenter_proto::bounds::measure(name, &request).map_or(0, |m| m.estimated_bytes);
+        let verdict = match karpenter_proto::bounds::check(name, &request) {
+            Ok(()) => "accepted".to_owned(),
+            Err(error) => format!("refused: {error}"),
+        };
+        println!(
+            "| {count} | {:.1} MiB | {:.1} MiB | {:.1} | {verdict} |",
+            request.len() as f64 / 1048576.0,
+            estimated as f64 / 1048576.0,
+            estimated as f64 / request.len() as f64
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--request-bytes") {
+        request_bytes(&[1_000, 20_000, 100_000, 150_000]);
+        return;
+    }
     if let Some(position) = args.iter().position(|a| a == "--size") {
         let count: usize = args[position + 1].parse().expect("--size N");
         let runs = if count >= 5_000 { 3 } else { 10 };

@@ -33,8 +33,14 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-/// Default cap on a request: a 20,000-pod snapshot is about 20 MB.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 256 * 1024 * 1024;
+/// Default cap on a request. The benchmark shape's snapshot of 100,000
+/// pending pods (Karpenter's scheduling benchmark, BENCHMARKS.md) is
+/// 11.4 MiB on the wire and 150,000 pods 17.1 MiB
+/// (`cargo bench -p karpenter-scheduler --bench solve -- --request-bytes`);
+/// 64 MiB leaves room for pods carrying several times its labels and
+/// constraints. What a request may cost once decoded is bounded apart
+/// (`karpenter_proto::bounds`).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 /// Default longest a call may compute before it is interrupted.
 pub const DEFAULT_MAX_CALL_SECONDS: f64 = 60.0;
 

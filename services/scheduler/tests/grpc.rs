@@ -520,3 +520,109 @@ async fn times_at_the_ends_of_the_range_do_not_overflow() {
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();
 }
+
+/// Sends pre-encoded request bytes as they are, and reads the answer.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct SolveDecoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = prost::bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Self::Item,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Self::Error> {
+        use prost::bytes::BufMut as _;
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for SolveDecoder {
+    type Item = pb::SolveResponse;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Self::Item>, Self::Error> {
+        use prost::Message as _;
+        pb::SolveResponse::decode(buf)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = prost::bytes::Bytes;
+    type Decode = pb::SolveResponse;
+    type Encoder = RawEncoder;
+    type Decoder = SolveDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SolveDecoder
+    }
+}
+
+/// Issue 21: 4 MB of empty pending pods (2 bytes each on the wire, about a
+/// kilobyte each once decoded: 2.6 GB) is refused before it is decoded,
+/// naming the field, and the scheduler goes on serving.
+#[tokio::test]
+async fn megabytes_of_empty_pods_are_refused_before_they_are_decoded() {
+    let running = start().await;
+    let channel = tonic::transport::Endpoint::from_shared(running.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(usize::MAX);
+    for pods in [2_000_000usize, 400_000] {
+        let mut cluster = Vec::with_capacity(pods * 2);
+        for _ in 0..pods {
+            cluster.extend_from_slice(&[0x0a, 0x00]);
+        }
+        let mut request = vec![0x0a];
+        prost::encoding::encode_varint(cluster.len() as u64, &mut request);
+        request.extend_from_slice(&cluster);
+        grpc.ready().await.unwrap();
+        let answer = grpc
+            .unary(
+                tonic::Request::new(prost::bytes::Bytes::from(request)),
+                tonic::codegen::http::uri::PathAndQuery::from_static(
+                    "/karpenter.scheduler.v1.Scheduler/Solve",
+                ),
+                RawCodec,
+            )
+            .await;
+        let status = answer.expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains("cluster.pending_pods"),
+            "{status:?}"
+        );
+    }
+    let mut client = connect(&running.grpc).await;
+    client.solve(request()).await.expect("still serving");
+    // This test's process (client and server): decoding the pods would
+    // have taken it past 2.6 GB.
+    let peak_kib: u64 = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    eprintln!("peak resident memory: {} MiB", peak_kib / 1024);
+    assert!(peak_kib < 512 * 1024, "peak {peak_kib} KiB");
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap().unwrap();
+}
