@@ -675,3 +675,160 @@ async fn rbac_network_policies_cluster_ips_and_the_call_log() {
         "{calls:?}"
     );
 }
+
+/// The error a call got: its code, reason, message and the fields its
+/// causes name.
+fn refusal(error: kube::Error) -> (u16, String, String, Vec<String>) {
+    match error {
+        kube::Error::Api(status) => {
+            let fields = status
+                .details
+                .as_ref()
+                .map(|d| d.causes.iter().map(|c| c.field.clone()).collect())
+                .unwrap_or_default();
+            (
+                status.code,
+                status.reason.clone(),
+                status.message.clone(),
+                fields,
+            )
+        }
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+/// kube-apiserver refuses a PUT of a custom resource that names no
+/// resourceVersion (custom resources do not allow unconditional update).
+#[tokio::test]
+async fn a_custom_resource_is_never_updated_unconditionally() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_s, client) = start(Config::default()).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in karpenter_api::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("crd");
+    }
+    let pools: Api<karpenter_api::NodePool> = Api::all(client.clone());
+    let pool: karpenter_api::NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": []}}}
+    }))
+    .expect("pool");
+    let created = pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("created");
+    let mut unconditional = created.clone();
+    unconditional.metadata.resource_version = None;
+    let (code, reason, message, fields) = refusal(
+        pools
+            .replace("default", &PostParams::default(), &unconditional)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        message,
+        "NodePool.karpenter.sh \"default\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    assert_eq!(fields, ["metadata.resourceVersion"]);
+    pools
+        .replace("default", &PostParams::default(), &created)
+        .await
+        .expect("a PUT naming its version is accepted");
+}
+
+/// Label keys and values, node taints unique by key and effect, and a
+/// node's providerID set once: refused with kube-apiserver's messages.
+#[tokio::test]
+async fn labels_taints_and_provider_ids_are_validated_as_kube_apiserver_does() {
+    use k8s_openapi::api::core::v1::Node;
+
+    let (_s, client) = start(Config::default()).await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let bad: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "bad", "labels": {"bad key!": "ok"}}}))
+            .expect("configmap");
+    let (code, _, message, fields) =
+        refusal(maps.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(
+        message.starts_with("ConfigMap \"bad\" is invalid: metadata.labels: Invalid value: \"bad key!\": name part must consist of alphanumeric characters"),
+        "{message}"
+    );
+    assert_eq!(fields, ["metadata.labels"]);
+    let bad: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "bad", "labels": {"app": "has spaces"}}}),
+    )
+    .expect("configmap");
+    let (code, _, message, _) =
+        refusal(maps.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(
+        message.contains("a valid label must be an empty string"),
+        "{message}"
+    );
+    let labelled = maps
+        .create(&PostParams::default(), &cm("good", "1"))
+        .await
+        .expect("valid labels");
+    let (code, _, _, _) = refusal(
+        maps.patch(
+            "good",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"-x": "y"}}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(code, 422, "a patch is validated too");
+    assert!(labelled.metadata.labels.is_some());
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let duplicated: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n"},
+        "spec": {"taints": [{"key": "a", "effect": "NoSchedule"},
+                            {"key": "a", "value": "v", "effect": "NoSchedule"}]}
+    }))
+    .expect("node");
+    let (code, _, message, fields) = refusal(
+        nodes
+            .create(&PostParams::default(), &duplicated)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 422);
+    assert!(
+        message.ends_with("taints must be unique by key and effect pair"),
+        "{message}"
+    );
+    assert_eq!(fields, ["spec.taints[1]"]);
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {}})).expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    let set = |id: &str| Patch::Merge(json!({"spec": {"providerID": id}}));
+    nodes
+        .patch("n", &PatchParams::default(), &set("kwok://n"))
+        .await
+        .expect("from \"\" to valid");
+    let (code, _, message, fields) = refusal(
+        nodes
+            .patch("n", &PatchParams::default(), &set("kwok://other"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 422);
+    assert_eq!(
+        message,
+        "Node \"n\" is invalid: spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid"
+    );
+    assert_eq!(fields, ["spec.providerID"]);
+}

@@ -37,6 +37,7 @@ pub mod selectors;
 pub mod store;
 mod tables;
 mod tls;
+mod validation;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -114,6 +114,20 @@ impl ApiError {
         })));
         e
     }
+    /// 422 for field errors as kube-apiserver words them.
+    pub fn invalid_fields(
+        res: &ResourceInfo,
+        name: &str,
+        errors: &[crate::validation::FieldError],
+    ) -> Self {
+        let text: Vec<String> = errors.iter().map(|e| e.text()).collect();
+        let mut e = Self::invalid(res, name, Vec::new(), text);
+        e.details = Some(Box::new(json!({
+            "name": name, "group": res.group, "kind": res.kind,
+            "causes": errors.iter().map(|e| json!({"reason": e.reason, "message": e.body, "field": e.field})).collect::<Vec<_>>(),
+        })));
+        e
+    }
     pub fn gone(msg: impl Into<String>) -> Self {
         Self::new(410, "Expired", msg)
     }
@@ -543,9 +557,24 @@ impl Store {
             .get(res, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(res, name))?;
-        if let Some(rv) = obj["metadata"]["resourceVersion"]
+        let asked_version = obj["metadata"]["resourceVersion"]
             .as_str()
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty());
+        // Custom resources do not allow an unconditional update (the
+        // apiextensions strategy's AllowUnconditionalUpdate is false): a
+        // PUT must name the version it replaces.
+        if res.crd.is_some() && asked_version.is_none() {
+            return Err(ApiError::invalid_fields(
+                res,
+                name,
+                &[crate::validation::FieldError {
+                    field: "metadata.resourceVersion".into(),
+                    reason: "FieldValueInvalid",
+                    body: "Invalid value: 0x0: must be specified for an update".into(),
+                }],
+            ));
+        }
+        if let Some(rv) = asked_version
             && Some(rv) != old["metadata"]["resourceVersion"].as_str()
         {
             return Err(ApiError::conflict(res, name));
@@ -1612,6 +1641,13 @@ impl State {
             .to_string();
         if res.crd.is_none() {
             super::defaults::apply(&res.group, &res.plural, obj)?;
+        }
+        let mut errors = crate::validation::labels(obj);
+        if res.group.is_empty() && res.plural == "nodes" {
+            errors.extend(crate::validation::node(obj, old));
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_fields(res, &name, &errors));
         }
         if let Some(crd) = &res.crd {
             let version = obj["apiVersion"]
