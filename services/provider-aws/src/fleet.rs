@@ -19,7 +19,7 @@ use karpenter_api::labels as l;
 use karpenter_proto::provider::v1 as pb;
 
 use crate::candidates::Candidate;
-use crate::error::Error;
+use crate::error::{Error, error_code};
 use crate::nodeclass::{NodeClass, fnv64};
 use crate::provider::Provider;
 use crate::templates::{self, ec2_tags};
@@ -199,12 +199,25 @@ impl Provider {
                     .build(),
             )
         };
-        let out = request
-            .send()
-            .await
-            .map_err(|e| Error::aws("ec2:CreateFleet", &e))?;
+        let out = match request.send().await {
+            Ok(out) => out,
+            // EC2 can refuse the whole call, not only an override, for a
+            // template deleted since it was looked up (another replica's
+            // janitor): made again, like a per-override answer.
+            Err(e) if error_code(&e).as_deref().is_some_and(template_not_found) => {
+                return Ok(Launch::TemplateGone);
+            }
+            Err(e) => return Err(Error::aws("ec2:CreateFleet", &e)),
+        };
         Ok(answer(&out, capacity_type, &tags, &subnets))
     }
+}
+
+/// EC2's codes for a launch template that does not exist (any more):
+/// `InvalidLaunchTemplateName.NotFoundException`,
+/// `InvalidLaunchTemplateId.NotFound`.
+fn template_not_found(code: &str) -> bool {
+    code.contains("LaunchTemplate") && code.contains("NotFound")
 }
 
 /// What the fleet's answer says: the instance, or why there is none.
@@ -243,7 +256,7 @@ fn answer(
                     .unwrap_or_default(),
                 capacity_type: capacity_type.to_string(),
             });
-        } else if code.contains("LaunchTemplate") && code.contains("NotFound") {
+        } else if template_not_found(code) {
             return Launch::TemplateGone;
         } else {
             other.push(format!(

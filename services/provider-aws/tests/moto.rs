@@ -1721,3 +1721,52 @@ async fn another_clusters_instance_is_not_found_and_keeps_running() {
     assert_eq!(world.proxy.count("ec2:TerminateInstances"), 0);
     world.assert_least_privilege();
 }
+
+/// Finding 4 of the fault review: another replica's janitor deleted the
+/// launch templates this replica still believes in, and EC2 refused the
+/// whole CreateFleet call for it (not one override): the templates are
+/// made again and the launch goes on, instead of failing until this
+/// replica's own record of them expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_refused_whole_for_a_deleted_template_makes_it_again() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    create(&mut world, seed_node_claim("default-first", &node_class))
+        .await
+        .expect("first launch");
+    let made = world.proxy.count("ec2:CreateLaunchTemplate");
+    let fleets = world.proxy.count("ec2:CreateFleet");
+    let names: Vec<String> = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("templates")
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_owned))
+        .collect();
+    for name in &names {
+        world
+            .setup
+            .ec2
+            .delete_launch_template()
+            .launch_template_name(name)
+            .send()
+            .await
+            .expect("deleted by the other replica");
+    }
+    world.proxy.add_fault(Fault::Refuse {
+        action: "CreateFleet".into(),
+        code: "InvalidLaunchTemplateName.NotFoundException".into(),
+        times: 1,
+    });
+    let instance = create(&mut world, seed_node_claim("default-second", &node_class))
+        .await
+        .expect("launched after making the templates again");
+    assert!(instance.provider_id.starts_with("aws:///"), "{instance:?}");
+    assert_eq!(world.proxy.count("ec2:CreateFleet"), fleets + 2);
+    assert!(world.proxy.count("ec2:CreateLaunchTemplate") > made);
+    world.assert_least_privilege();
+}

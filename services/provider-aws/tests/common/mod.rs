@@ -160,6 +160,13 @@ pub enum Fault {
     Throttle { action: String, times: usize },
     /// Answer `action` with HTTP 500 `times` times.
     ServerError { action: String, times: usize },
+    /// Refuse the whole `action` call with EC2's error `code` (HTTP 400)
+    /// `times` times.
+    Refuse {
+        action: String,
+        code: String,
+        times: usize,
+    },
     /// Answer `action` with HTTP 500 whenever its form field `field` is
     /// `value` (one instance's DescribeInstances, say), until cleared.
     ServerErrorWhen {
@@ -441,6 +448,19 @@ impl FaultProxy {
                             r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#.into(),
                         )
                     });
+                }
+                Fault::Refuse {
+                    action: a,
+                    code,
+                    times,
+                } if a == action && *times > 0 => {
+                    *times -= 1;
+                    return Some(xml(
+                        400,
+                        format!(
+                            "<Response><Errors><Error><Code>{code}</Code><Message>refused by the test proxy</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+                        ),
+                    ));
                 }
                 Fault::ServerErrorWhen {
                     action: a,
