@@ -807,7 +807,7 @@ async fn labels_taints_and_provider_ids_are_validated_as_kube_apiserver_does() {
         message.ends_with("taints must be unique by key and effect pair"),
         "{message}"
     );
-    assert_eq!(fields, ["spec.taints[1]"]);
+    assert_eq!(fields, ["metadata.taints[1]"], "kube-apiserver's path");
     let node: Node =
         serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {}})).expect("node");
     nodes

@@ -25,6 +25,9 @@ use prost::Message as _;
 pub const EXPANSION: u64 = 48;
 /// Decoded bytes allowed whatever the wire size (small requests).
 pub const SLACK: u64 = 64 << 20;
+/// Decoded bytes never allowed, whatever the wire size: four times the
+/// estimate for the 150,000-pod benchmark snapshot (263 MiB).
+pub const MAX_DECODED: u64 = 1 << 30;
 /// Estimated decoded bytes per field a message type declares, per element.
 const BYTES_PER_FIELD: u64 = 24;
 /// Estimated decoded bytes of any element (allocation, vector slot).
@@ -151,21 +154,15 @@ pub fn measure(type_name: &str, bytes: &[u8]) -> Result<Measure, BoundsError> {
 }
 
 /// Refuses `bytes` if decoding them as `type_name` would cost more than
-/// the bounds allow.
+/// the bounds allow. Field limits are checked as elements are counted, so
+/// a flood is refused at its limit, not after it was walked whole.
 pub fn check(type_name: &str, bytes: &[u8]) -> Result<(), BoundsError> {
     let measured = measure(type_name, bytes)?;
-    for (field, limit) in FIELD_LIMITS {
-        let count = measured.elements.get(*field).copied().unwrap_or(0);
-        if count > *limit {
-            return Err(BoundsError::TooManyElements {
-                field: (*field).to_owned(),
-                count,
-                limit: *limit,
-            });
-        }
-    }
     let wire = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    let allowed = wire.saturating_mul(EXPANSION).saturating_add(SLACK);
+    let allowed = wire
+        .saturating_mul(EXPANSION)
+        .saturating_add(SLACK)
+        .min(MAX_DECODED);
     if measured.estimated_bytes > allowed {
         let field = measured
             .estimated_by_path
@@ -181,6 +178,28 @@ pub fn check(type_name: &str, bytes: &[u8]) -> Result<(), BoundsError> {
         });
     }
     Ok(())
+}
+
+fn limit_of(path: &str) -> Option<u64> {
+    FIELD_LIMITS
+        .iter()
+        .find(|(field, _)| *field == path)
+        .map(|(_, limit)| *limit)
+}
+
+/// Adds `amount` to the entry for `path`, allocating the key only the
+/// first time the path is seen; the new count.
+fn bump(map: &mut BTreeMap<String, u64>, path: &str, amount: u64) -> u64 {
+    match map.get_mut(path) {
+        Some(value) => {
+            *value = value.saturating_add(amount);
+            *value
+        }
+        None => {
+            map.insert(path.to_owned(), amount);
+            amount
+        }
+    }
 }
 
 fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, BoundsError> {
@@ -226,8 +245,9 @@ fn walk(
     let shape = schema.messages.get(type_name);
     let own = BYTES_PER_ELEMENT + BYTES_PER_FIELD * shape.map_or(0, |s| s.fields.len() as u64);
     out.estimated_bytes = out.estimated_bytes.saturating_add(own);
-    let slot = out.estimated_by_path.entry(path.to_owned()).or_default();
-    *slot = slot.saturating_add(own);
+    bump(&mut out.estimated_by_path, path, own);
+    // Child paths of this message, made once per field, not per element.
+    let mut children: HashMap<u32, String> = HashMap::new();
     let mut at = 0;
     while at < bytes.len() {
         let key = varint(bytes, &mut at)?;
@@ -248,16 +268,36 @@ fn walk(
                         name,
                         message: Some(message),
                     }) => {
-                        let child = if path.is_empty() {
-                            name.clone()
-                        } else {
-                            format!("{path}.{name}")
-                        };
-                        *out.elements.entry(child.clone()).or_default() += 1;
-                        walk(schema, message, &bytes[start..at], &child, depth + 1, out)?;
+                        let child = children.entry(number).or_insert_with(|| {
+                            if path.is_empty() {
+                                name.clone()
+                            } else {
+                                format!("{path}.{name}")
+                            }
+                        });
+                        let count = bump(&mut out.elements, child, 1);
+                        if let Some(limit) = limit_of(child)
+                            && count > limit
+                        {
+                            return Err(BoundsError::TooManyElements {
+                                field: child.clone(),
+                                count,
+                                limit,
+                            });
+                        }
+                        walk(schema, message, &bytes[start..at], child, depth + 1, out)?;
+                        if out.estimated_bytes > MAX_DECODED {
+                            return Ok(());
+                        }
                     }
-                    // Strings, bytes and packed scalars: their length.
-                    _ => out.estimated_bytes = out.estimated_bytes.saturating_add(len),
+                    // Strings, bytes and packed scalars: their length, and
+                    // a slot each (a repeated string costs its String).
+                    _ => {
+                        out.estimated_bytes = out
+                            .estimated_bytes
+                            .saturating_add(len)
+                            .saturating_add(BYTES_PER_FIELD);
+                    }
                 }
             }
             other => {

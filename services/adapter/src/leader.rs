@@ -215,15 +215,17 @@ impl Elector {
         }
     }
 
-    /// Waits until this replica holds the lease.
-    pub async fn acquire(&self) {
+    /// Waits until this replica holds the lease; returns when the winning
+    /// attempt started (the renewal it wrote is no older than that).
+    pub async fn acquire(&self) -> Instant {
         let mut logged = String::new();
         loop {
-            let deadline = Instant::now() + self.timing.renew_deadline;
+            let started = Instant::now();
+            let deadline = started + self.timing.renew_deadline;
             match self.attempt_until(deadline).await {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "acquired the leader lease");
-                    return;
+                    return started;
                 }
                 Ok(Attempt::HeldByOther(holder)) => {
                     if holder != logged {
@@ -237,16 +239,19 @@ impl Elector {
         }
     }
 
-    /// Renews the lease every `retry` until no renewal succeeded within the
-    /// renew deadline (a hung call counts: each is cut at the deadline) or
+    /// Renews the lease every `retry` from `since` (when the renewal last
+    /// written was sent) until no renewal succeeded within the renew
+    /// deadline (a hung call counts: each is cut at the deadline) or
     /// another replica took it; returns then, and the caller stops leading.
-    pub async fn hold(&self) {
-        let mut last_renewal = Instant::now();
+    /// A renewal counts from when it was sent, not answered.
+    pub async fn hold(&self, since: Instant) {
+        let mut last_renewal = since;
         loop {
-            tokio::time::sleep(self.timing.retry).await;
             let deadline = last_renewal + self.timing.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + self.timing.retry).min(deadline)).await;
+            let started = Instant::now();
             match self.attempt_until(deadline).await {
-                Ok(Attempt::Held) => last_renewal = Instant::now(),
+                Ok(Attempt::Held) => last_renewal = started,
                 Ok(Attempt::HeldByOther(holder)) => {
                     tracing::error!(%holder, "another replica holds the leader lease");
                     return;

@@ -289,12 +289,15 @@ async fn lead(
         &identity(&settings),
         options.election,
     );
-    if !settings.disable_leader_election {
+    let election = !settings.disable_leader_election;
+    let acquired = if election {
         tokio::select! {
-            () = elector.acquire() => {}
+            since = elector.acquire() => Some(since),
             () = &mut stop => return Ok(()),
         }
-    }
+    } else {
+        None
+    };
     metrics.leader.set(1);
     let ctx = Context {
         client: client.clone(),
@@ -312,25 +315,34 @@ async fn lead(
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);
-    let mut listed = snapshots.clone();
-    let mut ended = None;
-    tokio::select! {
-        _ = listed.wait_for(|p| p.index.listed()) => {
-            reconciling.store(true, Ordering::SeqCst);
-            tracing::info!("reconciling");
+    // The lease is renewed from the moment it was taken, while the index
+    // is still listing too: a long first list must not let it lapse.
+    let holding = async {
+        match acquired {
+            Some(since) => elector.hold(since).await,
+            None => std::future::pending().await,
         }
-        () = &mut stop => {}
-        name = controllers.any_ended() => ended = Some(name),
-    }
-
-    let election = !settings.disable_leader_election;
-    let outcome = match ended {
-        Some(name) => Err(anyhow::anyhow!("the {name} controller stopped")),
-        None => tokio::select! {
-            () = elector.hold(), if election => Err(anyhow::anyhow!("lost the leader lease")),
-            () = &mut stop => Ok(()),
-            name = controllers.any_ended() => Err(anyhow::anyhow!("the {name} controller stopped")),
-        },
+    };
+    tokio::pin!(holding);
+    let mut listed = snapshots.clone();
+    let listing = async move {
+        let _ = listed.wait_for(|p| p.index.listed()).await;
+    };
+    tokio::pin!(listing);
+    let mut listing_done = false;
+    let outcome = loop {
+        tokio::select! {
+            () = &mut listing, if !listing_done => {
+                listing_done = true;
+                reconciling.store(true, Ordering::SeqCst);
+                tracing::info!("reconciling");
+            }
+            () = &mut holding => break Err(anyhow::anyhow!("lost the leader lease")),
+            () = &mut stop => break Ok(()),
+            name = controllers.any_ended() => {
+                break Err(anyhow::anyhow!("the {name} controller stopped"));
+            }
+        }
     };
     // Every controller has stopped before the lease can pass to another
     // replica: none acts on this replica's index once another leads.

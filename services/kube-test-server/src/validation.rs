@@ -2,14 +2,16 @@
 //! worded as apimachinery words it (the messages clients see):
 //!
 //! - every object: label keys (qualified names) and values;
-//! - Nodes: taints unique by key and effect; `spec.providerID` set once.
+//! - Nodes: taints unique by key and effect (reported under
+//!   `metadata.taints`, as kube-apiserver's `ValidateNode` names the path);
+//!   `spec.providerID` set once.
 
 use serde_json::Value;
 
 /// One refused field, as `field.Error` renders it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    /// `metadata.labels`, `spec.taints[1]`.
+    /// `metadata.labels`, `metadata.taints[1]`.
     pub field: String,
     /// `FieldValueInvalid`, `FieldValueForbidden`, `FieldValueDuplicate`.
     pub reason: &'static str,
@@ -90,13 +92,11 @@ fn qualified_name_errors(key: &str) -> Vec<String> {
     }
     if name.is_empty() {
         errors.push("name part must be non-empty".to_owned());
-    } else {
-        if name.len() > 63 {
-            errors.push("name part must be no more than 63 characters".to_owned());
-        }
-        if !is_qualified_name_part(name) {
-            errors.push(format!("name part {QUALIFIED_NAME}"));
-        }
+    } else if name.len() > 63 {
+        errors.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !is_qualified_name_part(name) {
+        errors.push(format!("name part {QUALIFIED_NAME}"));
     }
     errors
 }
@@ -147,7 +147,7 @@ pub fn node(object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         if seen.contains(&(key, effect)) {
             let value = taint["value"].as_str().unwrap_or_default();
             errors.push(FieldError {
-                field: format!("spec.taints[{i}]"),
+                field: format!("metadata.taints[{i}]"),
                 reason: "FieldValueDuplicate",
                 body: format!(
                     "Duplicate value: core.Taint{{Key:{key:?}, Value:{value:?}, Effect:{effect:?}, TimeAdded:(*v1.Time)(nil)}}: taints must be unique by key and effect pair"
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert_eq!(
             errors[0].text(),
-            "spec.taints[2]: Duplicate value: core.Taint{Key:\"a\", Value:\"v\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
+            "metadata.taints[2]: Duplicate value: core.Taint{Key:\"a\", Value:\"v\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
         );
         let before = json!({"spec": {"providerID": ""}});
         let after = json!({"spec": {"providerID": "kwok://n"}});

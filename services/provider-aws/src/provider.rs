@@ -526,9 +526,14 @@ impl Provider {
     /// The node class as this provider resolves it from the spec: a
     /// caller's status is never launched on (it could name any subnet,
     /// image or instance profile in the account). Resolutions are reused
-    /// for a while per spec, and only a few are kept.
+    /// for a while per name and whole spec, and only a few are kept.
     pub async fn trusted(&self, mut nc: NodeClass) -> Result<NodeClass, Error> {
-        let key = format!("{}/{}", nc.name, nodeclass::spec_hash(&nc.spec));
+        // The whole spec, selectors included (the drift hash leaves them
+        // out): a caller's node class of the same name but other selectors
+        // never shares a resolution with the real one.
+        let spec = serde_json::to_string(&nc.spec)
+            .map_err(|e| Error::Internal(format!("encoding the node class spec: {e}")))?;
+        let key = format!("{}\n{spec}", nc.name);
         let cached = {
             let resolutions = self.resolutions.lock().unwrap_or_else(|p| p.into_inner());
             resolutions

@@ -1610,6 +1610,16 @@ async fn a_forged_node_class_status_is_not_launched_on() {
     status["amis"] = serde_json::json!([{"id": forged_image, "name": "forged",
         "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}]);
     node_class.status_json = status.to_string();
+    // A caller's node class of the same name whose spec selects the
+    // unselected subnet by ID launches there (its spec says so), and must
+    // not make the real node class's launches go there too.
+    let mut poisoning = node_class.clone();
+    let mut spec: serde_json::Value = serde_json::from_str(&poisoning.spec_json).unwrap();
+    spec["subnetSelectorTerms"] = serde_json::json!([{"id": forged_subnet}]);
+    poisoning.spec_json = spec.to_string();
+    create(&mut world, seed_node_claim("default-poison", &poisoning))
+        .await
+        .expect("the caller's own spec launches");
     let claim = seed_node_claim("default-forged", &node_class);
     let instance = create(&mut world, claim).await.expect("launched");
     assert_eq!(instance.image_id, world.made.ami_arm64, "the resolved AMI");
