@@ -209,7 +209,9 @@ impl Unseen {
     /// Looks at an update before the index applies it; `None` drops it.
     fn filter(&mut self, index: &Index, update: Update) -> Option<Update> {
         match &update {
-            Update::NodeClaim(Event::Apply(claim) | Event::InitApply(claim)) => {
+            // A relist confirms a claim only once it is done (`after_relist`):
+            // a relist that fails half-way must not have forgotten it.
+            Update::NodeClaim(Event::Apply(claim)) => {
                 self.created.remove(&claim_key(claim));
             }
             Update::NodeClaim(Event::Delete(claim)) => {
@@ -229,14 +231,15 @@ impl Unseen {
         Some(update)
     }
 
-    /// After a relist replaced the claims: created claims the list did not
-    /// hold yet (it may predate them) are shown again.
-    fn after_relist(&self, index: &mut Index) -> Changed {
+    /// After a relist replaced the claims: created claims the list holds
+    /// are confirmed; those it did not hold yet (it may predate them) are
+    /// shown again.
+    fn after_relist(&mut self, index: &mut Index) -> Changed {
         let mut changed = Changed::default();
-        for (key, (claim, _)) in &self.created {
-            if index.node_claims.named(&key.1).is_none() {
-                changed.merge(index.apply(Update::NodeClaimCreated(claim.clone())));
-            }
+        self.created
+            .retain(|key, _| index.node_claims.named(&key.1).is_none());
+        for (claim, _) in self.created.values() {
+            changed.merge(index.apply(Update::NodeClaimCreated(claim.clone())));
         }
         changed
     }
@@ -327,5 +330,67 @@ async fn own(mut received: mpsc::Receiver<Update>, publish: watch::Sender<Publis
             }
             last_publish = tokio::time::Instant::now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(name: &str) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                     "requirements": []}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn owned() -> Owned {
+        Owned {
+            index: Index::listed_for_tests(Index::default()),
+            unseen: Unseen::default(),
+        }
+    }
+
+    #[test]
+    fn a_created_claim_is_shown_until_a_watch_or_a_finished_relist_shows_it() {
+        let mut owned = owned();
+        assert!(
+            owned
+                .apply(Update::NodeClaimCreated(claim("a")))
+                .node_claims
+        );
+        assert!(owned.index.node_claims.named("a").is_some());
+        // A relist that started before the create does not hold it.
+        owned.apply(Update::NodeClaim(Event::Init));
+        owned.apply(Update::NodeClaim(Event::InitDone));
+        assert!(owned.index.node_claims.named("a").is_some(), "shown again");
+        // A relist that fails half-way (a new one starts) does not confirm it.
+        owned.apply(Update::NodeClaim(Event::Init));
+        owned.apply(Update::NodeClaim(Event::InitApply(claim("a"))));
+        owned.apply(Update::NodeClaim(Event::Init));
+        owned.apply(Update::NodeClaim(Event::InitDone));
+        assert!(owned.index.node_claims.named("a").is_some(), "still shown");
+        // A finished relist holding it confirms it.
+        owned.apply(Update::NodeClaim(Event::Init));
+        owned.apply(Update::NodeClaim(Event::InitApply(claim("a"))));
+        owned.apply(Update::NodeClaim(Event::InitDone));
+        assert!(owned.unseen.created.is_empty());
+    }
+
+    #[test]
+    fn a_create_answered_after_its_deletion_was_watched_is_not_shown() {
+        let mut owned = owned();
+        owned.apply(Update::NodeClaim(Event::Apply(claim("a"))));
+        owned.apply(Update::NodeClaim(Event::Delete(claim("a"))));
+        assert!(
+            !owned
+                .apply(Update::NodeClaimCreated(claim("a")))
+                .node_claims
+        );
+        assert!(owned.index.node_claims.named("a").is_none());
     }
 }

@@ -256,7 +256,7 @@ async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Resu
     ctx.evictions.refused(&uid, now);
     let why = if status.message.contains("more than one PodDisruptionBudget") {
         "eviction does not support multiple PDBs"
-    } else if status.code == 429 && status.message.contains("disruption budget") {
+    } else if status.code == 429 && blocked_by_a_budget(&status) {
         "evicting pod violates a PDB"
     } else if status.code == 429 {
         tracing::debug!(pod = %pod.name_any(), "eviction throttled by the API server; backing off");
@@ -274,6 +274,16 @@ async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Resu
         ),
     ));
     Ok(())
+}
+
+/// Whether a 429 is a PodDisruptionBudget's answer (its cause says so;
+/// the message, for servers that give no cause) rather than throttling.
+fn blocked_by_a_budget(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "DisruptionBudget"))
+        || status.message.contains("disruption budget")
 }
 
 /// Records an eviction that went through.
