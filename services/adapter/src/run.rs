@@ -249,23 +249,7 @@ async fn lead(
         let _ = stopped.wait_for(|s| *s).await;
     };
     tokio::pin!(stop);
-    {
-        let clients = clients.clone();
-        let metrics = metrics.clone();
-        tasks.spawn(async move {
-            loop {
-                clients.probe().await;
-                let (scheduler, provider) = clients.up();
-                for (peer, up) in [("scheduler", scheduler), ("provider", provider)] {
-                    let labels = PeerLabels {
-                        peer: peer.to_owned(),
-                    };
-                    metrics.peer_up.get_or_create(&labels).set(i64::from(up));
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-    }
+    spawn_peer_probe(&clients, &metrics, tasks);
     let info = tokio::select! {
         info = provider_info(&clients) => info,
         () = &mut stop => return Ok(()),
@@ -324,26 +308,14 @@ async fn lead(
         }
     };
     tokio::pin!(holding);
-    let mut listed = snapshots.clone();
-    let listing = async move {
-        let _ = listed.wait_for(|p| p.index.listed()).await;
-    };
-    tokio::pin!(listing);
-    let mut listing_done = false;
-    let outcome = loop {
-        tokio::select! {
-            () = &mut listing, if !listing_done => {
-                listing_done = true;
-                reconciling.store(true, Ordering::SeqCst);
-                tracing::info!("reconciling");
-            }
-            () = &mut holding => break Err(anyhow::anyhow!("lost the leader lease")),
-            () = &mut stop => break Ok(()),
-            name = controllers.any_ended() => {
-                break Err(anyhow::anyhow!("the {name} controller stopped"));
-            }
-        }
-    };
+    let outcome = supervise(
+        &mut controllers,
+        holding,
+        stop,
+        snapshots.clone(),
+        &reconciling,
+    )
+    .await;
     // Every controller has stopped before the lease can pass to another
     // replica: none acts on this replica's index once another leads.
     reconciling.store(false, Ordering::SeqCst);
@@ -357,6 +329,55 @@ async fn lead(
         elector.release().await;
     }
     outcome
+}
+
+/// Asks the peers' health every 5 s; `karpenter_peer_up` reports it.
+fn spawn_peer_probe(clients: &Clients, metrics: &Arc<AdapterMetrics>, tasks: &mut JoinSet<()>) {
+    let clients = clients.clone();
+    let metrics = metrics.clone();
+    tasks.spawn(async move {
+        loop {
+            clients.probe().await;
+            let (scheduler, provider) = clients.up();
+            for (peer, up) in [("scheduler", scheduler), ("provider", provider)] {
+                let labels = PeerLabels {
+                    peer: peer.to_owned(),
+                };
+                metrics.peer_up.get_or_create(&labels).set(i64::from(up));
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+}
+
+/// Leads until shutdown (Ok), the lease is lost or a controller ends (an
+/// error); the replica reconciles once its index has listed the cluster.
+async fn supervise(
+    controllers: &mut Controllers,
+    mut holding: std::pin::Pin<&mut impl Future<Output = ()>>,
+    mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+    mut snapshots: watch::Receiver<Published>,
+    reconciling: &AtomicBool,
+) -> anyhow::Result<()> {
+    let listing = async move {
+        let _ = snapshots.wait_for(|p| p.index.listed()).await;
+    };
+    tokio::pin!(listing);
+    let mut listing_done = false;
+    loop {
+        tokio::select! {
+            () = &mut listing, if !listing_done => {
+                listing_done = true;
+                reconciling.store(true, Ordering::SeqCst);
+                tracing::info!("reconciling");
+            }
+            () = &mut holding => return Err(anyhow::anyhow!("lost the leader lease")),
+            () = &mut stop => return Ok(()),
+            name = controllers.any_ended() => {
+                return Err(anyhow::anyhow!("the {name} controller stopped"));
+            }
+        }
+    }
 }
 
 /// The controller tasks of a leading replica, by name.

@@ -294,22 +294,7 @@ async fn budget_schedules_are_checked_and_huge_windows_answer_at_once() {
             }],
             ..Default::default()
         });
-        let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
-        cluster.nodes = vec![pb::StateNode {
-            name: "idle".into(),
-            node_claim_name: "idle".into(),
-            node_pool: "default".into(),
-            capacity: m5.capacity.clone(),
-            allocatable: m5.capacity.clone(),
-            has_node: true,
-            registered: true,
-            initialized: true,
-            price: 0.096,
-            capacity_type: "on-demand".into(),
-            zone: "us-west-2a".into(),
-            instance_type: "m5.large".into(),
-            ..Default::default()
-        }];
+        cluster.nodes = vec![initialized_m5(cluster, "idle")];
         cluster.now = Some(prost_types::Timestamp {
             seconds: 1_800_000_000,
             nanos: 0,
@@ -462,6 +447,27 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     body
 }
 
+/// A registered, initialized on-demand m5.large node of the default pool,
+/// named `name` (node and claim), with nothing on it.
+fn initialized_m5(cluster: &pb::ClusterSnapshot, name: &str) -> pb::StateNode {
+    let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
+    pb::StateNode {
+        name: name.into(),
+        node_claim_name: name.into(),
+        node_pool: "default".into(),
+        capacity: m5.capacity.clone(),
+        allocatable: m5.capacity.clone(),
+        has_node: true,
+        registered: true,
+        initialized: true,
+        price: 0.096,
+        capacity_type: "on-demand".into(),
+        zone: "us-west-2a".into(),
+        instance_type: "m5.large".into(),
+        ..Default::default()
+    }
+}
+
 /// Issue 21: times from a request are subtracted with checked arithmetic:
 /// a node created, initialized and last touched at the end of time, seen
 /// from the beginning of time, is answered (planned or refused by field),
@@ -485,27 +491,14 @@ async fn times_at_the_ends_of_the_range_do_not_overflow() {
         seconds: i64::MAX,
         nanos: 0,
     });
-    let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
     cluster.nodes = vec![pb::StateNode {
-        name: "ancient".into(),
-        node_claim_name: "ancient".into(),
-        node_pool: "default".into(),
-        capacity: m5.capacity.clone(),
-        allocatable: m5.capacity.clone(),
-        has_node: true,
-        registered: true,
-        initialized: true,
-        price: 0.096,
-        capacity_type: "on-demand".into(),
-        zone: "us-west-2a".into(),
-        instance_type: "m5.large".into(),
         creation_timestamp: far(i64::MAX),
         disruption: Some(pb::NodeClaimDisruptionState {
             last_pod_event_time: far(i64::MAX),
             initialized_time: far(i64::MAX),
             ..Default::default()
         }),
-        ..Default::default()
+        ..initialized_m5(cluster, "ancient")
     }];
     cluster.now = far(i64::MIN);
     let answer = client

@@ -268,6 +268,16 @@ fn xml(status: u16, body: String) -> Response<Full<Bytes>> {
         .expect("a response")
 }
 
+/// An EC2 (query protocol) error answer.
+fn ec2_error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
+    xml(
+        status,
+        format!(
+            "<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+        ),
+    )
+}
+
 fn json(status: u16, body: String) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
@@ -455,24 +465,19 @@ impl FaultProxy {
                     times,
                 } if a == action && *times > 0 => {
                     *times -= 1;
-                    return Some(xml(
-                        400,
-                        format!(
-                            "<Response><Errors><Error><Code>{code}</Code><Message>refused by the test proxy</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
-                        ),
-                    ));
+                    return Some(ec2_error(400, code, "refused by the test proxy"));
                 }
                 Fault::ServerErrorWhen {
                     action: a,
                     field,
                     value,
                 } if a == action && fields.get(field.as_str()) == Some(&*value) => {
-                    return Some(xml(500, "<Response><Errors><Error><Code>InternalError</Code><Message>internal</Message></Error></Errors><RequestID>proxy</RequestID></Response>".into()));
+                    return Some(ec2_error(500, "InternalError", "internal"));
                 }
                 Fault::ServerError { action: a, times } if a == action && *times > 0 => {
                     *times -= 1;
                     return Some(if query_protocol {
-                        xml(500, "<Response><Errors><Error><Code>InternalError</Code><Message>internal</Message></Error></Errors><RequestID>proxy</RequestID></Response>".into())
+                        ec2_error(500, "InternalError", "internal")
                     } else {
                         json(
                             500,
