@@ -83,26 +83,47 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- printf "%s://%s.%s.svc:50051" (include "karpenter.scheme" .) (include "karpenter.componentName" (dict "root" . "component" "provider")) .Release.Namespace }}
 {{- end }}
 
-{{/* The Secret holding the services' certificates. */}}
+{{/*
+The Secret holding one service's certificate (tls.crt, tls.key, ca.crt):
+the one you named in tls.secretName (shared by the three services), else
+"<fullname>-<component>-tls" (cert-manager's or the chart's own).
+*/}}
 {{- define "karpenter.tlsSecret" -}}
-{{- if .Values.tls.certManager.enabled }}
-{{- printf "%s-tls" (include "karpenter.fullname" .) }}
+{{- if .root.Values.tls.secretName }}
+{{- .root.Values.tls.secretName }}
 {{- else }}
-{{- required "tls.enabled needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled" .Values.tls.secretName }}
+{{- printf "%s-tls" (include "karpenter.componentName" .) }}
 {{- end }}
 {{- end }}
 
-{{/* The TLS flags of a service (server or client side alike). */}}
+{{/* The DNS names one service's certificate carries (its identity). */}}
+{{- define "karpenter.tlsNames" -}}
+{{- $name := include "karpenter.componentName" . }}
+{{- list $name (printf "%s.%s.svc" $name .root.Release.Namespace) (printf "%s.%s.svc.cluster.local" $name .root.Release.Namespace) | toJson }}
+{{- end }}
+
+{{/*
+The TLS flags of a service. The scheduler and the provider answer only the
+client identities of tls.clientAllow.<component> (default: the adapter's
+certificate name).
+*/}}
 {{- define "karpenter.tlsArgs" -}}
-{{- if .Values.tls.enabled }}
+{{- if .root.Values.tls.enabled }}
 - --tls-cert=/etc/karpenter/tls/tls.crt
 - --tls-key=/etc/karpenter/tls/tls.key
 - --tls-ca=/etc/karpenter/tls/ca.crt
+{{- if ne .component "adapter" }}
+{{- $allow := index .root.Values.tls.clientAllow .component }}
+{{- if not $allow }}
+{{- $allow = list (include "karpenter.componentName" (dict "root" .root "component" "adapter")) }}
+{{- end }}
+- --tls-client-allow={{ join "," $allow }}
+{{- end }}
 {{- end }}
 {{- end }}
 
 {{- define "karpenter.tlsVolumeMounts" -}}
-{{- if .Values.tls.enabled }}
+{{- if .root.Values.tls.enabled }}
 - name: tls
   mountPath: /etc/karpenter/tls
   readOnly: true
@@ -110,7 +131,7 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
 {{- define "karpenter.tlsVolumes" -}}
-{{- if .Values.tls.enabled }}
+{{- if .root.Values.tls.enabled }}
 - name: tls
   secret:
     secretName: {{ include "karpenter.tlsSecret" . }}

@@ -154,9 +154,18 @@ pub async fn run(
         settings.leader_election_namespace.clone()
     };
     apply_legacy_settings(&client, &namespace, &mut settings).await;
-    let tls = settings.tls.client_config()?;
-    let clients = Clients::new(&settings.scheduler_address, &settings.provider_address, tls)
-        .context("the scheduler or provider address is not a URL")?;
+    let tls = settings.tls.client()?;
+    let clients = Clients::new(
+        crate::clients::Peer {
+            address: &settings.scheduler_address,
+            tls_server_name: settings.scheduler_tls_server_name.as_deref(),
+        },
+        crate::clients::Peer {
+            address: &settings.provider_address,
+            tls_server_name: settings.provider_tls_server_name.as_deref(),
+        },
+        tls,
+    )?;
 
     let registry = karpenter_runtime::Metrics::new("karpenter");
     let metrics = AdapterMetrics::register(&registry);

@@ -31,12 +31,20 @@ pub struct Settings {
     /// Requests the Kubernetes client may make in a burst.
     #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
     pub kube_client_burst: u32,
-    /// The scheduler service (`http://host:port`).
+    /// The scheduler service (`http://host:port`; `https://` with TLS).
     #[arg(long, env = "SCHEDULER_ADDRESS")]
     pub scheduler_address: String,
-    /// The cloud provider service (`http://host:port`).
+    /// The cloud provider service (`http://host:port`; `https://` with TLS).
     #[arg(long, env = "PROVIDER_ADDRESS")]
     pub provider_address: String,
+    /// The name the scheduler's certificate must carry, when it is not the
+    /// host of `--scheduler-address` (an address by IP, a proxy).
+    #[arg(long, env = "SCHEDULER_TLS_SERVER_NAME")]
+    pub scheduler_tls_server_name: Option<String>,
+    /// The name the provider's certificate must carry, when it is not the
+    /// host of `--provider-address`.
+    #[arg(long, env = "PROVIDER_TLS_SERVER_NAME")]
+    pub provider_tls_server_name: Option<String>,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, env = "METRICS_LISTEN_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,

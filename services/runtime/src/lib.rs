@@ -8,7 +8,8 @@
 //!                                          HTTP: /metrics  (Prometheus text)
 //!                                                /healthz  (process is up)
 //!                                                /readyz   (gRPC is serving)
-//!   --tls-cert/--tls-key [--tls-ca]        gRPC over TLS [mutual] ([`TlsArgs`])
+//!   --tls-cert/--tls-key [--tls-ca]        gRPC over TLS [mutual, with
+//!   [--tls-client-allow NAMES]              an allow-list] ([`TlsArgs`])
 //!   OTEL_EXPORTER_OTLP_ENDPOINT            traces over OTLP ([`telemetry`])
 //! ```
 //!
@@ -37,7 +38,10 @@ use axum::routing::get;
 pub use metrics::{GrpcMetricsLayer, Metrics};
 pub use panics::CatchPanicLayer;
 pub use telemetry::{Telemetry, TraceContextLayer};
-pub use tls::TlsArgs;
+pub use tls::{
+    ADAPTER_IDENTITY, AdmitLayer, ClientTls, PeerIdentity, RECHECK_EVERY as TLS_RECHECK_EVERY,
+    ServerTls, TlsArgs,
+};
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
@@ -92,7 +96,7 @@ pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
     /// The gRPC server's TLS, when the flags ask for it.
-    pub tls: Option<tonic::transport::ServerTlsConfig>,
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Listeners {
@@ -103,7 +107,7 @@ impl Listeners {
         let http = TcpListener::bind(args.metrics_listen)
             .await
             .with_context(|| format!("binding metrics listener on {}", args.metrics_listen))?;
-        let tls = args.tls.server_config()?;
+        let tls = args.tls.server()?;
         Ok(Self { grpc, http, tls })
     }
 
@@ -222,29 +226,36 @@ pub async fn serve_with_shutdown(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc);
     ready.store(true, Ordering::SeqCst);
     let mut grpc_stop = stop_rx.clone();
-    let mut builder = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .timeout(CALL_TIMEOUT)
         .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
         .max_concurrent_streams(Some(STREAMS_PER_CONNECTION))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .tcp_keepalive(Some(KEEPALIVE_INTERVAL));
-    if let Some(tls) = listeners.tls {
-        builder = builder
-            .tls_config(tls)
-            .context("configuring the gRPC server's TLS")?;
-    }
-    let server = builder
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
         .layer(TraceContextLayer)
         .layer(GrpcMetricsLayer::new(service.metrics.clone()))
+        .layer(AdmitLayer)
         .layer(CatchPanicLayer::new(service.metrics.clone()))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = grpc_stop.wait_for(|stopped| *stopped).await;
-        });
+        .add_routes(routes);
+    let stopped = async move {
+        let _ = grpc_stop.wait_for(|stopped| *stopped).await;
+    };
+    // TLS handshakes are done by the runtime (certificates reloaded, the
+    // client's name judged), tonic serves what they produce.
+    let server: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match listeners.tls {
+        Some(tls) => {
+            Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listeners.grpc), stopped))
+        }
+        None => Box::pin(router.serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listeners.grpc),
+            stopped,
+        )),
+    };
     // Graceful shutdown waits for open calls, and a server-streaming call
     // (interruptions) stays open as long as its client wants: after the
     // grace period the remaining connections are closed.

@@ -16,8 +16,9 @@ use std::time::Duration;
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::scheduler::v1 as pb;
+use karpenter_runtime::ClientTls;
 use tonic::codegen::Bytes;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 const SOLVE: &str = "/karpenter.scheduler.v1.Scheduler/Solve";
@@ -76,19 +77,33 @@ where
     }
 }
 
-fn endpoint(
-    address: &str,
-    tls: Option<&ClientTlsConfig>,
-) -> Result<Endpoint, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(address.to_owned())?
+/// Where a peer is.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer<'a> {
+    /// `http://host:port`, or `https://host:port` with TLS.
+    pub address: &'a str,
+    /// The name its certificate must carry, if not the address's host.
+    pub tls_server_name: Option<&'a str>,
+}
+
+/// A channel to `peer` that connects when first used: over TLS (each
+/// connection with the certificate files as they are then) when `tls` is
+/// given.
+fn channel(peer: Peer<'_>, tls: Option<&Arc<ClientTls>>) -> anyhow::Result<Channel> {
+    let endpoint = match tls {
+        Some(_) => ClientTls::endpoint(peer.address)?,
+        None => Endpoint::from_shared(peer.address.to_owned())
+            .map_err(|error| anyhow::anyhow!("{:?} is not a URL: {error}", peer.address))?,
+    };
+    let endpoint = endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)))
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_while_idle(true);
-    match tls {
-        Some(tls) => endpoint.tls_config(tls.clone()),
-        None => Ok(endpoint),
-    }
+    Ok(match tls {
+        Some(tls) => tls.connect_lazy(&endpoint, peer.tls_server_name),
+        None => endpoint.connect_lazy(),
+    })
 }
 
 /// Both peers; cheap to clone.
@@ -106,12 +121,14 @@ pub struct Clients {
 impl Clients {
     /// Clients that connect lazily: the adapter starts while its peers do.
     pub fn new(
-        scheduler: &str,
-        provider: &str,
-        tls: Option<ClientTlsConfig>,
-    ) -> Result<Self, tonic::transport::Error> {
-        let scheduler_channel = endpoint(scheduler, tls.as_ref())?.connect_lazy();
-        let provider_channel = endpoint(provider, tls.as_ref())?.connect_lazy();
+        scheduler: Peer<'_>,
+        provider: Peer<'_>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> anyhow::Result<Self> {
+        let scheduler_channel = channel(scheduler, tls.as_ref())
+            .map_err(|error| error.context("the scheduler's address"))?;
+        let provider_channel = channel(provider, tls.as_ref())
+            .map_err(|error| error.context("the provider's address"))?;
         let provider = CloudProviderClient::new(provider_channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -12,9 +12,13 @@
 //! Every service is its own process on free loopback ports, so several
 //! clusters run side by side; their logs go to the state directory. The
 //! command runs until SIGINT or SIGTERM, then stops what it started.
+//! The services speak plain gRPC on loopback, or with `--tls` mutual TLS
+//! with the certificates the chart would make ([`certificates`]), written
+//! to `<state-dir>/tls`.
 //! `--replay seed-001` plays seed 001's scenario against the cluster,
 //! prints its timeline and stops.
 
+pub mod certificates;
 mod processes;
 mod replay;
 
@@ -24,7 +28,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use processes::{BINARIES, Process, await_ready, find_binary, free_port, loopback};
+use processes::{BINARIES, Launch, Process, find_binary, loopback, start_ready};
 
 use crate::CliError;
 
@@ -55,6 +59,11 @@ pub struct UpArgs {
     /// duration).
     #[arg(long, default_value = "2s")]
     pub node_delay: String,
+    /// Mutual TLS between the services, with a CA and a certificate per
+    /// service as the chart makes them (written to `<state-dir>/tls`;
+    /// replace the files to rotate them, the services read them again).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Runs `karpctl up` to the end; the exit status.
@@ -151,99 +160,136 @@ async fn start(
     cluster: &mut Cluster,
 ) -> anyhow::Result<kube::Client> {
     let logs = dir.join("logs");
-    let api_port = free_port()?;
-    let mut api = Process::start(
-        "kube-test-server",
-        &binaries[0],
-        &[
+    let tls = if args.tls {
+        Some(certificates::issue(&dir.join("tls"))?)
+    } else {
+        None
+    };
+    let tls_flags = |service: usize| -> Vec<String> {
+        tls.as_ref()
+            .map(|files| files[service].flags())
+            .unwrap_or_default()
+    };
+    let api_args = |ports: &[u16; 1]| -> Vec<String> {
+        vec![
             "--port".into(),
-            api_port.to_string(),
+            ports[0].to_string(),
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
             "--controllers".into(),
             "--log-level".into(),
             "warn".into(),
-        ],
-        &[],
-        &logs,
-    )?;
-    let ready = await_ready(&mut api, loopback(api_port), "/readyz", START_WITHIN).await;
+        ]
+    };
+    let (api, _) = start_ready(&Launch {
+        name: "kube-test-server",
+        binary: &binaries[0],
+        env: &[],
+        logs: &logs,
+        args: &api_args,
+        ready_port: 0,
+        ready_path: "/readyz",
+        within: START_WITHIN,
+    })
+    .await?;
     cluster.processes.push(api);
-    ready?;
     let client = client(kubeconfig).await?;
     install_crds(&client).await?;
 
-    let (scheduler_grpc, scheduler_http) = (free_port()?, free_port()?);
-    let mut scheduler = Process::start(
-        "scheduler",
-        &binaries[1],
-        &listen_args(scheduler_grpc, scheduler_http),
-        &[("LOG_LEVEL", "info".into())],
-        &logs,
-    )?;
-    let ready = await_ready(
-        &mut scheduler,
-        loopback(scheduler_http),
-        "/readyz",
-        START_WITHIN,
-    )
-    .await;
+    let info = [("LOG_LEVEL", "info".to_owned())];
+    let scheduler_args = |ports: &[u16; 2]| {
+        let mut args = listen_args(ports[0], ports[1]);
+        args.extend(tls_flags(1));
+        args
+    };
+    let (scheduler, [scheduler_grpc, _]) = start_ready(&Launch {
+        name: "scheduler",
+        binary: &binaries[1],
+        env: &info,
+        logs: &logs,
+        args: &scheduler_args,
+        ready_port: 1,
+        ready_path: "/readyz",
+        within: START_WITHIN,
+    })
+    .await?;
     cluster.processes.push(scheduler);
-    ready?;
 
-    let (kwok_grpc, kwok_http, kwok_admin) = (free_port()?, free_port()?, free_port()?);
-    let mut kwok_args = listen_args(kwok_grpc, kwok_http);
-    kwok_args.extend([
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--admin-listen".into(),
-        loopback(kwok_admin).to_string(),
-        "--install-crd".into(),
-        "--node-delay".into(),
-        args.node_delay.clone(),
-    ]);
-    let mut kwok = Process::start(
-        "provider-kwok",
-        &binaries[2],
-        &kwok_args,
-        &[("LOG_LEVEL", "info".into())],
-        &logs,
-    )?;
-    let ready = await_ready(&mut kwok, loopback(kwok_http), "/readyz", START_WITHIN).await;
+    let kwok_args = |ports: &[u16; 3]| {
+        let mut kwok_args = listen_args(ports[0], ports[1]);
+        kwok_args.extend([
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--admin-listen".into(),
+            loopback(ports[2]).to_string(),
+            "--install-crd".into(),
+            "--node-delay".into(),
+            args.node_delay.clone(),
+        ]);
+        kwok_args.extend(tls_flags(2));
+        kwok_args
+    };
+    let (kwok, [kwok_grpc, _, kwok_admin]) = start_ready(&Launch {
+        name: "provider-kwok",
+        binary: &binaries[2],
+        env: &info,
+        logs: &logs,
+        args: &kwok_args,
+        ready_port: 1,
+        ready_path: "/readyz",
+        within: START_WITHIN,
+    })
+    .await?;
     cluster.processes.push(kwok);
-    ready?;
     default_node_class(&client).await?;
 
-    let adapter_http = free_port()?;
-    let mut adapter = Process::start(
-        "adapter",
-        &binaries[3],
-        &[
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let adapter_args = |ports: &[u16; 1]| {
+        let mut adapter_args: Vec<String> = vec![
             "--scheduler-address".into(),
-            format!("http://{}", loopback(scheduler_grpc)),
+            format!("{scheme}://{}", loopback(scheduler_grpc)),
             "--provider-address".into(),
-            format!("http://{}", loopback(kwok_grpc)),
+            format!("{scheme}://{}", loopback(kwok_grpc)),
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
             "--metrics-listen".into(),
-            loopback(adapter_http).to_string(),
+            loopback(ports[0]).to_string(),
             "--cluster-name".into(),
             "karpctl-up".into(),
-        ],
-        &[("LOG_LEVEL", "info".into())],
-        &logs,
-    )?;
+        ];
+        if tls.is_some() {
+            adapter_args.extend(tls_flags(0));
+            adapter_args.extend([
+                "--scheduler-tls-server-name".into(),
+                certificates::server_name("scheduler"),
+                "--provider-tls-server-name".into(),
+                certificates::server_name("provider"),
+            ]);
+        }
+        adapter_args
+    };
     println!("kubeconfig: {}", kubeconfig.display());
     println!("kwok-admin: http://{}", loopback(kwok_admin));
-    let ready = await_ready(
-        &mut adapter,
-        loopback(adapter_http),
-        "/readyz",
-        START_WITHIN,
-    )
-    .await;
+    if tls.is_some() {
+        println!(
+            "tls: mutual; certificates in {}; scheduler https://{}, provider https://{}",
+            dir.join("tls").display(),
+            loopback(scheduler_grpc),
+            loopback(kwok_grpc)
+        );
+    }
+    let (adapter, [adapter_http]) = start_ready(&Launch {
+        name: "adapter",
+        binary: &binaries[3],
+        env: &info,
+        logs: &logs,
+        args: &adapter_args,
+        ready_port: 0,
+        ready_path: "/readyz",
+        within: START_WITHIN,
+    })
+    .await?;
     cluster.processes.push(adapter);
-    ready?;
     let pool = dir.join("nodepool.yaml");
     std::fs::write(&pool, NODE_POOL_EXAMPLE)
         .with_context(|| format!("writing {}", pool.display()))?;

@@ -45,7 +45,8 @@ pub fn find_binary(name: &str, dir: Option<&Path>) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// A free port on 127.0.0.1 (bound and released; the child binds it).
+/// A free port on 127.0.0.1 (bound and released; the child binds it, see
+/// [`start_ready`] for when another process takes it first).
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
@@ -170,5 +171,65 @@ pub async fn await_ready(
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many times a service is started again on new ports after it found
+/// the ones it was given taken.
+const PORT_ATTEMPTS: usize = 3;
+
+/// What a service is started with: its ports are found by [`start_ready`].
+pub struct Launch<'a, const PORTS: usize> {
+    pub name: &'static str,
+    pub binary: &'a Path,
+    pub env: &'a [(&'a str, String)],
+    pub logs: &'a Path,
+    /// Its arguments, given its ports.
+    pub args: &'a dyn Fn(&[u16; PORTS]) -> Vec<String>,
+    /// Which of its ports answers `ready_path` over HTTP.
+    pub ready_port: usize,
+    pub ready_path: &'a str,
+    pub within: Duration,
+}
+
+/// Starts a service on free loopback ports and waits until it is ready.
+/// A port is found free, released, then bound by the child: another
+/// process on the machine may take it in between, and the child then
+/// exits at once saying so; it is started again on new ports.
+pub async fn start_ready<const PORTS: usize>(
+    launch: &Launch<'_, PORTS>,
+) -> anyhow::Result<(Process, [u16; PORTS])> {
+    let mut attempt = 1;
+    loop {
+        let mut ports = [0u16; PORTS];
+        for port in &mut ports {
+            *port = free_port()?;
+        }
+        let mut process = Process::start(
+            launch.name,
+            launch.binary,
+            &(launch.args)(&ports),
+            launch.env,
+            launch.logs,
+        )?;
+        let ready = await_ready(
+            &mut process,
+            loopback(ports[launch.ready_port]),
+            launch.ready_path,
+            launch.within,
+        )
+        .await;
+        let Err(error) = ready else {
+            return Ok((process, ports));
+        };
+        let taken = process.exited().is_some()
+            && std::fs::read_to_string(&process.log).is_ok_and(|log| {
+                log.contains("Address already in use") || log.contains("AddrInUse")
+            });
+        process.stop(Duration::from_secs(5)).await;
+        if !taken || attempt >= PORT_ATTEMPTS {
+            return Err(error);
+        }
+        attempt += 1;
     }
 }
