@@ -832,3 +832,229 @@ async fn labels_taints_and_provider_ids_are_validated_as_kube_apiserver_does() {
     );
     assert_eq!(fields, ["spec.providerID"]);
 }
+
+/// A pod's spec is fixed once created, as kube-apiserver's
+/// `ValidatePodUpdate` has it: images, added tolerations and
+/// activeDeadlineSeconds may change; anything else (the node it runs on,
+/// its resources, its containers) is 422 Forbidden on `spec`, and the
+/// node a pod runs on is set only by its binding.
+#[tokio::test]
+async fn a_pods_spec_changes_only_where_kube_apiserver_lets_it() {
+    use k8s_openapi::api::core::v1::Pod;
+
+    let (_s, client) = start(Config::default()).await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "pause:3.9",
+                                 "resources": {"requests": {"cpu": "1"}}}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("created");
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "pause:3.10"}]}})),
+    )
+    .await
+    .expect("an image may change");
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"tolerations": [{"key": "k", "operator": "Exists"}],
+                                      "activeDeadlineSeconds": 60},
+                             "metadata": {"labels": {"relabelled": "yes"}}}),
+        ),
+    )
+    .await
+    .expect("tolerations added, a deadline set, labels changed");
+    for (what, patch) in [
+        ("the node", json!({"spec": {"nodeName": "elsewhere"}})),
+        (
+            "resources",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}),
+        ),
+        ("a toleration removed", json!({"spec": {"tolerations": []}})),
+        (
+            "the restart policy",
+            json!({"spec": {"restartPolicy": "Never"}}),
+        ),
+    ] {
+        let (code, reason, message, fields) = refusal(
+            pods.patch("p", &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(
+            (code, reason.as_str()),
+            (422, "Invalid"),
+            "{what}: {message}"
+        );
+        assert!(
+            message.starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"),
+            "{what}: {message}"
+        );
+        assert_eq!(fields, ["spec"], "{what}");
+    }
+    let stored = pods.get("p").await.expect("pod");
+    let spec = stored.spec.expect("spec");
+    assert_eq!(spec.containers[0].image.as_deref(), Some("pause:3.10"));
+    assert_eq!(spec.node_name, None, "nothing refused was half-applied");
+    // The added toleration, with the two DefaultTolerationSeconds adds.
+    let tolerations = spec.tolerations.unwrap_or_default();
+    assert!(
+        tolerations.iter().any(|t| t.key.as_deref() == Some("k")),
+        "{tolerations:?}"
+    );
+    // Status writes do not touch the spec rules.
+    pods.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .expect("status");
+}
+
+/// A paged list is one consistent snapshot, as etcd serves it: later pages
+/// show the objects as they were when the first page was listed, whatever
+/// was created, changed or deleted since. A continue token older than the
+/// server's history is 410 Expired with a token that goes on, at the
+/// latest version, from where it stopped.
+#[tokio::test]
+async fn a_paged_list_is_one_snapshot_and_an_expired_token_is_410() {
+    let (_s, client) = start(Config {
+        history: 20,
+        ..Config::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for i in 0..6 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), "v1"))
+            .await
+            .expect("create");
+    }
+    let first = api
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page 1");
+    let snapshot = first.metadata.resource_version.clone();
+    let token = first.metadata.continue_.clone().expect("more");
+    // Changes after the first page, all in the pages still to come.
+    api.patch(
+        "c3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v2"}})),
+    )
+    .await
+    .expect("changed");
+    api.delete("c4", &Default::default())
+        .await
+        .expect("deleted");
+    api.create(&PostParams::default(), &cm("c2a", "new"))
+        .await
+        .expect("created");
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut params = ListParams::default().limit(2).continue_token(&token);
+    loop {
+        let page = api.list(&params).await.expect("next page");
+        assert_eq!(
+            page.metadata.resource_version, snapshot,
+            "every page carries the first page's version"
+        );
+        seen.extend(page.items.iter().map(|c| {
+            (
+                c.metadata.name.clone().unwrap_or_default(),
+                c.data
+                    .as_ref()
+                    .and_then(|d| d.get("k"))
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => params = ListParams::default().limit(2).continue_token(&next),
+            None => break,
+        }
+    }
+    let expected: Vec<(String, String)> = ["c2", "c3", "c4", "c5"]
+        .iter()
+        .map(|n| ((*n).to_owned(), "v1".to_owned()))
+        .collect();
+    assert_eq!(seen, expected, "the pages as of the first one");
+
+    // Past the history (20 events): the token expired.
+    let again = api
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page 1");
+    let old_token = again.metadata.continue_.clone().expect("more");
+    for i in 0..25 {
+        api.patch(
+            "c0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": format!("w{i}")}})),
+        )
+        .await
+        .expect("write");
+    }
+    let expired = api
+        .list(&ListParams::default().limit(2).continue_token(&old_token))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = expired else {
+        panic!("not an API error: {expired:?}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+    assert!(
+        status.message.starts_with("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response"),
+        "{}",
+        status.message
+    );
+    // The Status carries the inconsistent continuation in its metadata.
+    let inconsistent = raw_status_continue(&client, &old_token).await;
+    let rest = api
+        .list(
+            &ListParams::default()
+                .limit(10)
+                .continue_token(&inconsistent),
+        )
+        .await
+        .expect("the remainder at the latest version");
+    let names: Vec<String> = rest
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["c2", "c2a", "c3", "c5"],
+        "from where the old token stopped"
+    );
+}
+
+/// `metadata.continue` of the Status a list with `token` is refused with.
+async fn raw_status_continue(client: &kube::Client, token: &str) -> String {
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/default/configmaps?limit=2&continue={token}"
+    ))
+    .body(Vec::new())
+    .expect("request");
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), 410);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    let status: serde_json::Value = serde_json::from_slice(&body).expect("status");
+    status["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token in the Status")
+        .to_owned()
+}

@@ -607,7 +607,26 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-const EVICTION_SIGNALS: &str = "['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']";
+/// The eviction signals `evictionHard`, `evictionSoft` and
+/// `evictionSoftGracePeriod` may name.
+pub const EVICTION_SIGNAL_NAMES: [&str; 6] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
+
+/// The resources `systemReserved` and `kubeReserved` may name.
+pub const RESERVED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// `['a','b']`: a list of names as a CEL literal (and as the rules'
+/// messages show it).
+fn cel_list(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    format!("[{}]", quoted.join(","))
+}
 
 fn kubelet_rules(schema: &mut Schema) {
     add_rules(
@@ -635,8 +654,15 @@ fn reserved_schema(field: &str) -> Schema {
         "additionalProperties": { "type": "string", "pattern": patterns::QUANTITY },
         "x-kubernetes-validations": [
             rule(
-                "self.all(x, x=='cpu' || x=='memory' || x=='ephemeral-storage' || x=='pid')",
-                &format!("valid keys for {field} are ['cpu','memory','ephemeral-storage','pid']"),
+                &format!(
+                    "self.all(x, {})",
+                    RESERVED_RESOURCES
+                        .iter()
+                        .map(|r| format!("x=='{r}'"))
+                        .collect::<Vec<_>>()
+                        .join(" || ")
+                ),
+                &format!("valid keys for {field} are {}", cel_list(&RESERVED_RESOURCES)),
             ),
             rule("self.all(x, !self[x].startsWith('-'))", &format!("{field} value cannot be a negative resource quantity")),
         ],
@@ -652,9 +678,10 @@ fn kube_reserved_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 fn eviction_rule(field: &str) -> Value {
+    let signals = cel_list(&EVICTION_SIGNAL_NAMES);
     rule(
-        &format!("self.all(x, x in {EVICTION_SIGNALS})"),
-        &format!("valid keys for {field} are {EVICTION_SIGNALS}"),
+        &format!("self.all(x, x in {signals})"),
+        &format!("valid keys for {field} are {signals}"),
     )
 }
 

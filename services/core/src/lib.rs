@@ -8,6 +8,7 @@
 //!   taints / tolerations ──taints──▶ does this pod tolerate this node?
 //!   label selectors ──selector──▶ does this selector match these labels?
 //!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
+//!   label keys and values, DNS names ──names──▶ what apimachinery says is wrong with them
 //! ```
 //!
 //! Nothing here does I/O or knows a wire format: the scheduler, the
@@ -18,6 +19,7 @@
 
 pub mod duration;
 pub mod labels;
+pub mod names;
 pub mod quantity;
 pub mod rate;
 pub mod requirements;

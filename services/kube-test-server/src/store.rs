@@ -31,11 +31,15 @@ pub struct ApiError {
     pub reason: String,
     pub message: String,
     pub details: Option<Box<Value>>,
+    /// `metadata.continue` of the Status: the token to go on with after a
+    /// continue token expired.
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         ApiError {
+            continue_token: None,
             code,
             reason: reason.to_string(),
             message: message.into(),
@@ -149,7 +153,23 @@ impl ApiError {
         if let Some(d) = &self.details {
             s["details"] = (**d).clone();
         }
+        if let Some(token) = &self.continue_token {
+            s["metadata"]["continue"] = json!(token);
+        }
         s
+    }
+
+    /// 410 Expired for a continue token whose list version is compacted
+    /// away, with a token that goes on from the same place at the latest
+    /// version (an inconsistent remainder), as the etcd3 store answers.
+    fn continue_expired(token: String) -> Self {
+        let mut e = Self::new(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        );
+        e.continue_token = Some(token);
+        e
     }
 }
 
@@ -190,7 +210,8 @@ pub struct StoredEvent {
     pub namespace: String,
     pub kind: EventType,
     pub object: Arc<Value>,
-    /// The object before a modification (for selector watches).
+    /// The object as stored before a modification or deletion (selector
+    /// watches; lists as of an older version).
     pub old: Option<Arc<Value>>,
 }
 
@@ -387,7 +408,10 @@ impl Store {
     }
 
     /// Lists objects (all namespaces when `ns` is None). Returns the items,
-    /// the list's resourceVersion and the continue token.
+    /// the list's resourceVersion and the continue token. Every page of a
+    /// paged list is served as of the first page's version (rolled back
+    /// through the event history), as etcd serves them; a continue token
+    /// older than the history is 410 Expired.
     pub fn list(
         &self,
         res: &ResourceInfo,
@@ -397,35 +421,45 @@ impl Store {
         let st = self.lock();
         let key = resource_key(&res.group, &res.plural);
         let (start, list_rv) = match &opts.continue_token {
-            Some(tok) => decode_continue(tok)?,
-            None => ((String::new(), String::new()), st.rv),
+            Some(tok) => match decode_continue(tok)? {
+                // Version 0: go on at the latest version (the token an
+                // expired one is answered with).
+                (start, 0) => (Some(start), st.rv),
+                (start, rv) => (Some(start), rv),
+            },
+            None => (None, st.rv),
         };
-        let mut items = Vec::new();
-        let mut next = None;
-        if let Some(objs) = st.objects.get(&key) {
-            let range = objs.range((
-                if opts.continue_token.is_some() {
-                    std::ops::Bound::Excluded(start.clone())
-                } else {
-                    std::ops::Bound::Unbounded
-                },
-                std::ops::Bound::Unbounded,
+        if list_rv > st.rv {
+            return Err(ApiError::bad_request(
+                "continue key is not valid: a resource version from the future",
             ));
-            for ((ons, oname), obj) in range {
-                if ns.is_some_and(|n| n != ons) {
-                    continue;
-                }
-                if !opts.labels.matches(obj) || !opts.fields.matches(obj) {
-                    continue;
-                }
-                if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
-                    let (lns, lname) = last_key(&items);
-                    let _ = (ons, oname);
-                    next = Some(encode_continue(&lns, &lname, list_rv));
-                    break;
-                }
-                items.push((**obj).clone());
+        }
+        if list_rv < st.rv && list_rv < st.compacted {
+            let (sns, sname) = start.unwrap_or_default();
+            return Err(ApiError::continue_expired(encode_continue(&sns, &sname, 0)));
+        }
+        let empty = BTreeMap::new();
+        let objects = st.objects.get(&key).unwrap_or(&empty);
+        let lower = match &start {
+            Some(start) => std::ops::Bound::Excluded(start.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let view = st.as_of(&key, objects, list_rv, lower.clone());
+        let mut items: Vec<Value> = Vec::new();
+        let mut next = None;
+        for ((ons, _), obj) in view {
+            if ns.is_some_and(|n| n != ons) {
+                continue;
             }
+            if !opts.labels.matches(&obj) || !opts.fields.matches(&obj) {
+                continue;
+            }
+            if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
+                let (lns, lname) = last_key(&items);
+                next = Some(encode_continue(&lns, &lname, list_rv));
+                break;
+            }
+            items.push((*obj).clone());
         }
         Ok((items, list_rv, next))
     }
@@ -921,6 +955,7 @@ impl Store {
             objs.remove(&(ns.to_string(), name.to_string()));
         }
         st.unindex(&obj, &key);
+        let stored = Arc::new(obj.clone());
         st.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
         self.emit(
@@ -929,7 +964,7 @@ impl Store {
             ns.to_string(),
             EventType::Deleted,
             Arc::new(obj.clone()),
-            None,
+            Some(stored),
         );
         if res.plural == "customresourcedefinitions" {
             st.unregister_crd(&obj, self);
@@ -1454,6 +1489,58 @@ fn decode_continue(tok: &str) -> Result<((String, String), u64), ApiError> {
 }
 
 impl State {
+    /// The objects of `key` after `lower`, as they were at version `at`:
+    /// the live ones, with every change the history holds after `at` rolled
+    /// back (the caller checked that the history reaches back to `at`).
+    fn as_of(
+        &self,
+        key: &str,
+        objects: &BTreeMap<(String, String), Arc<Value>>,
+        at: u64,
+        lower: std::ops::Bound<(String, String)>,
+    ) -> Vec<((String, String), Arc<Value>)> {
+        let range = (lower.clone(), std::ops::Bound::Unbounded);
+        let mut before: BTreeMap<(String, String), Option<Arc<Value>>> = BTreeMap::new();
+        if at < self.rv {
+            for event in self
+                .history
+                .iter()
+                .filter(|e| e.rv > at && e.resource == key)
+            {
+                let name = event.object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let id = (event.namespace.clone(), name);
+                if !std::ops::RangeBounds::contains(&range, &id) {
+                    continue;
+                }
+                // The first change after `at` tells what was there at `at`.
+                before.entry(id).or_insert_with(|| match event.kind {
+                    EventType::Added => None,
+                    EventType::Modified | EventType::Deleted => event.old.clone(),
+                });
+            }
+        }
+        if before.is_empty() {
+            return objects
+                .range(range)
+                .map(|(id, obj)| (id.clone(), obj.clone()))
+                .collect();
+        }
+        let mut view: BTreeMap<(String, String), Arc<Value>> = objects
+            .range(range)
+            .map(|(id, obj)| (id.clone(), obj.clone()))
+            .collect();
+        for (id, then) in before {
+            match then {
+                Some(obj) => view.insert(id, obj),
+                None => view.remove(&id),
+            };
+        }
+        view.into_iter().collect()
+    }
+
     fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Option<&Value> {
         let ns = if res.namespaced { ns } else { "" };
         self.objects
@@ -1646,6 +1733,12 @@ impl State {
         if res.group.is_empty() && res.plural == "nodes" {
             errors.extend(crate::validation::node(obj, old));
         }
+        if res.group.is_empty()
+            && res.plural == "pods"
+            && let Some(old) = old
+        {
+            errors.extend(crate::validation::pod_update(obj, old));
+        }
         if !errors.is_empty() {
             return Err(ApiError::invalid_fields(res, &name, &errors));
         }
@@ -1751,9 +1844,17 @@ impl State {
                 };
                 self.unindex(&o, &k);
                 self.rv += 1;
+                let stored = o.clone();
                 let mut o = (*o).clone();
                 o["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-                store.emit(self, key.clone(), ns, EventType::Deleted, Arc::new(o), None);
+                store.emit(
+                    self,
+                    key.clone(),
+                    ns,
+                    EventType::Deleted,
+                    Arc::new(o),
+                    Some(stored),
+                );
             }
         }
         self.resources.remove(&key);

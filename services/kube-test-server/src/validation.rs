@@ -5,7 +5,13 @@
 //! - Nodes: taints unique by key and effect (reported under
 //!   `metadata.taints`, as kube-apiserver's `ValidateNode` names the path);
 //!   `spec.providerID` set once.
+//! - Pods: after creation an update may change only what
+//!   `ValidatePodUpdate` lets it (container images, activeDeadlineSeconds,
+//!   added tolerations, a negative grace period to 1, removed scheduling
+//!   gates and, while gated, the node selector and affinity); the node a
+//!   pod is bound to changes only through its binding.
 
+use karpenter_core::names::{label_value, qualified_name};
 use serde_json::Value;
 
 /// One refused field, as `field.Error` renders it.
@@ -34,85 +40,6 @@ impl FieldError {
     }
 }
 
-const QUALIFIED_NAME: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-const DNS1123_SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn is_qualified_name_part(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`
-fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            !bytes.is_empty()
-                && bytes[0].is_ascii_alphanumeric()
-                && !bytes[0].is_ascii_uppercase()
-                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-                && !bytes[bytes.len() - 1].is_ascii_uppercase()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        })
-}
-
-/// apimachinery's `IsQualifiedName`: what is wrong with a label key.
-fn qualified_name_errors(key: &str) -> Vec<String> {
-    let parts: Vec<&str> = key.split('/').collect();
-    let (prefix, name) = match parts.as_slice() {
-        [name] => (None, *name),
-        [prefix, name] => (Some(*prefix), *name),
-        _ => {
-            return vec![format!(
-                "a qualified name {QUALIFIED_NAME} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-            )];
-        }
-    };
-    let mut errors = Vec::new();
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() {
-            errors.push("prefix part must be non-empty".to_owned());
-        } else {
-            if prefix.len() > 253 {
-                errors.push("prefix part must be no more than 253 characters".to_owned());
-            }
-            if !is_dns1123_subdomain(prefix) {
-                errors.push(format!("prefix part {DNS1123_SUBDOMAIN}"));
-            }
-        }
-    }
-    if name.is_empty() {
-        errors.push("name part must be non-empty".to_owned());
-    } else if name.len() > 63 {
-        errors.push("name part must be no more than 63 characters".to_owned());
-    }
-    if !is_qualified_name_part(name) {
-        errors.push(format!("name part {QUALIFIED_NAME}"));
-    }
-    errors
-}
-
-/// apimachinery's `IsValidLabelValue`.
-fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if value.len() > 63 {
-        errors.push("must be no more than 63 characters".to_owned());
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        errors.push(LABEL_VALUE.to_owned());
-    }
-    errors
-}
-
 /// `metadata.labels` of any object.
 pub fn labels(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -120,11 +47,11 @@ pub fn labels(object: &Value) -> Vec<FieldError> {
         return errors;
     };
     for (key, value) in labels {
-        for detail in qualified_name_errors(key) {
+        for detail in qualified_name(key) {
             errors.push(FieldError::invalid("metadata.labels", key, &detail));
         }
         let value = value.as_str().unwrap_or_default();
-        for detail in label_value_errors(value) {
+        for detail in label_value(value) {
             errors.push(FieldError::invalid("metadata.labels", value, &detail));
         }
     }
@@ -172,10 +99,132 @@ pub fn node(object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     errors
 }
 
+const POD_UPDATE: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// A value as apimachinery's semantic equality sees it: nulls, empty
+/// lists and empty maps are the same as absent.
+fn semantic(value: &Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::Array(items) if items.is_empty() => None,
+        Value::Array(items) => Some(Value::Array(
+            items
+                .iter()
+                .map(|v| semantic(v).unwrap_or(Value::Null))
+                .collect(),
+        )),
+        Value::Object(map) => {
+            let kept: serde_json::Map<String, Value> = map
+                .iter()
+                .filter_map(|(k, v)| semantic(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+/// `spec` of the old pod with what an update may change taken from the
+/// new one; equal to the new spec exactly when the update is allowed.
+fn pod_spec_with_allowed_changes(old: &Value, new: &Value) -> Value {
+    let mut merged = old.clone();
+    for list in ["containers", "initContainers"] {
+        if let (Some(before), Some(after)) = (merged[list].as_array_mut(), new[list].as_array())
+            && before.len() == after.len()
+        {
+            for (b, a) in before.iter_mut().zip(after) {
+                b["image"] = a["image"].clone();
+            }
+        }
+    }
+    merged["activeDeadlineSeconds"] = new["activeDeadlineSeconds"].clone();
+    let kept = |field: &str| {
+        let after = new[field].as_array().map(Vec::as_slice).unwrap_or_default();
+        old[field]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .all(|t| after.contains(t))
+    };
+    if kept("tolerations") {
+        merged["tolerations"] = new["tolerations"].clone();
+    }
+    if old["terminationGracePeriodSeconds"]
+        .as_i64()
+        .is_some_and(|s| s < 0)
+        && new["terminationGracePeriodSeconds"].as_i64() == Some(1)
+    {
+        merged["terminationGracePeriodSeconds"] = new["terminationGracePeriodSeconds"].clone();
+    }
+    let gated = old["schedulingGates"]
+        .as_array()
+        .is_some_and(|gates| !gates.is_empty());
+    // Gates may only be removed.
+    let gates_removed = new["schedulingGates"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .all(|g| {
+            old["schedulingGates"]
+                .as_array()
+                .is_some_and(|o| o.contains(g))
+        });
+    if gates_removed {
+        merged["schedulingGates"] = new["schedulingGates"].clone();
+    }
+    if gated {
+        merged["nodeSelector"] = new["nodeSelector"].clone();
+        merged["affinity"] = new["affinity"].clone();
+    }
+    merged
+}
+
+/// The fields of `spec` an update changed that it may not, each `field:
+/// before -> after`.
+fn forbidden_changes(allowed: &Value, new: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let before = allowed.as_object().unwrap_or(&empty);
+    let after = new.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|key| {
+            let b = before.get(key).and_then(semantic);
+            let a = after.get(key).and_then(semantic);
+            (b != a).then(|| {
+                let show = |v: Option<Value>| v.map_or("nil".to_owned(), |v| v.to_string());
+                format!("  spec.{key}: {} -> {}", show(b), show(a))
+            })
+        })
+        .collect()
+}
+
+/// A Pod update's own rules (`ValidatePodUpdate`).
+pub fn pod_update(object: &Value, old: &Value) -> Vec<FieldError> {
+    let allowed = pod_spec_with_allowed_changes(&old["spec"], &object["spec"]);
+    let changes = forbidden_changes(&allowed, &object["spec"]);
+    if changes.is_empty() {
+        return Vec::new();
+    }
+    vec![FieldError {
+        field: "spec".to_owned(),
+        reason: "FieldValueForbidden",
+        body: format!("Forbidden: {POD_UPDATE}\n{}", changes.join("\n")),
+    }]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // apimachinery's words, as kube-apiserver sends them.
+    const QUALIFIED_NAME: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+    const DNS1123_SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
     #[test]
     fn label_keys_and_values_are_checked_as_apimachinery_does() {
@@ -248,5 +297,82 @@ mod tests {
 
     fn node_errors(object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         node(object, old)
+    }
+
+    #[test]
+    fn a_pod_update_may_change_only_what_kube_apiserver_lets_it() {
+        let old = json!({"spec": {
+            "nodeName": "a",
+            "containers": [{"name": "c", "image": "pause:3.9", "resources": {"requests": {"cpu": "1"}}}],
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 30,
+        }});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut new = old.clone();
+            f(&mut new);
+            pod_update(&new, &old)
+        };
+        assert!(with(&|_| {}).is_empty(), "no change");
+        assert!(with(&|p| p["spec"]["containers"][0]["image"] = json!("pause:3.10")).is_empty());
+        assert!(with(&|p| p["spec"]["activeDeadlineSeconds"] = json!(60)).is_empty());
+        assert!(
+            with(&|p| p["spec"]["tolerations"]
+                .as_array_mut()
+                .expect("list")
+                .push(json!({"key": "x", "operator": "Exists"})))
+            .is_empty(),
+            "tolerations may be added"
+        );
+        assert!(
+            with(&|p| p["spec"]["tolerations"] = json!([])).len() == 1,
+            "not removed"
+        );
+        let moved = with(&|p| p["spec"]["nodeName"] = json!("b"));
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0].field, "spec");
+        assert_eq!(moved[0].reason, "FieldValueForbidden");
+        assert!(
+            moved[0].body.starts_with(
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
+            ),
+            "{}",
+            moved[0].body
+        );
+        assert!(
+            moved[0].body.contains("spec.nodeName: \"a\" -> \"b\""),
+            "{}",
+            moved[0].body
+        );
+        assert_eq!(
+            with(&|p| p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("2"))
+                .len(),
+            1,
+            "resources change only through the resize subresource"
+        );
+        assert_eq!(
+            with(&|p| p["spec"]["terminationGracePeriodSeconds"] = json!(5)).len(),
+            1
+        );
+        // Empty and absent are the same.
+        assert!(with(&|p| p["spec"]["volumes"] = json!([])).is_empty());
+    }
+
+    #[test]
+    fn a_gated_pod_may_lose_gates_and_gain_a_node_selector() {
+        let old = json!({"spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "schedulingGates": [{"name": "g1"}, {"name": "g2"}],
+        }});
+        let mut new = old.clone();
+        new["spec"]["schedulingGates"] = json!([{"name": "g2"}]);
+        new["spec"]["nodeSelector"] = json!({"zone": "a"});
+        assert!(pod_update(&new, &old).is_empty());
+        let mut added = old.clone();
+        added["spec"]["schedulingGates"] = json!([{"name": "g1"}, {"name": "g2"}, {"name": "g3"}]);
+        assert_eq!(pod_update(&added, &old).len(), 1, "gates may not be added");
+        let ungated = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let mut selected = ungated.clone();
+        selected["spec"]["nodeSelector"] = json!({"zone": "a"});
+        assert_eq!(pod_update(&selected, &ungated).len(), 1, "only while gated");
     }
 }

@@ -169,7 +169,7 @@ impl Spec {
             user_data: nc.spec.user_data.as_deref(),
         };
         let user_data = userdata::render(family, &bootstrap)
-            .map_err(|e| Error::invalid("node_claim.node_class.spec.userData", e.to_string()))?;
+            .map_err(|e| Error::invalid(e.field(), e.to_string()))?;
         let mut spec = Self {
             name: String::new(),
             ami: ami.into(),

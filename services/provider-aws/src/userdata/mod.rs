@@ -17,6 +17,7 @@
 //! invalid TOML) is an error, not something to guess around.
 
 mod bottlerocket;
+mod checks;
 mod eksbootstrap;
 pub mod mime;
 mod nodeadm;
@@ -97,6 +98,24 @@ pub enum UserDataError {
     Toml(String),
     #[error("user data: {0}")]
     Invalid(String),
+    /// A label, taint or kubelet setting that may not be written into user
+    /// data; `field` is its path in the request.
+    #[error("{field}: Invalid value: {value:?}: {detail}")]
+    Field {
+        field: String,
+        value: String,
+        detail: String,
+    },
+}
+
+impl UserDataError {
+    /// The request field at fault.
+    pub fn field(&self) -> &str {
+        match self {
+            Self::Field { field, .. } => field,
+            _ => "node_claim.node_class.spec.userData",
+        }
+    }
 }
 
 /// Label domains a kubelet may not label its own node with (the kubelet
@@ -122,8 +141,10 @@ pub fn node_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String
         .collect()
 }
 
-/// The user data of `family`, not yet base64-encoded.
+/// The user data of `family`, not yet base64-encoded. Every label, taint
+/// and kubelet setting written into it is checked first ([`checks`]).
 pub fn render(family: AMIFamily, b: &Bootstrap<'_>) -> Result<String, UserDataError> {
+    checks::check(b)?;
     match family {
         AMIFamily::AL2023 => nodeadm::render(b),
         AMIFamily::AL2 => eksbootstrap::al2(b),
