@@ -218,3 +218,91 @@ async fn instances_without_a_node_pool_tag_are_not_the_providers() {
         .collect();
     assert_eq!(listed, [launched.node_claim_name]);
 }
+
+/// The scoped policy (upstream v1's) closes what seed 003's leaves open: a
+/// credential of this cluster's controller cannot terminate another
+/// cluster's Karpenter nodes, launch or tag capacity that is not tagged as
+/// this cluster's, read another region, or read SSM parameters other than
+/// the public AMI ones. What the provider does is allowed by both (every
+/// provider test runs through both).
+#[test]
+fn the_scoped_policy_denies_what_seed_003s_leaves_open() {
+    let seed = policy();
+    let scoped = Policy::scoped("c1", "ap-northeast-2", ACCOUNT, "c1");
+    let instance = format!("arn:aws:ec2:ap-northeast-2:{ACCOUNT}:instance/i-1");
+    let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let others = tags(&[
+        ("karpenter.sh/nodepool", "default"),
+        ("kubernetes.io/cluster/c2", "owned"),
+    ]);
+    let ours = tags(&[
+        ("karpenter.sh/nodepool", "default"),
+        ("kubernetes.io/cluster/c1", "owned"),
+    ]);
+    let terminate = |t: &BTreeMap<String, String>| {
+        Check::new("ec2:TerminateInstances", &instance)
+            .tags("aws:ResourceTag", t)
+            .tags("ec2:ResourceTag", t)
+            .with("aws:RequestedRegion", "ap-northeast-2")
+    };
+    assert!(
+        seed.allows(&terminate(&others)),
+        "seed 003's policy lets it"
+    );
+    assert!(
+        !scoped.allows(&terminate(&others)),
+        "another cluster's node"
+    );
+    assert!(scoped.allows(&terminate(&ours)));
+
+    let launch = |t: &BTreeMap<String, String>| {
+        Check::new("ec2:RunInstances", &instance)
+            .tags("aws:RequestTag", t)
+            .with("aws:RequestedRegion", "ap-northeast-2")
+    };
+    let untagged = tags(&[("karpenter.sh/nodepool", "default")]);
+    assert!(seed.allows(&launch(&untagged)));
+    assert!(
+        !scoped.allows(&launch(&untagged)),
+        "capacity not tagged as this cluster's"
+    );
+    assert!(scoped.allows(&launch(&ours)));
+
+    let describe =
+        |region: &str| Check::new("ec2:DescribeInstances", "*").with("aws:RequestedRegion", region);
+    assert!(scoped.allows(&describe("ap-northeast-2")));
+    assert!(!scoped.allows(&describe("us-east-1")), "another region");
+
+    let parameter = |name: &str| {
+        Check::new(
+            "ssm:GetParameter",
+            format!("arn:aws:ssm:ap-northeast-2::parameter/{name}"),
+        )
+        .with("aws:RequestedRegion", "ap-northeast-2")
+    };
+    assert!(scoped.allows(&parameter(
+        "aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    )));
+    assert!(seed.allows(&parameter("team/secret-db-password")));
+    assert!(
+        !scoped.allows(&parameter("team/secret-db-password")),
+        "a parameter of the account's own"
+    );
+
+    let retag = |keys: &[(&str, &str)]| {
+        Check::new("ec2:CreateTags", &instance)
+            .tags("aws:ResourceTag", &ours)
+            .tags("aws:RequestTag", &tags(keys))
+            .with("aws:RequestedRegion", "ap-northeast-2")
+    };
+    assert!(scoped.allows(&retag(&[("Name", "n"), ("karpenter.sh/nodeclaim", "c")])));
+    assert!(
+        !scoped.allows(&retag(&[("kubernetes.io/cluster/c2", "owned")])),
+        "an instance of ours may not be re-tagged into another cluster"
+    );
+}

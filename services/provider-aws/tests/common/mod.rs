@@ -676,6 +676,28 @@ impl Call<'_> {
             .collect()
     }
 
+    /// The tags of `TagSpecification.N` for `resource_type` (`instance`,
+    /// `volume`, `fleet`, `launch-template`).
+    fn tag_specification(&self, resource_type: &str) -> BTreeMap<String, String> {
+        let Some(spec) = self.fields.iter().find_map(|(field, value)| {
+            let n = field
+                .strip_prefix("TagSpecification.")?
+                .strip_suffix(".ResourceType")?;
+            (value == resource_type).then(|| n.to_string())
+        }) else {
+            return BTreeMap::new();
+        };
+        let prefix = format!("TagSpecification.{spec}.Tag.");
+        self.fields
+            .iter()
+            .filter_map(|(field, key)| {
+                let member = field.strip_prefix(&prefix)?.strip_suffix(".Key")?;
+                let value = self.fields.get(&format!("{prefix}{member}.Value"));
+                Some((key.clone(), value.cloned().unwrap_or_default()))
+            })
+            .collect()
+    }
+
     fn arn(&self, service: &str, resource: &str) -> String {
         match service {
             "iam" => format!("arn:aws:iam::{ACCOUNT}:{resource}"),
@@ -719,18 +741,33 @@ fn access_denied(service: &str, check: &policy::Check) -> Response<Full<Bytes>> 
 }
 
 impl FaultProxy {
-    /// Evaluates the policy for the call; the denial to answer, if any.
+    /// Evaluates both policies for the call (seed 003's and the scoped
+    /// one: the provider must work under either); the denial to answer, if
+    /// either denies.
     async fn authorize(&self, call: &Call<'_>) -> Option<Response<Full<Bytes>>> {
-        let policy = policy::Policy::seed(CLUSTER, call.region, ACCOUNT);
+        let policies = [
+            (
+                "seed 003's policy",
+                policy::Policy::seed(CLUSTER, call.region, ACCOUNT),
+            ),
+            (
+                "the scoped policy",
+                policy::Policy::scoped(CLUSTER, call.region, ACCOUNT, QUEUE),
+            ),
+        ];
         for check in self.checks(call).await {
-            if !policy.allows(&check) {
-                self.with(|s| {
-                    s.denials.push(format!(
-                        "{} on {} with {:?}",
-                        check.action, check.resource, check.context
-                    ))
-                });
-                return Some(access_denied(call.service, &check));
+            // Every call names the region it is sent to.
+            let check = check.with("aws:RequestedRegion", call.region);
+            for (name, policy) in &policies {
+                if !policy.allows(&check) {
+                    self.with(|s| {
+                        s.denials.push(format!(
+                            "{} on {} with {:?}: {name} denies it",
+                            check.action, check.resource, check.context
+                        ))
+                    });
+                    return Some(access_denied(call.service, &check));
+                }
             }
         }
         None
@@ -761,13 +798,60 @@ impl FaultProxy {
                 ) {
                     self.with(|s| s.profile_of_template.insert(name.clone(), profile.clone()));
                 }
-                vec![Check::new(&action, "*")]
+                let tags = call.tag_specification("launch-template");
+                vec![
+                    Check::new(&action, call.arn("ec2", "launch-template/*"))
+                        .tags("aws:RequestTag", &tags),
+                    Check::new("ec2:CreateTags", call.arn("ec2", "launch-template/*"))
+                        .tags("aws:RequestTag", &tags)
+                        .with("ec2:CreateAction", "CreateLaunchTemplate"),
+                ]
+            }
+            ("ec2", "DeleteLaunchTemplate") => {
+                let name = call
+                    .fields
+                    .get("LaunchTemplateName")
+                    .cloned()
+                    .unwrap_or_default();
+                let tags = self.template_tags(&name).await;
+                vec![
+                    Check::new(&action, call.arn("ec2", "launch-template/*"))
+                        .tags("ec2:ResourceTag", &tags)
+                        .tags("aws:ResourceTag", &tags),
+                ]
             }
             ("ec2", "CreateFleet") => {
-                let mut checks = vec![
-                    Check::new(&action, call.arn("ec2", "fleet/*")),
-                    Check::new("ec2:RunInstances", call.arn("ec2", "instance/*")),
-                ];
+                // A fleet is authorized per resource it makes or uses: the
+                // fleet, its instances and their volumes with the tags they
+                // are created with (and CreateTags for tagging on create),
+                // and the launch templates, images, subnets and security
+                // groups it launches from.
+                let mut checks = Vec::new();
+                for (kind, made_by) in [
+                    ("fleet", "ec2:CreateFleet"),
+                    ("instance", "ec2:RunInstances"),
+                    ("volume", "ec2:RunInstances"),
+                ] {
+                    let tags = call.tag_specification(kind);
+                    checks.push(
+                        Check::new(made_by, call.arn("ec2", &format!("{kind}/*")))
+                            .tags("aws:RequestTag", &tags),
+                    );
+                    if !tags.is_empty() {
+                        checks.push(
+                            Check::new("ec2:CreateTags", call.arn("ec2", &format!("{kind}/*")))
+                                .tags("aws:RequestTag", &tags)
+                                .with("ec2:CreateAction", "CreateFleet"),
+                        );
+                    }
+                }
+                for used in ["launch-template/*", "subnet/*", "security-group/*"] {
+                    checks.push(Check::new("ec2:RunInstances", call.arn("ec2", used)));
+                }
+                checks.push(Check::new(
+                    "ec2:RunInstances",
+                    format!("arn:aws:ec2:{}::image/*", call.region),
+                ));
                 let templates: BTreeSet<String> = call
                     .fields
                     .iter()
@@ -865,8 +949,47 @@ impl FaultProxy {
                     .unwrap_or_default();
                 vec![Check::new(&action, call.arn("sqs", &queue))]
             }
+            ("ssm", "GetParameter") => {
+                let name = serde_json::from_str::<serde_json::Value>(call.body)
+                    .ok()
+                    .and_then(|v| v["Name"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                vec![Check::new(
+                    &action,
+                    format!(
+                        "arn:aws:ssm:{}::parameter/{}",
+                        call.region,
+                        name.trim_start_matches('/')
+                    ),
+                )]
+            }
             _ => vec![Check::new(&action, "*")],
         }
+    }
+
+    async fn template_tags(&self, name: &str) -> BTreeMap<String, String> {
+        let Some(setup) = self.lookup.get() else {
+            return BTreeMap::new();
+        };
+        let Ok(out) = setup
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(name)
+            .send()
+            .await
+        else {
+            return BTreeMap::new();
+        };
+        out.launch_templates()
+            .iter()
+            .flat_map(|t| t.tags())
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect()
     }
 
     async fn instance_tags(&self, id: &str) -> BTreeMap<String, String> {

@@ -1,8 +1,12 @@
-//! Seed 003's controller IAM policy (`deploy/iam/karpenter-controller-policy.json`,
-//! its Terraform written as policy JSON) evaluated as AWS evaluates an
-//! identity policy: a request is allowed when some Allow statement matches
-//! its action (`*` wildcards, case-insensitive), its resource ARN, and
-//! every condition, and no Deny statement matches.
+//! The controller IAM policies of `deploy/iam` evaluated as AWS evaluates
+//! an identity policy: seed 003's (`karpenter-controller-policy.json`, its
+//! Terraform written as policy JSON, what users have) and the scoped one
+//! upstream v1 documents (`karpenter-controller-policy-scoped.json`:
+//! cluster-tag conditions on every create, tag and delete, reads in the
+//! cluster's region, SSM limited to the public AMI parameters). A request
+//! is allowed when some Allow statement matches its action (`*`
+//! wildcards, case-insensitive), its resource ARN, and every condition, and
+//! no Deny statement matches. The test proxy asks both on every call.
 //!
 //! Conditions: `StringEquals`, `StringLike` (`*`, `?`), their `Not` forms,
 //! `ForAllValues:` / `ForAnyValue:` prefixes, `IfExists`, and `Null`. Keys
@@ -13,7 +17,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const POLICY: &str = include_str!("../../../../deploy/iam/karpenter-controller-policy.json");
+const SEED_POLICY: &str = include_str!("../../../../deploy/iam/karpenter-controller-policy.json");
+const SCOPED_POLICY: &str =
+    include_str!("../../../../deploy/iam/karpenter-controller-policy-scoped.json");
 
 /// One permission a request needs: an action on a resource, with the
 /// condition keys AWS would supply (lower-cased keys, one or more values).
@@ -122,11 +128,22 @@ fn condition(operator: &str, wanted: &[String], given: Option<&Vec<String>>) -> 
 }
 
 impl Policy {
+    /// Seed 003's policy for one cluster, region and account.
     pub fn seed(cluster: &str, region: &str, account: &str) -> Self {
-        let text = POLICY
+        Self::parse(SEED_POLICY, cluster, region, account, "")
+    }
+
+    /// The scoped policy, its interruption queue named `queue`.
+    pub fn scoped(cluster: &str, region: &str, account: &str, queue: &str) -> Self {
+        Self::parse(SCOPED_POLICY, cluster, region, account, queue)
+    }
+
+    fn parse(text: &str, cluster: &str, region: &str, account: &str, queue: &str) -> Self {
+        let text = text
             .replace("${CLUSTER_NAME}", cluster)
             .replace("${AWS_REGION}", region)
-            .replace("${AWS_ACCOUNT_ID}", account);
+            .replace("${AWS_ACCOUNT_ID}", account)
+            .replace("${INTERRUPTION_QUEUE}", queue);
         let policy: Value = serde_json::from_str(&text).expect("the policy is JSON");
         Self {
             statements: policy["Statement"].as_array().expect("statements").clone(),
