@@ -40,12 +40,22 @@ impl RunningService {
         grpc: SocketAddr,
         service: impl FnOnce() -> Service,
     ) -> anyhow::Result<Self> {
+        Self::start_with(grpc, karpenter_runtime::TlsArgs::default(), service).await
+    }
+
+    /// Serves `service` on `grpc` with the TLS flags `tls` (a service as
+    /// the chart runs it: mutual TLS, an allow-list).
+    pub async fn start_with(
+        grpc: SocketAddr,
+        tls: karpenter_runtime::TlsArgs,
+        service: impl FnOnce() -> Service,
+    ) -> anyhow::Result<Self> {
         let args = ServiceArgs {
             listen: grpc,
             metrics_listen: "127.0.0.1:0".parse()?,
             log_level: "warn".into(),
             log_json: false,
-            tls: Default::default(),
+            tls,
         };
         let listeners = Listeners::bind(&args).await?;
         let grpc = listeners.grpc_addr()?;
