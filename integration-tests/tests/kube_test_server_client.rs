@@ -1058,3 +1058,139 @@ async fn raw_status_continue(client: &kube::Client, token: &str) -> String {
         .expect("a continue token in the Status")
         .to_owned()
 }
+
+/// A PodDisruptionBudget counts as the disruption controller does: with
+/// `maxUnavailable` (or a percentage) the pods expected are the scale of
+/// their controllers, not the pods that happen to exist, so a ReplicaSet
+/// of three with one pod missing allows no eviction; with an integer
+/// `minAvailable` they are the pods there are. An eviction is recorded in
+/// `status.disruptedPods`.
+#[tokio::test]
+async fn a_budget_expects_its_controllers_scale_and_records_evictions() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::EvictParams;
+
+    let (_s, client) = start(Config::default()).await;
+    let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::default_namespaced(client.clone());
+    let set = sets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"metadata": {"labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+            }))
+            .expect("replicaset"),
+        )
+        .await
+        .expect("created");
+    let uid = set.metadata.uid.clone().expect("uid");
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    // Two of the three pods exist, both ready.
+    for name in ["web-a", "web-b"] {
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"app": "web"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                  "name": "web", "uid": uid, "controller": true}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}
+            }))
+            .expect("pod"),
+        )
+        .await
+        .expect("pod");
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
+        .await
+        .expect("ready");
+    }
+    let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
+    budgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+            }))
+            .expect("pdb"),
+        )
+        .await
+        .expect("pdb");
+    let status = budgets
+        .get("web")
+        .await
+        .expect("pdb")
+        .status
+        .expect("status");
+    assert_eq!(
+        (
+            status.expected_pods,
+            status.desired_healthy,
+            status.current_healthy,
+            status.disruptions_allowed
+        ),
+        (Some(3), Some(2), Some(2), Some(0)),
+        "three expected by the ReplicaSet's scale, two healthy: nothing may go"
+    );
+    // The 429 reaches the caller at once (the client does not retry it
+    // for minutes behind the caller's back).
+    let refused = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        pods.evict("web-a", &EvictParams::default()),
+    )
+    .await
+    .expect("the refusal comes back, not retried inside the client")
+    .unwrap_err();
+    let kube::Error::Api(refused) = refused else {
+        panic!("not an API error: {refused:?}");
+    };
+    assert_eq!(refused.code, 429, "{refused:?}");
+
+    // With an integer minAvailable the pods there are are expected.
+    budgets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maxUnavailable": null, "minAvailable": 1}})),
+        )
+        .await
+        .expect("changed");
+    let status = budgets
+        .get("web")
+        .await
+        .expect("pdb")
+        .status
+        .expect("status");
+    assert_eq!(
+        (
+            status.expected_pods,
+            status.desired_healthy,
+            status.disruptions_allowed
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    pods.evict("web-a", &EvictParams::default())
+        .await
+        .expect("one may go");
+    let status = budgets
+        .get("web")
+        .await
+        .expect("pdb")
+        .status
+        .expect("status");
+    assert!(
+        status
+            .disrupted_pods
+            .as_ref()
+            .is_some_and(|d| d.contains_key("web-a")),
+        "the eviction is recorded: {status:?}"
+    );
+    assert_eq!(status.disruptions_allowed, Some(0), "{status:?}");
+}

@@ -1218,6 +1218,11 @@ impl Store {
                     ));
                     return Err(e);
                 }
+                if healthy {
+                    // The budget counts the pod as disrupted until its
+                    // deletion shows (the disruption controller's record).
+                    st.record_disruption(pdb, name, self);
+                }
             }
         }
         self.delete_pod(&mut st, pods, ns, name, pod, None);
@@ -1243,9 +1248,6 @@ impl Store {
             .collect();
         for pdb in pdbs {
             let mut status = st.pdb_status(&pdb);
-            if let Some(extra) = pdb["status"]["disruptedPods"].as_object() {
-                status["disruptedPods"] = Value::Object(extra.clone());
-            }
             status["conditions"] = json!([{
                 "type": "DisruptionAllowed",
                 "status": if status["disruptionsAllowed"].as_i64().unwrap_or(0) > 0 { "True" } else { "False" },
@@ -1899,6 +1901,12 @@ impl State {
     }
 
     /// A PDB's status from the pods it selects.
+    /// A PodDisruptionBudget's status as the disruption controller computes
+    /// it. Expected pods: with an integer `minAvailable`, the pods the
+    /// selector matches; otherwise (a percentage, or `maxUnavailable`) the
+    /// scale of their controllers (a pod without one makes the budget
+    /// allow nothing). Healthy: ready pods that are not being deleted and
+    /// were not evicted in the last two minutes (`disruptedPods`).
     fn pdb_status(&self, pdb: &Value) -> Value {
         let ns = pdb["metadata"]["namespace"].as_str().unwrap_or_default();
         let selector = LabelSelector::from_object(&pdb["spec"]["selector"]);
@@ -1916,8 +1924,34 @@ impl State {
             .map(|(_, p)| &**p)
             .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
             .collect();
-        let expected = pods.len() as i64;
-        let healthy = pods.iter().filter(|p| is_ready(p)).count() as i64;
+        let disrupted = recently_disrupted(pdb);
+        let healthy = pods
+            .iter()
+            .filter(|p| is_ready(p))
+            .filter(|p| {
+                !p["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| disrupted.contains_key(n))
+            })
+            .count() as i64;
+        let min_available = &pdb["spec"]["minAvailable"];
+        let by_count = min_available.is_i64() || min_available.is_u64();
+        let expected = if by_count {
+            Some(pods.len() as i64)
+        } else {
+            self.controllers_scale(ns, &pods)
+        };
+        let Some(expected) = expected else {
+            // A pod without a controller: the budget cannot be computed.
+            return json!({
+                "observedGeneration": pdb["metadata"]["generation"],
+                "currentHealthy": healthy,
+                "desiredHealthy": 0,
+                "expectedPods": 0,
+                "disruptionsAllowed": 0,
+                "disruptedPods": disrupted,
+            });
+        };
         let scaled = |v: &Value| -> Option<i64> {
             match v {
                 Value::Number(n) => n.as_i64(),
@@ -1928,7 +1962,7 @@ impl State {
                 _ => None,
             }
         };
-        let desired = if let Some(min) = scaled(&pdb["spec"]["minAvailable"]) {
+        let desired = if let Some(min) = scaled(min_available) {
             min
         } else if let Some(max) = scaled(&pdb["spec"]["maxUnavailable"]) {
             (expected - max).max(0)
@@ -1941,8 +1975,102 @@ impl State {
             "desiredHealthy": desired,
             "expectedPods": expected,
             "disruptionsAllowed": (healthy - desired).max(0),
+            "disruptedPods": disrupted,
         })
     }
+
+    /// Writes `pod` into `pdb`'s `status.disruptedPods`, as the eviction
+    /// subresource does before it deletes the pod.
+    fn record_disruption(&mut self, pdb: &Value, pod: &str, store: &Store) {
+        let Some(res) = self
+            .resources
+            .get(&resource_key("policy", "poddisruptionbudgets"))
+            .cloned()
+        else {
+            return;
+        };
+        let mut new = pdb.clone();
+        new["status"]["disruptedPods"][pod] = json!(now());
+        if let Some(allowed) = pdb["status"]["disruptionsAllowed"].as_i64() {
+            new["status"]["disruptionsAllowed"] = json!(allowed.saturating_sub(1).max(0));
+        }
+        let _ = store.insert_plain(self, &res, new, pdb.clone());
+    }
+
+    /// The summed scale of the controllers of `pods` (each counted once):
+    /// a ReplicaSet's (its Deployment's, when it has one), a StatefulSet's
+    /// or a ReplicationController's `spec.replicas`. `None` when a pod has
+    /// no controller the disruption controller knows.
+    fn controllers_scale(&self, ns: &str, pods: &[&Value]) -> Option<i64> {
+        let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut total = 0i64;
+        for pod in pods {
+            let owner = controller_of(pod)?;
+            let (group, plural) = match owner.0.as_str() {
+                "ReplicaSet" => ("apps", "replicasets"),
+                "StatefulSet" => ("apps", "statefulsets"),
+                "ReplicationController" => ("", "replicationcontrollers"),
+                _ => return None,
+            };
+            let object = self
+                .objects
+                .get(&resource_key(group, plural))?
+                .get(&(ns.to_owned(), owner.1.clone()))?;
+            // A ReplicaSet of a Deployment counts as the Deployment.
+            let (key, scaled) = match controller_of(object) {
+                Some((kind, name)) if owner.0 == "ReplicaSet" && kind == "Deployment" => {
+                    let deployment = self
+                        .objects
+                        .get(&resource_key("apps", "deployments"))?
+                        .get(&(ns.to_owned(), name.clone()))?;
+                    (("Deployment".to_owned(), name), deployment.clone())
+                }
+                _ => (owner, object.clone()),
+            };
+            if seen.insert(key) {
+                total = total.saturating_add(scaled["spec"]["replicas"].as_i64().unwrap_or(1));
+            }
+        }
+        Some(total)
+    }
+}
+
+/// The kind and name of an object's controller (its owner reference with
+/// `controller: true`).
+fn controller_of(object: &Value) -> Option<(String, String)> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"].as_bool() == Some(true))
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or_default().to_owned(),
+                r["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+/// How long an evicted pod is kept out of a budget's healthy count while
+/// its deletion goes on (the disruption controller's DeletionTimeout).
+const DISRUPTION_TIMEOUT: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
+
+/// `status.disruptedPods` of a budget, less the entries older than
+/// [`DISRUPTION_TIMEOUT`].
+fn recently_disrupted(pdb: &Value) -> serde_json::Map<String, Value> {
+    let now = chrono::Utc::now();
+    pdb["status"]["disruptedPods"]
+        .as_object()
+        .map(|pods| {
+            pods.iter()
+                .filter(|(_, at)| {
+                    at.as_str()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .is_some_and(|t| now.signed_duration_since(t) < DISRUPTION_TIMEOUT)
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn qos_class(pod: &Value) -> &'static str {

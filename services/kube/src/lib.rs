@@ -121,9 +121,20 @@ pub fn in_cluster(url: http::Uri, dir: &Path) -> Result<kube::Config, KubeError>
 }
 
 /// A client for `config`.
-pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
+pub fn client(mut config: kube::Config) -> Result<kube::Client, KubeError> {
     install_crypto();
+    no_hidden_retries(&mut config);
     Ok(kube::Client::try_from(config)?)
+}
+
+/// Turns off kube-client's own retries (429, 503 and 504, up to 15 times
+/// with backoff growing to minutes). A 429 from the eviction API is a
+/// PodDisruptionBudget's answer that the drain loop must see at once (it
+/// keeps its own backoff per pod), and a lease renewal retried inside the
+/// client would outlive its deadline. Callers retry as they see fit, as
+/// client-go's callers do for answers without a Retry-After.
+fn no_hidden_retries(config: &mut kube::Config) {
+    config.default_retry = false;
 }
 
 fn install_crypto() {
@@ -137,11 +148,12 @@ fn install_crypto() {
 /// average and `burst` at once (client-go's `QPS` and `Burst`); a long
 /// watch counts as the one request that opened it.
 pub fn rate_limited_client(
-    config: kube::Config,
+    mut config: kube::Config,
     qps: u32,
     burst: u32,
 ) -> Result<kube::Client, KubeError> {
     install_crypto();
+    no_hidden_retries(&mut config);
     let layer = rate::RateLimitLayer::new(f64::from(qps.max(1)), f64::from(burst.max(1)));
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
