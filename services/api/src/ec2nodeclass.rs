@@ -6,6 +6,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -607,20 +608,6 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-/// The eviction signals `evictionHard`, `evictionSoft` and
-/// `evictionSoftGracePeriod` may name.
-pub const EVICTION_SIGNAL_NAMES: [&str; 6] = [
-    "memory.available",
-    "nodefs.available",
-    "nodefs.inodesFree",
-    "imagefs.available",
-    "imagefs.inodesFree",
-    "pid.available",
-];
-
-/// The resources `systemReserved` and `kubeReserved` may name.
-pub const RESERVED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
-
 /// `['a','b']`: a list of names as a CEL literal (and as the rules'
 /// messages show it).
 fn cel_list(names: &[&str]) -> String {
@@ -678,7 +665,7 @@ fn kube_reserved_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 fn eviction_rule(field: &str) -> Value {
-    let signals = cel_list(&EVICTION_SIGNAL_NAMES);
+    let signals = cel_list(&EVICTION_SIGNALS);
     rule(
         &format!("self.all(x, x in {signals})"),
         &format!("valid keys for {field} are {signals}"),

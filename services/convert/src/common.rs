@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::ctx::{Ctx, Obj, Result, child_path, index_path};
 use crate::note::NoteKind;
 
+use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
 use karpenter_core::labels;
 
 pub(crate) const GROUP_CORE: &str = labels::KARPENTER_GROUP;
@@ -277,16 +278,6 @@ const KUBELET_FIELDS: &[&str] = &[
     "cpuCFSQuota",
 ];
 
-const RESERVED_KEYS: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
-const EVICTION_SIGNALS: &[&str] = &[
-    "memory.available",
-    "nodefs.available",
-    "nodefs.inodesFree",
-    "imagefs.available",
-    "imagefs.inodesFree",
-    "pid.available",
-];
-
 /// A v1alpha5 `kubeletConfiguration` or v1beta1 `kubelet` block, as the v1
 /// `EC2NodeClass.spec.kubelet` block.
 pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<String, Value>> {
@@ -317,11 +308,11 @@ pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<Stri
             "systemReserved" | "kubeReserved" => {
                 let map = ctx.string_map(&path, value, "resource quantity")?;
                 for key in map.keys() {
-                    if !RESERVED_KEYS.contains(&key.as_str()) {
+                    if !RESERVED_RESOURCES.contains(&key.as_str()) {
                         ctx.note(
                             NoteKind::ActionRequired,
                             &child_path(&path, key),
-                            format!("v1 only accepts {} here", RESERVED_KEYS.join(", ")),
+                            format!("v1 only accepts {} here", RESERVED_RESOURCES.join(", ")),
                         );
                     }
                 }

@@ -7,6 +7,7 @@
 //!   requirements (In, NotIn, Exists, Gt, ...) ──requirements──▶ Requirements (intersect, compatible)
 //!   taints / tolerations ──taints──▶ does this pod tolerate this node?
 //!   label selectors ──selector──▶ does this selector match these labels?
+//!   kubelet resource and eviction-signal names ──kubelet──▶ one list each
 //!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
 //!   label keys and values, DNS names ──names──▶ what apimachinery says is wrong with them
 //! ```
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod duration;
+pub mod kubelet;
 pub mod labels;
 pub mod names;
 pub mod quantity;

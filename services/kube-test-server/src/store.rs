@@ -444,11 +444,10 @@ impl Store {
             Some(start) => std::ops::Bound::Excluded(start.clone()),
             None => std::ops::Bound::Unbounded,
         };
-        let view = st.as_of(&key, objects, list_rv, lower.clone());
         let mut items: Vec<Value> = Vec::new();
         let mut next = None;
-        for ((ons, _), obj) in view {
-            if ns.is_some_and(|n| n != ons) {
+        for obj in st.as_of(&key, objects, list_rv, lower) {
+            if ns.is_some_and(|n| Some(n) != obj["metadata"]["namespace"].as_str()) {
                 continue;
             }
             if !opts.labels.matches(&obj) || !opts.fields.matches(&obj) {
@@ -1491,17 +1490,18 @@ fn decode_continue(tok: &str) -> Result<((String, String), u64), ApiError> {
 }
 
 impl State {
-    /// The objects of `key` after `lower`, as they were at version `at`:
-    /// the live ones, with every change the history holds after `at` rolled
-    /// back (the caller checked that the history reaches back to `at`).
-    fn as_of(
+    /// The objects of `key` after `lower`, in key order, as they were at
+    /// version `at`: the live ones, read lazily, unless the history holds
+    /// changes after `at` in that range; those are rolled back (the caller
+    /// checked that the history reaches back to `at`).
+    fn as_of<'a>(
         &self,
         key: &str,
-        objects: &BTreeMap<(String, String), Arc<Value>>,
+        objects: &'a BTreeMap<(String, String), Arc<Value>>,
         at: u64,
         lower: std::ops::Bound<(String, String)>,
-    ) -> Vec<((String, String), Arc<Value>)> {
-        let range = (lower.clone(), std::ops::Bound::Unbounded);
+    ) -> Box<dyn Iterator<Item = Arc<Value>> + 'a> {
+        let range = (lower, std::ops::Bound::Unbounded);
         let mut before: BTreeMap<(String, String), Option<Arc<Value>>> = BTreeMap::new();
         if at < self.rv {
             for event in self
@@ -1524,23 +1524,19 @@ impl State {
                 });
             }
         }
+        let live = objects.range(range);
         if before.is_empty() {
-            return objects
-                .range(range)
-                .map(|(id, obj)| (id.clone(), obj.clone()))
-                .collect();
+            return Box::new(live.map(|(_, obj)| obj.clone()));
         }
-        let mut view: BTreeMap<(String, String), Arc<Value>> = objects
-            .range(range)
-            .map(|(id, obj)| (id.clone(), obj.clone()))
-            .collect();
+        let mut view: BTreeMap<(String, String), Arc<Value>> =
+            live.map(|(id, obj)| (id.clone(), obj.clone())).collect();
         for (id, then) in before {
             match then {
                 Some(obj) => view.insert(id, obj),
                 None => view.remove(&id),
             };
         }
-        view.into_iter().collect()
+        Box::new(view.into_values())
     }
 
     fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Option<&Value> {
@@ -1989,11 +1985,10 @@ impl State {
         else {
             return;
         };
+        // The pod's deletion that follows recomputes the budget's status,
+        // disruptionsAllowed included, with the pod counted as disrupted.
         let mut new = pdb.clone();
         new["status"]["disruptedPods"][pod] = json!(now());
-        if let Some(allowed) = pdb["status"]["disruptionsAllowed"].as_i64() {
-            new["status"]["disruptionsAllowed"] = json!(allowed.saturating_sub(1).max(0));
-        }
         let _ = store.insert_plain(self, &res, new, pdb.clone());
     }
 

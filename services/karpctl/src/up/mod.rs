@@ -170,31 +170,7 @@ async fn start(
             .map(|files| files[service].flags())
             .unwrap_or_default()
     };
-    let api_args = |ports: &[u16; 1]| -> Vec<String> {
-        vec![
-            "--port".into(),
-            ports[0].to_string(),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--controllers".into(),
-            "--log-level".into(),
-            "warn".into(),
-        ]
-    };
-    let (api, _) = start_ready(&Launch {
-        name: "kube-test-server",
-        binary: &binaries[0],
-        env: &[],
-        logs: &logs,
-        args: &api_args,
-        ready_port: 0,
-        ready_path: "/readyz",
-        within: START_WITHIN,
-    })
-    .await?;
-    cluster.processes.push(api);
-    let client = client(kubeconfig).await?;
-    install_crds(&client).await?;
+    let client = start_api(&binaries[0], &logs, kubeconfig, cluster).await?;
 
     let info = [("LOG_LEVEL", "info".to_owned())];
     let scheduler_args = |ports: &[u16; 2]| {
@@ -202,16 +178,17 @@ async fn start(
         args.extend(tls_flags(1));
         args
     };
-    let (scheduler, [scheduler_grpc, _]) = start_ready(&Launch {
-        name: "scheduler",
-        binary: &binaries[1],
-        env: &info,
-        logs: &logs,
-        args: &scheduler_args,
-        ready_port: 1,
-        ready_path: "/readyz",
-        within: START_WITHIN,
-    })
+    let (scheduler, [scheduler_grpc, _]) = start_ready(
+        &Launch {
+            name: "scheduler",
+            binary: &binaries[1],
+            env: &info,
+            logs: &logs,
+            args: &scheduler_args,
+            ready_port: 1,
+        },
+        START_WITHIN,
+    )
     .await?;
     cluster.processes.push(scheduler);
 
@@ -229,44 +206,27 @@ async fn start(
         kwok_args.extend(tls_flags(2));
         kwok_args
     };
-    let (kwok, [kwok_grpc, _, kwok_admin]) = start_ready(&Launch {
-        name: "provider-kwok",
-        binary: &binaries[2],
-        env: &info,
-        logs: &logs,
-        args: &kwok_args,
-        ready_port: 1,
-        ready_path: "/readyz",
-        within: START_WITHIN,
-    })
+    let (kwok, [kwok_grpc, _, kwok_admin]) = start_ready(
+        &Launch {
+            name: "provider-kwok",
+            binary: &binaries[2],
+            env: &info,
+            logs: &logs,
+            args: &kwok_args,
+            ready_port: 1,
+        },
+        START_WITHIN,
+    )
     .await?;
     cluster.processes.push(kwok);
     default_node_class(&client).await?;
 
-    let scheme = if tls.is_some() { "https" } else { "http" };
     let adapter_args = |ports: &[u16; 1]| {
-        let mut adapter_args: Vec<String> = vec![
-            "--scheduler-address".into(),
-            format!("{scheme}://{}", loopback(scheduler_grpc)),
-            "--provider-address".into(),
-            format!("{scheme}://{}", loopback(kwok_grpc)),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--metrics-listen".into(),
-            loopback(ports[0]).to_string(),
-            "--cluster-name".into(),
-            "karpctl-up".into(),
-        ];
-        if tls.is_some() {
-            adapter_args.extend(tls_flags(0));
-            adapter_args.extend([
-                "--scheduler-tls-server-name".into(),
-                certificates::server_name("scheduler"),
-                "--provider-tls-server-name".into(),
-                certificates::server_name("provider"),
-            ]);
-        }
-        adapter_args
+        adapter_args(
+            [scheduler_grpc, kwok_grpc, ports[0]],
+            kubeconfig,
+            tls.as_ref().map(|files| &files[0]),
+        )
     };
     println!("kubeconfig: {}", kubeconfig.display());
     println!("kwok-admin: http://{}", loopback(kwok_admin));
@@ -278,16 +238,17 @@ async fn start(
             loopback(kwok_grpc)
         );
     }
-    let (adapter, [adapter_http]) = start_ready(&Launch {
-        name: "adapter",
-        binary: &binaries[3],
-        env: &info,
-        logs: &logs,
-        args: &adapter_args,
-        ready_port: 0,
-        ready_path: "/readyz",
-        within: START_WITHIN,
-    })
+    let (adapter, [adapter_http]) = start_ready(
+        &Launch {
+            name: "adapter",
+            binary: &binaries[3],
+            env: &info,
+            logs: &logs,
+            args: &adapter_args,
+            ready_port: 0,
+        },
+        START_WITHIN,
+    )
     .await?;
     cluster.processes.push(adapter);
     let pool = dir.join("nodepool.yaml");
@@ -301,6 +262,72 @@ async fn start(
         println!("{}", next_steps(kubeconfig, &pool));
     }
     Ok(client)
+}
+
+/// Starts the local API server and installs the CRDs; a client of it.
+async fn start_api(
+    binary: &Path,
+    logs: &Path,
+    kubeconfig: &Path,
+    cluster: &mut Cluster,
+) -> anyhow::Result<kube::Client> {
+    let api_args = |ports: &[u16; 1]| -> Vec<String> {
+        vec![
+            "--port".into(),
+            ports[0].to_string(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--controllers".into(),
+            "--log-level".into(),
+            "warn".into(),
+        ]
+    };
+    let launch = Launch {
+        name: "kube-test-server",
+        binary,
+        env: &[],
+        logs,
+        args: &api_args,
+        ready_port: 0,
+    };
+    let (api, _) = start_ready(&launch, START_WITHIN).await?;
+    cluster.processes.push(api);
+    let client = client(kubeconfig).await?;
+    install_crds(&client).await?;
+    Ok(client)
+}
+
+/// The adapter's flags, given the scheduler's and the provider's gRPC ports
+/// and its own metrics port, with its certificate when the services speak
+/// mutual TLS (it then checks the names the chart's certificates carry).
+fn adapter_args(
+    [scheduler, provider, metrics]: [u16; 3],
+    kubeconfig: &Path,
+    tls: Option<&certificates::Files>,
+) -> Vec<String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut args: Vec<String> = vec![
+        "--scheduler-address".into(),
+        format!("{scheme}://{}", loopback(scheduler)),
+        "--provider-address".into(),
+        format!("{scheme}://{}", loopback(provider)),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--metrics-listen".into(),
+        loopback(metrics).to_string(),
+        "--cluster-name".into(),
+        "karpctl-up".into(),
+    ];
+    if let Some(files) = tls {
+        args.extend(files.flags());
+        args.extend([
+            "--scheduler-tls-server-name".into(),
+            certificates::server_name("scheduler"),
+            "--provider-tls-server-name".into(),
+            certificates::server_name("provider"),
+        ]);
+    }
+    args
 }
 
 fn listen_args(grpc: u16, http: u16) -> Vec<String> {

@@ -186,18 +186,18 @@ pub struct Launch<'a, const PORTS: usize> {
     pub logs: &'a Path,
     /// Its arguments, given its ports.
     pub args: &'a dyn Fn(&[u16; PORTS]) -> Vec<String>,
-    /// Which of its ports answers `ready_path` over HTTP.
+    /// Which of its ports answers `/readyz` over HTTP.
     pub ready_port: usize,
-    pub ready_path: &'a str,
-    pub within: Duration,
 }
 
-/// Starts a service on free loopback ports and waits until it is ready.
+/// Starts a service on free loopback ports and waits, at most `within`,
+/// until it is ready.
 /// A port is found free, released, then bound by the child: another
 /// process on the machine may take it in between, and the child then
 /// exits at once saying so; it is started again on new ports.
 pub async fn start_ready<const PORTS: usize>(
     launch: &Launch<'_, PORTS>,
+    within: Duration,
 ) -> anyhow::Result<(Process, [u16; PORTS])> {
     let mut attempt = 1;
     loop {
@@ -215,8 +215,8 @@ pub async fn start_ready<const PORTS: usize>(
         let ready = await_ready(
             &mut process,
             loopback(ports[launch.ready_port]),
-            launch.ready_path,
-            launch.within,
+            "/readyz",
+            within,
         )
         .await;
         let Err(error) = ready else {

@@ -9,9 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::{
-    EVICTION_SIGNAL_NAMES, KubeletConfiguration, RESERVED_RESOURCES,
-};
+use karpenter_api::ec2nodeclass::KubeletConfiguration;
+use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
 use karpenter_core::names;
 use karpenter_core::quantity::Quantity;
 
@@ -138,7 +137,7 @@ fn kubelet(k: &KubeletConfiguration) -> Result<(), UserDataError> {
             &k.eviction_soft,
         ),
     ] {
-        keys_in(field, map, &EVICTION_SIGNAL_NAMES)?;
+        keys_in(field, map, &EVICTION_SIGNALS)?;
         for (key, value) in map {
             threshold(&format!("{field}[{key}]"), value)?;
         }
@@ -146,7 +145,7 @@ fn kubelet(k: &KubeletConfiguration) -> Result<(), UserDataError> {
     keys_in(
         "node_claim.node_class.spec.kubelet.evictionSoftGracePeriod",
         &k.eviction_soft_grace_period,
-        &EVICTION_SIGNAL_NAMES,
+        &EVICTION_SIGNALS,
     )
 }
 

@@ -980,16 +980,7 @@ impl FaultProxy {
         else {
             return BTreeMap::new();
         };
-        out.launch_templates()
-            .iter()
-            .flat_map(|t| t.tags())
-            .filter_map(|t| {
-                Some((
-                    t.key()?.to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect()
+        tag_map(out.launch_templates().iter().flat_map(|t| t.tags()))
     }
 
     async fn instance_tags(&self, id: &str) -> BTreeMap<String, String> {
@@ -999,17 +990,12 @@ impl FaultProxy {
         let Ok(out) = setup.ec2.describe_instances().instance_ids(id).send().await else {
             return BTreeMap::new();
         };
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .flat_map(|i| i.tags())
-            .filter_map(|t| {
-                Some((
-                    t.key()?.to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect()
+        tag_map(
+            out.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .flat_map(|i| i.tags()),
+        )
     }
 
     async fn profile_tags(&self, name: &str) -> BTreeMap<String, String> {
@@ -1067,6 +1053,19 @@ impl FaultProxy {
             .first()
             .map(|r| r.role_name().to_string())
     }
+}
+
+/// EC2 tags as a map (a tag without a key is no tag).
+fn tag_map<'a>(
+    tags: impl Iterator<Item = &'a aws_sdk_ec2::types::Tag>,
+) -> BTreeMap<String, String> {
+    tags.filter_map(|t| {
+        Some((
+            t.key()?.to_string(),
+            t.value().unwrap_or_default().to_string(),
+        ))
+    })
+    .collect()
 }
 
 /// The action of a REST call (EKS names it by method and path).
