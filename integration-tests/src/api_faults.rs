@@ -8,7 +8,9 @@
 //!                         │ faults, first match wins: answer a status (429, 5xx),
 //!                         │   delay, hold until the fault is removed (a stalled watch:
 //!                         │   a watch already streaming stops passing events too), reset
-//!                         └ every request recorded (method, path and query)
+//!                         ├ every request recorded (method, path and query)
+//!                         └ every write the API server answered recorded with
+//!                           when it was sent and answered (who wrote what, when)
 //! ```
 //!
 //! A dead connection stays dead, as a connection a network dropped without
@@ -97,6 +99,20 @@ struct Rules {
     partitioned: bool,
     faults: Vec<(FaultId, Fault)>,
     requests: Vec<(String, String)>,
+    writes: Vec<Write>,
+}
+
+/// A request other than a read that reached the API server and was answered.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// When the proxy passed it on.
+    pub sent: std::time::Instant,
+    /// When the API server's answer came back.
+    pub answered: std::time::Instant,
+    pub status: u16,
 }
 
 struct Shared {
@@ -240,6 +256,11 @@ impl ApiFaultProxy {
     pub fn requests(&self) -> Vec<(String, String)> {
         self.shared.with(|r| r.requests.clone())
     }
+
+    /// The writes the API server answered so far.
+    pub fn writes(&self) -> Vec<Write> {
+        self.shared.with(|r| r.writes.clone())
+    }
 }
 
 async fn serve(shared: Arc<Shared>, stream: TcpStream, connection: u64) {
@@ -310,6 +331,7 @@ async fn handle(
     if shared.is_dead(connection) {
         return never().await;
     }
+    let sent = std::time::Instant::now();
     let response = {
         let mut sender = upstream.lock().await;
         if sender.as_ref().is_none_or(|s| s.is_closed()) {
@@ -324,6 +346,16 @@ async fn handle(
             .await
             .map_err(std::io::Error::other)?
     };
+    if method != "GET" {
+        let write = Write {
+            method: method.clone(),
+            path: format!("{path}?{query}"),
+            sent,
+            answered: std::time::Instant::now(),
+            status: response.status().as_u16(),
+        };
+        shared.with(|r| r.writes.push(write));
+    }
     let asked = Asked {
         method,
         path,

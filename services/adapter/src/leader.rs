@@ -50,6 +50,33 @@ impl Default for Timing {
     }
 }
 
+impl Timing {
+    /// Checked as client-go checks a leader elector's timing: the lease
+    /// outlasts the renew deadline, which outlasts 1.2 retry periods, so a
+    /// leader stops acting before a standby may take the lease.
+    pub fn new(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry: Duration,
+    ) -> Result<Self, String> {
+        if lease_duration <= renew_deadline {
+            return Err(format!(
+                "the leader election lease duration ({lease_duration:?}) must be longer than its renew deadline ({renew_deadline:?})"
+            ));
+        }
+        if retry.is_zero() || renew_deadline.as_millis() * 5 <= retry.as_millis() * 6 {
+            return Err(format!(
+                "the leader election renew deadline ({renew_deadline:?}) must be longer than 1.2 retry periods ({retry:?}), which must not be zero"
+            ));
+        }
+        Ok(Self {
+            lease_duration,
+            renew_deadline,
+            retry,
+        })
+    }
+}
+
 /// A client for the lease alone: not behind the controllers' rate limit
 /// (a renewal must not queue behind a burst of evictions), and with
 /// timeouts, so a connection that stops answering fails the call instead

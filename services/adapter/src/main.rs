@@ -36,9 +36,18 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", cli.settings.metrics_listen))?;
     tracing::info!(metrics = %http.local_addr()?, "adapter starting");
+    let election = karpenter_adapter::leader::Timing::new(
+        cli.settings.leader_election_lease_duration,
+        cli.settings.leader_election_renew_deadline,
+        cli.settings.leader_election_retry_period,
+    )
+    .map_err(anyhow::Error::msg)?;
     run(
         cli.settings,
-        Options::default(),
+        Options {
+            election,
+            ..Options::default()
+        },
         http,
         karpenter_runtime::shutdown_signal(),
     )

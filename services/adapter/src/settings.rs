@@ -64,6 +64,18 @@ pub struct Settings {
     /// Namespace of the Lease (default: the pod's namespace, else `default`).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
+    /// How long a lease lasts without renewal before a standby may take it,
+    /// as the standby observes (controller-runtime's `LeaseDuration`).
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = go_duration)]
+    pub leader_election_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops acting;
+    /// shorter than the lease duration.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = go_duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// How often a replica tries to take or renew the lease; shorter than
+    /// the renew deadline.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = go_duration)]
+    pub leader_election_retry_period: Duration,
     /// Act without electing a leader (a single replica).
     #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value_t = false)]
     pub disable_leader_election: bool,

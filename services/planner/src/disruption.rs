@@ -254,16 +254,19 @@ fn candidate_block(
             ));
         }
     }
-    pdb_room(cluster, [node])
+    pdb_blocks(cluster, [node])
 }
 
-/// Whether evicting every evictable pod of `nodes` stays within each PDB's
-/// allowed disruptions (the eviction API refuses what would not).
-fn pdb_room<'a>(
+/// Why the evictable pods of `nodes` cannot be evicted, as Karpenter judges
+/// a candidate: a pod whose PDB allows no disruption now (an unhealthy pod
+/// under `AlwaysAllow` excepted), or a pod under more than one PDB (the
+/// eviction API refuses it). A PDB that allows some disruptions does not
+/// block, however many of its pods the nodes hold: the drain evicts them as
+/// the budget lets it, backing off on the API server's 429s.
+fn pdb_blocks<'a>(
     cluster: &Cluster,
     nodes: impl IntoIterator<Item = &'a StateNode>,
 ) -> Option<String> {
-    let mut evictions: Vec<u32> = vec![0; cluster.pdbs.len()];
     for node in nodes {
         for pod in node.pods.iter().filter(|p| is_evictable(p)) {
             let matching: Vec<usize> = (0..cluster.pdbs.len())
@@ -280,12 +283,9 @@ fn pdb_room<'a>(
                     names.join(", ")
                 ));
             }
-            if let Some(&index) = matching.first()
-                && !cluster.pdbs[index].lets_unhealthy_go(pod)
-            {
-                evictions[index] += 1;
+            if let Some(&index) = matching.first() {
                 let pdb = &cluster.pdbs[index];
-                if i64::from(evictions[index]) > i64::from(pdb.disruptions_allowed.max(0)) {
+                if !pdb.lets_unhealthy_go(pod) && pdb.disruptions_allowed <= 0 {
                     return Some(format!(
                         "pdb {:?} prevents pod evictions",
                         pdb.key.to_string()
@@ -1020,7 +1020,7 @@ fn round(
             .chain(std::iter::once(&candidate))
             .map(|c| &state.nodes[c.node])
             .collect();
-        if let Some(reason) = pdb_room(state, with) {
+        if let Some(reason) = pdb_blocks(state, with) {
             blocked.insert(state.nodes[candidate.node].name.clone(), reason);
             continue;
         }
@@ -1132,7 +1132,7 @@ fn round(
             let mid = (low + high) / 2;
             let batch = &within_budget[..=mid];
             *evaluated += batch.len();
-            let pdbs_allow = pdb_room(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
+            let pdbs_allow = pdb_blocks(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
             match consolidate(
                 &prepared,
                 &closed,
@@ -1193,7 +1193,7 @@ fn round(
                 .iter()
                 .map(|i| &state.nodes[*i])
                 .chain(std::iter::once(&state.nodes[candidate.node]));
-            if conflicts || pdb_room(state, with).is_some() {
+            if conflicts || pdb_blocks(state, with).is_some() {
                 continue;
             }
             removed.insert(name.clone());
@@ -1239,7 +1239,7 @@ fn round(
             continue;
         }
         *evaluated += 1;
-        if pdb_room(state, trial.iter().map(|c| &state.nodes[c.node])).is_some() {
+        if pdb_blocks(state, trial.iter().map(|c| &state.nodes[c.node])).is_some() {
             continue;
         }
         if let Ok(command) = consolidate(

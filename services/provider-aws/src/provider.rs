@@ -42,12 +42,23 @@ pub struct Provider {
     /// The cluster's endpoint, CA, service CIDR and version.
     pub cluster: Cluster,
     built: std::sync::Mutex<BTreeMap<String, (u64, Built)>>,
-    /// When this process last used each launch template, by name.
-    templates_used: std::sync::Mutex<BTreeMap<String, SystemTime>>,
+    /// Each launch template this process used, by name.
+    templates_used: std::sync::Mutex<BTreeMap<String, TemplateUse>>,
     /// Interruption message id to the receipt handle of its last delivery.
     receipts: std::sync::Mutex<BTreeMap<String, String>>,
     /// This provider's own resolution of each node class spec launched on.
     resolutions: std::sync::Mutex<BTreeMap<String, Resolution>>,
+}
+
+/// What this process knows of a launch template it launched from.
+#[derive(Clone, Debug)]
+pub(crate) struct TemplateUse {
+    pub id: String,
+    /// When this process last launched from it.
+    pub used: SystemTime,
+    /// The newest use any replica recorded on the template itself (its
+    /// creation, or its last-used tag).
+    pub marked: SystemTime,
 }
 
 /// How long a node class resolution is reused for launches.
@@ -150,19 +161,37 @@ impl Provider {
             .remove(id)
     }
 
-    pub(crate) fn template_used(&self, name: &str) {
-        self.templates_used
+    /// Records a launch from the template; returns its record.
+    pub(crate) fn template_used(&self, name: &str, id: &str, marked: SystemTime) -> TemplateUse {
+        let mut used = self
+            .templates_used
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), SystemTime::now());
+            .unwrap_or_else(|p| p.into_inner());
+        let record = used.entry(name.to_string()).or_insert(TemplateUse {
+            id: id.to_string(),
+            used: SystemTime::now(),
+            marked,
+        });
+        record.id = id.to_string();
+        record.used = SystemTime::now();
+        record.marked = record.marked.max(marked);
+        record.clone()
     }
 
-    /// Whether this process made or used the template and the janitor has
-    /// not deleted it since.
-    pub(crate) fn knows_template(&self, name: &str) -> bool {
-        self.template_last_used(name)
-            .and_then(|at| at.elapsed().ok())
-            .is_some_and(|idle| idle < self.settings.launch_template_ttl)
+    /// The template's record if this process made or used it and the
+    /// janitor has not deleted it since, counted as a new use.
+    pub(crate) fn reuse_template(&self, name: &str) -> Option<TemplateUse> {
+        let mut used = self
+            .templates_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let record = used.get_mut(name)?;
+        let idle = record.used.elapsed().unwrap_or_default();
+        if idle >= self.settings.launch_template_ttl {
+            return None;
+        }
+        record.used = SystemTime::now();
+        Some(record.clone())
     }
 
     pub(crate) fn template_last_used(&self, name: &str) -> Option<SystemTime> {
@@ -170,7 +199,19 @@ impl Provider {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .copied()
+            .map(|r| r.used)
+    }
+
+    /// Notes that the template now carries a last-used mark of `at`.
+    pub(crate) fn template_marked(&self, name: &str, at: SystemTime) {
+        if let Some(record) = self
+            .templates_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(name)
+        {
+            record.marked = record.marked.max(at);
+        }
     }
 
     pub(crate) fn forget_template(&self, name: &str) {

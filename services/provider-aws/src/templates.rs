@@ -8,7 +8,10 @@
 //!   Spec::new(cluster, node class, claim, AMI, pods, capacity type)
 //!     → name = karpenter.k8s.aws/<hash of the spec>
 //!     → known to this process? → DescribeLaunchTemplates → CreateLaunchTemplate
-//!   janitor: this cluster's templates unused for launch_template_ttl are deleted
+//!     → its last-used tag rewritten when older than a quarter of the TTL
+//!   janitor (one per replica): this cluster's templates that no replica
+//!   used for launch_template_ttl (newest of creation, last-used tag, own
+//!   use) are deleted
 //! ```
 
 use std::collections::BTreeMap;
@@ -31,9 +34,27 @@ use crate::aws::Settings;
 use crate::cluster::ClusterDetails;
 use crate::error::{Error, error_code};
 use crate::nodeclass::{NodeClass, fnv64};
-use crate::provider::Provider;
+use crate::provider::{Provider, TemplateUse};
 use crate::userdata::{self, Taint};
 use crate::volumes::{self, Volume};
+
+/// The tag a replica writes on a launch template it launches from (unix
+/// seconds), so that the janitors of the other replicas keep it.
+pub(crate) const LAST_USED_TAG: &str = "karpenter.k8s.aws/last-used";
+
+/// The newest use recorded on a template: its creation or its last-used mark.
+fn recorded_use(template: &aws_sdk_ec2::types::LaunchTemplate) -> Option<std::time::SystemTime> {
+    let created = template
+        .create_time()
+        .and_then(|t| std::time::SystemTime::try_from(*t).ok());
+    let marked = template
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(LAST_USED_TAG))
+        .and_then(|t| t.value()?.parse::<u64>().ok())
+        .and_then(|secs| std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs)));
+    created.max(marked)
+}
 
 /// The tags of everything a launch makes (template, fleet, instance,
 /// volumes, network interfaces, spot requests): the node class's tags with
@@ -256,29 +277,21 @@ impl Spec {
 
 impl Provider {
     /// Makes sure the template of `spec` exists (one made by an earlier
-    /// launch, or by another replica, is reused).
+    /// launch, or by another replica, is reused) and is marked as in use.
     pub(crate) async fn ensure_launch_template(&self, spec: &Spec) -> Result<(), Error> {
-        if self.knows_template(&spec.name) {
-            self.template_used(&spec.name);
-            return Ok(());
+        let record = match self.reuse_template(&spec.name) {
+            Some(record) => record,
+            None => self.find_or_create_template(spec).await?,
+        };
+        self.mark_in_use(&spec.name, &record).await;
+        Ok(())
+    }
+
+    async fn find_or_create_template(&self, spec: &Spec) -> Result<TemplateUse, Error> {
+        if let Some((id, marked)) = self.describe_template(&spec.name).await? {
+            return Ok(self.template_used(&spec.name, &id, marked));
         }
-        match self
-            .clients
-            .ec2
-            .describe_launch_templates()
-            .launch_template_names(&spec.name)
-            .send()
-            .await
-        {
-            Ok(out) if !out.launch_templates().is_empty() => {
-                self.template_used(&spec.name);
-                return Ok(());
-            }
-            Ok(_) => {}
-            Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => {}
-            Err(e) => return Err(Error::aws("ec2:DescribeLaunchTemplates", &e)),
-        }
-        match self
+        let created = self
             .clients
             .ec2
             .create_launch_template()
@@ -291,17 +304,83 @@ impl Provider {
                     .build(),
             )
             .send()
-            .await
-        {
-            Ok(_) => {
+            .await;
+        match created {
+            Ok(out) => {
                 tracing::info!(launch_template = %spec.name, ami = %spec.ami, family = ?spec.family, "created launch template");
+                let id = out
+                    .launch_template()
+                    .and_then(|t| t.launch_template_id())
+                    .unwrap_or_default();
+                Ok(self.template_used(&spec.name, id, std::time::SystemTime::now()))
             }
             // Another launch made it first: use it.
-            Err(e) if error_code(&e).is_some_and(|c| c.contains("AlreadyExists")) => {}
-            Err(e) => return Err(Error::aws("ec2:CreateLaunchTemplate", &e)),
+            Err(e) if error_code(&e).is_some_and(|c| c.contains("AlreadyExists")) => {
+                match self.describe_template(&spec.name).await? {
+                    Some((id, marked)) => Ok(self.template_used(&spec.name, &id, marked)),
+                    None => Err(Error::aws("ec2:CreateLaunchTemplate", &e)),
+                }
+            }
+            Err(e) => Err(Error::aws("ec2:CreateLaunchTemplate", &e)),
         }
-        self.template_used(&spec.name);
-        Ok(())
+    }
+
+    /// One template by name: its ID and the newest use recorded on it.
+    async fn describe_template(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, std::time::SystemTime)>, Error> {
+        let out = match self
+            .clients
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(name)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if error_code(&e).is_some_and(|c| c.contains("NotFound")) => return Ok(None),
+            Err(e) => return Err(Error::aws("ec2:DescribeLaunchTemplates", &e)),
+        };
+        Ok(out.launch_templates().first().map(|t| {
+            let id = t.launch_template_id().unwrap_or_default().to_string();
+            (id, recorded_use(t).unwrap_or(std::time::UNIX_EPOCH))
+        }))
+    }
+
+    /// Writes the time of this use on the template when the mark it carries
+    /// is older than a quarter of the janitor's TTL, so that every replica's
+    /// janitor sees the template as used (each replica runs one). A mark
+    /// that cannot be written is not retried for that quarter; the launch
+    /// goes on, and a template deleted regardless is made again.
+    async fn mark_in_use(&self, name: &str, record: &TemplateUse) {
+        let now = std::time::SystemTime::now();
+        let age = now.duration_since(record.marked).unwrap_or_default();
+        if age < self.settings.launch_template_ttl / 4 || record.id.is_empty() {
+            return;
+        }
+        let seconds = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let marked = self
+            .clients
+            .ec2
+            .create_tags()
+            .resources(&record.id)
+            .tags(
+                Tag::builder()
+                    .key(LAST_USED_TAG)
+                    .value(seconds.to_string())
+                    .build(),
+            )
+            .send()
+            .await;
+        if let Err(e) = marked {
+            let error = Error::aws("ec2:CreateTags", &e);
+            tracing::warn!(launch_template = %name, %error, "marking the launch template as in use failed");
+        }
+        self.template_marked(name, now);
     }
 
     /// This cluster's launch templates (of one node class, if given). Every
@@ -359,8 +438,9 @@ impl Provider {
     }
 
     /// Deletes this cluster's launch templates that no launch used for
-    /// `launch_template_ttl` (templates of earlier processes count from
-    /// their creation). Returns how many were deleted.
+    /// `launch_template_ttl`: not this process, nor any replica that marked
+    /// it (templates never marked count from their creation). Returns how
+    /// many were deleted.
     pub async fn collect_launch_templates(&self) -> Result<usize, Error> {
         let now = std::time::SystemTime::now();
         let mut stale = Vec::new();
@@ -368,11 +448,7 @@ impl Provider {
             let Some(name) = template.launch_template_name() else {
                 continue;
             };
-            let last = self.template_last_used(name).or_else(|| {
-                template
-                    .create_time()
-                    .and_then(|t| std::time::SystemTime::try_from(*t).ok())
-            });
+            let last = self.template_last_used(name).max(recorded_use(&template));
             let idle = last
                 .and_then(|at| now.duration_since(at).ok())
                 .unwrap_or_default();

@@ -1780,3 +1780,70 @@ async fn a_fleet_refused_whole_for_a_deleted_template_makes_it_again() {
     assert!(world.proxy.count("ec2:CreateLaunchTemplate") > made);
     world.assert_least_privilege();
 }
+
+/// Finding 4 of the fault review: each provider replica runs a janitor, and
+/// the idle one saw only a template's creation time, so it deleted the
+/// templates the busy replica kept launching from. The busy replica now
+/// marks a template it uses, the idle janitor keeps a marked template, and
+/// a template nobody uses is still collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_replicas_janitor_keeps_the_templates_the_busy_replica_uses() {
+    let ttl = Duration::from_secs(4);
+    let mut world = World::start_with(|s| {
+        s.launch_template_ttl = ttl;
+        s.janitor_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let (_idle, _idle_client) = world
+        .replica(|s| {
+            s.launch_template_ttl = ttl;
+            s.janitor_interval = Duration::from_millis(300);
+        })
+        .await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    // Busy for twice the TTL: the templates outlive their creation's TTL.
+    let busy_until = Instant::now() + 2 * ttl;
+    let mut launched = 0;
+    let mut made = None;
+    while Instant::now() < busy_until {
+        create(
+            &mut world,
+            seed_node_claim(&format!("default-busy-{launched}"), &node_class),
+        )
+        .await
+        .expect("launch while busy");
+        launched += 1;
+        made.get_or_insert(world.proxy.count("ec2:CreateLaunchTemplate"));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert_eq!(
+        world.proxy.count("ec2:DeleteLaunchTemplate"),
+        0,
+        "the idle replica's janitor deleted a template in use ({launched} launches)"
+    );
+    assert_eq!(
+        Some(world.proxy.count("ec2:CreateLaunchTemplate")),
+        made,
+        "templates were made again"
+    );
+    assert!(world.proxy.count("ec2:CreateTags") >= 1);
+    // Once nobody launches, the idle replica's janitor collects it.
+    let deadline = Instant::now() + 3 * ttl;
+    loop {
+        let left = world
+            .setup
+            .ec2
+            .describe_launch_templates()
+            .send()
+            .await
+            .expect("templates")
+            .launch_templates()
+            .len();
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "an unused template was kept");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    world.assert_least_privilege();
+}

@@ -941,6 +941,32 @@ fn a_drifted_node_whose_pods_fit_elsewhere_is_deleted() {
     assert!(response.commands[0].replacements.is_empty());
 }
 
+// Upstream's pdb.Limits.CanEvictPods: a PDB blocks a candidate only when it
+// allows no disruption now; one that allows some lets the node go, and the
+// drain evicts its pods one by one as the budget frees (found by the fault
+// suite: a Deployment of 10 under `maxUnavailable: 1` kept a drifted node
+// forever, since the node held 5 of its pods).
+#[test]
+fn a_drifted_node_with_more_pods_of_a_pdb_than_it_allows_at_once_is_replaced() {
+    let pods = (0..3)
+        .map(|i| running(&format!("web{i}"), "old", 500).label("app", "web"))
+        .collect();
+    let mut node = on(managed("old", "xlarge", "on-demand", "test-zone-1"), pods);
+    node.disruption.as_mut().unwrap().drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = Cluster::new(vec![node]);
+    cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+        namespace: "default".into(),
+        name: "web".into(),
+        selector: Some(selector(&[("app", "web")])),
+        max_unavailable: "1".into(),
+        disruptions_allowed: 1,
+        ..Default::default()
+    }];
+    let response = cluster.plan();
+    assert_eq!(disrupted(&response), vec!["old"], "{response:?}");
+    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+}
+
 #[test]
 fn the_oldest_drift_goes_first() {
     let drifted = |name: &str, at: i64| {

@@ -1,7 +1,8 @@
 //! Properties of every disruption plan, on random clusters: no command
-//! evicts a do-not-disrupt pod, evicts more than a PDB allows, disrupts more
-//! nodes than the budget allows, or leaves a pod that had a place without
-//! one.
+//! evicts a do-not-disrupt pod or a pod whose PDB allows no disruption now,
+//! disrupts more nodes than the budget allows, or leaves a pod that had a
+//! place without one. (A PDB that allows some disruptions does not limit a
+//! plan: the drain evicts its pods as it lets them go, as Karpenter's does.)
 
 mod support;
 
@@ -207,7 +208,6 @@ proptest! {
         let cluster = request.cluster.as_ref().unwrap();
         let by_name: BTreeMap<&str, &pb::StateNode> = cluster.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let mut disrupted = 0u32;
-        let mut evicted_per_app = [0i32; 4];
         for command in &response.commands {
             let landed: HashSet<&str> = command
                 .placements
@@ -225,14 +225,11 @@ proptest! {
                     prop_assert!(!pod.do_not_disrupt, "{} is do-not-disrupt on {candidate}", pod.name);
                     prop_assert!(landed.contains(pod.name.as_str()), "{} lost its place", pod.name);
                     let app: usize = pod.labels["app"][1..].parse().unwrap();
-                    evicted_per_app[app] += 1;
+                    prop_assert!(pdb_allowed[app] > 0, "{} evicted under pdb a{app}, which allows none", pod.name);
                 }
             }
         }
         prop_assert!(disrupted <= budget, "{disrupted} nodes disrupted with a budget of {budget}");
-        for (app, evicted) in evicted_per_app.iter().enumerate() {
-            prop_assert!(*evicted <= pdb_allowed[app], "pdb a{app}: {evicted} evictions, {} allowed", pdb_allowed[app]);
-        }
         let cost = response.cost.unwrap();
         prop_assert!(cost.after <= cost.before + 1e-9);
         prop_assert!(cost.lower_bound <= cost.after + 1e-9, "{cost:?}");

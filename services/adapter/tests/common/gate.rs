@@ -1,9 +1,11 @@
 //! provider-kwok behind a gate the test controls: `Create` can be held
 //! before it reaches the cloud or after the instance exists (its answer
-//! never sent), so an adapter can be killed at exactly that step.
+//! never sent), so an adapter can be killed at exactly that step. It also
+//! injects a cloud's transient faults (calls refused as unavailable, slow
+//! calls) and records when each interruption was acknowledged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use karpenter_proto::provider::v1 as pv;
@@ -23,6 +25,31 @@ pub struct Holds {
     pub creates: AtomicUsize,
     /// When each `Create` arrived, by claim name.
     pub arrivals: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
+    /// The next this many Create, Delete, Get and List calls fail as
+    /// UNAVAILABLE (a cloud API failing for a while).
+    pub failing_calls: AtomicUsize,
+    /// Every cloud call takes this many milliseconds longer.
+    pub slow_ms: AtomicU64,
+    /// Each acknowledged interruption: its id and when.
+    pub acks: std::sync::Mutex<Vec<(String, std::time::SystemTime)>>,
+}
+
+impl Holds {
+    /// The injected fault for a cloud call, if any.
+    async fn cloud_fault(&self) -> Result<(), Status> {
+        let slow = self.slow_ms.load(Ordering::SeqCst);
+        if slow > 0 {
+            tokio::time::sleep(Duration::from_millis(slow)).await;
+        }
+        let failed = self
+            .failing_calls
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failed {
+            return Err(Status::unavailable("the cloud API is failing (injected)"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone)]
@@ -79,6 +106,7 @@ impl CloudProvider for Gate {
             .unwrap_or_else(|p| p.into_inner())
             .push((claim, std::time::Instant::now()));
         Self::wait_while(&self.holds.before_create).await;
+        self.holds.cloud_fault().await?;
         let answer = self.inner.create(r).await;
         self.holds.creates.fetch_add(1, Ordering::SeqCst);
         Self::wait_while(&self.holds.after_create).await;
@@ -89,10 +117,12 @@ impl CloudProvider for Gate {
         &self,
         r: Request<pv::DeleteRequest>,
     ) -> Result<Response<pv::DeleteResponse>, Status> {
+        self.holds.cloud_fault().await?;
         self.inner.delete(r).await
     }
 
     async fn get(&self, r: Request<pv::GetRequest>) -> Result<Response<pv::GetResponse>, Status> {
+        self.holds.cloud_fault().await?;
         self.inner.get(r).await
     }
 
@@ -100,6 +130,7 @@ impl CloudProvider for Gate {
         &self,
         r: Request<pv::ListRequest>,
     ) -> Result<Response<pv::ListResponse>, Status> {
+        self.holds.cloud_fault().await?;
         self.inner.list(r).await
     }
 
@@ -131,7 +162,17 @@ impl CloudProvider for Gate {
         r: Request<pv::AcknowledgeInterruptionRequest>,
     ) -> Result<Response<pv::AcknowledgeInterruptionResponse>, Status> {
         Self::wait_while(&self.holds.before_ack).await;
-        self.inner.acknowledge_interruption(r).await
+        let id = r.get_ref().id.clone();
+        let at = std::time::SystemTime::now();
+        let answer = self.inner.acknowledge_interruption(r).await;
+        if answer.is_ok() {
+            self.holds
+                .acks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((id, at));
+        }
+        answer
     }
 
     async fn finalize_node_class(

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod balancer;
 pub mod gate;
 
 use std::future::Future;

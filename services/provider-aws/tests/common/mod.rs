@@ -268,6 +268,13 @@ fn xml(status: u16, body: String) -> Response<Full<Bytes>> {
         .expect("a response")
 }
 
+/// Text escaped for an XML element.
+fn xml_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// An EC2 (query protocol) error answer.
 fn ec2_error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
     xml(
@@ -420,7 +427,43 @@ impl FaultProxy {
         if qualified == "ec2:CreateFleet" {
             self.remember_launched(&String::from_utf8_lossy(&answer));
         }
+        if qualified == "ec2:DescribeLaunchTemplates" && response.status().is_success() {
+            let current = self
+                .with_current_template_tags(&String::from_utf8_lossy(&answer))
+                .await;
+            return xml(200, current);
+        }
         response
+    }
+
+    /// moto answers DescribeLaunchTemplates with the tags each template was
+    /// created with; EC2 answers with its current tags, those added by
+    /// CreateTags since included. Each template's `tagSet` is rewritten
+    /// from moto's own tag records.
+    async fn with_current_template_tags(&self, answer: &str) -> String {
+        let mut segments = answer.split("<launchTemplateId>");
+        let mut out = segments.next().unwrap_or_default().to_string();
+        for segment in segments {
+            out.push_str("<launchTemplateId>");
+            let id = segment.split('<').next().unwrap_or_default();
+            let (Some(open), Some(close)) = (segment.find("<tagSet>"), segment.find("</tagSet>"))
+            else {
+                out.push_str(segment);
+                continue;
+            };
+            let tags = self.template_tags_by_id(id).await;
+            let items: String = tags
+                .iter()
+                .map(|(k, v)| {
+                    let (k, v) = (xml_text(k), xml_text(v));
+                    format!("<item><key>{k}</key><value>{v}</value></item>")
+                })
+                .collect();
+            out.push_str(&segment[..open + "<tagSet>".len()]);
+            out.push_str(&items);
+            out.push_str(&segment[close..]);
+        }
+        out
     }
 
     /// Notes the instances a CreateFleet answer names.
@@ -664,6 +707,18 @@ impl Call<'_> {
             .collect()
     }
 
+    /// EC2's `Tag.N.Key/Value` (CreateTags) as a map.
+    fn ec2_tags(&self) -> BTreeMap<String, String> {
+        self.fields
+            .iter()
+            .filter_map(|(field, key)| {
+                let n = field.strip_prefix("Tag.")?.strip_suffix(".Key")?;
+                let value = self.fields.get(&format!("Tag.{n}.Value"));
+                Some((key.clone(), value.cloned().unwrap_or_default()))
+            })
+            .collect()
+    }
+
     /// IAM's `Tags.member.N.Key/Value` as a map.
     fn iam_tags(&self) -> BTreeMap<String, String> {
         self.fields
@@ -819,6 +874,26 @@ impl FaultProxy {
                         .tags("ec2:ResourceTag", &tags)
                         .tags("aws:ResourceTag", &tags),
                 ]
+            }
+            ("ec2", "CreateTags") => {
+                // Tagging after creation: per resource, with the tags it
+                // has and the tags requested.
+                let requested = call.ec2_tags();
+                let mut checks = Vec::new();
+                for id in call.numbered("ResourceId", "") {
+                    let (arn, tags) = if id.starts_with("lt-") {
+                        ("launch-template", self.template_tags_by_id(&id).await)
+                    } else {
+                        ("instance", self.instance_tags(&id).await)
+                    };
+                    checks.push(
+                        Check::new(&action, call.arn("ec2", &format!("{arn}/{id}")))
+                            .tags("ec2:ResourceTag", &tags)
+                            .tags("aws:ResourceTag", &tags)
+                            .tags("aws:RequestTag", &requested),
+                    );
+                }
+                checks
             }
             ("ec2", "CreateFleet") => {
                 // A fleet is authorized per resource it makes or uses: the
@@ -981,6 +1056,32 @@ impl FaultProxy {
             return BTreeMap::new();
         };
         tag_map(out.launch_templates().iter().flat_map(|t| t.tags()))
+    }
+
+    /// A launch template's current tags (moto's tag records, which
+    /// DescribeLaunchTemplates does not keep up with).
+    async fn template_tags_by_id(&self, id: &str) -> BTreeMap<String, String> {
+        let Some(setup) = self.lookup.get() else {
+            return BTreeMap::new();
+        };
+        let Ok(out) = setup
+            .ec2
+            .describe_tags()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("resource-id")
+                    .values(id)
+                    .build(),
+            )
+            .send()
+            .await
+        else {
+            return BTreeMap::new();
+        };
+        out.tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect()
     }
 
     async fn instance_tags(&self, id: &str) -> BTreeMap<String, String> {
@@ -1457,6 +1558,29 @@ impl World {
             service: running,
             client,
         }
+    }
+
+    /// Another replica of the provider on the same cloud, as the chart runs
+    /// two: its own settings, its own janitor.
+    pub async fn replica(
+        &self,
+        tweak: impl FnOnce(&mut provider_aws::Settings),
+    ) -> (
+        integration_tests::RunningService,
+        CloudProviderClient<tonic::transport::Channel>,
+    ) {
+        let mut settings = settings_in(&self.proxy, SEED_PLACE.region);
+        tweak(&mut settings);
+        let metrics = karpenter_runtime::Metrics::new("karpenter_provider_aws");
+        let service = provider_aws::service(settings, metrics).await;
+        let running = integration_tests::RunningService::start(move || service)
+            .await
+            .expect("replica serves");
+        let client = CloudProviderClient::connect(running.url())
+            .await
+            .expect("connect")
+            .max_decoding_message_size(256 * 1024 * 1024);
+        (running, client)
     }
 
     /// Fails on any call seed 003's IAM policy denied.
