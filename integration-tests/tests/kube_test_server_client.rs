@@ -734,7 +734,7 @@ async fn a_custom_resource_is_never_updated_unconditionally() {
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     assert_eq!(
         message,
-        "NodePool.karpenter.sh \"default\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+        "nodepools.karpenter.sh \"default\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
     );
     assert_eq!(fields, ["metadata.resourceVersion"]);
     pools
@@ -877,7 +877,6 @@ async fn a_pods_spec_changes_only_where_kube_apiserver_lets_it() {
             "resources",
             json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}),
         ),
-        ("a toleration removed", json!({"spec": {"tolerations": []}})),
         (
             "the restart policy",
             json!({"spec": {"restartPolicy": "Never"}}),
@@ -899,6 +898,23 @@ async fn a_pods_spec_changes_only_where_kube_apiserver_lets_it() {
         );
         assert_eq!(fields, ["spec"], "{what}");
     }
+    // A toleration removed gets only the tolerations' own error, as
+    // ValidatePodUpdate checks them apart from the rest of the spec.
+    let (code, _, message, fields) = refusal(
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"tolerations": []}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"),
+        "{message}"
+    );
+    assert_eq!(fields, ["spec.tolerations"]);
     let stored = pods.get("p").await.expect("pod");
     let spec = stored.spec.expect("spec");
     assert_eq!(spec.containers[0].image.as_deref(), Some("pause:3.10"));

@@ -191,7 +191,7 @@ async fn kubectl_rejects_invalid_nodepool_with_the_crd_cel_message() {
     let out = k(&c, &["apply", "-f", &bad.display().to_string()]).await;
     assert!(!out.ok);
     assert!(
-        out.stderr.contains(r#"The NodePool "bad" is invalid: spec.template.spec.requirements[0].key: Invalid value: "string": label "karpenter.sh/nodepool" is restricted"#),
+        out.stderr.contains(r#"The NodePool "bad" is invalid: spec.template.spec.requirements[0].key: Invalid value: "karpenter.sh/nodepool": label "karpenter.sh/nodepool" is restricted"#),
         "{}",
         out.stderr
     );

@@ -1,6 +1,8 @@
 //! Kubernetes' name rules (apimachinery's `validation` package): label keys
-//! and values, DNS labels and subdomains, each answering what is wrong with
-//! a string in the words kube-apiserver uses (an empty list: nothing).
+//! and values, DNS labels and subdomains, URL path segments, and which of
+//! them an object's name (or `generateName`) follows, each answering what
+//! is wrong with a string in the words kube-apiserver uses (an empty list:
+//! nothing).
 //!
 //! One home for the local API server (which refuses objects as
 //! kube-apiserver does), the CRD validator (CEL's `format` library and the
@@ -182,6 +184,65 @@ pub fn label_value(v: &str) -> Vec<String> {
     errs
 }
 
+/// `path.IsValidPathSegmentName` (and, for a `prefix`,
+/// `IsValidPathSegmentPrefix`): a name that can be a URL path segment, as
+/// RBAC objects' names must be (`system:controller:x` is one).
+pub fn path_segment_name(v: &str, prefix: bool) -> Vec<String> {
+    if !prefix && (v == "." || v == "..") {
+        return vec![format!("may not be '{v}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|bad| v.contains(bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
+/// apimachinery's `maskTrailingDash`: a `generateName` gets a random
+/// suffix, so it may end in a dash. Upstream drops the last two bytes and
+/// appends `a` (`name[:len(name)-2] + "a"`); kept as is, since it decides
+/// which prefixes pass.
+fn mask_trailing_dash(name: &str) -> String {
+    match name.get(..name.len().saturating_sub(2)) {
+        Some(head) if name.len() > 1 && name.ends_with('-') => format!("{head}a"),
+        // Not cut inside a character: a name that is not ASCII fails anyway.
+        _ => name.to_string(),
+    }
+}
+
+/// How the names of a kind of object are checked: apimachinery's
+/// `ValidateNameFunc`s (`NameIsDNSSubdomain`, `NameIsDNSLabel`,
+/// `NameIsDNS1035Label`, `ValidatePathSegmentName`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// Most kinds: pods, nodes, config maps, leases, custom resources.
+    Dns1123Subdomain,
+    /// Namespaces.
+    Dns1123Label,
+    /// Services.
+    Dns1035Label,
+    /// RBAC roles and bindings.
+    PathSegment,
+}
+
+impl NameRule {
+    /// What is wrong with `name`; `prefix` when it is a `generateName`
+    /// that a random suffix will complete.
+    pub fn check(self, name: &str, prefix: bool) -> Vec<String> {
+        let masked = if prefix {
+            mask_trailing_dash(name)
+        } else {
+            name.to_string()
+        };
+        match self {
+            NameRule::Dns1123Subdomain => dns1123_subdomain(&masked),
+            NameRule::Dns1123Label => dns1123_label(&masked),
+            NameRule::Dns1035Label => dns1035_label(&masked),
+            NameRule::PathSegment => path_segment_name(name, prefix),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +271,27 @@ mod tests {
             assert!(!label_value(bad).is_empty(), "{bad:?}");
         }
         assert_eq!(label_value(&"-".repeat(64)).len(), 2);
+    }
+
+    #[test]
+    fn name_rules_mask_a_generate_name_s_trailing_dash() {
+        assert!(NameRule::Dns1123Subdomain.check("foo-", true).is_empty());
+        assert!(!NameRule::Dns1123Subdomain.check("foo-", false).is_empty());
+        assert!(!NameRule::Dns1123Subdomain.check("Bad_", true).is_empty());
+        assert!(NameRule::Dns1123Label.check("a.b", false).len() == 1);
+        assert!(NameRule::Dns1035Label.check("1abc", false).len() == 1);
+        assert!(
+            NameRule::PathSegment
+                .check("system:controller:x", false)
+                .is_empty()
+        );
+        assert_eq!(
+            NameRule::PathSegment.check("a/b%", false),
+            vec!["may not contain '/'", "may not contain '%'"]
+        );
+        assert_eq!(path_segment_name("..", false), vec!["may not be '..'"]);
+        // Not ASCII: checked, never sliced inside a character.
+        assert!(!NameRule::Dns1123Subdomain.check("é-", true).is_empty());
     }
 
     #[test]

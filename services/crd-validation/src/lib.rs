@@ -75,6 +75,7 @@
 
 mod cel;
 mod crd;
+mod definition;
 mod error;
 mod formats;
 pub mod meta;
@@ -85,6 +86,7 @@ mod validate;
 use serde_json::Value as Json;
 
 pub use crate::crd::{Names, Scope, Version};
+pub use crate::definition::{default_names, validate_definition};
 pub use crate::error::{
     BadValue, CompileError, Source, ValidateError, Violation, ViolationKind, go_quote, go_value,
 };
@@ -315,6 +317,43 @@ impl CrdValidator {
         old: Option<&Json>,
         opts: &ValidateOptions,
     ) -> Result<Outcome, ValidateError> {
+        self.validate_part(version, obj, old, opts, Part::Whole)
+    }
+
+    /// Validates a write to the `status` subresource: the schema checks
+    /// only `status`, against `properties.status` as its own root, so the
+    /// messages name fields from there (`status.observed: Invalid value:
+    /// 15: observed in body should be ...`), as the apiserver's status
+    /// strategy does; metadata and CEL rules are checked on the whole
+    /// object.
+    pub fn validate_status(
+        &self,
+        version: &str,
+        obj: &mut Json,
+        old: Option<&Json>,
+    ) -> Result<Outcome, ValidateError> {
+        self.validate_part(version, obj, old, &ValidateOptions::default(), Part::Status)
+    }
+
+    /// Applies the schema's defaults in place (no pruning, no validation),
+    /// as the apiserver does to objects it reads from storage: a default
+    /// added to the CRD later shows on objects stored before.
+    pub fn apply_defaults(&self, version: &str, obj: &mut Json) -> Result<(), ValidateError> {
+        let v = self.served_version(version)?;
+        if let Some(schema) = &v.schema {
+            validate::apply_defaults(obj, schema);
+        }
+        Ok(())
+    }
+
+    fn validate_part(
+        &self,
+        version: &str,
+        obj: &mut Json,
+        old: Option<&Json>,
+        opts: &ValidateOptions,
+        part: Part,
+    ) -> Result<Outcome, ValidateError> {
         let v = self.served_version(version)?;
         let mut outcome = Outcome::default();
         if let Some(w) = &v.deprecation_warning {
@@ -355,7 +394,7 @@ impl CrdValidator {
                 obj.get("metadata"),
                 "metadata",
                 self.crd.scope == Scope::Namespaced,
-                meta::NameRule::DnsSubdomain,
+                meta::NameRule::Dns1123Subdomain,
                 &mut outcome.violations,
             );
             return Ok(outcome);
@@ -373,11 +412,16 @@ impl CrdValidator {
             obj.get("metadata"),
             "metadata",
             self.crd.scope == Scope::Namespaced,
-            meta::NameRule::DnsSubdomain,
+            meta::NameRule::Dns1123Subdomain,
             &mut violations,
         );
         let mut collector = Collector::default();
-        validate::validate_value(obj, schema, "", ratchet_old, false, true, &mut collector);
+        match part {
+            Part::Whole => {
+                validate::validate_value(obj, schema, "", ratchet_old, false, true, &mut collector);
+            }
+            Part::Status => status_schema_violations(obj, schema, ratchet_old, &mut collector),
+        }
         violations.append(&mut collector.violations);
         validate::validate_embedded(obj, schema, "", true, &mut violations);
         validate::validate_list_types(obj, schema, "", &mut violations);
@@ -412,4 +456,48 @@ impl CrdValidator {
             .extend(ratcheted.iter().map(|v| v.to_string()));
         Ok(outcome)
     }
+}
+
+/// What of an object a validation covers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Whole,
+    /// A `status` subresource write.
+    Status,
+}
+
+/// The schema violations of `obj.status` against `properties.status`,
+/// validated as a root of its own and reported under `status`.
+fn status_schema_violations(
+    obj: &Json,
+    schema: &schema::Schema,
+    old: Option<&Json>,
+    out: &mut Collector,
+) {
+    let (Some(status), Some(status_schema)) = (obj.get("status"), schema.prop("status")) else {
+        return;
+    };
+    let mut part = Collector::default();
+    let old_status = old.and_then(|o| o.get("status"));
+    validate::validate_value(
+        status,
+        status_schema,
+        "",
+        old_status,
+        false,
+        false,
+        &mut part,
+    );
+    let under_status = |mut v: Violation| {
+        v.path = match v.path.as_str() {
+            "<nil>" => "status".to_string(),
+            p if p.starts_with('[') => format!("status{p}"),
+            p => format!("status.{p}"),
+        };
+        v
+    };
+    out.violations
+        .extend(part.violations.into_iter().map(under_status));
+    out.ratcheted
+        .extend(part.ratcheted.into_iter().map(under_status));
 }

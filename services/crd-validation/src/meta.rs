@@ -6,55 +6,12 @@ use serde_json::{Map, Value as Json};
 use crate::error::{BadValue, Source, Violation, ViolationKind};
 
 pub use karpenter_core::names::{
-    dns1035_label, dns1123_label, dns1123_subdomain, label_value, qualified_name,
+    NameRule, dns1035_label, dns1123_label, dns1123_subdomain, label_value, path_segment_name,
+    qualified_name,
 };
 
 /// The most bytes all annotations of an object may take.
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
-
-/// `path.ValidatePathSegmentName` (names of embedded resources).
-pub fn path_segment_name(v: &str, prefix: bool) -> Vec<String> {
-    let mut errs = Vec::new();
-    if !prefix && (v == "." || v == "..") {
-        errs.push(format!("may not be '{v}'"));
-    }
-    for bad in ["/", "%"] {
-        if v.contains(bad) {
-            errs.push(format!("may not contain '{bad}'"));
-        }
-    }
-    errs
-}
-
-/// How names of a kind of object are validated.
-#[derive(Clone, Copy)]
-pub(crate) enum NameRule {
-    /// `NameIsDNSSubdomain`: custom resources.
-    DnsSubdomain,
-    /// `ValidatePathSegmentName`: embedded resources.
-    PathSegment,
-}
-
-fn mask_trailing_dash(name: &str) -> String {
-    if name.len() > 1 && name.ends_with('-') {
-        format!("{}a", &name[..name.len() - 1])
-    } else {
-        name.to_string()
-    }
-}
-
-fn check_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
-    match rule {
-        NameRule::DnsSubdomain => {
-            if prefix {
-                dns1123_subdomain(&mask_trailing_dash(name))
-            } else {
-                dns1123_subdomain(name)
-            }
-        }
-        NameRule::PathSegment => path_segment_name(name, prefix),
-    }
-}
 
 fn meta_violation(path: String, kind: ViolationKind, value: BadValue, detail: String) -> Violation {
     Violation::new(path, kind, value, detail, Source::Metadata)
@@ -102,7 +59,7 @@ pub(crate) fn validate_object_meta(
 
     let generate_name = string_field("generateName", out).unwrap_or_default();
     if !generate_name.is_empty() {
-        for msg in check_name(name_rule, &generate_name, true) {
+        for msg in name_rule.check(&generate_name, true) {
             out.push(meta_violation(
                 format!("{path}.generateName"),
                 ViolationKind::Invalid,
@@ -122,7 +79,7 @@ pub(crate) fn validate_object_meta(
             ));
         }
     } else {
-        for msg in check_name(name_rule, &name, false) {
+        for msg in name_rule.check(&name, false) {
             out.push(meta_violation(
                 format!("{path}.name"),
                 ViolationKind::Invalid,

@@ -455,6 +455,12 @@ pub fn reconcile(store: &Store) {
     let mut pending: Vec<&Value> = pods
         .iter()
         .filter(|p| p["spec"]["nodeName"].as_str().is_none_or(str::is_empty))
+        // kube-scheduler leaves gated pods be (and binding one is refused).
+        .filter(|p| {
+            p["spec"]["schedulingGates"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        })
         .filter(|p| {
             !is_terminating(p)
                 && p["spec"]["schedulerName"]
@@ -495,7 +501,10 @@ pub fn reconcile(store: &Store) {
         }
         match chosen {
             Some(node) => {
-                if store.bind(&pods_r, ns, name, &node).is_ok() {
+                if store
+                    .bind(&pods_r, ns, name, &node, &serde_json::Map::new())
+                    .is_ok()
+                {
                     let mut bound = p.clone();
                     bound["spec"]["nodeName"] = json!(node);
                     by_node.entry(node).or_default().push(bound);

@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use super::calls::{ApiCall, CallLog, verb};
 use super::openapi;
+use super::options;
 use super::patch;
 use super::resources::ResourceInfo;
 use super::selectors::{FieldSelector, LabelSelector};
@@ -29,6 +30,7 @@ use super::store::{
     ApiError, DeleteOptions, EventType, ListOptions, Propagation, Store, StoredEvent,
 };
 use super::tables;
+use super::validation::FieldError;
 
 /// Shared by every request.
 pub struct App {
@@ -176,6 +178,7 @@ fn as_version(res: &ResourceInfo, version: &str, mut obj: Value) -> Value {
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), json!(res.api_version(version)));
     }
+    super::custom::default_on_read(res, version, &mut obj);
     obj
 }
 
@@ -280,18 +283,11 @@ async fn route(
         .get("dryRun")
         .cloned()
         .or_else(|| dry_run_in_body(body));
-    let store = match dry_run.as_deref() {
-        None | Some("") => store,
-        Some("All") if *method != Method::GET => {
-            scratch = store.scratch();
-            &scratch
-        }
-        Some("All") => store,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid dryRun value: {other:?}: supported values: \"All\""
-            )));
-        }
+    let store = if options::dry_run(method, dry_run.as_deref())? {
+        scratch = store.scratch();
+        &scratch
+    } else {
+        store
     };
     let version = target.version.clone();
     match (
@@ -332,6 +328,10 @@ async fn route(
         }
         (Method::POST, None, _) => {
             if res.namespaced && target.namespace.is_none() {
+                // The custom resource handler has no such route at all.
+                if res.crd.is_some() {
+                    return Err(ApiError::not_found_path("404 page not found"));
+                }
                 return Err(ApiError::method_not_allowed(
                     "the server does not allow this method on the requested resource",
                 ));
@@ -343,18 +343,11 @@ async fn route(
             Ok(json_response(201, &as_version(&res, &version, created)))
         }
         (Method::POST, Some(name), Some("binding")) if res.plural == "pods" => {
-            let b = parse_body(body)?;
-            let node = b["target"]["name"]
-                .as_str()
-                .ok_or_else(|| ApiError::bad_request("binding target name is required"))?;
-            store.bind(&res, &ns, name, node)?;
-            Ok(json_response(
-                201,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            ))
+            bind(store, &res, &ns, name, body)
         }
         (Method::POST, Some(name), Some("eviction")) if res.plural == "pods" => {
-            let status = store.evict(&res, &ns, name)?;
+            let options = super::policy::eviction(&parse_body(body)?, name)?;
+            let status = store.evict(&res, &ns, name, &options)?;
             Ok(json_response(201, &status))
         }
         (Method::PUT, Some(name), sub) => {
@@ -362,106 +355,36 @@ async fn route(
             let obj = parse_body(body)?;
             check_kind(&res, &version, &obj)?;
             strict_fields(&res, &version, &obj, query)?;
-            let updated = store.update(&res, &ns, name, obj, sub, &mgr)?;
-            Ok(json_response(200, &as_version(&res, &version, updated)))
+            let (updated, created) = store.put(&res, &ns, name, obj, sub, &mgr)?;
+            let code = if created { 201 } else { 200 };
+            Ok(json_response(code, &as_version(&res, &version, updated)))
         }
         (Method::PATCH, Some(name), sub) => {
             check_sub(&res, sub)?;
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            let ct = ct.split(';').next().unwrap_or_default().trim().to_string();
-            let p = parse_body(body)?;
-            let updated = match ct.as_str() {
-                "application/merge-patch+json" => {
-                    store.modify(&res, &ns, name, sub, &mgr, |old| {
-                        let mut new = old.clone();
-                        patch::merge_patch(&mut new, &p);
-                        Ok(new)
-                    })?
-                }
-                "application/json-patch+json" => {
-                    store.modify(&res, &ns, name, sub, &mgr, |old| {
-                        let mut new = old.clone();
-                        patch::json_patch(&mut new, &p)?;
-                        Ok(new)
-                    })?
-                }
-                "application/strategic-merge-patch+json" => {
-                    if res.crd.is_some() {
-                        return Err(ApiError::unsupported_media(
-                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
-                        ));
-                    }
-                    store.modify(&res, &ns, name, sub, &mgr, |old| {
-                        let mut new = old.clone();
-                        patch::strategic_merge(&mut new, &p)?;
-                        Ok(new)
-                    })?
-                }
-                "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-                    let Some(fm) = query.get("fieldManager") else {
-                        return Err(ApiError::bad_request(
-                            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-                        ));
-                    };
-                    let force = query.get("force").is_some_and(|f| f == "true");
-                    super::store::check_shape(&p)?;
-                    check_kind(&res, &version, &p)?;
-                    let keyed = res.crd.is_none();
-                    let now = super::store::now();
-                    store.apply(&res, &ns, name, sub, |live| {
-                        let mut applied = p.clone();
-                        if let Some(body_name) = applied["metadata"]["name"].as_str()
-                            && body_name != name
-                        {
-                            return Err(ApiError::bad_request(
-                                "the name of the object does not match the name on the URL",
-                            ));
-                        }
-                        if res.namespaced {
-                            applied["metadata"]["namespace"] = json!(ns);
-                        }
-                        patch::server_side_apply(live, &applied, fm, force, keyed, &now)
-                    })?
-                }
-                other => {
-                    return Err(ApiError::unsupported_media(format!(
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other:?}"
-                    )));
-                }
+            let call = ObjectCall {
+                store,
+                res: &res,
+                version: &version,
+                ns: &ns,
+                name,
+                query,
+                body,
+                manager: &mgr,
             };
-            Ok(json_response(200, &as_version(&res, &version, updated)))
+            patch_object(&call, headers, sub)
         }
         (Method::DELETE, Some(name), None) => {
-            let opts = if body.is_empty() {
-                json!({})
-            } else {
-                parse_body(body)?
+            let call = ObjectCall {
+                store,
+                res: &res,
+                version: &version,
+                ns: &ns,
+                name,
+                query,
+                body,
+                manager: &mgr,
             };
-            let policy = opts["propagationPolicy"]
-                .as_str()
-                .or(query.get("propagationPolicy").map(String::as_str));
-            let propagation = match policy {
-                Some("Orphan") => Propagation::Orphan,
-                Some("Foreground") => Propagation::Foreground,
-                _ if opts["orphanDependents"] == true => Propagation::Orphan,
-                _ => Propagation::Background,
-            };
-            let grace = opts["gracePeriodSeconds"]
-                .as_i64()
-                .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok()));
-            let options = DeleteOptions {
-                uid: opts["preconditions"]["uid"].as_str().map(str::to_owned),
-                resource_version: opts["preconditions"]["resourceVersion"]
-                    .as_str()
-                    .map(str::to_owned),
-                propagation,
-                grace_period: grace,
-            };
-            let deleted = store.delete(&res, &ns, name, &options)?;
-            Ok(json_response(200, &as_version(&res, &version, deleted)))
+            delete_object(&call)
         }
         (Method::DELETE, None, _) => {
             let opts = ListOptions {
@@ -470,7 +393,8 @@ async fn route(
                 )?,
                 fields: FieldSelector::parse(
                     query.get("fieldSelector").map_or("", String::as_str),
-                )?,
+                )?
+                .for_resource(&res)?,
                 ..Default::default()
             };
             let (items, _, _) = store.list(&res, target.namespace.as_deref(), &opts)?;
@@ -493,6 +417,207 @@ async fn route(
     }
 }
 
+/// One request on one named object.
+struct ObjectCall<'a> {
+    store: &'a Store,
+    res: &'a ResourceInfo,
+    version: &'a str,
+    ns: &'a str,
+    name: &'a str,
+    query: &'a HashMap<String, String>,
+    body: &'a [u8],
+    manager: &'a str,
+}
+
+/// The patch content types of a resource, in the order a 415 lists them
+/// (strategic merge only for built-in kinds).
+fn patch_types(res: &ResourceInfo) -> Vec<&'static str> {
+    let mut types = vec![
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ];
+    if res.crd.is_none() {
+        types.push("application/strategic-merge-patch+json");
+    }
+    types.push("application/apply-patch+yaml");
+    types
+}
+
+/// PATCH, in the handler's order: the content type (415), the
+/// PatchOptions (422), a body that is JSON (400), then the patch.
+fn patch_object(
+    c: &ObjectCall<'_>,
+    headers: &HeaderMap,
+    sub: Option<&str>,
+) -> Result<Response, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let ct = ct.split(';').next().unwrap_or_default().trim();
+    let apply = matches!(
+        ct,
+        "application/apply-patch+yaml" | "application/apply-patch+cbor"
+    );
+    let types = patch_types(c.res);
+    if !apply && !types.contains(&ct) {
+        return Err(ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            types.join(", ")
+        )));
+    }
+    options::patch(c.query, apply)?;
+    if apply {
+        return apply_object(c, sub);
+    }
+    let p: Value =
+        serde_json::from_slice(c.body).map_err(|_| ApiError::bad_request("invalid JSON patch"))?;
+    let updated = c.store.modify(c.res, c.ns, c.name, sub, c.manager, |old| {
+        let mut new = old.clone();
+        match ct {
+            "application/merge-patch+json" => patch::merge_patch(&mut new, &p),
+            "application/json-patch+json" => patch::json_patch(&mut new, &p)?,
+            _ => patch::strategic_merge(&mut new, &p)?,
+        }
+        Ok(new)
+    })?;
+    Ok(json_response(200, &as_version(c.res, c.version, updated)))
+}
+
+/// Server-side apply (PATCH `application/apply-patch+yaml`): 201 when it
+/// creates the object.
+fn apply_object(c: &ObjectCall<'_>, sub: Option<&str>) -> Result<Response, ApiError> {
+    let manager = c.query.get("fieldManager").map_or("", String::as_str);
+    let force = c.query.get("force").is_some_and(|f| f == "true");
+    let p = parse_body(c.body)?;
+    super::store::check_shape(&p)?;
+    check_kind(c.res, c.version, &p)?;
+    let keyed = c.res.crd.is_none();
+    let now = super::store::now();
+    let (name, ns) = (c.name, c.ns);
+    let (applied, created) = c.store.apply(c.res, ns, name, sub, |live| {
+        let mut applied = p.clone();
+        if let Some(body_name) = applied["metadata"]["name"].as_str()
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if c.res.namespaced {
+            applied["metadata"]["namespace"] = json!(ns);
+        }
+        let sub = sub.unwrap_or_default();
+        patch::server_side_apply(live, &applied, manager, sub, force, keyed, &now)
+    })?;
+    let code = if created { 201 } else { 200 };
+    Ok(json_response(code, &as_version(c.res, c.version, applied)))
+}
+
+/// DELETE of one object, with DeleteOptions from the body or the query.
+fn delete_object(c: &ObjectCall<'_>) -> Result<Response, ApiError> {
+    let opts = if c.body.is_empty() {
+        json!({})
+    } else {
+        parse_body(c.body)?
+    };
+    let policy = opts["propagationPolicy"]
+        .as_str()
+        .or(c.query.get("propagationPolicy").map(String::as_str));
+    let propagation = match policy {
+        Some("Orphan") => Propagation::Orphan,
+        Some("Foreground") => Propagation::Foreground,
+        _ if opts["orphanDependents"] == true => Propagation::Orphan,
+        _ => Propagation::Background,
+    };
+    let grace = opts["gracePeriodSeconds"].as_i64().or_else(|| {
+        c.query
+            .get("gracePeriodSeconds")
+            .and_then(|g| g.parse().ok())
+    });
+    let options = DeleteOptions {
+        uid: opts["preconditions"]["uid"].as_str().map(str::to_owned),
+        resource_version: opts["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned),
+        propagation,
+        grace_period: grace,
+    };
+    let deleted = c.store.delete(c.res, c.ns, c.name, &options)?;
+    Ok(json_response(
+        200,
+        &delete_answer(c.res, c.version, deleted),
+    ))
+}
+
+/// What a DELETE answers: the object while finalizers keep it, or for the
+/// kinds that return the deleted object; otherwise a `Status` naming the
+/// object gone (Store.finalizeDelete).
+fn delete_answer(res: &ResourceInfo, version: &str, deleted: Value) -> Value {
+    let pending = deleted["metadata"].get("deletionTimestamp").is_some()
+        && deleted["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+    if deleted["kind"] == "Status" {
+        return deleted;
+    }
+    if pending || super::store::returns_deleted_object(res) {
+        return as_version(res, version, deleted);
+    }
+    let mut details = json!({
+        "name": deleted["metadata"]["name"],
+        "kind": res.plural,
+        "uid": deleted["metadata"]["uid"],
+    });
+    if !res.group.is_empty() {
+        details["group"] = json!(res.group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+/// POST pods/NAME/binding, checked as BindingREST.Create checks it.
+fn bind(
+    store: &Store,
+    res: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let binding = parse_body(body)?;
+    super::store::check_shape(&binding)?;
+    if binding["metadata"]["name"].as_str().unwrap_or_default() != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Binding object",
+        ));
+    }
+    // ValidatePodBinding. Its errors come back as a plain error, not a
+    // Status, which kube-apiserver answers with a 500 of unknown reason.
+    let target = &binding["target"];
+    let kind = target["kind"].as_str().unwrap_or_default();
+    let node = target["name"].as_str().unwrap_or_default();
+    let mut problems = Vec::new();
+    if !kind.is_empty() && kind != "Node" {
+        problems.push(FieldError::not_supported("target.kind", kind, &["Node", "<empty>"]).text());
+    }
+    if node.is_empty() {
+        problems.push(FieldError::required("target.name", "").text());
+    }
+    match problems.as_slice() {
+        [] => {}
+        [one] => return Err(ApiError::unknown(one.clone())),
+        many => return Err(ApiError::unknown(format!("[{}]", many.join(", ")))),
+    }
+    let annotations = binding["metadata"]["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    store.bind(res, ns, name, node, &annotations)?;
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
 /// The scale subresource (`kubectl scale`): an `autoscaling/v1 Scale` view
 /// of `spec.replicas`.
 #[allow(clippy::too_many_arguments)]
@@ -506,7 +631,12 @@ fn scale(
     body: &[u8],
     mgr: &str,
 ) -> Result<Response, ApiError> {
+    // A custom resource's scale reads and writes the CRD's paths.
+    let custom = |o: &Value| super::custom::scale_paths_of(res, o);
     let to_scale = |o: &Value| -> Value {
+        if let Some(paths) = custom(o) {
+            return paths.scale(o);
+        }
         let selector = LabelSelector::from_object(&o["spec"]["selector"])
             .map(|_| {
                 o["spec"]["selector"]["matchLabels"]
@@ -554,7 +684,10 @@ fn scale(
                     .as_i64()
                     .ok_or_else(|| ApiError::unprocessable("spec.replicas: Required value"))?;
                 let mut new = old.clone();
-                new["spec"]["replicas"] = json!(replicas);
+                match custom(old) {
+                    Some(paths) => paths.set_replicas(&mut new, replicas),
+                    None => new["spec"]["replicas"] = json!(replicas),
+                }
                 Ok(new)
             })?;
             Ok(json_response(200, &to_scale(&updated)))
@@ -607,7 +740,14 @@ fn check_sub(res: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
+/// What decoding a body refuses: a shape the API types cannot hold, and
+/// an apiVersion (for built-in kinds, a kind) the endpoint does not take.
+/// A custom resource's wrong kind is left to its validation.
 fn check_kind(res: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+    super::custom::decodable(res, version, obj)?;
+    if res.crd.is_some() {
+        return super::custom::check_group_version(res, version, obj);
+    }
     if let Some(kind) = obj["kind"].as_str().filter(|k| !k.is_empty())
         && kind != res.kind
     {
@@ -674,12 +814,27 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Result<Response, 
     ))
 }
 
-fn list_options(query: &HashMap<String, String>) -> Result<ListOptions, ApiError> {
+/// The ListOptions of a list or watch of `res`: selectors parsed and
+/// checked against the kind's field labels (400), then the options
+/// validated as the list handler does (422).
+fn list_options(
+    res: &ResourceInfo,
+    query: &HashMap<String, String>,
+    watch: bool,
+) -> Result<ListOptions, ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?
+        .for_resource(res)?;
+    options::list(query, watch)?;
     Ok(ListOptions {
-        labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
-        fields: FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?,
+        labels,
+        fields,
         limit: query.get("limit").and_then(|l| l.parse().ok()),
         continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+        resource_version: query.get("resourceVersion").cloned(),
+        exact: query
+            .get("resourceVersionMatch")
+            .is_some_and(|m| m == "Exact"),
     })
 }
 
@@ -689,8 +844,9 @@ fn list(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let opts = list_options(query)?;
-    let (items, rv, cont) = store.list(&t.res, t.namespace.as_deref(), &opts)?;
+    let opts = list_options(&t.res, query, false)?;
+    let page = store.list_page(&t.res, t.namespace.as_deref(), &opts)?;
+    let (items, rv, cont) = (page.items, page.resource_version, page.next);
     let items: Vec<Value> = items
         .into_iter()
         .map(|o| as_version(&t.res, &t.version, o))
@@ -711,6 +867,9 @@ fn list(
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
+    }
+    if let Some(n) = page.remaining {
+        meta["remainingItemCount"] = json!(n);
     }
     let body = json!({
         "kind": format!("{}List", t.res.kind),
@@ -771,7 +930,7 @@ fn watch(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let opts = list_options(query)?;
+    let opts = list_options(&t.res, query, true)?;
     let filter = WatchFilter {
         resource: super::store::resource_key(&t.res.group, &t.res.plural),
         namespace: t.namespace.clone(),
@@ -798,7 +957,13 @@ fn watch(
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))?,
         ),
     };
-    let initial = from.is_none() || send_initial;
+    // Without sendInitialEvents a watch from no version (or 0) starts with
+    // the current objects; with it, exactly when it asks for them.
+    let initial = if query.contains_key("sendInitialEvents") {
+        send_initial
+    } else {
+        from.is_none()
+    };
     let store = app.store.clone();
     let res = t.res.clone();
     let version = t.version.clone();
@@ -909,7 +1074,6 @@ fn opts_without_limit(o: &ListOptions) -> ListOptions {
     ListOptions {
         labels: o.labels.clone(),
         fields: o.fields.clone(),
-        limit: None,
-        continue_token: None,
+        ..ListOptions::default()
     }
 }

@@ -25,12 +25,19 @@
 
 mod calls;
 pub mod controllers;
+mod coordination;
+mod custom;
 mod daemons;
 mod defaults;
+mod events;
+mod field_errors;
+mod group_rules;
 mod http;
 mod interpod;
 mod openapi;
+mod options;
 pub mod patch;
+mod policy;
 mod protobuf;
 mod resources;
 pub mod selectors;

@@ -139,11 +139,20 @@ fn json_patch_remove(doc: &mut Value, path: &str) -> Result<Value, ApiError> {
     }
 }
 
-/// RFC 6902 JSON patch.
+/// RFC 6902 JSON patch. A patch that is no list of operations is a 400;
+/// one that does not apply is the handler's generic 422 (the patch
+/// library's own words are not passed on).
 pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
     let ops = ops
         .as_array()
         .ok_or_else(|| ApiError::bad_request("json patch must be an array of operations"))?;
+    apply_operations(doc, ops).map_err(|e| {
+        tracing::debug!(error = %e, "json patch does not apply");
+        ApiError::unprocessable("the server rejected our request due to an error in our request")
+    })
+}
+
+fn apply_operations(doc: &mut Value, ops: &[Value]) -> Result<(), ApiError> {
     for op in ops {
         let path = op["path"].as_str().unwrap_or_default();
         match op["op"].as_str().unwrap_or_default() {
@@ -657,11 +666,13 @@ pub fn path_string(p: &[PathElem]) -> String {
 }
 
 /// Server-side apply of `applied` by `manager` onto `live` (None to
-/// create). Returns the merged object with `managedFields` updated.
+/// create), through subresource `sub` (`""` for the object itself).
+/// Returns the merged object with `managedFields` updated.
 pub fn server_side_apply(
     live: Option<&Value>,
     applied: &Value,
     manager: &str,
+    sub: &str,
     force: bool,
     keyed: bool,
     now: &str,
@@ -671,51 +682,31 @@ pub fn server_side_apply(
         .unwrap_or_default()
         .to_string();
     let new_paths = leaf_paths(applied, keyed);
+    let me = (manager.to_string(), "Apply".to_string(), sub.to_string());
     let Some(live) = live else {
         let mut obj = applied.clone();
         let mut managers = Managers::default();
-        managers.0.insert(
-            (manager.to_string(), "Apply".into(), String::new()),
-            (api_version, new_paths),
-        );
+        managers.0.insert(me, (api_version, new_paths));
         managers.write(&mut obj, now);
         return Ok(obj);
     };
     let mut managers = Managers::from_object(live);
-    let me = (manager.to_string(), "Apply".to_string(), String::new());
     // Conflicts: another manager owns a path we set, with a different value.
     let mut conflicts = Vec::new();
-    for (k, (_, paths)) in &managers.0 {
-        if *k == me || !k.2.is_empty() {
+    for (k, (version, paths)) in &managers.0 {
+        // An apply to the object leaves what status writers own alone (the
+        // status strategy resets those fields for it).
+        if *k == me || (sub.is_empty() && !k.2.is_empty()) {
             continue;
         }
         for p in paths.intersection(&new_paths) {
             if get_path(live, p) != get_path(applied, p) {
-                conflicts.push((k.0.clone(), p.clone()));
+                conflicts.push((manager_name(k, version), p.clone()));
             }
         }
     }
     if !conflicts.is_empty() && !force {
-        let causes: Vec<Value> = conflicts
-            .iter()
-            .map(|(m, p)| {
-                json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": path_string(p)})
-            })
-            .collect();
-        let list = conflicts
-            .iter()
-            .map(|(m, p)| format!("- conflict with \"{m}\": {}", path_string(p)))
-            .collect::<Vec<_>>()
-            .join("\n");
-        return Err(ApiError::conflict_with_causes(
-            format!(
-                "Apply failed with {} conflict{}: {}",
-                conflicts.len(),
-                if conflicts.len() == 1 { "" } else { "s" },
-                list.trim_start_matches("- ")
-            ),
-            causes,
-        ));
+        return Err(conflict_error(&conflicts));
     }
     let previous = managers
         .0
@@ -762,6 +753,57 @@ pub fn server_side_apply(
     Ok(obj)
 }
 
+/// How a conflict names a manager (managedfields' printManager): the
+/// quoted name, its subresource, and for an updater the version it used.
+fn manager_name(key: &(String, String, String), api_version: &str) -> String {
+    let (manager, operation, sub) = key;
+    let mut name = format!("{manager:?}");
+    if !sub.is_empty() {
+        name = format!("{name} with subresource {sub:?}");
+    }
+    if operation == "Update" {
+        name = format!("{name} using {api_version}");
+    }
+    name
+}
+
+/// The 409 of an apply that would take fields other managers own
+/// (managedfields' NewConflictError): one conflict on one line, more
+/// grouped by manager in name order.
+fn conflict_error(conflicts: &[(String, FieldPath)]) -> ApiError {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|(m, p)| {
+            json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": path_string(p)})
+        })
+        .collect();
+    let message = match conflicts {
+        [(m, p)] => format!(
+            "Apply failed with 1 conflict: conflict with {m}: {}",
+            path_string(p)
+        ),
+        _ => {
+            let mut by_manager: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            for (m, p) in conflicts {
+                by_manager.entry(m).or_default().push(path_string(p));
+            }
+            let lines: Vec<String> = by_manager
+                .into_iter()
+                .flat_map(|(m, paths)| {
+                    std::iter::once(format!("conflicts with {m}:"))
+                        .chain(paths.into_iter().map(|p| format!("- {p}")))
+                })
+                .collect();
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    ApiError::conflict_with_causes(message, causes)
+}
+
 /// Leaf paths whose value differs between `old` and `new`.
 pub fn changed_paths(old: Option<&Value>, new: &Value, keyed: bool) -> BTreeSet<FieldPath> {
     let paths = leaf_paths(new, keyed);
@@ -798,14 +840,14 @@ mod tests {
     #[test]
     fn apply_removes_fields_the_manager_dropped_and_conflicts_with_others() {
         let a1 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"x": "1", "y": "2"}}, "data": {"k": "v"}});
-        let live = server_side_apply(None, &a1, "m1", false, true, "t").unwrap();
+        let live = server_side_apply(None, &a1, "m1", "", false, true, "t").unwrap();
         let a2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"x": "1"}}, "data": {"k": "v"}});
-        let live = server_side_apply(Some(&live), &a2, "m1", false, true, "t").unwrap();
+        let live = server_side_apply(Some(&live), &a2, "m1", "", false, true, "t").unwrap();
         assert_eq!(live["metadata"]["labels"], json!({"x": "1"}));
         let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "w"}});
-        let err = server_side_apply(Some(&live), &other, "m2", false, true, "t").unwrap_err();
+        let err = server_side_apply(Some(&live), &other, "m2", "", false, true, "t").unwrap_err();
         assert_eq!(err.code, 409);
-        let forced = server_side_apply(Some(&live), &other, "m2", true, true, "t").unwrap();
+        let forced = server_side_apply(Some(&live), &other, "m2", "", true, true, "t").unwrap();
         assert_eq!(forced["data"]["k"], "w");
     }
 }

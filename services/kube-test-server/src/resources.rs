@@ -37,6 +37,30 @@ pub struct CrdResource {
     pub definition: Value,
 }
 
+/// The verbs of a built-in resource, as discovery lists them.
+const BUILTIN_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// A custom resource's verbs, in the CRD discovery controller's order.
+const CRD_VERBS: [&str; 8] = [
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "create",
+    "update",
+    "watch",
+];
+
 impl ResourceInfo {
     pub fn has_status(&self) -> bool {
         self.subresources.iter().any(|s| s == "status")
@@ -62,12 +86,17 @@ impl ResourceInfo {
     /// The `APIResource` entries for discovery (the resource and its
     /// subresources).
     pub fn discovery(&self) -> Vec<Value> {
+        let verbs = if self.crd.is_some() {
+            CRD_VERBS
+        } else {
+            BUILTIN_VERBS
+        };
         let mut out = vec![json!({
             "name": self.plural,
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "verbs": verbs,
             "shortNames": self.short_names,
             "categories": self.categories,
         })];

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::resources::ResourceInfo;
 use super::store::ApiError;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -169,8 +170,42 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// The selector as `res` serves it: each field label must be one the
+    /// kind's field label conversion knows (a 400 otherwise, worded as
+    /// kube-apiserver words it), and old spellings become the field they
+    /// stand for. Only the core group's kinds are checked; the other
+    /// kinds take any field, as this server always has.
+    pub fn for_resource(&self, res: &ResourceInfo) -> Result<Self, ApiError> {
+        if res.crd.is_some() || !res.group.is_empty() {
+            return Ok(self.clone());
+        }
+        let known = field_labels(&res.plural);
+        let mut terms = Vec::with_capacity(self.0.len());
+        for (label, eq, value) in &self.0 {
+            let path = match (res.plural.as_str(), label.as_str()) {
+                ("pods", "spec.host") => "spec.nodeName",
+                ("events", "source") => "source.component",
+                (_, l) if known.contains(&l) => l,
+                _ if known == DEFAULT_FIELD_LABELS => {
+                    return Err(ApiError::bad_request(format!(
+                        "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                    )));
+                }
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "field label not supported: {label}"
+                    )));
+                }
+            };
+            terms.push((path.to_string(), *eq, value.clone()));
+        }
+        Ok(FieldSelector(terms))
+    }
+
     /// The value a field-selector path names in `obj` (missing fields are
-    /// the empty string, as the apiserver's field sets have them).
+    /// the empty string, as the apiserver's field sets have them; a
+    /// missing flag is `false` and a missing count `0`, as Go prints the
+    /// zero values).
     fn field(obj: &Value, path: &str) -> String {
         let mut cur = obj;
         for seg in path.split('.') {
@@ -180,6 +215,10 @@ impl FieldSelector {
             Value::String(s) => s.clone(),
             Value::Bool(b) => b.to_string(),
             Value::Number(n) => n.to_string(),
+            Value::Null if matches!(path, "spec.unschedulable" | "spec.hostNetwork") => {
+                "false".to_string()
+            }
+            Value::Null if path == "status.replicas" => "0".to_string(),
             _ => String::new(),
         }
     }
@@ -197,6 +236,56 @@ impl FieldSelector {
             .iter()
             .find(|(p, eq, _)| p == "metadata.name" && *eq)
             .map(|(_, _, v)| v.as_str())
+    }
+}
+
+/// The labels of the default field label conversion.
+const DEFAULT_FIELD_LABELS: &[&str] = &["metadata.name", "metadata.namespace"];
+
+/// The field labels a core kind's field selectors may use
+/// (pkg/apis/core/v1/conversion.go; the default conversion's two for
+/// kinds without their own).
+fn field_labels(plural: &str) -> &'static [&'static str] {
+    match plural {
+        "pods" => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ],
+        "nodes" => &["metadata.name", "spec.unschedulable"],
+        "replicationcontrollers" => &["metadata.name", "metadata.namespace", "status.replicas"],
+        "events" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "metadata.namespace",
+            "metadata.name",
+        ],
+        "namespaces" => &["status.phase", "metadata.name"],
+        "secrets" => &["type", "metadata.namespace", "metadata.name"],
+        "services" => &[
+            "metadata.namespace",
+            "metadata.name",
+            "spec.clusterIP",
+            "spec.type",
+        ],
+        _ => DEFAULT_FIELD_LABELS,
     }
 }
 
@@ -239,5 +328,36 @@ mod tests {
                 .unwrap()
                 .matches(&json!({"spec": {}}))
         );
+    }
+
+    #[test]
+    fn field_labels_are_checked_per_kind() {
+        let builtin = |plural: &str| {
+            crate::resources::builtins()
+                .into_iter()
+                .find(|r| r.group.is_empty() && r.plural == plural)
+                .expect("builtin")
+        };
+        let check = |plural: &str, sel: &str| {
+            FieldSelector::parse(sel)
+                .unwrap()
+                .for_resource(&builtin(plural))
+                .map_err(|e| e.message)
+        };
+        assert!(check("pods", "spec.nodeName=n,status.phase=Running").is_ok());
+        assert_eq!(
+            check("pods", "spec.priority=1").unwrap_err(),
+            "field label not supported: spec.priority"
+        );
+        assert_eq!(
+            check("configmaps", "data.k=v").unwrap_err(),
+            "\"data.k\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        );
+        assert!(check("nodes", "metadata.namespace=x").is_err());
+        // An old client's spec.host is spec.nodeName; a missing flag is false.
+        let host = check("pods", "spec.host=n1").unwrap();
+        assert!(host.matches(&json!({"spec": {"nodeName": "n1"}})));
+        let schedulable = check("nodes", "spec.unschedulable=false").unwrap();
+        assert!(schedulable.matches(&json!({"spec": {}})));
     }
 }

@@ -90,6 +90,91 @@ impl ApiError {
         e.details = Some(Box::new(json!({"causes": causes})));
         e
     }
+    /// apierrors.NewConflict: `Operation cannot be fulfilled on
+    /// {resource} "{name}": {why}`. `resource` is a group-resource as the
+    /// caller names it (a precondition names the kind: `ConfigMap`).
+    pub fn conflict_because(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let qualified = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"),
+        );
+        e.details = Some(Box::new(
+            json!({"name": name, "group": group, "kind": resource}),
+        ));
+        e
+    }
+    /// apierrors.NewForbidden: `{resource} "{name}" is forbidden: {why}`
+    /// (`{resource} is forbidden` when the name is not known yet).
+    pub fn forbidden(res: &ResourceInfo, name: &str, why: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{} is forbidden: {why}", res.group_resource())
+        } else {
+            format!("{} \"{name}\" is forbidden: {why}", res.group_resource())
+        };
+        let mut e = Self::new(403, "Forbidden", message);
+        e.details = Some(Box::new(
+            json!({"name": name, "group": res.group, "kind": res.plural}),
+        ));
+        e
+    }
+    /// 422 for invalid request options (`CreateOptions`, `ListOptions`,
+    /// `PatchOptions`...), as the handlers answer them: the kind in group
+    /// `meta.k8s.io` with an empty name.
+    pub fn invalid_options(kind: &str, errors: &[crate::validation::FieldError]) -> Self {
+        let text: Vec<String> = errors.iter().map(|e| e.text()).collect();
+        let joined = if text.len() == 1 {
+            text[0].clone()
+        } else {
+            format!("[{}]", text.join(", "))
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: {joined}"),
+        );
+        e.details = Some(Box::new(json!({
+            "name": "", "group": "meta.k8s.io", "kind": kind,
+            "causes": errors.iter().map(|e| json!({"reason": e.reason, "message": e.body, "field": e.field})).collect::<Vec<_>>(),
+        })));
+        e
+    }
+    /// 422 for an update without `metadata.resourceVersion` of a kind
+    /// whose strategy refuses unconditional updates (leases, custom
+    /// resources). Store.Update names the group-resource as the kind.
+    pub fn unconditional_update(res: &ResourceInfo, name: &str) -> Self {
+        let body = "Invalid value: 0: must be specified for an update";
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!(
+                "{} \"{name}\" is invalid: metadata.resourceVersion: {body}",
+                res.group_resource()
+            ),
+        );
+        e.details = Some(Box::new(json!({
+            "name": name, "group": res.group, "kind": res.plural,
+            "causes": [{"reason": "FieldValueInvalid", "message": body, "field": "metadata.resourceVersion"}],
+        })));
+        e
+    }
+    /// 504 for a resourceVersion the store has not reached.
+    pub fn too_large_resource_version(asked: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {asked}, current: {current}"),
+        );
+        e.details = Some(Box::new(
+            json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+        ));
+        e
+    }
     pub fn bad_request(msg: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", msg)
     }
@@ -124,7 +209,14 @@ impl ApiError {
         name: &str,
         errors: &[crate::validation::FieldError],
     ) -> Self {
-        let text: Vec<String> = errors.iter().map(|e| e.text()).collect();
+        // ErrorList.ToAggregate: the message names each distinct error
+        // once; the causes keep them all.
+        let mut text: Vec<String> = Vec::new();
+        for t in errors.iter().map(|e| e.text()) {
+            if !text.contains(&t) {
+                text.push(t);
+            }
+        }
         let mut e = Self::invalid(res, name, Vec::new(), text);
         e.details = Some(Box::new(json!({
             "name": name, "group": res.group, "kind": res.kind,
@@ -140,6 +232,11 @@ impl ApiError {
     }
     pub fn unsupported_media(msg: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", msg)
+    }
+    /// 500 of unknown reason: what kube-apiserver answers for an error that
+    /// is not a Status (`ErrorToAPIStatus`).
+    pub fn unknown(msg: impl Into<String>) -> Self {
+        Self::new(500, "", msg)
     }
     pub fn internal(msg: impl Into<String>) -> Self {
         Self::new(500, "InternalError", msg)
@@ -255,6 +352,23 @@ pub struct ListOptions {
     pub fields: FieldSelector,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
+    /// `resourceVersion` as asked (only `continue` and `Exact` use it).
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch=Exact`: the list as of `resource_version`.
+    pub exact: bool,
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    pub items: Vec<Value>,
+    /// The version the list is served at.
+    pub resource_version: u64,
+    /// The continue token of the next page.
+    pub next: Option<String>,
+    /// How many items follow this page (`remainingItemCount`), for lists
+    /// without selectors.
+    pub remaining: Option<u64>,
 }
 
 /// What a DELETE asks for (`DeleteOptions`).
@@ -297,6 +411,9 @@ pub struct Store {
 
 /// The finalizer of an owner waiting for its dependents.
 const FOREGROUND_DELETION: &str = "foregroundDeletion";
+
+/// The finalizer of an owner whose dependents are being orphaned.
+const ORPHAN: &str = "orphan";
 
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -408,59 +525,66 @@ impl Store {
     }
 
     /// Lists objects (all namespaces when `ns` is None). Returns the items,
-    /// the list's resourceVersion and the continue token. Every page of a
-    /// paged list is served as of the first page's version (rolled back
-    /// through the event history), as etcd serves them; a continue token
-    /// older than the history is 410 Expired.
+    /// the list's resourceVersion and the continue token (see
+    /// [`Store::list_page`]).
     pub fn list(
         &self,
         res: &ResourceInfo,
         ns: Option<&str>,
         opts: &ListOptions,
     ) -> Result<(Vec<Value>, u64, Option<String>), ApiError> {
+        let page = self.list_page(res, ns, opts)?;
+        Ok((page.items, page.resource_version, page.next))
+    }
+
+    /// One page of a list. Every page of a paged list is served as of the
+    /// first page's version (rolled back through the event history), as
+    /// etcd serves them, and so is a list with `resourceVersionMatch=Exact`;
+    /// a version older than the history is 410 Expired.
+    pub fn list_page(
+        &self,
+        res: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ListPage, ApiError> {
         let st = self.lock();
         let key = resource_key(&res.group, &res.plural);
-        let (start, list_rv) = match &opts.continue_token {
-            Some(tok) => match decode_continue(tok)? {
-                // Version 0: go on at the latest version (the token an
-                // expired one is answered with).
-                (start, 0) => (Some(start), st.rv),
-                (start, rv) => (Some(start), rv),
-            },
-            None => (None, st.rv),
-        };
-        if list_rv > st.rv {
-            return Err(ApiError::bad_request(
-                "continue key is not valid: a resource version from the future",
-            ));
-        }
-        if list_rv < st.rv && list_rv < st.compacted {
-            let (sns, sname) = start.unwrap_or_default();
-            return Err(ApiError::continue_expired(encode_continue(&sns, &sname, 0)));
-        }
+        let (start, list_rv) = st.list_start(opts)?;
         let empty = BTreeMap::new();
         let objects = st.objects.get(&key).unwrap_or(&empty);
         let lower = match &start {
             Some(start) => std::ops::Bound::Excluded(start.clone()),
             None => std::ops::Bound::Unbounded,
         };
+        let in_scope =
+            |obj: &Value| ns.is_none_or(|n| Some(n) == obj["metadata"]["namespace"].as_str());
         let mut items: Vec<Value> = Vec::new();
         let mut next = None;
-        for obj in st.as_of(&key, objects, list_rv, lower) {
-            if ns.is_some_and(|n| Some(n) != obj["metadata"]["namespace"].as_str()) {
-                continue;
-            }
-            if !opts.labels.matches(&obj) || !opts.fields.matches(&obj) {
+        let mut remaining = None;
+        let mut objects = st.as_of(&key, objects, list_rv, lower);
+        while let Some(obj) = objects.next() {
+            if !in_scope(&obj) || !opts.labels.matches(&obj) || !opts.fields.matches(&obj) {
                 continue;
             }
             if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
                 let (lns, lname) = last_key(&items);
                 next = Some(encode_continue(&lns, &lname, list_rv));
+                // etcd counts what is left under the key prefix, so the
+                // count is only given for a list without selectors.
+                if opts.labels.is_empty() && opts.fields.is_empty() {
+                    let rest = objects.filter(|o| in_scope(o)).count();
+                    remaining = Some(1 + rest as u64);
+                }
                 break;
             }
             items.push((*obj).clone());
         }
-        Ok((items, list_rv, next))
+        Ok(ListPage {
+            items,
+            resource_version: list_rv,
+            next,
+            remaining,
+        })
     }
 
     /// Creates an object (POST).
@@ -480,7 +604,7 @@ impl Store {
             m.remove("status");
         }
         st.defaults_on_create(res, &mut obj);
-        st.validate(res, &mut obj, None)?;
+        st.validate(res, &mut obj, None, None)?;
         let mut managers = Managers::default();
         managers.record_update(
             manager,
@@ -585,32 +709,30 @@ impl Store {
         sub: Option<&str>,
         manager: &str,
     ) -> Result<Value, ApiError> {
-        let mut st = self.lock();
-        let old = st
-            .get(res, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(res, name))?;
-        let asked_version = obj["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|s| !s.is_empty());
-        // Custom resources do not allow an unconditional update (the
-        // apiextensions strategy's AllowUnconditionalUpdate is false): a
-        // PUT must name the version it replaces.
-        if res.crd.is_some() && asked_version.is_none() {
-            return Err(ApiError::invalid_fields(
-                res,
-                name,
-                &[crate::validation::FieldError {
-                    field: "metadata.resourceVersion".into(),
-                    reason: "FieldValueInvalid",
-                    body: "Invalid value: 0x0: must be specified for an update".into(),
-                }],
-            ));
-        }
-        if let Some(rv) = asked_version
-            && Some(rv) != old["metadata"]["resourceVersion"].as_str()
+        self.put(res, ns, name, obj, sub, manager)
+            .map(|(object, _)| object)
+    }
+
+    /// A PUT, as Store.Update does it: replaces the object, or creates it
+    /// (the `bool`) when it is missing and the kind allows create on
+    /// update (leases, events, services, RBAC; never a subresource).
+    pub fn put(
+        &self,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        sub: Option<&str>,
+        manager: &str,
+    ) -> Result<(Value, bool), ApiError> {
+        if res.namespaced
+            && let Some(body_ns) = obj["metadata"]["namespace"].as_str()
+            && !body_ns.is_empty()
+            && body_ns != ns
         {
-            return Err(ApiError::conflict(res, name));
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
         if let Some(body_name) = obj["metadata"]["name"].as_str()
             && body_name != name
@@ -619,7 +741,30 @@ impl Store {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
+        let mut st = self.lock();
+        let Some(old) = st.get(res, ns, name).cloned() else {
+            if sub.is_some() || !allows_create_on_update(res) {
+                return Err(ApiError::not_found(res, name));
+            }
+            drop(st);
+            check_shape(&obj)?;
+            obj["metadata"]["name"] = json!(name);
+            return self.create(res, ns, obj, manager).map(|o| (o, true));
+        };
+        check_uid_precondition(res, &obj, &old)?;
+        let asked_version = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty());
+        if asked_version.is_none() && !allows_unconditional_update(res) {
+            return Err(ApiError::unconditional_update(res, name));
+        }
+        if let Some(rv) = asked_version
+            && Some(rv) != old["metadata"]["resourceVersion"].as_str()
+        {
+            return Err(ApiError::conflict(res, name));
+        }
         self.commit_update(&mut st, res, old, obj, sub, manager)
+            .map(|o| (o, false))
     }
 
     /// Changes an object with `f` under the lock (PATCH). `f` gets the
@@ -639,6 +784,13 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(res, name))?;
         let new = f(&old)?;
+        // The patch handler's checkName: a patch may not rename.
+        let patched_name = new["metadata"]["name"].as_str().unwrap_or_default();
+        if patched_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+            )));
+        }
         if let Some(rv) = new["metadata"]["resourceVersion"]
             .as_str()
             .filter(|s| !s.is_empty())
@@ -650,7 +802,7 @@ impl Store {
     }
 
     /// Server-side apply: `f` gets the live object (None if absent) and
-    /// returns the merged one; creates when absent.
+    /// returns the merged one; creates when absent (the `bool`).
     pub fn apply(
         &self,
         res: &ResourceInfo,
@@ -658,12 +810,18 @@ impl Store {
         name: &str,
         sub: Option<&str>,
         f: impl FnOnce(Option<&Value>) -> Result<Value, ApiError>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<(Value, bool), ApiError> {
         let mut st = self.lock();
         match st.get(res, ns, name).cloned() {
             Some(old) => {
-                let new = f(Some(&old))?;
+                let mut new = f(Some(&old))?;
+                // No managedFields left means none, not "keep the old ones"
+                // (what an update without the field means).
+                if new["metadata"].is_object() && new["metadata"]["managedFields"].is_null() {
+                    new["metadata"]["managedFields"] = json!([]);
+                }
                 self.commit_update(&mut st, res, old, new, sub, "")
+                    .map(|o| (o, false))
             }
             None => {
                 if sub.is_some() {
@@ -671,10 +829,22 @@ impl Store {
                 }
                 let mut obj = f(None)?;
                 check_shape(&obj)?;
+                if let Some(uid) = obj["metadata"]["uid"].as_str().filter(|u| !u.is_empty()) {
+                    return Err(ApiError::conflict_because(
+                        &res.group,
+                        &res.plural,
+                        name,
+                        &format!(
+                            "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                        ),
+                    ));
+                }
                 obj["metadata"]["name"] = json!(name);
                 let managed = obj["metadata"]["managedFields"].take();
                 st.prepare_create(res, ns, &mut obj)?;
-                obj["metadata"]["managedFields"] = managed;
+                if !managed.is_null() {
+                    obj["metadata"]["managedFields"] = managed;
+                }
                 if res.has_status()
                     && !matches!(res.plural.as_str(), "nodes" | "namespaces")
                     && let Some(m) = obj.as_object_mut()
@@ -682,8 +852,8 @@ impl Store {
                     m.remove("status");
                 }
                 st.defaults_on_create(res, &mut obj);
-                st.validate(res, &mut obj, None)?;
-                self.insert(&mut st, res, obj, None)
+                st.validate(res, &mut obj, None, None)?;
+                self.insert(&mut st, res, obj, None).map(|o| (o, true))
             }
         }
     }
@@ -736,32 +906,16 @@ impl Store {
                 }
             }
         }
-        // Fields the server owns.
-        for f in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "namespace",
-            "name",
-            "generation",
-        ] {
-            match old["metadata"].get(f) {
-                Some(v) => new["metadata"][f] = v.clone(),
-                None => {
-                    if let Some(m) = new["metadata"].as_object_mut() {
-                        m.remove(f);
-                    }
-                }
-            }
-        }
+        restore_server_fields(&old, &mut new);
         if new["metadata"]["managedFields"].is_null() {
             new["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
         }
         new["apiVersion"] = old["apiVersion"].clone();
         new["kind"] = old["kind"].clone();
+        // None left (or an update clearing them with `[]`): the field goes.
         if let Some(m) = new["metadata"].as_object_mut()
-            && m.get("managedFields").is_some_and(Value::is_null)
+            && m.get("managedFields")
+                .is_some_and(|v| v.is_null() || v.as_array().is_some_and(Vec::is_empty))
         {
             m.remove("managedFields");
         }
@@ -769,20 +923,7 @@ impl Store {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
             new["metadata"]["generation"] = json!(g + 1);
         }
-        if old["metadata"].get("deletionTimestamp").is_some() {
-            // No new finalizers on an object being deleted.
-            let before: BTreeSet<String> = strings(&old["metadata"]["finalizers"]);
-            let after: BTreeSet<String> = strings(&new["metadata"]["finalizers"]);
-            if !after.is_subset(&before) {
-                return Err(ApiError::invalid(
-                    res,
-                    &name,
-                    vec![("metadata.finalizers".into(), "no new finalizers can be added if the object is being deleted".into())],
-                    vec!["metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into()],
-                ));
-            }
-        }
-        st.validate(res, &mut new, Some(&old))?;
+        st.validate(res, &mut new, Some(&old), sub)?;
         if !manager.is_empty() {
             let mut managers = Managers::from_object(&new);
             let api_version = new["apiVersion"].as_str().unwrap_or_default().to_string();
@@ -822,34 +963,22 @@ impl Store {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Value, ApiError> {
-        let precondition_uid = options.uid.as_deref();
-        let precondition_rv = options.resource_version.as_deref();
-        let (propagation, grace_period) = (options.propagation, options.grace_period);
         let mut st = self.lock();
-        let obj = st
+        let mut obj = st
             .get(res, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(res, name))?;
-        if let Some(uid) = precondition_uid
-            && obj["metadata"]["uid"].as_str() != Some(uid)
-        {
-            return Err(ApiError::conflict_with_causes(
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    obj["metadata"]["uid"].as_str().unwrap_or_default()
-                ),
-                Vec::new(),
-            ));
-        }
-        if let Some(rv) = precondition_rv
-            && obj["metadata"]["resourceVersion"].as_str() != Some(rv)
-        {
-            return Err(ApiError::conflict(res, name));
-        }
+        check_preconditions(res, name, &obj, options)?;
         if res.group.is_empty() && res.plural == "pods" {
-            return Ok(self.delete_pod(&mut st, res, ns, name, obj, grace_period));
+            return Ok(self.delete_pod(&mut st, res, ns, name, obj, options.grace_period));
         }
-        Ok(self.delete_locked(&mut st, res, ns, name, obj, propagation))
+        // The namespace REST turns a namespace Terminating on its first
+        // delete; its content goes once it is removed (here, at once when
+        // no finalizer holds it: `spec.finalizers` is this server's own).
+        if res.group.is_empty() && res.plural == "namespaces" && obj["status"].is_object() {
+            obj["status"]["phase"] = json!("Terminating");
+        }
+        Ok(self.delete_locked(&mut st, res, ns, name, obj, options.propagation))
     }
 
     /// Graceful pod deletion, as kube-apiserver does it: a pod on a node
@@ -878,10 +1007,11 @@ impl Store {
             grace_period
                 .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
                 .unwrap_or(30)
-                .max(0)
         } else {
             0
         };
+        // CheckGracefulDelete: a negative period is one second.
+        let grace = if grace < 0 { 1 } else { grace };
         let marked = pod["metadata"].get("deletionTimestamp").is_some();
         let current = pod["metadata"]["deletionGracePeriodSeconds"].as_i64();
         if marked && current.is_some_and(|c| c <= grace) {
@@ -920,6 +1050,10 @@ impl Store {
             && st.dependents.get(&uid).is_some_and(|d| !d.is_empty())
         {
             return self.delete_in_foreground(st, res, obj, &uid);
+        }
+        if propagation == Propagation::Orphan && obj["metadata"].get("deletionTimestamp").is_none()
+        {
+            return self.delete_orphaning(st, res, ns, name, obj, &uid);
         }
         if !strings(&obj["metadata"]["finalizers"]).is_empty() {
             if obj["metadata"].get("deletionTimestamp").is_some() {
@@ -997,6 +1131,51 @@ impl Store {
             self.refresh_pdbs(st, ns);
         }
         obj
+    }
+
+    /// `propagationPolicy=Orphan`: the owner is marked deleted with the
+    /// `orphan` finalizer, as the store does, and the garbage collector's
+    /// part follows at once: the dependents lose their reference to it,
+    /// the finalizer goes, and with no other finalizer so does the owner.
+    /// Answers with the marked owner, as the DELETE does.
+    fn delete_orphaning(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        uid: &str,
+    ) -> Value {
+        let mut marked = obj.clone();
+        marked["metadata"]["deletionTimestamp"] = json!(now());
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let mut finalizers: Vec<Value> = marked["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !finalizers.iter().any(|f| f == ORPHAN) {
+            finalizers.push(json!(ORPHAN));
+        }
+        marked["metadata"]["finalizers"] = Value::Array(finalizers);
+        let answer = match self.insert(st, res, marked, Some(obj)) {
+            Ok(answer) => answer,
+            Err(e) => return e.status(),
+        };
+        self.collect_dependents(st, uid, Propagation::Orphan);
+        let mut released = answer.clone();
+        if let Some(list) = released["metadata"]["finalizers"].as_array_mut() {
+            list.retain(|f| f != ORPHAN);
+        }
+        if strings(&released["metadata"]["finalizers"]).is_empty() {
+            if let Some(meta) = released["metadata"].as_object_mut() {
+                meta.remove("finalizers");
+            }
+            self.remove(st, res, ns, name, released, Propagation::Orphan);
+        } else {
+            let _ = self.insert(st, res, released, Some(answer.clone()));
+        }
+        answer
     }
 
     /// `propagationPolicy=Foreground`: the owner is marked deleted with the
@@ -1104,9 +1283,7 @@ impl Store {
             };
             if propagation == Propagation::Orphan {
                 let mut new = obj.clone();
-                if let Some(refs) = new["metadata"]["ownerReferences"].as_array_mut() {
-                    refs.retain(|r| r["uid"].as_str() != Some(uid));
-                }
+                drop_owner_reference(&mut new, uid);
                 let _ = self.insert(st, &res, new, Some(obj));
                 continue;
             }
@@ -1129,65 +1306,79 @@ impl Store {
         }
     }
 
-    /// Creates a pod binding (POST pods/NAME/binding).
+    /// Creates a pod binding (POST pods/NAME/binding), as BindingREST does:
+    /// an unassigned, ungated pod that is not being deleted gets the node
+    /// and the binding's annotations.
     pub fn bind(
         &self,
         res: &ResourceInfo,
         ns: &str,
         name: &str,
         node: &str,
+        annotations: &Map<String, Value>,
     ) -> Result<(), ApiError> {
         let mut st = self.lock();
         let old = st
             .get(res, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(res, name))?;
-        if let Some(current) = old["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-            return Err(ApiError::conflict_with_causes(
-                format!(
-                    "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{current}\""
-                ),
-                Vec::new(),
-            ));
-        }
+        let refuse = |why: String| ApiError::conflict_because("", "pods/binding", name, &why);
         if old["metadata"].get("deletionTimestamp").is_some() {
-            return Err(ApiError::conflict_with_causes(
-                format!("pod {name} is being deleted, cannot be assigned to a host"),
-                Vec::new(),
-            ));
+            return Err(refuse(format!(
+                "pod {name} is being deleted, cannot be assigned to a host"
+            )));
+        }
+        if let Some(current) = old["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            return Err(refuse(format!(
+                "pod {name} is already assigned to node {current:?}"
+            )));
+        }
+        if old["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty())
+        {
+            return Err(refuse(format!(
+                "pod {name} has non-empty .spec.schedulingGates"
+            )));
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = json!(node);
+        for (key, value) in annotations {
+            new["metadata"]["annotations"][key] = value.clone();
+        }
         set_condition(&mut new, "PodScheduled", "True", "", "");
         self.insert(&mut st, res, new, Some(old))?;
         Ok(())
     }
 
-    /// The Eviction API: deletes the pod unless a PodDisruptionBudget forbids it (429).
-    pub fn evict(&self, pods: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
+    /// The Eviction API (`EvictionREST.Create`): a terminal, pending or
+    /// terminating pod goes whatever the budgets say; otherwise the one
+    /// PodDisruptionBudget selecting it must allow a disruption (429 if
+    /// not), which is recorded in its `disruptedPods`. An unready pod is
+    /// spared the check while its budget has the healthy pods it wants (or
+    /// always, with `unhealthyPodEvictionPolicy: AlwaysAllow`). The pod
+    /// then gets the `DisruptionTarget` condition and is deleted with the
+    /// eviction's `deleteOptions`. Every step runs under the store's lock,
+    /// so the resourceVersion preconditions the apiserver adds against
+    /// races always hold here.
+    pub fn evict(
+        &self,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
         let mut st = self.lock();
         let pod = st
             .get(pods, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(pods, name))?;
         let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
-        if pod["metadata"].get("deletionTimestamp").is_some() {
-            return Ok(ok);
-        }
         let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
-        if !matches!(phase, "Succeeded" | "Failed" | "Pending") {
-            let pdbs: Vec<Value> = st
-                .objects
-                .get(&resource_key("policy", "poddisruptionbudgets"))
-                .into_iter()
-                .flat_map(|m| m.iter())
-                .filter(|((n, _), _)| n == ns)
-                .map(|(_, v)| (**v).clone())
-                .filter(|pdb| {
-                    LabelSelector::from_object(&pdb["spec"]["selector"])
-                        .is_some_and(|s| !s.is_empty() && s.matches(&pod))
-                })
-                .collect();
+        let can_ignore_budgets = matches!(phase, "Succeeded" | "Failed" | "Pending")
+            || pod["metadata"].get("deletionTimestamp").is_some();
+        if !can_ignore_budgets {
+            let pdbs = st.budgets_selecting(&pod, ns);
             if pdbs.len() > 1 {
                 return Err(ApiError::internal(
                     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
@@ -1195,37 +1386,50 @@ impl Store {
             }
             if let Some(pdb) = pdbs.first() {
                 let status = st.pdb_status(pdb);
-                let healthy = is_ready(&pod);
                 let current = status["currentHealthy"].as_i64().unwrap_or(0);
                 let desired = status["desiredHealthy"].as_i64().unwrap_or(0);
                 let always =
                     pdb["spec"]["unhealthyPodEvictionPolicy"].as_str() == Some("AlwaysAllow");
-                let allowed = if !healthy {
-                    always || current >= desired
-                } else {
-                    status["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
-                };
-                if !allowed {
-                    let pdb_name = pdb["metadata"]["name"].as_str().unwrap_or_default();
-                    let mut e = ApiError::new(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                    );
-                    e.details = Some(Box::new(
-                        json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently")}]}),
-                    ));
-                    return Err(e);
-                }
-                if healthy {
+                let spared = !is_ready(&pod) && (always || (current >= desired && desired > 0));
+                if !spared {
+                    check_disruption_allowed(pdb, &status)?;
                     // The budget counts the pod as disrupted until its
                     // deletion shows (the disruption controller's record).
                     st.record_disruption(pdb, name, self);
                 }
             }
         }
-        self.delete_pod(&mut st, pods, ns, name, pod, None);
+        self.add_condition_and_delete(&mut st, pods, ns, name, pod, options)?;
         Ok(ok)
+    }
+
+    /// `addConditionAndDeletePod`: the `DisruptionTarget` condition, then
+    /// the deletion with the eviction's options (preconditions checked
+    /// against the pod as it was).
+    fn add_condition_and_delete(
+        &self,
+        st: &mut State,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        pod: Value,
+        options: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
+        check_preconditions(pods, name, &pod, options)?;
+        let mut marked = pod.clone();
+        set_condition(
+            &mut marked,
+            "DisruptionTarget",
+            "True",
+            "EvictionByEvictionAPI",
+            "Eviction API: evicting",
+        );
+        let marked = if marked == pod {
+            pod
+        } else {
+            self.insert(st, pods, marked, Some(pod))?
+        };
+        Ok(self.delete_pod(st, pods, ns, name, marked, options.grace_period))
     }
 
     /// The disruption controller: recomputes the status of the namespace's PDBs.
@@ -1341,6 +1545,186 @@ impl Store {
         }
         Ok(n)
     }
+}
+
+/// The namespace lifecycle admission's 403 for content created in a
+/// namespace being deleted, with its NamespaceTerminating cause.
+fn namespace_terminating(res: &ResourceInfo, name: &str, ns: &str) -> ApiError {
+    let mut e = ApiError::forbidden(
+        res,
+        name,
+        &format!("unable to create new content in namespace {ns} because it is being terminated"),
+    );
+    if let Some(details) = e.details.as_deref_mut() {
+        details["causes"] = json!([{
+            "reason": "NamespaceTerminating",
+            "message": format!("namespace {ns} is being terminated"),
+            "field": "metadata.namespace",
+        }]);
+    }
+    e
+}
+
+/// Removes the owner reference to `owner` (the garbage collector
+/// orphaning a dependent); an emptied list goes, as the Go types omit it.
+fn drop_owner_reference(obj: &mut Value, owner: &str) {
+    let Some(meta) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    if let Some(refs) = meta
+        .get_mut("ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        refs.retain(|r| r["uid"].as_str() != Some(owner));
+        if refs.is_empty() {
+            meta.remove("ownerReferences");
+        }
+    }
+}
+
+/// DeleteOptions preconditions, worded as rest.BeforeDelete words them
+/// (the namespace REST checks the uid itself, in its own words).
+fn check_preconditions(
+    res: &ResourceInfo,
+    name: &str,
+    obj: &Value,
+    options: &DeleteOptions,
+) -> Result<(), ApiError> {
+    let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
+    let rv = obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let namespaces = res.group.is_empty() && res.plural == "namespaces";
+    if let Some(want) = options.uid.as_deref().filter(|u| *u != uid) {
+        let why = if namespaces {
+            format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}")
+        } else {
+            format!(
+                "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+            )
+        };
+        let resource = if namespaces { &res.plural } else { &res.kind };
+        return Err(ApiError::conflict_because(&res.group, resource, name, &why));
+    }
+    if let Some(want) = options.resource_version.as_deref().filter(|v| *v != rv) {
+        let why = format!(
+            "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rv}). The object might have been modified"
+        );
+        return Err(ApiError::conflict_because(
+            &res.group, &res.kind, name, &why,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a PUT of a missing object creates it (the registry strategy's
+/// AllowCreateOnUpdate).
+fn allows_create_on_update(res: &ResourceInfo) -> bool {
+    res.crd.is_none()
+        && matches!(
+            (res.group.as_str(), res.plural.as_str()),
+            ("coordination.k8s.io", "leases")
+                | ("", "events")
+                | ("events.k8s.io", "events")
+                | ("", "services")
+                | ("rbac.authorization.k8s.io", _)
+        )
+}
+
+/// Whether a PUT may leave out `metadata.resourceVersion` (the strategy's
+/// AllowUnconditionalUpdate): not for leases, whose holders must
+/// compare-and-swap, nor for custom resources.
+fn allows_unconditional_update(res: &ResourceInfo) -> bool {
+    res.crd.is_none() && !(res.group == "coordination.k8s.io" && res.plural == "leases")
+}
+
+/// Whether DELETE answers with the deleted object (the registry's
+/// ReturnDeletedObject) rather than a `Status` naming it, once the object
+/// is gone. An object kept by finalizers or a grace period is always
+/// answered with.
+pub fn returns_deleted_object(res: &ResourceInfo) -> bool {
+    res.crd.is_none()
+        && res.group.is_empty()
+        && matches!(
+            res.plural.as_str(),
+            "pods"
+                | "namespaces"
+                | "serviceaccounts"
+                | "persistentvolumes"
+                | "persistentvolumeclaims"
+                | "services"
+        )
+}
+
+/// A PUT's uid is a precondition (`DefaultUpdatedObjectInfo`): another
+/// object's uid fails it as the etcd store does.
+fn check_uid_precondition(res: &ResourceInfo, obj: &Value, old: &Value) -> Result<(), ApiError> {
+    let asked = obj["metadata"]["uid"].as_str().unwrap_or_default();
+    let stored = old["metadata"]["uid"].as_str().unwrap_or_default();
+    if asked.is_empty() || asked == stored {
+        return Ok(());
+    }
+    // The etcd key the object is stored under.
+    let prefix = match (res.crd.is_some(), res.group.is_empty(), res.plural.as_str()) {
+        (true, _, plural) => format!("{}/{plural}", res.group),
+        (false, true, "nodes") => "minions".to_owned(),
+        (false, true, "services") => "services/specs".to_owned(),
+        (false, true, "replicationcontrollers") => "controllers".to_owned(),
+        (false, _, plural) => plural.to_owned(),
+    };
+    let name = old["metadata"]["name"].as_str().unwrap_or_default();
+    let key = match old["metadata"]["namespace"].as_str() {
+        Some(ns) if res.namespaced => format!("/registry/{prefix}/{ns}/{name}"),
+        _ => format!("/registry/{prefix}/{name}"),
+    };
+    Err(ApiError::conflict_because(
+        &res.group,
+        &res.plural,
+        name,
+        &format!(
+            "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {asked}, UID in object meta: {stored}"
+        ),
+    ))
+}
+
+/// `rest.BeforeUpdate`: the name, namespace, generation and creation time
+/// stay the stored ones, and so do a uid left out and a deletion under way
+/// (its grace period too, when left out). Whatever else an update does to
+/// them, validation refuses.
+fn restore_server_fields(old: &Value, new: &mut Value) {
+    if !new["metadata"].is_object() {
+        new["metadata"] = json!({});
+    }
+    let before = &old["metadata"];
+    let Some(meta) = new["metadata"].as_object_mut() else {
+        return;
+    };
+    let mut keep = |field: &str| match before.get(field) {
+        Some(v) => meta.insert(field.to_owned(), v.clone()),
+        None => meta.remove(field),
+    };
+    for field in ["name", "namespace", "generation", "creationTimestamp"] {
+        keep(field);
+    }
+    let given = |meta: &Map<String, Value>, field: &str| {
+        meta.get(field)
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+    };
+    if !given(meta, "uid") {
+        meta.insert("uid".into(), before["uid"].clone());
+    }
+    if before.get("deletionTimestamp").is_some() {
+        meta.insert(
+            "deletionTimestamp".into(),
+            before["deletionTimestamp"].clone(),
+        );
+    }
+    let grace = "deletionGracePeriodSeconds";
+    if before.get(grace).is_some() && !given(meta, grace) {
+        meta.insert(grace.into(), before[grace].clone());
+    }
+    // A null is no value (as Go decodes it).
+    meta.retain(|_, v| !v.is_null());
 }
 
 /// Rejects bodies whose top-level shape the server indexes into (an object
@@ -1481,7 +1865,11 @@ fn encode_continue(ns: &str, name: &str, rv: u64) -> String {
 }
 
 fn decode_continue(tok: &str) -> Result<((String, String), u64), ApiError> {
-    let bad = || ApiError::bad_request(format!("continue key is not valid: {tok}"));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid: {tok}"
+        ))
+    };
     let mut parts = tok.splitn(3, '.');
     let rv = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
     let ns = parts.next().and_then(unhex).ok_or_else(bad)?;
@@ -1490,6 +1878,49 @@ fn decode_continue(tok: &str) -> Result<((String, String), u64), ApiError> {
 }
 
 impl State {
+    /// Where a list starts and the version it is served at: after a
+    /// continue token's key at its version, at an `Exact` version, or at
+    /// the latest (storage's ValidateListOptions and its errors).
+    fn list_start(&self, opts: &ListOptions) -> Result<(Option<(String, String)>, u64), ApiError> {
+        let rv = opts.resource_version.as_deref().filter(|v| !v.is_empty());
+        let Some(tok) = &opts.continue_token else {
+            let Some(exact) = rv.filter(|_| opts.exact) else {
+                return Ok((None, self.rv));
+            };
+            let at: u64 = exact.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version {exact:?}"))
+            })?;
+            if at > self.rv {
+                return Err(ApiError::too_large_resource_version(at, self.rv));
+            }
+            if at < self.rv && at < self.compacted {
+                return Err(ApiError::gone(
+                    "The resourceVersion for the provided list is too old.",
+                ));
+            }
+            return Ok((None, at));
+        };
+        let (start, token_rv) = decode_continue(tok)?;
+        if rv.is_some_and(|v| v != "0") {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        // Version 0: go on at the latest version (the token an expired one
+        // is answered with).
+        let list_rv = if token_rv == 0 { self.rv } else { token_rv };
+        if list_rv > self.rv {
+            return Err(ApiError::bad_request(
+                "invalid continue token: continue key is not valid: a resource version from the future",
+            ));
+        }
+        if list_rv < self.rv && list_rv < self.compacted {
+            let (sns, sname) = start;
+            return Err(ApiError::continue_expired(encode_continue(&sns, &sname, 0)));
+        }
+        Ok((Some(start), list_rv))
+    }
+
     /// The objects of `key` after `lower`, in key order, as they were at
     /// version `at`: the live ones, read lazily, unless the history holds
     /// changes after `at` in that range; those are rolled back (the caller
@@ -1591,11 +2022,17 @@ impl State {
         if obj["kind"].as_str().is_none_or(str::is_empty) {
             obj["kind"] = json!(res.kind);
         }
+        // Admission sees the name asked for (empty with generateName).
+        let requested_name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if obj["metadata"]["name"].as_str().is_none_or(str::is_empty) {
             match obj["metadata"]["generateName"].as_str() {
                 Some(prefix) if !prefix.is_empty() => {
                     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-                    let prefix = prefix.to_string();
+                    // SimpleNameGenerator: 63 characters at most with the suffix.
+                    let prefix = prefix.get(..58).unwrap_or(prefix).to_string();
                     loop {
                         let mut r = self.random();
                         let suffix: String = (0..5)
@@ -1648,13 +2085,7 @@ impl State {
                 match self.get(&ns_res, "", ns) {
                     None => return Err(ApiError::not_found(&ns_res, ns)),
                     Some(n) if n["metadata"].get("deletionTimestamp").is_some() => {
-                        return Err(ApiError::new(
-                            403,
-                            "Forbidden",
-                            format!(
-                                "unable to create new content in namespace {ns} because it is being terminated"
-                            ),
-                        ));
+                        return Err(namespace_terminating(res, &requested_name, ns));
                     }
                     _ => {}
                 }
@@ -1702,6 +2133,20 @@ impl State {
             }
             ("", "namespaces") => {
                 obj["status"] = json!({"phase": "Active"});
+                // The namespace strategy requires the `kubernetes`
+                // finalizer on create (the namespace controller's; this
+                // server empties a namespace itself when it goes).
+                let mut finalizers: Vec<Value> = obj["spec"]["finalizers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if !finalizers.iter().any(|f| f == "kubernetes") {
+                    finalizers.push(json!("kubernetes"));
+                }
+                if !obj["spec"].is_object() {
+                    obj["spec"] = json!({});
+                }
+                obj["spec"]["finalizers"] = Value::Array(finalizers);
                 obj["metadata"]["labels"][karpenter_core::labels::NAMESPACE_NAME] =
                     obj["metadata"]["name"].clone();
             }
@@ -1719,6 +2164,7 @@ impl State {
         res: &ResourceInfo,
         obj: &mut Value,
         old: Option<&Value>,
+        sub: Option<&str>,
     ) -> Result<(), ApiError> {
         let name = obj["metadata"]["name"]
             .as_str()
@@ -1727,67 +2173,21 @@ impl State {
         if res.crd.is_none() {
             super::defaults::apply(&res.group, &res.plural, obj)?;
         }
-        let mut errors = crate::validation::labels(obj);
-        if res.group.is_empty() && res.plural == "nodes" {
-            errors.extend(crate::validation::node(obj, old));
-        }
-        if res.group.is_empty()
-            && res.plural == "pods"
-            && let Some(old) = old
-        {
-            errors.extend(crate::validation::pod_update(obj, old));
-        }
+        let mut errors = crate::validation::object(res, obj, old, sub);
+        errors.extend(crate::group_rules::check(res, obj, old, sub));
         if !errors.is_empty() {
             return Err(ApiError::invalid_fields(res, &name, &errors));
         }
-        if let Some(crd) = &res.crd {
-            let version = obj["apiVersion"]
-                .as_str()
-                .and_then(|a| a.rsplit_once('/'))
-                .map(|(_, v)| v.to_string())
-                .unwrap_or_else(|| res.versions[0].clone());
-            // The stored object keeps metadata apart from the schema.
-            let outcome = crd
-                .validator
-                .validate(&version, obj, old)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-            if !outcome.is_valid() {
-                let causes = outcome
-                    .violations
-                    .iter()
-                    .map(|v| (v.path.clone(), v.body()))
-                    .collect();
-                let text = outcome.violations.iter().map(ToString::to_string).collect();
-                return Err(ApiError::invalid(res, &name, causes, text));
-            }
-        }
-        if res.plural == "customresourcedefinitions" {
-            let expected = format!(
-                "{}.{}",
-                obj["spec"]["names"]["plural"].as_str().unwrap_or_default(),
-                obj["spec"]["group"].as_str().unwrap_or_default()
-            );
-            if name != expected {
-                return Err(ApiError::invalid(
-                    res,
-                    &name,
-                    vec![(
-                        "metadata.name".into(),
-                        "must be spec.names.plural+\".\"+spec.group".to_string(),
-                    )],
-                    vec![format!(
-                        "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
-                    )],
-                ));
-            }
-            if let Err(e) = CrdValidator::new(obj) {
-                return Err(ApiError::invalid(
-                    res,
-                    &name,
-                    vec![("spec".into(), e.to_string())],
-                    vec![e.to_string()],
-                ));
-            }
+        crate::custom::validate(res, obj, old, sub == Some("status"))?;
+        if res.plural == "customresourcedefinitions"
+            && let Err(e) = CrdValidator::new(obj)
+        {
+            return Err(ApiError::invalid(
+                res,
+                &name,
+                vec![("spec".into(), e.to_string())],
+                vec![e.to_string()],
+            ));
         }
         Ok(())
     }
@@ -1896,13 +2296,31 @@ impl State {
         }
     }
 
-    /// A PDB's status from the pods it selects.
+    /// The namespace's PodDisruptionBudgets whose selector matches `pod`
+    /// (`LabelSelectorAsSelector`: none for a null selector, all for an
+    /// empty one).
+    fn budgets_selecting(&self, pod: &Value, ns: &str) -> Vec<Value> {
+        self.objects
+            .get(&resource_key("policy", "poddisruptionbudgets"))
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(|((n, _), _)| n == ns)
+            .map(|(_, v)| (**v).clone())
+            .filter(|pdb| {
+                LabelSelector::from_object(&pdb["spec"]["selector"]).is_some_and(|s| s.matches(pod))
+            })
+            .collect()
+    }
+
     /// A PodDisruptionBudget's status as the disruption controller computes
-    /// it. Expected pods: with an integer `minAvailable`, the pods the
-    /// selector matches; otherwise (a percentage, or `maxUnavailable`) the
-    /// scale of their controllers (a pod without one makes the budget
-    /// allow nothing). Healthy: ready pods that are not being deleted and
-    /// were not evicted in the last two minutes (`disruptedPods`).
+    /// it from the pods it selects (an empty selector selects them all).
+    /// Expected pods: with an integer `minAvailable`, the pods the selector
+    /// matches, terminating ones included; otherwise (a percentage, or
+    /// `maxUnavailable`) the scale of their controllers (pods without one
+    /// left out; a controller that cannot be found makes the budget allow
+    /// nothing). Healthy: ready pods that are not being deleted and were
+    /// not evicted in the last two minutes (`disruptedPods`). No pods
+    /// expected, no disruption allowed.
     fn pdb_status(&self, pdb: &Value) -> Value {
         let ns = pdb["metadata"]["namespace"].as_str().unwrap_or_default();
         let selector = LabelSelector::from_object(&pdb["spec"]["selector"]);
@@ -1911,19 +2329,13 @@ impl State {
             .get(&resource_key("", "pods"))
             .into_iter()
             .flat_map(|m| m.iter())
-            .filter(|((n, _), p)| {
-                n == ns
-                    && selector
-                        .as_ref()
-                        .is_some_and(|s| !s.is_empty() && s.matches(p))
-            })
+            .filter(|((n, _), p)| n == ns && selector.as_ref().is_some_and(|s| s.matches(p)))
             .map(|(_, p)| &**p)
-            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
             .collect();
         let disrupted = recently_disrupted(pdb);
         let healthy = pods
             .iter()
-            .filter(|p| is_ready(p))
+            .filter(|p| p["metadata"].get("deletionTimestamp").is_none() && is_ready(p))
             .filter(|p| {
                 !p["metadata"]["name"]
                     .as_str()
@@ -1970,7 +2382,7 @@ impl State {
             "currentHealthy": healthy,
             "desiredHealthy": desired,
             "expectedPods": expected,
-            "disruptionsAllowed": (healthy - desired).max(0),
+            "disruptionsAllowed": if expected > 0 { (healthy - desired).max(0) } else { 0 },
             "disruptedPods": disrupted,
         })
     }
@@ -1994,13 +2406,16 @@ impl State {
 
     /// The summed scale of the controllers of `pods` (each counted once):
     /// a ReplicaSet's (its Deployment's, when it has one), a StatefulSet's
-    /// or a ReplicationController's `spec.replicas`. `None` when a pod has
-    /// no controller the disruption controller knows.
+    /// or a ReplicationController's `spec.replicas`. Pods without a
+    /// controller are left out (the controller only warns of them); `None`
+    /// when a pod's controller is not one the disruption controller knows.
     fn controllers_scale(&self, ns: &str, pods: &[&Value]) -> Option<i64> {
         let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
         let mut total = 0i64;
         for pod in pods {
-            let owner = controller_of(pod)?;
+            let Some(owner) = controller_of(pod) else {
+                continue;
+            };
             let (group, plural) = match owner.0.as_str() {
                 "ReplicaSet" => ("apps", "replicasets"),
                 "StatefulSet" => ("apps", "statefulsets"),
@@ -2028,6 +2443,40 @@ impl State {
         }
         Some(total)
     }
+}
+
+/// The eviction's `checkAndDecrement` of a budget's (computed) status: a
+/// negative allowance is forbidden, none left is 429 with the budget as
+/// the cause.
+fn check_disruption_allowed(pdb: &Value, status: &Value) -> Result<(), ApiError> {
+    let name = pdb["metadata"]["name"].as_str().unwrap_or_default();
+    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
+    if allowed < 0 {
+        return Err(ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "poddisruptionbudget.policy \"{name}\" is forbidden: pdb disruptions allowed is negative"
+            ),
+        ));
+    }
+    if allowed > 0 {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    );
+    e.details = Some(Box::new(json!({"causes": [{
+        "reason": "DisruptionBudget",
+        "message": format!(
+            "The disruption budget {name} needs {} healthy pods and has {} currently",
+            status["desiredHealthy"].as_i64().unwrap_or(0),
+            status["currentHealthy"].as_i64().unwrap_or(0)
+        ),
+    }]})));
+    Err(e)
 }
 
 /// The kind and name of an object's controller (its owner reference with
@@ -2068,7 +2517,7 @@ fn recently_disrupted(pdb: &Value) -> serde_json::Map<String, Value> {
         .unwrap_or_default()
 }
 
-fn qos_class(pod: &Value) -> &'static str {
+pub(crate) fn qos_class(pod: &Value) -> &'static str {
     let containers: Vec<&Value> = pod["spec"]["containers"]
         .as_array()
         .into_iter()

@@ -14,7 +14,7 @@ use serde_json::Value as Json;
 pub(crate) use check::Ty;
 
 use crate::error::{BadValue, CompileError, Source, Violation, ViolationKind};
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaType};
 
 /// The CEL environment every rule compiles and runs in: cel's standard
 /// library, its strings extension, and the Kubernetes libraries.
@@ -442,7 +442,13 @@ pub(crate) fn eval_node(
                 continue;
             }
         }
-        // The rule evaluated to false.
+        // The rule evaluated to false: the apiserver reports the value,
+        // except for objects and arrays, whose value it leaves out
+        // (`field.OmitValueType`); evaluation errors above keep the type.
+        let failed_value = || match node.schema.ty {
+            Some(SchemaType::Object | SchemaType::Array) => BadValue::Omitted,
+            _ => BadValue::Json(value.clone()),
+        };
         let fail_path = match &rule.field_path {
             Some(fp) => child_path(path, fp),
             None => path.to_string(),
@@ -463,7 +469,7 @@ pub(crate) fn eval_node(
             Reason::Invalid => Violation::new(
                 fail_path,
                 ViolationKind::Invalid,
-                bad_value(),
+                failed_value(),
                 detail,
                 source,
             ),
@@ -484,7 +490,7 @@ pub(crate) fn eval_node(
             Reason::Duplicate => Violation::new(
                 fail_path,
                 ViolationKind::Duplicate,
-                bad_value(),
+                failed_value(),
                 String::new(),
                 source,
             ),
