@@ -9,11 +9,15 @@
 //! ```
 //!
 //! TLS is rustls (ring); the service-account directory is
-//! [`SERVICE_ACCOUNT_DIR`], as kubelet mounts it.
+//! [`SERVICE_ACCOUNT_DIR`], as kubelet mounts it. [`evict_pod`] evicts with
+//! a UID precondition the API server actually reads.
 
 #![forbid(unsafe_code)]
 
+mod eviction;
 mod rate;
+
+pub use eviction::evict_pod;
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use karpenter_core::labels;
 use karpenter_core::taints::{Effect, Taint, Toleration};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, EvictParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 
 use crate::controllers::Context;
 use crate::error::{Result, is_not_found};
@@ -215,17 +215,11 @@ async fn evict(ctx: &Context, node: &Node, pod: &PodEntry, reason: &str) -> Resu
         return Ok(());
     }
     let namespace = pod.namespace().unwrap_or_default();
-    let params = EvictParams {
-        delete_options: Some(DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        }),
-        ..EvictParams::default()
-    };
-    let result = ctx.pods(&namespace).evict(&pod.name_any(), &params).await;
+    // Only the pod meant: a pod recreated under its name (a StatefulSet's)
+    // is refused with 409 and handled as gone.
+    let result =
+        karpenter_kube::evict_pod(&ctx.pods(&namespace), &pod.name_any(), pod.uid().as_deref())
+            .await;
     let code = match &result {
         Ok(_) => 200,
         Err(kube::Error::Api(status)) => status.code,
