@@ -364,13 +364,9 @@ impl Index {
         if !exact.is_empty() {
             return exact.to_vec();
         }
-        let instance = instance_id(provider_id);
-        if instance.is_empty() {
-            return Vec::new();
-        }
         self.node_claims
             .iter()
-            .filter(|claim| claim.provider_id().map(instance_id) == Some(instance))
+            .filter(|claim| names_instance_of(provider_id, claim))
             .cloned()
             .collect()
     }
@@ -461,6 +457,16 @@ impl Index {
 /// (`aws:///us-west-2a/i-0abc` and `aws:///i-0abc` name `i-0abc`).
 pub fn instance_id(provider_id: &str) -> &str {
     provider_id.rsplit('/').next().unwrap_or_default()
+}
+
+/// Whether an interruption's `provider_id` names the claim's instance:
+/// the same provider ID, or a partial one naming the same instance.
+pub fn names_instance_of(provider_id: &str, claim: &NodeClaim) -> bool {
+    let Some(launched) = claim.provider_id().filter(|id| !id.is_empty()) else {
+        return false;
+    };
+    let instance = instance_id(provider_id);
+    launched == provider_id || (!instance.is_empty() && instance_id(launched) == instance)
 }
 
 /// Name of an object, for logs and keys.

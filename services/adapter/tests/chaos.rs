@@ -47,7 +47,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::{NodeClaim, NodePool};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use provider_kwok::{InterruptionRequest, OfferingPattern};
 use serde_json::json;
 
@@ -105,12 +105,22 @@ impl Drop for Slot {
 struct Record {
     /// (resourceVersion, event) for pods and nodes.
     history: Vec<(u64, Seen)>,
-    /// Claims: provider ID and when their deletion began (API time).
-    claims: BTreeMap<String, (String, Option<SystemTime>)>,
+    /// Claims as observed.
+    claims: BTreeMap<String, ClaimSeen>,
     /// Lease holders as observed: (when, holder).
     holders: Vec<(Instant, String)>,
     /// The most CPU (millicores) the pool's live instances had at once.
     peak_cpu_milli: i64,
+}
+
+/// What the recorder saw of a claim.
+#[derive(Clone, Debug, Default)]
+struct ClaimSeen {
+    provider_id: String,
+    /// Its deletionTimestamp (API time, whole seconds).
+    deleting: Option<SystemTime>,
+    /// When it was last observed not being deleted.
+    live_seen: Option<SystemTime>,
 }
 
 #[derive(Clone, Debug)]
@@ -160,6 +170,16 @@ struct World {
     adapter_bin: PathBuf,
     logs: PathBuf,
     generation: u32,
+    /// The recorder's tasks, ended with the world.
+    recorders: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.recorders
+            .iter()
+            .for_each(tokio::task::AbortHandle::abort);
+    }
 }
 
 impl World {
@@ -203,6 +223,7 @@ impl World {
             adapter_bin: PathBuf::from(env!("CARGO_BIN_EXE_adapter")),
             logs,
             generation: 0,
+            recorders: Vec::new(),
         };
         world.record_cluster();
         for slot in 0..world.slots.len() {
@@ -287,10 +308,10 @@ impl World {
     }
 
     /// Watches pods, nodes, claims and the lease, and samples the cloud.
-    fn record_cluster(&self) {
+    fn record_cluster(&mut self) {
         let client = self.cluster.client.clone();
         let record = self.record.clone();
-        tokio::spawn(watch_into(
+        let handle = tokio::spawn(watch_into(
             Api::<Pod>::all(client.clone()),
             record.clone(),
             |r, rv, pod: &Pod, deleted| {
@@ -307,7 +328,8 @@ impl World {
                 ));
             },
         ));
-        tokio::spawn(watch_into(
+        self.recorders.push(handle.abort_handle());
+        let handle = tokio::spawn(watch_into(
             Api::<Node>::all(client.clone()),
             record.clone(),
             |r, rv, node: &Node, deleted| {
@@ -316,20 +338,25 @@ impl World {
                 }
             },
         ));
-        tokio::spawn(watch_into(
+        self.recorders.push(handle.abort_handle());
+        let handle = tokio::spawn(watch_into(
             Api::<NodeClaim>::all(client.clone()),
             record.clone(),
             |r, _, claim: &NodeClaim, _| {
                 let entry = r.claims.entry(claim.name_any()).or_default();
                 if let Some(id) = claim.provider_id() {
-                    entry.0 = id.to_owned();
+                    entry.provider_id = id.to_owned();
                 }
-                if let Some(at) = &claim.metadata.deletion_timestamp {
-                    entry.1.get_or_insert(SystemTime::from(at.0));
+                match &claim.metadata.deletion_timestamp {
+                    Some(at) => {
+                        entry.deleting.get_or_insert(SystemTime::from(at.0));
+                    }
+                    None => entry.live_seen = Some(SystemTime::now()),
                 }
             },
         ));
-        tokio::spawn(watch_into(
+        self.recorders.push(handle.abort_handle());
+        let handle = tokio::spawn(watch_into(
             Api::<Lease>::all(client),
             record.clone(),
             |r, _, lease: &Lease, _| {
@@ -343,8 +370,9 @@ impl World {
                 }
             },
         ));
+        self.recorders.push(handle.abort_handle());
         let kwok = self.cluster.kwok.clone();
-        tokio::spawn(async move {
+        let sampler = tokio::spawn(async move {
             loop {
                 let cpu: i64 = kwok
                     .instances()
@@ -359,6 +387,7 @@ impl World {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
+        self.recorders.push(sampler.abort_handle());
     }
 
     async fn workload(&self) {
@@ -734,10 +763,7 @@ impl World {
 
     /// An interruption acknowledged while the claim of its instance was
     /// not yet being deleted.
-    fn acknowledged_before_acted(
-        &self,
-        claims: &BTreeMap<String, (String, Option<SystemTime>)>,
-    ) -> Vec<String> {
+    fn acknowledged_before_acted(&self, claims: &BTreeMap<String, ClaimSeen>) -> Vec<String> {
         let acks = self
             .cluster
             .holds
@@ -745,18 +771,24 @@ impl World {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        // A claim seen alive this long after the acknowledgement was not
+        // being deleted when it was sent (observation takes milliseconds).
+        let observed_within = Duration::from_secs(2);
         let mut broken = Vec::new();
         for (id, at) in acks {
             let Some(targets) = self.interruptions.get(&id) else {
                 continue;
             };
-            for (claim, (provider_id, deleting)) in claims {
-                if !targets.contains(provider_id) {
+            for (claim, seen) in claims {
+                if !targets.contains(&seen.provider_id) {
                     continue;
                 }
-                if deleting.is_none_or(|d| d > at) {
+                let deleted_after = seen.deleting.is_some_and(|d| d > at);
+                let alive_after = seen.deleting.is_none()
+                    && seen.live_seen.is_some_and(|l| l > at + observed_within);
+                if deleted_after || alive_after {
                     broken.push(format!(
-                        "interruption {id} acknowledged before claim {claim} was deleted"
+                        "interruption {id} acknowledged at {at:?} before claim {claim} was deleted ({seen:?})"
                     ));
                 }
             }
@@ -812,7 +844,10 @@ where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     F: Fn(&mut Record, u64, &K, bool) + Send + 'static,
 {
-    let mut events = watcher(api, watcher::Config::default()).boxed();
+    // Backed off: a watch of a server that is gone must not spin.
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     while let Some(event) = events.next().await {
         let (object, deleted) = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),

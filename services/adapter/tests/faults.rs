@@ -282,3 +282,80 @@ async fn a_deleted_nodes_taint_stays_while_the_claim_watch_lags() {
     proxy.remove(stalled);
     adapter.stop().await;
 }
+
+/// Found by the fault suite (an interruption acknowledged before its claim
+/// was deleted): a leader whose NodeClaim watch lags does not know a claim
+/// its predecessor launched, matched the spot interruption of that claim's
+/// instance against nothing and acknowledged it, so the node would have
+/// died without a drain. An interruption the index cannot place is now
+/// matched against the API server's own list before it is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interruption_for_a_claim_a_lagging_index_does_not_know_is_acted_on() {
+    let cluster = Cluster::start().await;
+    let first = cluster
+        .adapter_with(
+            cluster.settings(&["--identity", "first"]),
+            common::test_timing(),
+        )
+        .await;
+    eventually("the first adapter leads", Duration::from_secs(20), || {
+        first.leads()
+    })
+    .await;
+    // The standby lists the cluster now, before the claim exists, and its
+    // NodeClaim watch then passes nothing.
+    let proxy = ApiFaultProxy::start(api_addr(&cluster))
+        .await
+        .expect("proxy");
+    proxy.add(Fault::on("/nodeclaims", Action::Hold).watches());
+    let standby = proxied_adapter(&cluster, &proxy, "standby").await;
+    eventually("the standby is ready", Duration::from_secs(20), || {
+        standby.ready()
+    })
+    .await;
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    let claim = cluster.claims().await.remove(0);
+    let provider_id = claim.provider_id().expect("launched").to_owned();
+    first.stop().await;
+    eventually("the standby leads", Duration::from_secs(30), || {
+        standby.leads()
+    })
+    .await;
+    let request = provider_kwok::InterruptionRequest {
+        kind: "spot-interruption".into(),
+        provider_ids: vec![provider_id],
+        state: String::new(),
+        detail: String::new(),
+    };
+    let id = cluster
+        .kwok
+        .interrupt(&request)
+        .expect("interruption queued");
+    eventually(
+        "the interrupted claim deleted",
+        Duration::from_secs(30),
+        || async {
+            let acknowledged = !cluster.kwok.unacknowledged().contains(&id);
+            let deleting = cluster
+                .claims()
+                .await
+                .iter()
+                .find(|c| c.name_any() == claim.name_any())
+                .is_none_or(|c| c.metadata.deletion_timestamp.is_some());
+            assert!(
+                !acknowledged || deleting,
+                "the interruption was acknowledged while its claim lived"
+            );
+            deleting
+        },
+    )
+    .await;
+    standby.stop().await;
+}

@@ -26,15 +26,7 @@ use crate::nodepool::NodeClaimTemplate;
 /// The hash scheme version written as `karpenter.sh/nodepool-hash-version`.
 pub const NODE_POOL_HASH_VERSION: &str = "v3";
 
-const FNV_OFFSET: u64 = 14_695_981_039_346_656_037;
-const FNV_PRIME: u64 = 1_099_511_628_211;
-
-/// FNV-1 (multiply, then xor) over `bytes`.
-fn fnv1(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(FNV_OFFSET, |h, b| h.wrapping_mul(FNV_PRIME) ^ u64::from(*b))
-}
+use karpenter_core::hash::fnv1_64 as fnv1;
 
 fn text(s: &str) -> u64 {
     fnv1(s.as_bytes())

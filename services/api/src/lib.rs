@@ -39,6 +39,7 @@ mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
 pub mod hash;
+pub mod node;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod schema;

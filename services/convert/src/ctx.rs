@@ -372,25 +372,15 @@ pub(crate) fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
     let lower = key.to_ascii_lowercase();
     known
         .iter()
-        .map(|k| (*k, edit_distance(&lower, &k.to_ascii_lowercase())))
+        .map(|k| {
+            (
+                *k,
+                karpenter_core::hash::edit_distance(&lower, &k.to_ascii_lowercase()),
+            )
+        })
         .filter(|(k, d)| *d <= 2.max(k.len() / 5) && *d < k.len())
         .min_by_key(|(_, d)| *d)
         .map(|(k, _)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //!   kubelet resource and eviction-signal names ──kubelet──▶ one list each
 //!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
 //!   label keys and values, DNS names ──names──▶ what apimachinery says is wrong with them
+//!   bytes ──hash──▶ FNV-1 / FNV-1a (stable across processes); edit distance
 //! ```
 //!
 //! Nothing here does I/O or knows a wire format: the scheduler, the
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod duration;
+pub mod hash;
 pub mod kubelet;
 pub mod labels;
 pub mod names;

@@ -60,7 +60,7 @@ pub fn unknown(group: &str, api_version: &str, kind: &str) -> Option<String> {
         .map(|k| {
             (
                 k,
-                crate::validate::edit_distance(&k.to_lowercase(), &kind.to_lowercase()),
+                karpenter_core::hash::edit_distance(&k.to_lowercase(), &kind.to_lowercase()),
             )
         })
         .min_by_key(|(_, d)| *d)

@@ -289,7 +289,7 @@ fn suggestion(schema: &Value, field: &str) -> Option<String> {
     let properties = node.get("properties")?.as_object()?;
     let (best, distance) = properties
         .keys()
-        .map(|k| (k, edit_distance(k, last)))
+        .map(|k| (k, karpenter_core::hash::edit_distance(k, last)))
         .min_by_key(|(_, d)| *d)?;
     (distance <= 2.max(last.len() / 3)).then(|| {
         let mut path = parents.join(".");
@@ -298,32 +298,4 @@ fn suggestion(schema: &Value, field: &str) -> Option<String> {
         }
         path + best
     })
-}
-
-/// Levenshtein distance (field and kind suggestions).
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut cur = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn distances() {
-        assert_eq!(edit_distance("limit", "limits"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
 }

@@ -230,12 +230,7 @@ pub(crate) fn owned_by<'a>(objs: &'a [Value], uid: &str) -> Vec<&'a Value> {
 
 fn template_hash(template: &Value) -> String {
     // FNV-1a over the template's JSON, printed like pod-template-hash.
-    let text = template.to_string();
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
+    let h = karpenter_core::hash::fnv1a_64(template.to_string().as_bytes());
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     (0..10)
         .map(|i| ALPHABET[((h >> (i * 6)) % ALPHABET.len() as u64) as usize] as char)

@@ -1132,7 +1132,8 @@ fn round(
             let mid = (low + high) / 2;
             let batch = &within_budget[..=mid];
             *evaluated += batch.len();
-            let pdbs_allow = pdb_blocks(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
+            let pdbs_allow =
+                pdb_blocks(state, batch.iter().map(|c| &state.nodes[c.node])).is_none();
             match consolidate(
                 &prepared,
                 &closed,

@@ -80,15 +80,7 @@ impl NodeClass {
     }
 }
 
-/// FNV-1a, 64 bits: stable across processes and releases.
-pub fn fnv64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
+pub use karpenter_core::hash::fnv1a_64 as fnv64;
 
 /// Hash of the static part of the spec (selector terms are dynamic: their
 /// drift is detected by resolution, not by the hash).

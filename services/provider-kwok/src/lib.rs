@@ -847,10 +847,7 @@ pub fn spec_hash(spec_json: &str) -> String {
     }
     let spec: Value = serde_json::from_str(spec_json).unwrap_or_else(|_| json!({}));
     let text = sorted(&spec).to_string();
-    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    });
-    hash.to_string()
+    karpenter_core::hash::fnv1a_64(text.as_bytes()).to_string()
 }
 
 impl KwokProvider {

@@ -93,10 +93,7 @@ pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<pb::StateNod
     };
     let conditions = status.conditions.unwrap_or_default();
     // A node that reports no conditions (a manifest without status) is ready.
-    let not_ready = !conditions.is_empty()
-        && !conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
+    let not_ready = !conditions.is_empty() && !karpenter_api::node::ready_condition(&conditions);
     let disruption = pb::NodeClaimDisruptionState {
         do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
         disrupting: taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),

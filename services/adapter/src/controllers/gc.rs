@@ -39,15 +39,6 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
     }
 }
 
-fn node_ready(node: &k8s_openapi::api::core::v1::Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 /// One round of collection against `index` (taken before the provider is
 /// listed, so an instance launched meanwhile is young and kept).
 pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
@@ -102,7 +93,10 @@ pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
         {
             continue;
         }
-        if index.node_of(claim).is_some_and(|n| node_ready(n)) {
+        if index
+            .node_of(claim)
+            .is_some_and(|node| karpenter_api::node::is_ready(node))
+        {
             continue;
         }
         tracing::info!(nodeclaim = %claim.name_any(), "garbage collecting a NodeClaim whose instance is gone");
@@ -124,7 +118,7 @@ pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
             || node.meta().deletion_timestamp.is_some()
             || !index.claims_for_provider_id(provider_id).is_empty()
             || listed.contains(provider_id)
-            || node_ready(node)
+            || karpenter_api::node::is_ready(node)
         {
             continue;
         }

@@ -181,7 +181,15 @@ async fn handle(
     let index = snapshots.borrow().index.clone();
     let mut ok = true;
     for provider_id in &event.provider_ids {
-        for claim in index.claims_for_interrupted(provider_id) {
+        let claims = match interrupted_claims(ctx, &index, provider_id).await {
+            Ok(claims) => claims,
+            Err(error) => {
+                tracing::warn!(%provider_id, %error, "finding the interrupted claims failed");
+                ok = false;
+                continue;
+            }
+        };
+        for claim in claims {
             if !ctx.manages(&claim) {
                 continue;
             }
@@ -209,6 +217,31 @@ async fn handle(
             tracing::warn!(error = %status.message(), "acknowledging an interruption failed")
         }
     }
+}
+
+/// The claims an interruption names. The index answers first; when it
+/// knows none (its NodeClaim watch lags, or another leader launched the
+/// claim moments ago), the API server's own list is asked, so an event is
+/// never acknowledged unacted because this replica's view was behind.
+async fn interrupted_claims(
+    ctx: &Context,
+    index: &Index,
+    provider_id: &str,
+) -> crate::error::Result<Vec<std::sync::Arc<NodeClaim>>> {
+    let known = index.claims_for_interrupted(provider_id);
+    if !known.is_empty() {
+        return Ok(known);
+    }
+    let listed = ctx
+        .node_claims()
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|claim| crate::index::names_instance_of(provider_id, claim))
+        .map(std::sync::Arc::new)
+        .collect())
 }
 
 /// Publishes the notice and, for messages that take the instance, deletes

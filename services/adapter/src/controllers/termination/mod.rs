@@ -48,15 +48,6 @@ pub struct Termination {
     pub ctx: Context,
 }
 
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 fn terminating(node: &Node) -> bool {
     node.meta().deletion_timestamp.is_some()
         && node
@@ -124,7 +115,7 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
         patch::delete(&ctx.node_claims(), claim.as_ref()).await?;
     }
     if !provider_id.is_empty()
-        && !is_ready(node)
+        && !karpenter_api::node::is_ready(node)
         && ctx
             .clients
             .get(&provider_id)
