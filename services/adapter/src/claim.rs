@@ -244,21 +244,6 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
                 .map(|v| (name.clone(), v))
         })
         .collect();
-    let taints = |list: &[karpenter_api::Taint]| -> Vec<pb::Taint> {
-        list.iter()
-            .map(|t| pb::Taint {
-                key: t.key.clone(),
-                value: t.value.clone().unwrap_or_default(),
-                effect: match t.effect {
-                    karpenter_api::TaintEffect::NoSchedule => pb::TaintEffect::NoSchedule,
-                    karpenter_api::TaintEffect::PreferNoSchedule => {
-                        pb::TaintEffect::PreferNoSchedule
-                    }
-                    karpenter_api::TaintEffect::NoExecute => pb::TaintEffect::NoExecute,
-                } as i32,
-            })
-            .collect()
-    };
     pv::NodeClaim {
         name: claim.name_any(),
         node_pool: claim
@@ -270,8 +255,8 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
         annotations: claim.annotations().clone(),
         requirements,
         resources: Some(pb::ResourceList { quantities }),
-        taints: taints(&spec.taints),
-        startup_taints: taints(&spec.startup_taints),
+        taints: karpenter_snapshot::karpenter_taints(&spec.taints),
+        startup_taints: karpenter_snapshot::karpenter_taints(&spec.startup_taints),
         node_class: node_class.map(wire_node_class),
         instance_types: Vec::new(),
         uid: claim.uid().unwrap_or_default(),

@@ -44,7 +44,7 @@ use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as pb;
 
-pub use fields::FieldError;
+pub use fields::{FieldError, karpenter_taints};
 pub use pdb::{disruptions_allowed, int_or_percent};
 pub use pod::{
     DoNotDisrupt, PreparedObject, PreparedPod, do_not_disrupt, do_not_disrupt_of, prepare_object,

@@ -278,6 +278,17 @@ impl Clients {
         .ok_or_else(|| Status::internal("the provider answered Create without an instance"))
     }
 
+    /// Asks for the instance to be terminated and whether it is gone: the
+    /// provider's NOT_FOUND to Delete, or a Get that finds it no more. A
+    /// claim (finalization) or node (termination) is released only then.
+    pub async fn terminate_instance(&self, provider_id: &str) -> crate::error::Result<bool> {
+        let peer = crate::error::Error::peer;
+        if self.delete(provider_id).await.map_err(peer("Delete"))? {
+            return Ok(true);
+        }
+        Ok(self.get(provider_id).await.map_err(peer("Get"))?.is_none())
+    }
+
     /// Terminates the instance; `Ok(true)` once it is gone (NOT_FOUND).
     pub async fn delete(&self, provider_id: &str) -> Result<bool, Status> {
         let request = pv::DeleteRequest {

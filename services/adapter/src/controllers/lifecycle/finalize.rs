@@ -63,17 +63,7 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
         .filter(|id| !id.is_empty())
         .map(str::to_owned)
     {
-        let gone = ctx
-            .clients
-            .delete(&provider_id)
-            .await
-            .map_err(Error::peer("Delete"))?
-            || ctx
-                .clients
-                .get(&provider_id)
-                .await
-                .map_err(Error::peer("Get"))?
-                .is_none();
+        let gone = ctx.clients.terminate_instance(&provider_id).await?;
         if !gone {
             let before = claim.status.clone();
             claim_conditions(&mut claim).set_true(INSTANCE_TERMINATING);

@@ -209,17 +209,7 @@ async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Resu
     if provider_id.is_empty() {
         return Ok(None);
     }
-    let gone = ctx
-        .clients
-        .delete(&provider_id)
-        .await
-        .map_err(Error::peer("Delete"))?
-        || ctx
-            .clients
-            .get(&provider_id)
-            .await
-            .map_err(Error::peer("Get"))?
-            .is_none();
+    let gone = ctx.clients.terminate_instance(&provider_id).await?;
     claim_conditions(claim).set_true(super::lifecycle::INSTANCE_TERMINATING);
     Ok((!gone).then_some(INSTANCE_GONE_POLL))
 }
