@@ -59,6 +59,12 @@ impl Timing {
         renew_deadline: Duration,
         retry: Duration,
     ) -> Result<Self, String> {
+        if lease_duration.subsec_nanos() != 0 {
+            // The Lease keeps whole seconds, and standbys judge by what it keeps.
+            return Err(format!(
+                "the leader election lease duration ({lease_duration:?}) must be whole seconds, as a Lease stores it"
+            ));
+        }
         if lease_duration <= renew_deadline {
             return Err(format!(
                 "the leader election lease duration ({lease_duration:?}) must be longer than its renew deadline ({renew_deadline:?})"

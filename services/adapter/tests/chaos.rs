@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::balancer::Balancer;
-use common::{Cluster, NODE_CLASS, gate};
+use common::{Cluster, gate};
 use futures_util::StreamExt as _;
 use integration_tests::RunningService;
 use integration_tests::api_faults::{Action, ApiFaultProxy, Fault, FaultId};
@@ -780,8 +780,9 @@ impl World {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         // A claim seen alive this long after the acknowledgement was not
-        // being deleted when it was sent (observation takes milliseconds).
-        let observed_within = Duration::from_secs(2);
+        // being deleted when it was sent (observation takes milliseconds;
+        // the slack is for a loaded machine).
+        let observed_within = Duration::from_secs(5);
         let mut broken = Vec::new();
         for (id, at) in acks {
             let Some(targets) = self.interruptions.get(&id) else {
@@ -1026,5 +1027,4 @@ async fn randomized_fault_schedules_keep_every_invariant() {
         broken.len()
     );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
-    let _ = NODE_CLASS;
 }

@@ -1,6 +1,7 @@
-//! What Karpenter reads of a Kubernetes Node, decided once: the garbage
-//! collector, termination and the scheduler's snapshot ask the same
-//! question and must get the same answer.
+//! What Karpenter reads of a Kubernetes Node, decided once: whether it is
+//! Ready (initialization, garbage collection, termination and the
+//! scheduler's snapshot ask; the snapshot of a manifest, which has no
+//! status, takes a node without conditions as ready by its own choice).
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 

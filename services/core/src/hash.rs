@@ -15,9 +15,34 @@ pub fn fnv1_64(bytes: &[u8]) -> u64 {
 /// FNV-1a (xor, then multiply), 64 bits: stable across processes and
 /// releases, unlike `std`'s hashers.
 pub fn fnv1a_64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME)
-    })
+    let mut hasher = Fnv1a64::default();
+    std::hash::Hasher::write(&mut hasher, bytes);
+    std::hash::Hasher::finish(&hasher)
+}
+
+/// FNV-1a as a `Hasher`: plain and fast for values built from many small
+/// fields (the planner's pod classes, computed for every pod).
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv1a64(u64);
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Fnv1a64(FNV_OFFSET)
+    }
+}
+
+impl std::hash::Hasher for Fnv1a64 {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(FNV_PRIME);
+        }
+    }
 }
 
 /// Levenshtein distance between two strings, by characters (suggestions

@@ -208,7 +208,7 @@ fn may_stay(pod: &Value, taint: &Value, now: chrono::DateTime<chrono::Utc>) -> b
         .max()
         .unwrap_or(0)
         .max(0);
-    now < added.with_timezone(&chrono::Utc) + chrono::Duration::seconds(longest)
+    now < crate::store::seconds_after(added.with_timezone(&chrono::Utc), longest)
 }
 
 /// The taint manager: pods bound to a node with a NoExecute taint they do

@@ -1024,7 +1024,7 @@ impl Store {
             return self.remove(st, res, ns, name, pod, Propagation::Background);
         }
         let mut new = pod.clone();
-        let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
+        let at = seconds_after(chrono::Utc::now(), grace);
         new["metadata"]["deletionTimestamp"] =
             json!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
@@ -2554,6 +2554,29 @@ pub(crate) fn qos_class(pod: &Value) -> &'static str {
 #[allow(dead_code)]
 fn empty() -> Map<String, Value> {
     Map::new()
+}
+
+/// `at` plus `seconds`, kept within what every client parses (years 1 to
+/// 9999; Rust's time crates stop a day short of its end): a grace period or
+/// toleration taken from a request may be any int64, and chrono panics
+/// past its own range.
+pub(crate) fn seconds_after(
+    at: chrono::DateTime<chrono::Utc>,
+    seconds: i64,
+) -> chrono::DateTime<chrono::Utc> {
+    let bound = |year, month, day, h, m, s| {
+        chrono::NaiveDate::from_ymd_opt(year, month, day)
+            .and_then(|d| d.and_hms_opt(h, m, s))
+            .map(|t| t.and_utc())
+    };
+    let (Some(earliest), Some(latest)) = (bound(1, 1, 1, 0, 0, 0), bound(9999, 12, 30, 0, 0, 0))
+    else {
+        return at;
+    };
+    chrono::TimeDelta::try_seconds(seconds)
+        .and_then(|delta| at.checked_add_signed(delta))
+        .unwrap_or(if seconds < 0 { earliest } else { latest })
+        .clamp(earliest, latest)
 }
 
 #[cfg(test)]

@@ -201,7 +201,7 @@ struct PodData {
 /// Everything about a pod that decides where it may go, except its size.
 fn constraint_class(pod: &Pod) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut hasher = Fnv64::default();
+    let mut hasher = karpenter_core::hash::Fnv1a64::default();
     pod.key.namespace.hash(&mut hasher);
     pod.labels.hash(&mut hasher);
     pod.node_selector.hash(&mut hasher);
@@ -215,29 +215,6 @@ fn constraint_class(pod: &Pod) -> u64 {
     pod.tolerations.hash(&mut hasher);
     pod.host_ports.hash(&mut hasher);
     hasher.finish()
-}
-
-/// FNV-1a: a plain, fast hash for pod classes, which are built from many
-/// small fields and computed for every pod.
-struct Fnv64(u64);
-
-impl Default for Fnv64 {
-    fn default() -> Self {
-        Fnv64(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for Fnv64 {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 /// Why a node or claim refused a pod.

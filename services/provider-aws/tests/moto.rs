@@ -1788,7 +1788,9 @@ async fn a_fleet_refused_whole_for_a_deleted_template_makes_it_again() {
 /// a template nobody uses is still collected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_replicas_janitor_keeps_the_templates_the_busy_replica_uses() {
-    let ttl = Duration::from_secs(4);
+    // Long enough that a launch slowed by a loaded machine (several
+    // seconds through moto and the policy proxy) stays well inside it.
+    let ttl = Duration::from_secs(12);
     let mut world = World::start_with(|s| {
         s.launch_template_ttl = ttl;
         s.janitor_interval = Duration::from_secs(3600);
@@ -1814,7 +1816,7 @@ async fn an_idle_replicas_janitor_keeps_the_templates_the_busy_replica_uses() {
         .expect("launch while busy");
         launched += 1;
         made.get_or_insert(world.proxy.count("ec2:CreateLaunchTemplate"));
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert_eq!(
         world.proxy.count("ec2:DeleteLaunchTemplate"),

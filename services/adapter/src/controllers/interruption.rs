@@ -20,6 +20,7 @@
 //! window.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
@@ -179,9 +180,14 @@ async fn handle(
         })
         .inc();
     let index = snapshots.borrow().index.clone();
+    // Only an event that does something is worth asking the API server
+    // about when the index knows none of its claims; asked once per event.
+    let consequential = action(&event) != Action::NoAction || notice(&event).is_some();
+    let mut listed: Option<Vec<Arc<NodeClaim>>> = None;
     let mut ok = true;
     for provider_id in &event.provider_ids {
-        let claims = match interrupted_claims(ctx, &index, provider_id).await {
+        let found = interrupted_claims(ctx, &index, provider_id, consequential, &mut listed);
+        let claims = match found.await {
             Ok(claims) => claims,
             Err(error) => {
                 tracing::warn!(%provider_id, %error, "finding the interrupted claims failed");
@@ -221,26 +227,32 @@ async fn handle(
 
 /// The claims an interruption names. The index answers first; when it
 /// knows none (its NodeClaim watch lags, or another leader launched the
-/// claim moments ago), the API server's own list is asked, so an event is
-/// never acknowledged unacted because this replica's view was behind.
+/// claim moments ago) and the event would act, the API server's own list
+/// is asked (once per event, kept in `listed`), so an event is never
+/// acknowledged unacted because this replica's view was behind.
 async fn interrupted_claims(
     ctx: &Context,
     index: &Index,
     provider_id: &str,
-) -> crate::error::Result<Vec<std::sync::Arc<NodeClaim>>> {
+    consequential: bool,
+    listed: &mut Option<Vec<Arc<NodeClaim>>>,
+) -> crate::error::Result<Vec<Arc<NodeClaim>>> {
     let known = index.claims_for_interrupted(provider_id);
-    if !known.is_empty() {
+    if !known.is_empty() || !consequential {
         return Ok(known);
     }
-    let listed = ctx
-        .node_claims()
-        .list(&kube::api::ListParams::default())
-        .await?;
+    if listed.is_none() {
+        let live = ctx
+            .node_claims()
+            .list(&kube::api::ListParams::default())
+            .await?;
+        *listed = Some(live.items.into_iter().map(Arc::new).collect());
+    }
     Ok(listed
-        .items
-        .into_iter()
+        .iter()
+        .flatten()
         .filter(|claim| crate::index::names_instance_of(provider_id, claim))
-        .map(std::sync::Arc::new)
+        .cloned()
         .collect())
 }
 

@@ -80,14 +80,7 @@ fn effect(text: &str) -> Option<Effect> {
 
 /// Why the Node is not initialized yet (reason, message), or `None`.
 pub(crate) fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, String)> {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    if !ready {
+    if !karpenter_api::node::is_ready(node) {
         return Some(("NodeNotReady", "Node status is NotReady".to_owned()));
     }
     let taints = node
