@@ -290,6 +290,16 @@ async fn route(
         store
     };
     let version = target.version.clone();
+    let object_call = |name| ObjectCall {
+        store,
+        res: &res,
+        version: &version,
+        ns: &ns,
+        name,
+        query,
+        body,
+        manager: &mgr,
+    };
     match (
         method.clone(),
         target.name.as_deref(),
@@ -361,31 +371,9 @@ async fn route(
         }
         (Method::PATCH, Some(name), sub) => {
             check_sub(&res, sub)?;
-            let call = ObjectCall {
-                store,
-                res: &res,
-                version: &version,
-                ns: &ns,
-                name,
-                query,
-                body,
-                manager: &mgr,
-            };
-            patch_object(&call, headers, sub)
+            patch_object(&object_call(name), headers, sub)
         }
-        (Method::DELETE, Some(name), None) => {
-            let call = ObjectCall {
-                store,
-                res: &res,
-                version: &version,
-                ns: &ns,
-                name,
-                query,
-                body,
-                manager: &mgr,
-            };
-            delete_object(&call)
-        }
+        (Method::DELETE, Some(name), None) => delete_object(&object_call(name)),
         (Method::DELETE, None, _) => {
             let opts = ListOptions {
                 labels: LabelSelector::parse(

@@ -1147,17 +1147,7 @@ impl Store {
         obj: Value,
         uid: &str,
     ) -> Value {
-        let mut marked = obj.clone();
-        marked["metadata"]["deletionTimestamp"] = json!(now());
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        let mut finalizers: Vec<Value> = marked["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if !finalizers.iter().any(|f| f == ORPHAN) {
-            finalizers.push(json!(ORPHAN));
-        }
-        marked["metadata"]["finalizers"] = Value::Array(finalizers);
+        let marked = marked_for_deletion(&obj, ORPHAN);
         let answer = match self.insert(st, res, marked, Some(obj)) {
             Ok(answer) => answer,
             Err(e) => return e.status(),
@@ -1188,15 +1178,7 @@ impl Store {
         obj: Value,
         uid: &str,
     ) -> Value {
-        let mut marked = obj.clone();
-        marked["metadata"]["deletionTimestamp"] = json!(now());
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        let mut finalizers: Vec<Value> = marked["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        finalizers.push(json!(FOREGROUND_DELETION));
-        marked["metadata"]["finalizers"] = Value::Array(finalizers);
+        let marked = marked_for_deletion(&obj, FOREGROUND_DELETION);
         let result = self
             .insert(st, res, marked, Some(obj))
             .unwrap_or_else(|e| e.status());
@@ -2554,6 +2536,23 @@ pub(crate) fn qos_class(pod: &Value) -> &'static str {
 #[allow(dead_code)]
 fn empty() -> Map<String, Value> {
     Map::new()
+}
+
+/// The object marked deleted now, held by the garbage collector's
+/// `finalizer` (added once) until its dependents are dealt with.
+fn marked_for_deletion(obj: &Value, finalizer: &str) -> Value {
+    let mut marked = obj.clone();
+    marked["metadata"]["deletionTimestamp"] = json!(now());
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    let mut finalizers: Vec<Value> = marked["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(json!(finalizer));
+    }
+    marked["metadata"]["finalizers"] = Value::Array(finalizers);
+    marked
 }
 
 /// `at` plus `seconds`, kept within what every client parses (years 1 to
