@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_api::nodepool::NodeClassReadiness;
 use karpenter_api::{ConditionsExt as _, NodePool};
 use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as pb;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
-use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
 use crate::index::Index;
@@ -27,18 +27,6 @@ where
         .collect()
 }
 
-/// Whether a node class object reports `Ready=True`.
-pub fn node_class_ready(object: &DynamicObject) -> bool {
-    object
-        .data
-        .pointer("/status/conditions")
-        .and_then(|c| c.as_array())
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        && object.meta().deletion_timestamp.is_none()
-}
-
 /// The provider's node-class kind and which of its objects are ready.
 pub fn node_classes(index: &Index, group: &str, kind: &str) -> NodeClasses {
     NodeClasses {
@@ -47,7 +35,7 @@ pub fn node_classes(index: &Index, group: &str, kind: &str) -> NodeClasses {
         ready: index
             .node_classes
             .iter()
-            .map(|c| (c.name_any(), node_class_ready(c)))
+            .map(|c| (c.name_any(), NodeClassReadiness::of(Some(c)).ready))
             .collect(),
     }
 }
@@ -105,14 +93,6 @@ pub fn pool_usage(index: &Index, pool: &str) -> BTreeMap<String, i64> {
         add(capacity);
     }
     usage
-}
-
-/// Whether the adapter provisions for this pool: the provider's kind, not
-/// being deleted, not static.
-pub fn managed(pool: &NodePool, node_class_kind: &str) -> bool {
-    pool.spec.template.spec.node_class_ref.kind == node_class_kind
-        && pool.meta().deletion_timestamp.is_none()
-        && !pool.spec.is_static()
 }
 
 /// The live snapshot: `pools` with `catalogs` (one per pool, by pool name)

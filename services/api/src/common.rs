@@ -351,7 +351,7 @@ impl NodeClassReference {
     /// A reference to an EC2NodeClass.
     pub fn ec2_node_class(name: impl Into<String>) -> Self {
         Self {
-            group: crate::labels::AWS_GROUP.to_string(),
+            group: crate::aws::labels::AWS_GROUP.to_string(),
             kind: "EC2NodeClass".to_string(),
             name: name.into(),
         }

@@ -34,6 +34,7 @@
 //! rules, from `karpenter-core`), [`duration`] (Go duration fields and `Never`), [`common`] (taints, requirements,
 //! conditions), [`schema`] (how the structural schema is produced).
 
+pub mod aws;
 pub mod common;
 mod crd;
 pub mod duration;

@@ -4,13 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use karpenter_core::labels::{self, LabelRules};
 use kube::CustomResource;
+use kube::core::DynamicObject;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::common::{
-    Condition, ConditionsExt, NodeClassReference, NodeSelectorRequirementWithMinValues,
-    ResourceList, Taint, null_as_default,
+    CONDITION_READY, Condition, ConditionsExt, NodeClassReference, NodeSelectorOperator,
+    NodeSelectorRequirementWithMinValues, ResourceList, Taint, null_as_default,
 };
 use crate::duration::{GoDuration, NillableDuration};
 use crate::nodeclaim::{NodeClaimSpec, ResourceRequirements, requirements_rules};
@@ -145,9 +147,166 @@ impl NodePool {
             .map_or(&[], |s| s.conditions.as_slice())
     }
 
-    /// Whether the NodePool is `Ready` (valid and its node class is ready).
+    /// Whether the NodePool is `Ready`: its `Ready` condition, which the
+    /// nodepool controller writes from [`NodePool::readiness`], is True.
     pub fn is_ready(&self) -> bool {
         self.conditions().is_ready()
+    }
+
+    /// Whether Karpenter provisions new nodes for the NodePool: Ready, not
+    /// being deleted, and not static (a static pool's own controller keeps
+    /// it at `replicas`; it takes no pending pods).
+    pub fn provisions(&self) -> bool {
+        self.is_ready() && self.metadata.deletion_timestamp.is_none() && !self.spec.is_static()
+    }
+
+    /// The dependents of the `Ready` condition, as the nodepool controller
+    /// writes them: `ValidationSucceeded` under the cluster's label `rules`
+    /// and `NodeClassReady` for the pool's node class object `class`
+    /// (`None` when it does not exist).
+    pub fn readiness(&self, class: Option<&DynamicObject>, rules: &LabelRules) -> Readiness {
+        Readiness {
+            validation: self.validate_runtime(rules),
+            node_class: NodeClassReadiness::of(class),
+        }
+    }
+
+    /// What the API server's schema cannot check about a NodePool, label
+    /// keys judged by `rules` (the provider's domains included); `Err` names
+    /// the field at fault.
+    pub fn validate_runtime(&self, rules: &LabelRules) -> Result<(), String> {
+        let template = &self.spec.template;
+        for key in template.metadata.labels.keys() {
+            if key == labels::NODE_POOL {
+                return Err(format!(
+                    "spec.template.metadata.labels: {key} is set by Karpenter and may not be set"
+                ));
+            }
+            rules
+                .check_allowed(key)
+                .map_err(|e| format!("spec.template.metadata.labels[{key}]: {e}"))?;
+        }
+        let spec = &template.spec;
+        let mut seen = std::collections::BTreeSet::new();
+        for (field, taint) in spec
+            .taints
+            .iter()
+            .map(|t| ("taints", t))
+            .chain(spec.startup_taints.iter().map(|t| ("startupTaints", t)))
+        {
+            if !seen.insert((taint.key.clone(), taint.effect.as_str())) {
+                return Err(format!(
+                    "spec.template.spec.{field}: duplicate taint {}:{}",
+                    taint.key,
+                    taint.effect.as_str()
+                ));
+            }
+        }
+        for (i, requirement) in spec.requirements.iter().enumerate() {
+            let field = format!("spec.template.spec.requirements[{i}]");
+            validate_requirement(&field, requirement, rules)?;
+        }
+        Ok(())
+    }
+}
+
+fn validate_requirement(
+    field: &str,
+    requirement: &NodeSelectorRequirementWithMinValues,
+    rules: &LabelRules,
+) -> Result<(), String> {
+    if requirement.key == labels::NODE_POOL {
+        return Err(format!(
+            "{field}.key: {} may not be required",
+            labels::NODE_POOL
+        ));
+    }
+    rules
+        .check_allowed(&requirement.key)
+        .map_err(|e| format!("{field}.key: {e}"))?;
+    if requirement.operator == NodeSelectorOperator::In {
+        if requirement.values.is_empty() {
+            return Err(format!(
+                "{field}.values: operator In needs at least one value"
+            ));
+        }
+        if let Some(min) = requirement.min_values
+            && usize::try_from(min).unwrap_or(usize::MAX) > requirement.values.len()
+        {
+            return Err(format!(
+                "{field}.minValues: {min} is more than the {} values given",
+                requirement.values.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A NodePool's readiness, before it is written as conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// `ValidationSucceeded`: `Err` names the field at fault.
+    pub validation: Result<(), String>,
+    /// `NodeClassReady`.
+    pub node_class: NodeClassReadiness,
+}
+
+impl Readiness {
+    /// The root `Ready`: both dependents hold.
+    pub fn is_ready(&self) -> bool {
+        self.validation.is_ok() && self.node_class.ready
+    }
+}
+
+/// `NodeClassReady` for a NodePool, as Karpenter's readiness controller
+/// words it: the class exists, is not being deleted and reports `Ready`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeClassReadiness {
+    /// Whether the class lets the pool launch.
+    pub ready: bool,
+    /// The condition's reason.
+    pub reason: String,
+    /// The condition's message.
+    pub message: String,
+}
+
+impl NodeClassReadiness {
+    /// The readiness of the class object `class` (any provider's kind: it is
+    /// read through its `status.conditions`), `None` when it does not exist.
+    pub fn of(class: Option<&DynamicObject>) -> Self {
+        let not_ready = |reason: &str, message: &str| Self {
+            ready: false,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        };
+        let Some(class) = class else {
+            return not_ready("NodeClassNotFound", "NodeClass not found on cluster");
+        };
+        if class.metadata.deletion_timestamp.is_some() {
+            return not_ready("NodeClassTerminating", "NodeClass is Terminating");
+        }
+        let ready = class
+            .data
+            .pointer("/status/conditions")
+            .and_then(|c| c.as_array())
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == CONDITION_READY);
+        match ready.and_then(|c| c["status"].as_str()) {
+            Some("True") => Self {
+                ready: true,
+                reason: CONDITION_NODE_CLASS_READY.to_owned(),
+                message: String::new(),
+            },
+            Some("False") => {
+                let text = |key: &str| ready.and_then(|c| c[key].as_str()).unwrap_or_default();
+                let reason = Some(text("reason"))
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or("NodeClassNotReady");
+                not_ready(reason, text("message"))
+            }
+            _ => not_ready("NodeClassReadinessUnknown", "Node Class Readiness Unknown"),
+        }
     }
 }
 
@@ -485,6 +644,104 @@ pub struct NodePoolStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pool_with(template: serde_json::Value) -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"template": template}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn runtime_validation_names_the_field_at_fault() {
+        use serde_json::json;
+        let class =
+            json!({"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"});
+        let ok = pool_with(json!({"spec": {"nodeClassRef": class, "requirements": []}}));
+        assert_eq!(ok.validate_runtime(&LabelRules::neutral()), Ok(()));
+        let aws = LabelRules::neutral().with_provider(["karpenter.k8s.aws"], []);
+        let custom = pool_with(json!({"spec": {"nodeClassRef": class,
+            "requirements": [{"key": "karpenter.k8s.aws/custom", "operator": "Exists"}]}}));
+        assert_eq!(
+            custom.validate_runtime(&LabelRules::neutral()),
+            Ok(()),
+            "another provider's domain is a custom label here"
+        );
+        assert!(
+            custom
+                .validate_runtime(&aws)
+                .is_err_and(|e| e.contains("karpenter.k8s.aws/custom is restricted"))
+        );
+        let labelled = pool_with(
+            json!({"metadata": {"labels": {"karpenter.sh/nodepool": "x"}},
+            "spec": {"nodeClassRef": class, "requirements": []}}),
+        );
+        assert!(
+            labelled
+                .validate_runtime(&LabelRules::neutral())
+                .is_err_and(|e| e.starts_with("spec.template.metadata.labels"))
+        );
+        let duplicate = pool_with(json!({"spec": {"nodeClassRef": class, "requirements": [],
+            "taints": [{"key": "a", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "a", "value": "x", "effect": "NoSchedule"}]}}));
+        assert!(
+            duplicate
+                .validate_runtime(&LabelRules::neutral())
+                .is_err_and(|e| e.contains("startupTaints: duplicate taint a:NoSchedule"))
+        );
+        let restricted = pool_with(json!({"spec": {"nodeClassRef": class,
+            "requirements": [{"key": "kubernetes.io/custom", "operator": "Exists"}]}}));
+        assert!(
+            restricted
+                .validate_runtime(&LabelRules::neutral())
+                .is_err_and(|e| e.starts_with("spec.template.spec.requirements[0].key"))
+        );
+    }
+
+    #[test]
+    fn node_class_readiness_follows_the_class() {
+        use serde_json::json;
+        assert_eq!(NodeClassReadiness::of(None).reason, "NodeClassNotFound");
+        let class = |status: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+                "metadata": {"name": "default"}, "status": status
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let ready = class(json!({"conditions": [{"type": "Ready", "status": "True"}]}));
+        assert!(NodeClassReadiness::of(Some(&ready)).ready);
+        let not_ready = class(json!({"conditions": [{"type": "Ready", "status": "False",
+            "reason": "SubnetsNotFound", "message": "no subnet"}]}));
+        assert_eq!(
+            NodeClassReadiness::of(Some(&not_ready)),
+            NodeClassReadiness {
+                ready: false,
+                reason: "SubnetsNotFound".to_owned(),
+                message: "no subnet".to_owned()
+            }
+        );
+        assert_eq!(
+            NodeClassReadiness::of(Some(&class(json!({})))).reason,
+            "NodeClassReadinessUnknown"
+        );
+        let pool = pool_with(
+            json!({"spec": {"nodeClassRef": {"group": "karpenter.kwok.sh",
+            "kind": "KWOKNodeClass", "name": "default"}, "requirements": []}}),
+        );
+        assert!(
+            pool.readiness(Some(&ready), &LabelRules::neutral())
+                .is_ready()
+        );
+        assert!(
+            !pool
+                .readiness(Some(&not_ready), &LabelRules::neutral())
+                .is_ready()
+        );
+        assert!(!pool.provisions(), "no Ready condition written yet");
+    }
 
     fn budget(nodes: &str) -> Budget {
         Budget {

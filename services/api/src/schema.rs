@@ -221,7 +221,7 @@ pub(crate) fn label_domain_rules(target: LabelRuleTarget) -> Vec<Value> {
     rules.push(rule(
         &wrap(format!(
             "{v} in {} || !{d}.endsWith(\"karpenter.k8s.aws\")",
-            quoted_list(labels::AWS_WELL_KNOWN_LABELS)
+            quoted_list(crate::aws::labels::AWS_WELL_KNOWN_LABELS)
         )),
         "label domain \"karpenter.k8s.aws\" is restricted",
     ));

@@ -52,7 +52,7 @@ fn seed_nodepool_reads_with_defaults() {
     );
     assert_eq!(template.requirements.len(), 6);
     let family = &template.requirements[0];
-    assert_eq!(family.key, labels::AWS_INSTANCE_FAMILY);
+    assert_eq!(family.key, karpenter_api::aws::labels::AWS_INSTANCE_FAMILY);
     assert_eq!(family.operator, NodeSelectorOperator::In);
     assert_eq!(family.values, ["t4g"]);
     let capacity = &template.requirements[3];

@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use crate::ctx::{Ctx, Obj, Result, child_path, index_path};
 use crate::note::NoteKind;
 
+use karpenter_api::aws::labels;
 use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
-use karpenter_core::labels;
 
 pub(crate) const GROUP_CORE: &str = labels::KARPENTER_GROUP;
 pub(crate) const GROUP_AWS: &str = labels::AWS_GROUP;

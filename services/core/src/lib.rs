@@ -11,6 +11,7 @@
 //!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
 //!   label keys and values, DNS names ──names──▶ what apimachinery says is wrong with them
 //!   bytes ──hash──▶ FNV-1 / FNV-1a (stable across processes); edit distance
+//!   consolidateAfter, initialization, last pod event ──consolidation──▶ consolidatable now, never, or later
 //! ```
 //!
 //! Nothing here does I/O or knows a wire format: the scheduler, the
@@ -19,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod consolidation;
 pub mod duration;
 pub mod hash;
 pub mod kubelet;

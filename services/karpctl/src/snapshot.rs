@@ -166,7 +166,7 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
     let mut catalog_types: Vec<pb::InstanceType> = Vec::new();
     let mut catalog_names: BTreeMap<String, String> = BTreeMap::new();
     let mut classes = NodeClasses {
-        group: karpenter_core::labels::AWS_GROUP.into(),
+        group: karpenter_api::aws::labels::AWS_GROUP.into(),
         kind: "EC2NodeClass".into(),
         ready: BTreeMap::new(),
     };

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use karpenter_api::labels as l;
+use karpenter_api::aws::labels as l;
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::Resources;
 use karpenter_proto::provider::v1 as pb;

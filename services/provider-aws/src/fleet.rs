@@ -15,7 +15,7 @@ use aws_sdk_ec2::types::{
     ResourceType, SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
     TargetCapacitySpecificationRequest,
 };
-use karpenter_api::labels as l;
+use karpenter_api::aws::labels as l;
 use karpenter_proto::provider::v1 as pb;
 
 use crate::candidates::Candidate;

@@ -16,8 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, KubeletConfiguration};
-use karpenter_api::labels as l;
 use karpenter_proto::scheduler::v1 as sched;
 
 use crate::limits::{self, Limits};

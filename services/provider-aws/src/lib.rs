@@ -38,7 +38,7 @@ pub mod volumes;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use karpenter_api::labels as l;
+use karpenter_api::aws::labels as l;
 use karpenter_proto::provider::v1 as pb;
 use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
 use prometheus_client::metrics::counter::Counter;
@@ -175,6 +175,7 @@ impl CloudProvider for AwsProvider {
             }),
             node_class_resource: "ec2nodeclasses".into(),
             well_known_labels: well_known_labels(),
+            restricted_label_domains: vec![l::AWS_GROUP.into()],
             drift_reasons: vec![
                 provider::DRIFT_AMI.into(),
                 provider::DRIFT_SUBNET.into(),

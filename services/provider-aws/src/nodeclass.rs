@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::Filter;
+use karpenter_api::aws::labels as l;
 use karpenter_api::common::{NodeSelectorOperator, NodeSelectorRequirement};
 use karpenter_api::ec2nodeclass::{
     self as nc, AMIFamily, AMIStatus, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroupStatus,
     SubnetStatus,
 };
-use karpenter_api::labels as l;
 use karpenter_proto::provider::v1 as pb;
 
 use crate::aws::{Clients, Settings};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_ec2::types::Filter;
+use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, InstanceStorePolicy};
-use karpenter_api::labels as l;
 use karpenter_core::requirements::Requirements;
 use karpenter_proto::provider::v1 as pb;
 use karpenter_proto::scheduler::v1 as sched;

@@ -25,8 +25,8 @@ use aws_sdk_ec2::types::{
     RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
 };
 use base64::Engine as _;
+use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens, InstanceStorePolicy};
-use karpenter_api::labels as l;
 use karpenter_proto::provider::v1 as pb;
 use karpenter_proto::scheduler::v1 as sched;
 

@@ -524,6 +524,7 @@ impl CloudProvider for KwokProvider {
             .iter()
             .map(|l| format!("{}/{l}", karpenter_catalog::kwok::LABEL_GROUP))
             .collect(),
+            restricted_label_domains: vec![karpenter_catalog::kwok::LABEL_GROUP.into()],
             drift_reasons: vec!["ImageDrift".into(), "NodeClassDrift".into()],
             provider_id_prefix: PROVIDER_ID_PREFIX.into(),
             repair_policies: ["False", "Unknown"]

@@ -35,12 +35,7 @@ pub(crate) fn node_pool(
         )));
     }
     let class_ref = &template.node_class_ref;
-    let class_ready = class_ready(classes, &class_ref.kind, &class_ref.name, mode);
-    let pool_not_ready = pool.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .condition(karpenter_api::CONDITION_READY)
-            .is_some_and(|c| c.status == karpenter_api::ConditionStatus::False)
-    });
+    let ready = provisions(pool, classes, mode);
     let disruption = &spec.disruption;
     use pb::disruption::ConsolidationPolicy;
     let budgets = disruption
@@ -112,12 +107,7 @@ pub(crate) fn node_pool(
             kind: class_ref.kind.clone(),
             name: class_ref.name.clone(),
         }),
-        // A pool being deleted, or a static one (`spec.replicas`, kept at
-        // its size by its own controller), takes no pending pods.
-        ready: !pool_not_ready
-            && class_ready
-            && pool.metadata.deletion_timestamp.is_none()
-            && spec.replicas.is_none(),
+        ready,
         instance_type_catalog: String::new(),
         template_hash: pool
             .metadata
@@ -130,18 +120,26 @@ pub(crate) fn node_pool(
     })
 }
 
-/// Whether a pool's node class lets it launch: a class of the served kind
-/// must exist and be ready (in manifests, one not given counts as ready);
-/// a class of another kind is another provider's, never ready here.
-fn class_ready(classes: &NodeClasses, kind: &str, name: &str, mode: Mode) -> bool {
-    if classes.kind.is_empty() {
-        return true;
-    }
-    if kind != classes.kind {
-        return mode == Mode::Manifests;
-    }
-    match classes.ready.get(name) {
-        Some(ready) => *ready,
-        None => mode == Mode::Manifests,
+/// Whether the pool takes pending pods. In a live cluster that is what its
+/// controller wrote (`NodePool::provisions`), for a pool of the served node
+/// class kind. Manifests have no controller: a pool is ready unless its
+/// status says otherwise and its node class, when given, is ready; a pool
+/// being deleted or static never is.
+fn provisions(pool: &NodePool, classes: &NodeClasses, mode: Mode) -> bool {
+    let class = &pool.spec.template.spec.node_class_ref;
+    let served = classes.kind.is_empty() || class.kind == classes.kind;
+    match mode {
+        Mode::Live => served && pool.provisions(),
+        Mode::Manifests => {
+            let said_not_ready = pool
+                .conditions()
+                .condition(karpenter_api::CONDITION_READY)
+                .is_some_and(|c| c.status == karpenter_api::ConditionStatus::False);
+            let class_ready = !served || classes.ready.get(&class.name).copied().unwrap_or(true);
+            !said_not_ready
+                && class_ready
+                && pool.metadata.deletion_timestamp.is_none()
+                && !pool.spec.is_static()
+        }
     }
 }

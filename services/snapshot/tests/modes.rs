@@ -235,40 +235,45 @@ fn a_live_node_is_initialized_only_when_karpenter_says_so() {
     );
 }
 
+/// A pool with the `Ready` condition its controller wrote.
+fn judged(class: &str, ready: bool) -> NodePool {
+    let mut pool = pool(class);
+    pool.status = Some(object(json!({"conditions": [{
+        "type": "Ready", "status": if ready { "True" } else { "False" },
+        "reason": if ready { "Ready" } else { "NodeClassNotFound" }, "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }]})));
+    pool
+}
+
 #[test]
-fn pools_are_ready_only_with_a_ready_class_of_the_providers_kind() {
-    let ready = pool("ready");
+fn pools_take_pods_as_their_controller_says_live_and_as_their_classes_say_in_manifests() {
+    let ready = judged("ready", true);
+    let unjudged = pool("ready");
     let missing = pool("missing");
-    let not_ready = pool("broken");
+    let not_ready = judged("broken", false);
     // Upstream "should ignore NodePools that are deleting" and "should not
     // create NodeClaims for StaticNodePool".
-    let mut deleting = pool("ready");
+    let mut deleting = judged("ready", true);
     deleting.metadata.deletion_timestamp = Some(
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
     );
     deleting.metadata.finalizers = Some(vec!["example.com/hold".into()]);
-    let mut static_pool = pool("ready");
+    let mut static_pool = judged("ready", true);
     static_pool.spec.replicas = Some(3);
+    let ready_class = || kwok_classes(&[("ready", true)]);
+    let ec2 = NodeClasses {
+        kind: "EC2NodeClass".into(),
+        ..kwok_classes(&[])
+    };
     for (pool, classes, mode, want) in [
-        (
-            &deleting,
-            kwok_classes(&[("ready", true)]),
-            Mode::Live,
-            false,
-        ),
-        (
-            &deleting,
-            kwok_classes(&[("ready", true)]),
-            Mode::Manifests,
-            false,
-        ),
-        (
-            &static_pool,
-            kwok_classes(&[("ready", true)]),
-            Mode::Live,
-            false,
-        ),
-        (&ready, kwok_classes(&[("ready", true)]), Mode::Live, true),
+        (&deleting, ready_class(), Mode::Live, false),
+        (&deleting, ready_class(), Mode::Manifests, false),
+        (&static_pool, ready_class(), Mode::Live, false),
+        (&static_pool, ready_class(), Mode::Manifests, false),
+        (&ready, ready_class(), Mode::Live, true),
+        (&unjudged, ready_class(), Mode::Live, false),
+        (&unjudged, ready_class(), Mode::Manifests, true),
         (&missing, kwok_classes(&[]), Mode::Live, false),
         (&missing, kwok_classes(&[]), Mode::Manifests, true),
         (
@@ -278,14 +283,19 @@ fn pools_are_ready_only_with_a_ready_class_of_the_providers_kind() {
             false,
         ),
         (
-            &ready,
-            NodeClasses {
-                kind: "EC2NodeClass".into(),
-                ..kwok_classes(&[])
-            },
-            Mode::Live,
+            &not_ready,
+            kwok_classes(&[("broken", true)]),
+            Mode::Manifests,
             false,
         ),
+        (
+            &pool("broken"),
+            kwok_classes(&[("broken", false)]),
+            Mode::Manifests,
+            false,
+        ),
+        (&ready, ec2.clone(), Mode::Live, false),
+        (&unjudged, ec2, Mode::Manifests, true),
     ] {
         let objects = Objects {
             node_pools: vec![Source {

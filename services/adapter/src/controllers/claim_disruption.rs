@@ -7,8 +7,8 @@
 //!     NodePoolDrifted       pool hash ≠ claim hash, same hash version
 //!     RequirementsDrifted   the claim's labels no longer meet the pool's requirements
 //!     <provider reason>     IsDrifted (node class hash, image, ...)
-//!   Consolidatable (once initialized, unless consolidateAfter is Never):
-//!     lastPodEventTime (else Initialized's transition) + consolidateAfter ≤ now
+//!   Consolidatable: karpenter-core's consolidation rule (initialized, and
+//!     consolidateAfter, unless Never, passed since the last pod event)
 //! ```
 //!
 //! Both conditions are removed, not set False, when they do not hold.
@@ -17,15 +17,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use karpenter_api::nodeclaim::{
     CONDITION_CONSOLIDATABLE, CONDITION_DRIFTED, CONDITION_INITIALIZED,
 };
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::consolidation::Consolidatable;
 use karpenter_core::labels;
 use karpenter_core::requirements::{NoneWellKnown, Requirements};
 use kube::{Resource, ResourceExt};
 
-use super::lifecycle::{claim_conditions, elapsed};
+use super::lifecycle::claim_conditions;
 use super::runner::{Reconciler, fingerprint};
 use super::{Context, Requeue, sooner};
 use crate::claim::wire_claim;
@@ -75,28 +77,27 @@ pub fn requirements_drift(pool: &NodePool, claim: &NodeClaim) -> bool {
         .is_err()
 }
 
-/// When `Consolidatable` should hold: `Ok(true)` now, `Ok(false)` never
-/// (`Never`, or not initialized), `Err(wait)` after `wait`.
-pub fn consolidatable(pool: &NodePool, claim: &NodeClaim) -> Result<bool, Duration> {
-    let Some(after) = pool.spec.disruption.consolidate_after() else {
-        return Ok(false);
-    };
-    let Some(initialized) = claim.conditions().iter().find(|c| {
-        c.type_ == CONDITION_INITIALIZED && c.status == karpenter_api::ConditionStatus::True
-    }) else {
-        return Ok(false);
-    };
-    let since = claim
+/// What karpenter-core's consolidation rule says of `claim` now, from its
+/// `Initialized` condition and last pod event.
+pub fn consolidatable(pool: &NodePool, claim: &NodeClaim) -> Consolidatable {
+    let initialized_at = claim
+        .conditions()
+        .iter()
+        .find(|c| {
+            c.type_ == CONDITION_INITIALIZED && c.status == karpenter_api::ConditionStatus::True
+        })
+        .map(|c| c.last_transition_time.0.as_second());
+    let last_pod_event_at = claim
         .status
         .as_ref()
         .and_then(|s| s.last_pod_event_time.as_ref())
-        .map_or(initialized.last_transition_time.0, |t| t.0);
-    let waited = elapsed(since);
-    if after.is_zero() || waited >= after {
-        Ok(true)
-    } else {
-        Err(after - waited)
-    }
+        .map(|t| t.0.as_second());
+    karpenter_core::consolidation::consolidatable(
+        pool.spec.disruption.consolidate_after(),
+        initialized_at,
+        last_pod_event_at,
+        Timestamp::now().as_second(),
+    )
 }
 
 /// The NodeClaim disruption-state controller.
@@ -222,9 +223,9 @@ impl Reconciler for ClaimDisruption {
         let mut claim = (*stored).clone();
         let mut requeue = self.drift(&index, &pool, &mut claim).await;
         match consolidatable(&pool, &claim) {
-            Ok(true) => claim_conditions(&mut claim).set_true(CONDITION_CONSOLIDATABLE),
-            Ok(false) => clear(&mut claim, CONDITION_CONSOLIDATABLE),
-            Err(wait) => {
+            Consolidatable::Now => claim_conditions(&mut claim).set_true(CONDITION_CONSOLIDATABLE),
+            Consolidatable::No => clear(&mut claim, CONDITION_CONSOLIDATABLE),
+            Consolidatable::After(wait) => {
                 clear(&mut claim, CONDITION_CONSOLIDATABLE);
                 requeue = sooner(requeue, Some(wait));
             }
@@ -328,18 +329,29 @@ mod tests {
         let pool = pool(json!({}));
         assert_eq!(
             consolidatable(&pool, &claim(json!({}))),
-            Ok(false),
+            Consolidatable::No,
             "not initialized"
         );
-        assert_eq!(consolidatable(&pool, &initialized(60, None)), Ok(true));
-        let wait = consolidatable(&pool, &initialized(60, Some(10))).expect_err("waits");
+        assert_eq!(
+            consolidatable(&pool, &initialized(60, None)),
+            Consolidatable::Now
+        );
+        let Consolidatable::After(wait) = consolidatable(&pool, &initialized(60, Some(10))) else {
+            panic!("waits");
+        };
         assert!(
             wait > Duration::from_secs(15) && wait <= Duration::from_secs(20),
             "{wait:?}"
         );
         let never = self::pool(json!({"spec": {"disruption": {"consolidateAfter": "Never"}}}));
-        assert_eq!(consolidatable(&never, &initialized(6000, None)), Ok(false));
+        assert_eq!(
+            consolidatable(&never, &initialized(6000, None)),
+            Consolidatable::No
+        );
         let at_once = self::pool(json!({"spec": {"disruption": {"consolidateAfter": "0s"}}}));
-        assert_eq!(consolidatable(&at_once, &initialized(0, Some(0))), Ok(true));
+        assert_eq!(
+            consolidatable(&at_once, &initialized(0, Some(0))),
+            Consolidatable::Now
+        );
     }
 }

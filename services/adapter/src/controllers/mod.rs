@@ -110,11 +110,33 @@ impl Context {
     /// Whether the claim's node class is the provider's kind (Karpenter's
     /// "managed"): claims of other kinds belong to another Karpenter.
     pub fn manages(&self, claim: &NodeClaim) -> bool {
-        let r = &claim.spec.node_class_ref;
+        self.serves(&claim.spec.node_class_ref)
+    }
+
+    /// Whether a NodePool's nodes are this provider's (its node class is of
+    /// the kind the provider serves).
+    pub fn manages_pool(&self, pool: &karpenter_api::NodePool) -> bool {
+        self.serves(&pool.spec.template.spec.node_class_ref)
+    }
+
+    /// The cluster's label-domain rules: Kubernetes' and Karpenter's, with
+    /// the domains and well-known labels the provider announced.
+    pub fn label_rules(&self) -> karpenter_core::labels::LabelRules {
+        karpenter_core::labels::LabelRules::neutral().with_provider(
+            self.info
+                .restricted_label_domains
+                .iter()
+                .map(String::as_str),
+            self.info.well_known_labels.iter().map(String::as_str),
+        )
+    }
+
+    /// Whether the provider serves the node class kind `class` refers to.
+    fn serves(&self, class: &karpenter_api::NodeClassReference) -> bool {
         self.info
             .node_class
             .as_ref()
-            .is_some_and(|gvk| gvk.kind == r.kind && gvk.group == r.group)
+            .is_some_and(|gvk| gvk.kind == class.kind && gvk.group == class.group)
     }
 
     /// The node-class kind the provider serves.

@@ -13,10 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_api::NodePool;
 use karpenter_api::nodepool::{CONDITION_NODE_CLASS_READY, CONDITION_VALIDATION_SUCCEEDED};
-use karpenter_api::{NodePool, NodeSelectorOperator};
 use karpenter_core::labels;
-use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -41,108 +40,6 @@ pub struct NodePools {
     pub ctx: Context,
 }
 
-/// What the API server's schema cannot say about a pool; `Err` names the
-/// field at fault.
-pub fn validate(pool: &NodePool) -> std::result::Result<(), String> {
-    let template = &pool.spec.template;
-    for key in template.metadata.labels.keys() {
-        if key == labels::NODE_POOL {
-            return Err(format!(
-                "spec.template.metadata.labels: {key} is set by Karpenter and may not be set"
-            ));
-        }
-        labels::check_label_allowed(key)
-            .map_err(|e| format!("spec.template.metadata.labels[{key}]: {e}"))?;
-    }
-    let spec = &template.spec;
-    let mut seen = std::collections::BTreeSet::new();
-    for (field, taint) in spec
-        .taints
-        .iter()
-        .map(|t| ("taints", t))
-        .chain(spec.startup_taints.iter().map(|t| ("startupTaints", t)))
-    {
-        if !seen.insert((taint.key.clone(), taint.effect.as_str())) {
-            return Err(format!(
-                "spec.template.spec.{field}: duplicate taint {}:{}",
-                taint.key,
-                taint.effect.as_str()
-            ));
-        }
-    }
-    for (i, requirement) in spec.requirements.iter().enumerate() {
-        let field = format!("spec.template.spec.requirements[{i}]");
-        if requirement.key == labels::NODE_POOL {
-            return Err(format!(
-                "{field}.key: {} may not be required",
-                labels::NODE_POOL
-            ));
-        }
-        labels::check_label_allowed(&requirement.key).map_err(|e| format!("{field}.key: {e}"))?;
-        if requirement.operator == NodeSelectorOperator::In {
-            if requirement.values.is_empty() {
-                return Err(format!(
-                    "{field}.values: operator In needs at least one value"
-                ));
-            }
-            if let Some(min) = requirement.min_values
-                && usize::try_from(min).unwrap_or(usize::MAX) > requirement.values.len()
-            {
-                return Err(format!(
-                    "{field}.minValues: {min} is more than the {} values given",
-                    requirement.values.len()
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `NodeClassReady` for a pool whose class is `class`: (status, reason,
-/// message), as Karpenter's readiness controller words it.
-pub fn node_class_readiness(class: Option<&DynamicObject>) -> (bool, String, String) {
-    let Some(class) = class else {
-        return (
-            false,
-            "NodeClassNotFound".into(),
-            "NodeClass not found on cluster".into(),
-        );
-    };
-    if class.meta().deletion_timestamp.is_some() {
-        return (
-            false,
-            "NodeClassTerminating".into(),
-            "NodeClass is Terminating".into(),
-        );
-    }
-    let ready = class
-        .data
-        .pointer("/status/conditions")
-        .and_then(|c| c.as_array())
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready");
-    match ready.and_then(|c| c["status"].as_str()) {
-        Some("True") => (true, CONDITION_NODE_CLASS_READY.into(), String::new()),
-        Some("False") => {
-            let ready = ready.cloned().unwrap_or_default();
-            (
-                false,
-                ready["reason"]
-                    .as_str()
-                    .unwrap_or("NodeClassNotReady")
-                    .to_owned(),
-                ready["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        }
-        _ => (
-            false,
-            "NodeClassReadinessUnknown".into(),
-            "Node Class Readiness Unknown".into(),
-        ),
-    }
-}
-
 fn status_resources(usage: &BTreeMap<String, i64>) -> BTreeMap<String, Quantity> {
     let mut resources: BTreeMap<String, Quantity> = ALWAYS_COUNTED
         .iter()
@@ -158,15 +55,6 @@ fn status_resources(usage: &BTreeMap<String, i64>) -> BTreeMap<String, Quantity>
 }
 
 impl NodePools {
-    fn managed(&self, pool: &NodePool) -> bool {
-        let r = &pool.spec.template.spec.node_class_ref;
-        self.ctx
-            .info
-            .node_class
-            .as_ref()
-            .is_some_and(|gvk| gvk.kind == r.kind && gvk.group == r.group)
-    }
-
     fn record_metrics(&self, pool: &NodePool, usage: &BTreeMap<String, i64>) {
         let name = pool.name_any();
         let metric_name = |resource: &str| resource.to_lowercase().replace('-', "_");
@@ -213,7 +101,7 @@ impl Reconciler for NodePools {
         index
             .node_pools
             .iter()
-            .filter(|p| self.managed(p))
+            .filter(|p| self.ctx.manages_pool(p))
             .map(|pool| {
                 let name = pool.name_any();
                 let class = index
@@ -234,7 +122,7 @@ impl Reconciler for NodePools {
         let Some(stored) = index.node_pools.named(&key.1).cloned() else {
             return Ok(None);
         };
-        if !self.managed(&stored) || stored.meta().deletion_timestamp.is_some() {
+        if !self.ctx.manages_pool(&stored) || stored.meta().deletion_timestamp.is_some() {
             return Ok(None);
         }
         let api = self.ctx.node_pools();
@@ -276,7 +164,8 @@ impl Reconciler for NodePools {
         let status = next.status.get_or_insert_with(Default::default);
         let mut conditions =
             Conditions::new(&mut status.conditions, generation, created, POOL_CONDITIONS);
-        match validate(&stored) {
+        let readiness = stored.readiness(class, &self.ctx.label_rules());
+        match readiness.validation {
             Ok(()) => conditions.set_true(CONDITION_VALIDATION_SUCCEEDED),
             Err(message) => conditions.set_false(
                 CONDITION_VALIDATION_SUCCEEDED,
@@ -284,11 +173,11 @@ impl Reconciler for NodePools {
                 &message,
             ),
         }
-        match node_class_readiness(class) {
-            (true, _, _) => conditions.set_true(CONDITION_NODE_CLASS_READY),
-            (false, reason, message) => {
-                conditions.set_false(CONDITION_NODE_CLASS_READY, &reason, &message);
-            }
+        let class = readiness.node_class;
+        if class.ready {
+            conditions.set_true(CONDITION_NODE_CLASS_READY);
+        } else {
+            conditions.set_false(CONDITION_NODE_CLASS_READY, &class.reason, &class.message);
         }
         if next.status != current.status {
             let status = serde_json::to_value(&next.status)
@@ -302,70 +191,6 @@ impl Reconciler for NodePools {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pool(template: serde_json::Value) -> NodePool {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": "default"},
-            "spec": {"template": template}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn validation_names_the_field_at_fault() {
-        let class =
-            json!({"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"});
-        let ok = pool(json!({"spec": {"nodeClassRef": class, "requirements": []}}));
-        assert_eq!(validate(&ok), Ok(()));
-        let labelled = pool(
-            json!({"metadata": {"labels": {"karpenter.sh/nodepool": "x"}},
-                                   "spec": {"nodeClassRef": class, "requirements": []}}),
-        );
-        assert!(validate(&labelled).is_err_and(|e| e.starts_with("spec.template.metadata.labels")));
-        let duplicate = pool(json!({"spec": {"nodeClassRef": class, "requirements": [],
-            "taints": [{"key": "a", "effect": "NoSchedule"}],
-            "startupTaints": [{"key": "a", "value": "x", "effect": "NoSchedule"}]}}));
-        assert!(
-            validate(&duplicate)
-                .is_err_and(|e| e.contains("startupTaints: duplicate taint a:NoSchedule"))
-        );
-        let restricted = pool(json!({"spec": {"nodeClassRef": class,
-            "requirements": [{"key": "kubernetes.io/custom", "operator": "Exists"}]}}));
-        assert!(
-            validate(&restricted)
-                .is_err_and(|e| e.starts_with("spec.template.spec.requirements[0].key"))
-        );
-    }
-
-    #[test]
-    fn readiness_follows_the_node_class() {
-        assert_eq!(node_class_readiness(None).1, "NodeClassNotFound");
-        let class = |status: serde_json::Value| -> DynamicObject {
-            serde_json::from_value(json!({
-                "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
-                "metadata": {"name": "default"}, "status": status
-            }))
-            .unwrap_or_else(|e| panic!("{e}"))
-        };
-        assert!(
-            node_class_readiness(Some(&class(
-                json!({"conditions": [{"type": "Ready", "status": "True"}]})
-            )))
-            .0
-        );
-        let not_ready = class(
-            json!({"conditions": [{"type": "Ready", "status": "False", "reason": "SubnetsNotFound", "message": "no subnet"}]}),
-        );
-        assert_eq!(
-            node_class_readiness(Some(&not_ready)),
-            (false, "SubnetsNotFound".to_owned(), "no subnet".to_owned())
-        );
-        assert_eq!(
-            node_class_readiness(Some(&class(json!({})))).1,
-            "NodeClassReadinessUnknown"
-        );
-    }
 
     #[test]
     fn status_resources_always_list_the_basics() {

@@ -24,8 +24,8 @@ mod nodeadm;
 
 use std::collections::BTreeMap;
 
+use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, KubeletConfiguration};
-use karpenter_api::labels as l;
 
 use crate::cluster::ClusterDetails;
 

@@ -51,6 +51,9 @@ pub struct Batcher {
     max: Duration,
     /// Pod UID → (resource version, when it last triggered).
     seen: HashMap<String, (String, Instant)>,
+    /// The pools that provisioned at the last scan: one that starts to
+    /// (its controller wrote `Ready`) may place pods that waited before.
+    provisioning: HashSet<String>,
 }
 
 /// UIDs and resource versions of the pods Karpenter provisions for: those
@@ -85,6 +88,7 @@ impl Batcher {
             idle,
             max,
             seen: HashMap::new(),
+            provisioning: HashSet::new(),
         }
     }
 
@@ -93,6 +97,16 @@ impl Batcher {
     pub fn scan(&mut self, index: &Index, window: &mut HashSet<String>, now: Instant) -> usize {
         let mut triggered = 0;
         let mut present = HashSet::new();
+        let provisioning: HashSet<String> = index
+            .node_pools
+            .iter()
+            .filter(|p| p.provisions())
+            .map(|p| p.name_any())
+            .collect();
+        if !provisioning.is_subset(&self.provisioning) {
+            self.seen.clear();
+        }
+        self.provisioning = provisioning;
         for (uid, version) in provisionable(index) {
             let fresh = self
                 .seen
@@ -226,5 +240,34 @@ mod tests {
             batcher.scan(&index, &mut HashSet::new(), now + RETRIGGER),
             1
         );
+    }
+
+    #[test]
+    fn a_pool_that_becomes_ready_triggers_the_pods_waiting_for_it() {
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Apply(PodEntry::new(pending("a", "1")))));
+        let mut batcher = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
+        let now = Instant::now();
+        assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);
+        let mut pool: karpenter_api::NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default", "resourceVersion": "1"},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef":
+                {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}
+        }))
+        .expect("pool");
+        index.apply(Update::NodePool(Event::Apply(pool.clone())));
+        assert_eq!(
+            batcher.scan(&index, &mut HashSet::new(), now),
+            0,
+            "not Ready yet"
+        );
+        pool.status = serde_json::from_value(serde_json::json!({"conditions": [{
+            "type": "Ready", "status": "True", "reason": "Ready", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .expect("status");
+        index.apply(Update::NodePool(Event::Apply(pool)));
+        assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);
+        assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 0);
     }
 }

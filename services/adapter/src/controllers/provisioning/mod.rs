@@ -29,7 +29,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Context;
-use super::nodepool::{node_class_readiness, validate};
 use crate::claim::{self, Template, wire_node_class};
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
@@ -97,24 +96,13 @@ async fn await_visible(snapshots: &mut watch::Receiver<Published>, names: &[Stri
     }
 }
 
-/// The pools that may get new claims: the provider's kind, valid, node
-/// class ready, not being deleted, not static.
+/// The pools that may get new claims: the provider's, and provisioning
+/// (Ready, not being deleted, not static; see `NodePool::provisions`).
 pub(crate) fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
-    let kind = ctx.node_class_kind();
     index
         .node_pools
         .iter()
-        .filter(|pool| {
-            let class = index
-                .node_classes
-                .named(&pool.spec.template.spec.node_class_ref.name)
-                .map(|c| c.as_ref());
-            live::managed(pool, kind)
-                && pool.metadata.deletion_timestamp.is_none()
-                && pool.spec.replicas.is_none()
-                && validate(pool).is_ok()
-                && node_class_readiness(class).0
-        })
+        .filter(|pool| ctx.manages_pool(pool) && pool.provisions())
         .cloned()
         .collect()
 }
