@@ -13,36 +13,39 @@
 //!                   └── leader (Lease) · events · /metrics /healthz /readyz ──────────┘
 //! ```
 //!
-//! - [`index`] and [`watch`]: the cluster as the adapter knows it, pure and
-//!   tested with synthetic events; [`live`] turns it into the scheduler's
-//!   `ClusterSnapshot` (through `karpenter-snapshot`).
-//! - [`controllers`]: one module per Karpenter controller, each deciding
-//!   from the objects as they are, so a restart resumes where the last
-//!   process stopped.
+//! The crate is laid out as its readers look for things:
+//!
+//! - [`state`]: the cluster as the adapter knows it: the watches that feed
+//!   one index (owned by one task, read as snapshots), pod entries,
+//!   nominations and claim traces; pure, tested with synthetic events.
+//! - [`objects`]: helpers over single objects (a claim's conditions and
+//!   times, guarded writes, finalizers, the disrupted taint), Karpenter's
+//!   `pkg/utils`.
+//! - [`scheduling`]: the pools that provision, their instance types and the
+//!   live `ClusterSnapshot`, the one place Solve and PlanDisruption requests
+//!   are built from.
+//! - [`controllers`]: one module per Karpenter controller, grouped as
+//!   upstream's `pkg/controllers` (provisioning, disruption,
+//!   `nodeclaim/{lifecycle, disruption, gc, expiration, pod_events}`,
+//!   `node/{termination, health}`, nodepool, nodeclass, interruption), with
+//!   the runner and the shared context beside them; each decides from the
+//!   objects as they are, so a restart resumes where the last process
+//!   stopped.
 //! - [`clients`]: the scheduler and provider over gRPC, with deadlines and
-//!   retries, carrying the trace context; [`patch`]: API writes guarded by
-//!   resource versions; [`claim_traces`]: a claim's launch continues the
-//!   trace that created it.
+//!   retries, carrying the trace context.
 //! - [`run`]: the wiring, with [`leader`] election and [`settings`] named as
 //!   Karpenter's.
 
 #![forbid(unsafe_code)]
 
-pub mod claim;
-pub mod claim_traces;
 pub mod clients;
-pub mod conditions;
 pub mod controllers;
-pub mod disrupted;
 pub mod error;
 pub mod events;
-pub mod index;
 pub mod leader;
-pub mod live;
 pub mod metrics;
-pub mod nominations;
-pub mod patch;
-pub mod pod_entry;
+pub mod objects;
 pub mod run;
+pub mod scheduling;
 pub mod settings;
-pub mod watch;
+pub mod state;

@@ -25,31 +25,31 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clients::Clients;
-use crate::controllers::claim_disruption::ClaimDisruption;
-use crate::controllers::expiration::Expiration;
-use crate::controllers::lifecycle::Lifecycle;
-use crate::controllers::node_health::NodeHealth;
+use crate::controllers::node::health::NodeHealth;
+use crate::controllers::node::termination::Termination;
+use crate::controllers::nodeclaim::disruption::ClaimDisruption;
+use crate::controllers::nodeclaim::expiration::Expiration;
+use crate::controllers::nodeclaim::lifecycle::Lifecycle;
+use crate::controllers::nodeclaim::pod_events::PodEvents;
 use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodepool::NodePools;
-use crate::controllers::pod_events::PodEvents;
 use crate::controllers::runner;
-use crate::controllers::termination::Termination;
 use crate::controllers::{
-    Context, Timing, disruption, gc, interruption, observability, provisioning,
+    Context, Timing, disruption, interruption, nodeclaim::gc, observability, provisioning,
 };
 use crate::events::Recorder;
 use crate::leader::Elector;
 use crate::metrics::{AdapterMetrics, PeerLabels};
-use crate::nominations::Nominations;
 use crate::settings::{LEGACY_CONFIG_MAP, LEGACY_KEYS, Settings};
-use crate::watch::Published;
+use crate::state::nominations::Nominations;
+use crate::state::watch::Published;
 
 /// Reconciles of one controller that run at once.
 const CONCURRENCY: usize = 64;
 
 /// How long the controllers' client waits for any answer from the API
 /// server (watches are closed by the server after
-/// [`crate::watch::WATCH_TIMEOUT_SECONDS`]).
+/// [`crate::state::watch::WATCH_TIMEOUT_SECONDS`]).
 const API_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a running adapter needs besides its settings.
@@ -265,7 +265,7 @@ async fn lead(
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
-    let (snapshots, writes) = crate::watch::start(client.clone(), node_class.clone(), tasks);
+    let (snapshots, writes) = crate::state::watch::start(client.clone(), node_class.clone(), tasks);
     {
         let mut listed = snapshots.clone();
         tasks.spawn(async move {

@@ -30,12 +30,12 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Context;
+use crate::controllers::Context;
 use crate::events::{Event, Kind};
-use crate::index::Index;
 use crate::metrics::MessageTypeLabels;
-use crate::patch;
-use crate::watch::Published;
+use crate::objects::patch;
+use crate::state::index::Index;
+use crate::state::watch::Published;
 
 use pv::interruption_event::Kind as EventKind;
 
@@ -210,7 +210,7 @@ async fn handle(
         return;
     }
     if let Some(time) = &event.time {
-        let now = crate::live::now();
+        let now = crate::scheduling::now();
         let seconds = now.seconds.saturating_sub(time.seconds) as f64;
         ctx.metrics.interruption_latency.observe(seconds.max(0.0));
     }
@@ -251,7 +251,7 @@ async fn interrupted_claims(
     Ok(listed
         .iter()
         .flatten()
-        .filter(|claim| crate::index::names_instance_of(provider_id, claim))
+        .filter(|claim| crate::state::index::names_instance_of(provider_id, claim))
         .cloned()
         .collect())
 }

@@ -5,20 +5,15 @@
 //! loop. Everything they decide is derived from the objects
 //! (level-triggered), so a restart picks up where the last process stopped.
 
-pub mod claim_disruption;
 pub mod disruption;
-pub mod expiration;
-pub mod gc;
 pub mod interruption;
-pub mod lifecycle;
-pub mod node_health;
+pub mod node;
+pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod observability;
-pub mod pod_events;
 pub mod provisioning;
 pub mod runner;
-pub mod termination;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,12 +22,12 @@ use karpenter_api::NodeClaim;
 use karpenter_proto::provider::v1 as pv;
 use kube::api::{Api, ApiResource, DynamicObject};
 
-use crate::claim_traces::ClaimTraces;
 use crate::clients::Clients;
 use crate::events::Recorder;
 use crate::metrics::AdapterMetrics;
-use crate::nominations::Nominations;
 use crate::settings::Settings;
+use crate::state::claim_traces::ClaimTraces;
+use crate::state::nominations::Nominations;
 
 /// What every controller shares.
 #[derive(Clone)]
@@ -51,9 +46,9 @@ pub struct Context {
     /// The trace each claim was created in, for its launch.
     pub claim_traces: ClaimTraces,
     /// Tells the index what this adapter created, ahead of the watch.
-    pub writes: crate::watch::Writes,
+    pub writes: crate::state::watch::Writes,
     /// Pods whose eviction was refused, and when to ask again.
-    pub evictions: termination::evictions::Evictions,
+    pub evictions: node::termination::evictions::Evictions,
 }
 
 /// Durations the controllers run by; tests shorten them.

@@ -15,14 +15,15 @@ use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
-use crate::claim::wire_node_class;
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::{Error, Result};
 use crate::events::{self, Kind};
-use crate::index::{Index, Key};
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::claim::wire_node_class;
+use crate::objects::finalizers;
+use crate::objects::patch;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 
 /// How often a class that waits for its claims is looked at again.
 const WAIT_FOR_CLAIMS: Duration = Duration::from_secs(10);
@@ -92,7 +93,7 @@ impl Reconciler for NodeClasses {
         if stored.meta().deletion_timestamp.is_some() {
             return self.finalize(&index, &stored, &finalizer).await;
         }
-        let current = patch::add_finalizer(&api, stored.as_ref(), &finalizer).await?;
+        let current = finalizers::add(&api, stored.as_ref(), &finalizer).await?;
         let resolved = self
             .ctx
             .clients
@@ -150,7 +151,7 @@ impl NodeClasses {
         class: &DynamicObject,
         finalizer: &str,
     ) -> Result<Requeue> {
-        if !class.finalizers().iter().any(|f| f == finalizer) {
+        if !finalizers::holds(class, finalizer) {
             return Ok(None);
         }
         let claims = self.claims_of(index, &class.name_any());
@@ -175,7 +176,7 @@ impl NodeClasses {
             .finalize_node_class(wire_node_class(class))
             .await
             .map_err(Error::peer("FinalizeNodeClass"))?;
-        patch::remove_finalizer(&self.ctx.node_classes(), class, finalizer).await?;
+        finalizers::remove(&self.ctx.node_classes(), class, finalizer).await?;
         tracing::info!("finalized node class");
         Ok(None)
     }

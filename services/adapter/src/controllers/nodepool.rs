@@ -19,15 +19,15 @@ use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
-use crate::conditions::Conditions;
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::{Error, Result};
-use crate::index::{Index, Key};
-use crate::live::pool_usage;
 use crate::metrics::ResourceLabels;
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::conditions::Conditions;
+use crate::objects::patch;
+use crate::scheduling::pool_usage;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 
 /// The dependents of a pool's `Ready` condition.
 pub const POOL_CONDITIONS: &[&str] = &[CONDITION_VALIDATION_SUCCEEDED, CONDITION_NODE_CLASS_READY];

@@ -7,15 +7,15 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::index::PodEntry;
+use crate::state::index::PodEntry;
 use karpenter_core::labels;
 use kube::ResourceExt;
 use tokio::sync::watch;
 
-use super::Context;
-use crate::index::Index;
+use crate::controllers::Context;
 use crate::metrics::PodStateLabels;
-use crate::watch::Published;
+use crate::state::index::Index;
+use crate::state::watch::Published;
 
 const EVERY: Duration = Duration::from_secs(5);
 
@@ -121,7 +121,7 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::{PodEntry, Update};
+    use crate::state::index::{PodEntry, Update};
     use kube::runtime::watcher::Event;
     use serde_json::json;
 

@@ -26,10 +26,10 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, Key};
-use crate::watch::{Published, Versions};
+use crate::state::index::{Index, Key};
+use crate::state::watch::{Published, Versions};
 
-use super::Requeue;
+use crate::controllers::Requeue;
 
 /// A controller that reconciles one object at a time.
 pub trait Reconciler: Send + Sync + 'static {

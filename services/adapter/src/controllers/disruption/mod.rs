@@ -25,14 +25,13 @@ use karpenter_proto::scheduler::v1 as pb;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Context;
-use super::provisioning;
+use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::Index;
-use crate::live;
 use crate::metrics::{CostLabels, DecisionLabels};
-use crate::watch::Published;
+use crate::scheduling;
+use crate::state::index::Index;
+use crate::state::watch::Published;
 use queue::Queue;
 
 /// How often the loop looks at in-flight commands and leftovers.
@@ -176,19 +175,12 @@ async fn plan(
     Vec<Arc<karpenter_api::NodePool>>,
     pb::PlanDisruptionResponse,
 )> {
-    let pools = provisioning::ready_pools(ctx, index);
-    let catalogs = provisioning::catalogs(ctx, index, &pools).await;
-    let mut built = live::snapshot(
-        index,
-        &pools,
-        provisioning::node_classes(ctx, index),
-        catalogs,
-        live::now(),
-    );
+    let pools = scheduling::provisioning_pools(ctx, index);
+    let scheduling::Prepared { pools, mut built } = scheduling::prepare(ctx, index, pools).await;
     ctx.nominations.mark(&mut built.snapshot);
     let request = pb::PlanDisruptionRequest {
         cluster: Some(built.snapshot),
-        options: Some(provisioning::options(ctx)),
+        options: Some(scheduling::options(ctx)),
     };
     let plan = ctx
         .clients
@@ -252,7 +244,7 @@ async fn release_leftovers(ctx: &Context, index: &Index, queue: &Queue) {
     let held = queue.nodes();
     for node in index.nodes.iter() {
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        if held.contains(name) || !crate::disrupted::has_taint(node) {
+        if held.contains(name) || !crate::objects::disrupted::has_taint(node) {
             continue;
         }
         let claim = index.claim_of(node);

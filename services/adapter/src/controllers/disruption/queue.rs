@@ -24,12 +24,12 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use crate::controllers::Context;
-use crate::controllers::lifecycle::claim_conditions;
 use crate::controllers::provisioning;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::Index;
-use crate::{disrupted, patch};
+use crate::objects::claim::claim_conditions;
+use crate::objects::{disrupted, patch};
+use crate::state::index::Index;
 
 /// How long a created replacement may be missing from the watch before it
 /// counts as deleted.

@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::index::{Index, PodEntry};
-use crate::watch::Published;
+use crate::state::index::{Index, PodEntry};
+use crate::state::watch::Published;
 
 /// How often a pod that stays pending triggers again.
 pub const RETRIGGER: Duration = Duration::from_secs(10);
@@ -164,8 +164,8 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
 
-    use crate::index::{PodEntry, Update};
-    use crate::watch::Versions;
+    use crate::state::index::{PodEntry, Update};
+    use crate::state::watch::Versions;
 
     fn pending(name: &str, version: &str) -> Pod {
         serde_json::from_value(json!({

@@ -21,21 +21,20 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use karpenter_api::NodePool;
-use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::scheduler::v1 as pb;
 use kube::ResourceExt;
 use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Context;
-use crate::claim::{self, Template, wire_node_class};
+use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::Index;
-use crate::live;
 use crate::metrics::{ControllerLabels, CreatedLabels};
-use crate::watch::Published;
+use crate::objects::claim::{self, Template};
+use crate::scheduling;
+use crate::state::index::Index;
+use crate::state::watch::Published;
 use batcher::Batcher;
 
 /// How long `FailedScheduling` is not repeated for the same pod.
@@ -96,79 +95,15 @@ async fn await_visible(snapshots: &mut watch::Receiver<Published>, names: &[Stri
     }
 }
 
-/// The pools that may get new claims: the provider's, and provisioning
-/// (Ready, not being deleted, not static; see `NodePool::provisions`).
-pub(crate) fn ready_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
-    index
-        .node_pools
-        .iter()
-        .filter(|pool| ctx.manages_pool(pool) && pool.provisions())
-        .cloned()
-        .collect()
-}
-
-/// The instance types of each pool, from the provider; a pool whose lookup
-/// fails is left out of this batch.
-pub(crate) async fn catalogs(
-    ctx: &Context,
-    index: &Index,
-    pools: &[Arc<NodePool>],
-) -> Vec<pb::InstanceTypeCatalog> {
-    let mut out = Vec::new();
-    for pool in pools {
-        let name = pool.name_any();
-        let Some(class) = index
-            .node_classes
-            .named(&pool.spec.template.spec.node_class_ref.name)
-        else {
-            continue;
-        };
-        let request = pv::GetInstanceTypesRequest {
-            node_pool: name.clone(),
-            node_class: Some(wire_node_class(class)),
-        };
-        match ctx.clients.instance_types(request).await {
-            Ok(instance_types) if !instance_types.is_empty() => out.push(pb::InstanceTypeCatalog {
-                name,
-                instance_types,
-            }),
-            Ok(_) => {
-                tracing::warn!(nodepool = %name, "the provider has no instance types for this pool")
-            }
-            Err(status) => {
-                tracing::warn!(nodepool = %name, error = %status.message(), "getting instance types failed")
-            }
-        }
-    }
-    out
-}
-
-pub(crate) fn options(ctx: &Context) -> pb::SchedulingOptions {
-    let settings = &ctx.settings;
-    pb::SchedulingOptions {
-        min_values_policy: settings.min_values_policy as i32,
-        preference_policy: settings.preference_policy as i32,
-        feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
-        well_known_labels: ctx.info.well_known_labels.clone(),
-    }
-}
-
 /// One batch: plan and create. Returns the names of the claims created.
 async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     let started = Instant::now();
-    let pools = ready_pools(ctx, index);
+    let pools = scheduling::provisioning_pools(ctx, index);
     if pools.is_empty() {
         tracing::warn!("pods are pending but no node pool is ready to provision for them");
         return Ok(Vec::new());
     }
-    let catalogs = catalogs(ctx, index, &pools).await;
-    let built = live::snapshot(
-        index,
-        &pools,
-        node_classes(ctx, index),
-        catalogs,
-        live::now(),
-    );
+    let scheduling::Prepared { pools, built } = scheduling::prepare(ctx, index, pools).await;
     report_skipped(ctx, index, &built.skipped);
     if built.snapshot.pending_pods.is_empty() {
         return Ok(Vec::new());
@@ -176,7 +111,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     let pending = built.snapshot.pending_pods.len();
     let request = pb::SolveRequest {
         cluster: Some(built.snapshot),
-        options: Some(options(ctx)),
+        options: Some(scheduling::options(ctx)),
     };
     let solved = ctx
         .clients
@@ -222,7 +157,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
 fn pod_of<'a>(
     index: &'a Index,
     pod: Option<&pb::PodRef>,
-) -> Option<&'a Arc<crate::index::PodEntry>> {
+) -> Option<&'a Arc<crate::state::index::PodEntry>> {
     let pod = pod?;
     index.pods.get(&pod.namespace, &pod.name)
 }
@@ -320,7 +255,7 @@ async fn create(
     reason: &str,
 ) -> Result<Option<String>> {
     let pool_name = pool.name_any();
-    if let Some(why) = exceeded(pool, &live::pool_usage(index, &pool_name)) {
+    if let Some(why) = exceeded(pool, &scheduling::pool_usage(index, &pool_name)) {
         tracing::warn!(nodepool = %pool_name, "{why}");
         return Ok(None);
     }
@@ -386,16 +321,6 @@ async fn create(
     Ok(Some(name))
 }
 
-/// The provider's node-class kind and which of its objects are ready.
-pub(crate) fn node_classes(ctx: &Context, index: &Index) -> karpenter_snapshot::NodeClasses {
-    let group = ctx
-        .info
-        .node_class
-        .as_ref()
-        .map_or("", |g| g.group.as_str());
-    live::node_classes(index, group, ctx.node_class_kind())
-}
-
 /// Creates a disruption command's replacements, counted under `reason`
 /// (`underutilized`, `empty`, `drifted`); the names of those created.
 pub(crate) async fn create_replacements(
@@ -427,7 +352,7 @@ fn nominate_existing(ctx: &Context, index: &Index, placements: &[pb::NodePlaceme
             .iter()
             .filter(|p| !p.pods.is_empty())
             .map(|p| p.node.as_str()),
-        crate::nominations::window(ctx.settings.batch_max_duration),
+        crate::state::nominations::window(ctx.settings.batch_max_duration),
     );
     for placement in placements {
         let target = if let Some(node) = index.nodes.named(&placement.node) {

@@ -1,8 +1,11 @@
-//! The index as the scheduler sees it: a live-mode `ClusterSnapshot`, with
+//! The index as the scheduler sees it, for provisioning (Solve) and
+//! disruption (PlanDisruption) alike: the pools that provision, their
+//! instance types from the provider, and a live-mode `ClusterSnapshot` with
 //! node-pool usage counted from the index itself (in-flight claims
 //! included), so limits hold between batches before any status catches up.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::nodepool::NodeClassReadiness;
@@ -12,7 +15,10 @@ use karpenter_proto::scheduler::v1 as pb;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
 use kube::{Resource, ResourceExt};
 
-use crate::index::Index;
+use crate::controllers::Context;
+use crate::objects::claim::wire_node_class;
+use crate::state::index::Index;
+use karpenter_proto::provider::v1 as pv;
 
 fn sources<'a, K>(store: impl Iterator<Item = &'a std::sync::Arc<K>>) -> Vec<Source<'a, K>>
 where
@@ -28,7 +34,7 @@ where
 }
 
 /// The provider's node-class kind and which of its objects are ready.
-pub fn node_classes(index: &Index, group: &str, kind: &str) -> NodeClasses {
+fn class_readiness(index: &Index, group: &str, kind: &str) -> NodeClasses {
     NodeClasses {
         group: group.to_owned(),
         kind: kind.to_owned(),
@@ -93,6 +99,89 @@ pub fn pool_usage(index: &Index, pool: &str) -> BTreeMap<String, i64> {
         add(capacity);
     }
     usage
+}
+
+/// The live cluster as the scheduler is asked about it this round: the
+/// provider's pools that provision, and the snapshot with their instance
+/// types (a pool whose lookup failed has none this round).
+pub struct Prepared {
+    pub pools: Vec<Arc<NodePool>>,
+    pub built: karpenter_snapshot::Built,
+}
+
+/// What Solve and PlanDisruption are both asked about: `pools` (from
+/// [`provisioning_pools`]) with their catalogs, over the index as it is now.
+pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) -> Prepared {
+    let catalogs = catalogs(ctx, index, &pools).await;
+    let built = snapshot(index, &pools, node_classes(ctx, index), catalogs, now());
+    Prepared { pools, built }
+}
+
+/// The pools that may get new claims: the provider's, and provisioning
+/// (Ready, not being deleted, not static; see `NodePool::provisions`).
+pub fn provisioning_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
+    index
+        .node_pools
+        .iter()
+        .filter(|pool| ctx.manages_pool(pool) && pool.provisions())
+        .cloned()
+        .collect()
+}
+
+/// The instance types of each pool, from the provider; a pool whose lookup
+/// fails is left out of this batch.
+pub async fn catalogs(
+    ctx: &Context,
+    index: &Index,
+    pools: &[Arc<NodePool>],
+) -> Vec<pb::InstanceTypeCatalog> {
+    let mut out = Vec::new();
+    for pool in pools {
+        let name = pool.name_any();
+        let Some(class) = index
+            .node_classes
+            .named(&pool.spec.template.spec.node_class_ref.name)
+        else {
+            continue;
+        };
+        let request = pv::GetInstanceTypesRequest {
+            node_pool: name.clone(),
+            node_class: Some(wire_node_class(class)),
+        };
+        match ctx.clients.instance_types(request).await {
+            Ok(instance_types) if !instance_types.is_empty() => out.push(pb::InstanceTypeCatalog {
+                name,
+                instance_types,
+            }),
+            Ok(_) => {
+                tracing::warn!(nodepool = %name, "the provider has no instance types for this pool")
+            }
+            Err(status) => {
+                tracing::warn!(nodepool = %name, error = %status.message(), "getting instance types failed")
+            }
+        }
+    }
+    out
+}
+
+pub fn options(ctx: &Context) -> pb::SchedulingOptions {
+    let settings = &ctx.settings;
+    pb::SchedulingOptions {
+        min_values_policy: settings.min_values_policy as i32,
+        preference_policy: settings.preference_policy as i32,
+        feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
+        well_known_labels: ctx.info.well_known_labels.clone(),
+    }
+}
+
+/// The provider's node-class kind and which of its objects are ready.
+pub fn node_classes(ctx: &Context, index: &Index) -> karpenter_snapshot::NodeClasses {
+    let group = ctx
+        .info
+        .node_class
+        .as_ref()
+        .map_or("", |g| g.group.as_str());
+    class_readiness(index, group, ctx.node_class_kind())
 }
 
 /// The live snapshot: `pools` with `catalogs` (one per pool, by pool name)

@@ -15,19 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::NodeClaim;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::index::{self, Changed, Entry, Index, Key, PodEntry, Update};
+use crate::state::index::{self, Changed, Entry, Index, Key, Update};
 
 /// Per-kind change counters; a controller compares them with what it saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,31 +82,7 @@ pub fn start(
 ) -> (watch::Receiver<Published>, Writes) {
     let (updates, received) = mpsc::channel::<Update>(UPDATE_BACKLOG);
     let (publish, snapshots) = watch::channel(Published::default());
-    let u = &updates;
-    let c = &client;
-    spawn_watch::<PodEntry>(tasks, Api::all(c.clone()), u.clone(), Update::Pod);
-    spawn_watch::<Node>(tasks, Api::all(c.clone()), u.clone(), Update::Node);
-    spawn_watch::<NodePool>(tasks, Api::all(c.clone()), u.clone(), Update::NodePool);
-    spawn_watch::<NodeClaim>(tasks, Api::all(c.clone()), u.clone(), Update::NodeClaim);
-    spawn_watch::<DaemonSet>(tasks, Api::all(c.clone()), u.clone(), Update::DaemonSet);
-    let pdbs = Update::PodDisruptionBudget;
-    spawn_watch::<PodDisruptionBudget>(tasks, Api::all(c.clone()), u.clone(), pdbs);
-    spawn_watch::<Namespace>(tasks, Api::all(c.clone()), u.clone(), Update::Namespace);
-    let classes = Update::PriorityClass;
-    spawn_watch::<PriorityClass>(tasks, Api::all(c.clone()), u.clone(), classes);
-    let claims = Update::PersistentVolumeClaim;
-    spawn_watch::<PersistentVolumeClaim>(tasks, Api::all(c.clone()), u.clone(), claims);
-    let volumes = Update::PersistentVolume;
-    spawn_watch::<PersistentVolume>(tasks, Api::all(c.clone()), u.clone(), volumes);
-    let storage = Update::StorageClass;
-    spawn_watch::<StorageClass>(tasks, Api::all(c.clone()), u.clone(), storage);
-    spawn_watch::<CSINode>(tasks, Api::all(c.clone()), u.clone(), Update::CsiNode);
-    let node_classes: Api<DynamicObject> = Api::all_with(client, &node_class);
-    tasks.spawn(forward(
-        watcher::watcher(node_classes, watch_config()),
-        updates.clone(),
-        Update::NodeClass,
-    ));
+    index::start_watches(&client, &node_class, &updates, tasks);
     tasks.spawn(own(received, publish));
     (snapshots, Writes { updates })
 }
@@ -125,7 +96,7 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }
 
-fn spawn_watch<E>(
+pub(crate) fn spawn_watch<E>(
     tasks: &mut JoinSet<()>,
     api: Api<E::Object>,
     updates: mpsc::Sender<Update>,
@@ -139,6 +110,20 @@ fn spawn_watch<E>(
         + Send
         + 'static,
 {
+    tasks.spawn(forward(
+        watcher::watcher(api, watch_config()),
+        updates,
+        wrap,
+    ));
+}
+
+/// Watches the provider's node-class kind, known only at run time.
+pub(crate) fn spawn_dynamic_watch(
+    tasks: &mut JoinSet<()>,
+    api: Api<DynamicObject>,
+    updates: mpsc::Sender<Update>,
+    wrap: fn(Event<DynamicObject>) -> Update,
+) {
     tasks.spawn(forward(
         watcher::watcher(api, watch_config()),
         updates,

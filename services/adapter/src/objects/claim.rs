@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use karpenter_api::nodeclaim::{CONDITION_INITIALIZED, CONDITION_LAUNCHED, CONDITION_REGISTERED};
 use karpenter_api::nodeclaim::{NodeClaimSpec, ResourceRequirements};
 use karpenter_api::{
     NodeClaim, NodePool, NodeSelectorOperator, NodeSelectorRequirementWithMinValues,
@@ -15,6 +17,8 @@ use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::scheduler::v1 as pb;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
+
+use crate::objects::conditions::Conditions;
 
 /// Annotation recording that a claim's minValues were relaxed.
 pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
@@ -277,6 +281,70 @@ pub fn quantities(list: Option<&pb::ResourceList>) -> BTreeMap<String, Quantity>
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// The dependents of a claim's `Ready` condition.
+pub const CLAIM_CONDITIONS: &[&str] = &[
+    CONDITION_LAUNCHED,
+    CONDITION_REGISTERED,
+    CONDITION_INITIALIZED,
+];
+
+/// The condition set while the instance is being terminated.
+pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+
+/// The time by which every pod of the claim's node is deleted, as written
+/// in the claim's annotation (RFC 3339).
+pub fn termination_deadline(claim: &NodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {
+    claim
+        .annotations()
+        .get(labels::NODE_CLAIM_TERMINATION_TIMESTAMP)
+        .and_then(|t| t.parse().ok())
+}
+
+/// The claim's conditions, materialized as Karpenter does.
+pub fn claim_conditions(claim: &mut NodeClaim) -> Conditions<'_> {
+    let generation = claim.metadata.generation.unwrap_or(0);
+    let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let status = claim.status.get_or_insert_with(Default::default);
+    Conditions::new(
+        &mut status.conditions,
+        generation,
+        created,
+        CLAIM_CONDITIONS,
+    )
+}
+
+/// How long since a condition last changed (zero when absent).
+pub fn since_transition(claim: &NodeClaim, type_: &str) -> std::time::Duration {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| elapsed(c.last_transition_time.0))
+        .unwrap_or_default()
+}
+
+/// Time since `at` (zero for a time in the future).
+pub fn elapsed(at: Timestamp) -> std::time::Duration {
+    let seconds = Timestamp::now().duration_since(at).as_secs_f64();
+    std::time::Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or_default()
+}
+
+/// The zone and capacity type labels of an object, for metrics.
+pub fn zone_and_capacity(
+    object_labels: &std::collections::BTreeMap<String, String>,
+) -> (String, String) {
+    (
+        object_labels
+            .get(labels::TOPOLOGY_ZONE)
+            .cloned()
+            .unwrap_or_default(),
+        object_labels
+            .get(labels::CAPACITY_TYPE)
+            .cloned()
+            .unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

@@ -60,39 +60,6 @@ where
         .await?)
 }
 
-/// Adds `finalizer` unless present; returns the object as stored.
-pub async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<K>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-{
-    if object.finalizers().iter().any(|f| f == finalizer) {
-        return Ok(object.clone());
-    }
-    let mut finalizers = object.finalizers().to_vec();
-    finalizers.push(finalizer.to_owned());
-    merge(api, object, json!({"metadata": {"finalizers": finalizers}})).await
-}
-
-/// Removes `finalizer`; an object already gone is fine.
-pub async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-{
-    if !object.finalizers().iter().any(|f| f == finalizer) {
-        return Ok(());
-    }
-    let finalizers: Vec<&String> = object
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer)
-        .collect();
-    match merge(api, object, json!({"metadata": {"finalizers": finalizers}})).await {
-        Ok(_) => Ok(()),
-        Err(crate::error::Error::Kube(e)) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// Deletes the object (this very one: the UID is a precondition, so a
 /// replacement with the same name is never deleted by mistake); gone
 /// already is fine.

@@ -16,13 +16,13 @@ use std::time::Duration;
 use karpenter_api::NodeClaim;
 use kube::{Resource, ResourceExt};
 
-use super::lifecycle::elapsed;
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::Result;
-use crate::index::{Index, Key};
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::claim::elapsed;
+use crate::objects::patch;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 
 /// The condition an expired claim carries while it drains.
 pub const CONDITION_EXPIRED: &str = "Expired";
@@ -80,7 +80,7 @@ impl Reconciler for Expiration {
                 );
                 // Say why on the claim while it drains.
                 let mut marked = (*claim).clone();
-                super::lifecycle::claim_conditions(&mut marked).set(
+                crate::objects::claim::claim_conditions(&mut marked).set(
                     CONDITION_EXPIRED,
                     karpenter_api::ConditionStatus::True,
                     "Expired",

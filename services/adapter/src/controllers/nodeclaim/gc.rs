@@ -17,11 +17,11 @@ use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::Context;
+use crate::controllers::Context;
 use crate::error::{Error, Result};
-use crate::index::Index;
-use crate::patch;
-use crate::watch::Published;
+use crate::objects::patch;
+use crate::state::index::Index;
+use crate::state::watch::Published;
 
 /// Runs garbage collection every `gc_every` until the snapshots end.
 pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {

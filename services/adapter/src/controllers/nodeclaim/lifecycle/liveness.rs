@@ -7,10 +7,11 @@
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::{CONDITION_LAUNCHED, CONDITION_REGISTERED};
 
-use super::{Step, since_transition};
+use super::Step;
 use crate::controllers::Context;
 use crate::error::Result;
-use crate::patch;
+use crate::objects::claim::since_transition;
+use crate::objects::patch;
 
 pub(super) async fn check(ctx: &Context, claim: &NodeClaim) -> Result<Step> {
     if claim.is_registered() {

@@ -27,14 +27,14 @@ use karpenter_proto::provider::v1 as pv;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::Result;
 use crate::events::{Event, Kind};
-use crate::index::{Index, Key};
 use crate::metrics::UnhealthyLabels;
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::patch;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 
 /// The share of a pool's nodes that may be unhealthy while its nodes are
 /// still repaired (rounded up, as a PDB's percentage is).
@@ -211,7 +211,7 @@ impl Reconciler for NodeHealth {
         // no grace. The write is guarded by the index's resourceVersion, so
         // a pass that runs again before the index shows the deletion gets a
         // conflict (and reads again) instead of repairing twice.
-        let deadline = super::lifecycle::termination_deadline(claim)
+        let deadline = crate::objects::claim::termination_deadline(claim)
             .filter(|at| *at <= now)
             .unwrap_or(now)
             .strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -27,7 +27,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 
-pub use crate::pod_entry::PodEntry;
+pub use crate::state::pod_entry::PodEntry;
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub type Key = (String, String);
@@ -182,33 +182,6 @@ impl<K> Store<K> {
     }
 }
 
-/// A watch event of one kind. (Pods and Nodes are large; an update is
-/// moved once, into the owner's channel, so boxing would only add an
-/// allocation per event.)
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum Update {
-    Pod(Event<PodEntry>),
-    Node(Event<Node>),
-    NodePool(Event<NodePool>),
-    NodeClaim(Event<NodeClaim>),
-    NodeClass(Event<DynamicObject>),
-    DaemonSet(Event<DaemonSet>),
-    PodDisruptionBudget(Event<PodDisruptionBudget>),
-    Namespace(Event<Namespace>),
-    PriorityClass(Event<PriorityClass>),
-    PersistentVolumeClaim(Event<PersistentVolumeClaim>),
-    PersistentVolume(Event<PersistentVolume>),
-    StorageClass(Event<StorageClass>),
-    CsiNode(Event<CSINode>),
-    /// A NodeClaim this adapter has just created, as the API answered the
-    /// create: shown before its watch event arrives (see
-    /// [`crate::watch::Writes`]), so planning counts it at once.
-    NodeClaimCreated(NodeClaim),
-    /// Takes a created claim back out if the watch never showed it.
-    NodeClaimForgotten(Key),
-}
-
 /// Which kinds an update touched, so controllers wake only for theirs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Changed {
@@ -249,54 +222,115 @@ struct Lookups {
     pods_by_node: OnceLock<Arc<HashMap<String, Vec<Arc<PodEntry>>>>>,
 }
 
-/// Every object the adapter reasons about.
-#[derive(Clone, Debug, Default)]
-pub struct Index {
-    lookups: Lookups,
-    pub pods: Store<PodEntry>,
-    pub nodes: Store<Node>,
-    pub node_pools: Store<NodePool>,
-    pub node_claims: Store<NodeClaim>,
+/// Declares the watched kinds once: each line gives the [`Update`]
+/// variant, the [`Index`] store, what a store keeps, which [`Changed`] flag
+/// a change raises (so which controllers wake), and how it is watched
+/// (`typed`: a Kubernetes kind; `node_class`: the provider's node-class
+/// kind, known only at run time). From it come the `Update` enum, the
+/// `Index` fields, applying an update, `listed`, and the watches started.
+macro_rules! watched_kinds {
+    ($($(#[$doc:meta])* $variant:ident => $field:ident: $entry:ty, wakes $wake:ident, $how:ident;)*) => {
+        /// A watch event of one kind, or the adapter's own write told ahead
+        /// of the watch. (Pods and Nodes are large; an update is moved once,
+        /// into the owner's channel, so boxing would only add an allocation
+        /// per event.)
+        #[derive(Debug)]
+        #[allow(clippy::large_enum_variant)]
+        pub enum Update {
+            $($variant(Event<$entry>),)*
+            /// A NodeClaim this adapter has just created, as the API answered the
+            /// create: shown before its watch event arrives (see
+            /// [`crate::state::watch::Writes`]), so planning counts it at once.
+            NodeClaimCreated(NodeClaim),
+            /// Takes a created claim back out if the watch never showed it.
+            NodeClaimForgotten(Key),
+        }
+
+        /// Every object the adapter reasons about.
+        #[derive(Clone, Debug, Default)]
+        pub struct Index {
+            lookups: Lookups,
+            $($(#[$doc])* pub $field: Store<$entry>,)*
+        }
+
+        impl Index {
+            /// Applies a watch event to its store; what it changed.
+            fn apply_watched(&mut self, update: Update) -> Changed {
+                let mut changed = Changed::default();
+                match update {
+                    $(Update::$variant(e) => changed.$wake = self.$field.apply(e),)*
+                    Update::NodeClaimCreated(claim) => {
+                        changed.node_claims =
+                            self.node_claims.apply(Event::Apply(Entry::keep(claim)));
+                    }
+                    Update::NodeClaimForgotten(key) => {
+                        changed.node_claims = self.node_claims.remove(&key);
+                    }
+                }
+                changed
+            }
+
+            /// Every store has completed its first list.
+            pub fn listed(&self) -> bool {
+                true $(&& self.$field.synced())*
+            }
+
+            /// The end of a first list, for every kind (tests build indexes
+            /// that look listed from it).
+            #[cfg(test)]
+            fn every_init_done() -> Vec<Update> {
+                vec![$(Update::$variant(Event::InitDone),)*]
+            }
+        }
+
+        /// Starts one watcher per kind, each forwarding to `updates`.
+        pub(crate) fn start_watches(
+            client: &kube::Client,
+            node_class: &kube::api::ApiResource,
+            updates: &tokio::sync::mpsc::Sender<Update>,
+            tasks: &mut tokio::task::JoinSet<()>,
+        ) {
+            $(watched_kinds!(@watch $how, $entry, $variant, client, node_class, updates, tasks);)*
+        }
+    };
+    (@watch typed, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
+        crate::state::watch::spawn_watch::<$entry>(
+            $tasks,
+            kube::Api::all($client.clone()),
+            $updates.clone(),
+            Update::$variant,
+        );
+    };
+    (@watch node_class, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
+        crate::state::watch::spawn_dynamic_watch(
+            $tasks,
+            kube::Api::all_with($client.clone(), $class),
+            $updates.clone(),
+            Update::$variant,
+        );
+    };
+}
+
+watched_kinds! {
+    Pod => pods: PodEntry, wakes pods, typed;
+    Node => nodes: Node, wakes nodes, typed;
+    NodePool => node_pools: NodePool, wakes node_pools, typed;
+    NodeClaim => node_claims: NodeClaim, wakes node_claims, typed;
     /// Objects of the node-class kind the provider serves.
-    pub node_classes: Store<DynamicObject>,
-    pub daemon_sets: Store<DaemonSet>,
-    pub pod_disruption_budgets: Store<PodDisruptionBudget>,
-    pub namespaces: Store<Namespace>,
-    pub priority_classes: Store<PriorityClass>,
-    pub persistent_volume_claims: Store<PersistentVolumeClaim>,
-    pub persistent_volumes: Store<PersistentVolume>,
-    pub storage_classes: Store<StorageClass>,
-    pub csi_nodes: Store<CSINode>,
+    NodeClass => node_classes: DynamicObject, wakes node_classes, node_class;
+    DaemonSet => daemon_sets: DaemonSet, wakes other, typed;
+    PodDisruptionBudget => pod_disruption_budgets: PodDisruptionBudget, wakes other, typed;
+    Namespace => namespaces: Namespace, wakes other, typed;
+    PriorityClass => priority_classes: PriorityClass, wakes other, typed;
+    PersistentVolumeClaim => persistent_volume_claims: PersistentVolumeClaim, wakes other, typed;
+    PersistentVolume => persistent_volumes: PersistentVolume, wakes other, typed;
+    StorageClass => storage_classes: StorageClass, wakes other, typed;
+    CsiNode => csi_nodes: CSINode, wakes other, typed;
 }
 
 impl Index {
     pub fn apply(&mut self, update: Update) -> Changed {
-        let mut changed = Changed::default();
-        match update {
-            Update::Pod(e) => changed.pods = self.pods.apply(e),
-            Update::Node(e) => changed.nodes = self.nodes.apply(e),
-            Update::NodePool(e) => changed.node_pools = self.node_pools.apply(e),
-            Update::NodeClaim(e) => changed.node_claims = self.node_claims.apply(e),
-            Update::NodeClass(e) => changed.node_classes = self.node_classes.apply(e),
-            Update::DaemonSet(e) => changed.other = self.daemon_sets.apply(e),
-            Update::PodDisruptionBudget(e) => {
-                changed.other = self.pod_disruption_budgets.apply(e);
-            }
-            Update::Namespace(e) => changed.other = self.namespaces.apply(e),
-            Update::PriorityClass(e) => changed.other = self.priority_classes.apply(e),
-            Update::PersistentVolumeClaim(e) => {
-                changed.other = self.persistent_volume_claims.apply(e);
-            }
-            Update::PersistentVolume(e) => changed.other = self.persistent_volumes.apply(e),
-            Update::StorageClass(e) => changed.other = self.storage_classes.apply(e),
-            Update::CsiNode(e) => changed.other = self.csi_nodes.apply(e),
-            Update::NodeClaimCreated(claim) => {
-                changed.node_claims = self.node_claims.apply(Event::Apply(Entry::keep(claim)));
-            }
-            Update::NodeClaimForgotten(key) => {
-                changed.node_claims = self.node_claims.remove(&key);
-            }
-        }
+        let changed = self.apply_watched(update);
         if changed.nodes {
             self.lookups.nodes_by_provider_id = OnceLock::new();
         }
@@ -307,23 +341,6 @@ impl Index {
             self.lookups.pods_by_node = OnceLock::new();
         }
         changed
-    }
-
-    /// Every store has completed its first list.
-    pub fn listed(&self) -> bool {
-        self.pods.synced()
-            && self.nodes.synced()
-            && self.node_pools.synced()
-            && self.node_claims.synced()
-            && self.node_classes.synced()
-            && self.daemon_sets.synced()
-            && self.pod_disruption_budgets.synced()
-            && self.namespaces.synced()
-            && self.priority_classes.synced()
-            && self.persistent_volume_claims.synced()
-            && self.persistent_volumes.synced()
-            && self.storage_classes.synced()
-            && self.csi_nodes.synced()
     }
 
     /// Karpenter's cluster-state "synced": listed, and every NodeClaim of
@@ -432,21 +449,7 @@ impl Index {
 impl Index {
     /// `index` with every store's first list completed.
     pub(crate) fn listed_for_tests(mut index: Index) -> Index {
-        for update in [
-            Update::Pod(Event::InitDone),
-            Update::Node(Event::InitDone),
-            Update::NodePool(Event::InitDone),
-            Update::NodeClaim(Event::InitDone),
-            Update::NodeClass(Event::InitDone),
-            Update::DaemonSet(Event::InitDone),
-            Update::PodDisruptionBudget(Event::InitDone),
-            Update::Namespace(Event::InitDone),
-            Update::PriorityClass(Event::InitDone),
-            Update::PersistentVolumeClaim(Event::InitDone),
-            Update::PersistentVolume(Event::InitDone),
-            Update::StorageClass(Event::InitDone),
-            Update::CsiNode(Event::InitDone),
-        ] {
+        for update in Self::every_init_done() {
             index.apply(update);
         }
         index

@@ -23,15 +23,16 @@ use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::lifecycle::claim_conditions;
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::{Index, Key};
 use crate::metrics::{PoolLabels, PoolZoneLabels};
-use crate::watch::Versions;
-use crate::{disrupted, patch};
+use crate::objects::claim::claim_conditions;
+use crate::objects::finalizers;
+use crate::objects::{disrupted, patch};
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 use drain::Drain;
 
 /// The claim condition a drain keeps.
@@ -50,10 +51,7 @@ pub struct Termination {
 
 fn terminating(node: &Node) -> bool {
     node.meta().deletion_timestamp.is_some()
-        && node
-            .finalizers()
-            .iter()
-            .any(|f| f == labels::TERMINATION_FINALIZER)
+        && finalizers::holds(node, labels::TERMINATION_FINALIZER)
 }
 
 impl Reconciler for Termination {
@@ -127,7 +125,7 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
     }
     let deadline = claim
         .as_deref()
-        .and_then(super::lifecycle::termination_deadline);
+        .and_then(crate::objects::claim::termination_deadline);
     if let Some(deadline) = deadline {
         ctx.recorder.emit(Event::new(
             node,
@@ -210,14 +208,14 @@ async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Resu
         return Ok(None);
     }
     let gone = ctx.clients.terminate_instance(&provider_id).await?;
-    claim_conditions(claim).set_true(super::lifecycle::INSTANCE_TERMINATING);
+    claim_conditions(claim).set_true(crate::objects::claim::INSTANCE_TERMINATING);
     Ok((!gone).then_some(INSTANCE_GONE_POLL))
 }
 
-fn since_transition_of(conditions: &crate::conditions::Conditions<'_>) -> Duration {
+fn since_transition_of(conditions: &crate::objects::conditions::Conditions<'_>) -> Duration {
     conditions
         .get(DRAINED)
-        .map(|c| super::lifecycle::elapsed(c.last_transition_time.0))
+        .map(|c| crate::objects::claim::elapsed(c.last_transition_time.0))
         .unwrap_or_default()
 }
 
@@ -260,7 +258,7 @@ async fn taint(ctx: &Context, node: &Node) -> Result<Node> {
 
 /// Releases the Node's finalizer: the instance is gone.
 async fn release(ctx: &Context, node: &Node) -> Result<Requeue> {
-    patch::remove_finalizer(&ctx.nodes(), node, labels::TERMINATION_FINALIZER).await?;
+    finalizers::remove(&ctx.nodes(), node, labels::TERMINATION_FINALIZER).await?;
     ctx.metrics
         .nodes_terminated
         .get_or_create(&PoolZoneLabels {

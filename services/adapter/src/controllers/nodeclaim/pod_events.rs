@@ -20,13 +20,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::lifecycle::elapsed;
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue};
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue};
 use crate::error::Result;
-use crate::index::{Index, Key, PodEntry};
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::claim::elapsed;
+use crate::objects::patch;
+use crate::state::index::{Index, Key, PodEntry};
+use crate::state::watch::Versions;
 
 /// Pod events closer together than this move the time once.
 pub const DEDUPE: Duration = Duration::from_secs(10);

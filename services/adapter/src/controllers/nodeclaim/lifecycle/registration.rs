@@ -12,13 +12,14 @@ use karpenter_core::labels;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::claim_conditions;
 use crate::controllers::Context;
 use crate::error::Result;
 use crate::events::{Event, Kind};
-use crate::index::Index;
 use crate::metrics::{PoolLabels, PoolZoneLabels};
-use crate::patch;
+use crate::objects::claim::claim_conditions;
+use crate::objects::finalizers;
+use crate::objects::patch;
+use crate::state::index::Index;
 
 use karpenter_core::labels::DO_NOT_SYNC_TAINTS;
 
@@ -83,7 +84,7 @@ pub(super) async fn register(
     claim_conditions(claim).set_true(CONDITION_REGISTERED);
     claim.status.get_or_insert_with(Default::default).node_name = Some(written.name_any());
     let pool = claim.node_pool().unwrap_or_default().to_owned();
-    let (zone, _) = super::zone_and_capacity(claim.labels());
+    let (zone, _) = crate::objects::claim::zone_and_capacity(claim.labels());
     ctx.metrics
         .nodes_created
         .get_or_create(&PoolZoneLabels {
@@ -126,13 +127,7 @@ fn node_taint(taint: &karpenter_api::Taint) -> Taint {
 /// unregistered.
 pub(crate) fn synced_node(claim: &NodeClaim, node: &Node) -> Node {
     let mut synced = node.clone();
-    let finalizers = synced.finalizers_mut();
-    if !finalizers
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
-        finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
-    }
+    finalizers::ensure(&mut synced, labels::TERMINATION_FINALIZER);
     let uid = claim.uid().unwrap_or_default();
     let owners = synced.owner_references_mut();
     if !owners

@@ -18,8 +18,8 @@ use kube::api::{DeleteParams, Preconditions};
 use crate::controllers::Context;
 use crate::error::{Result, is_not_found};
 use crate::events::{Event, Kind};
-use crate::index::PodEntry;
 use crate::metrics::{CodeLabels, ReasonLabels};
+use crate::state::index::PodEntry;
 
 /// Where a drain stands.
 #[derive(Debug, PartialEq, Eq)]

@@ -12,11 +12,11 @@ use karpenter_core::taints::{Effect, is_known_ephemeral};
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::claim_conditions;
 use crate::controllers::Context;
 use crate::error::Result;
-use crate::index::Index;
 use crate::metrics::PoolLabels;
+use crate::objects::claim::claim_conditions;
+use crate::state::index::Index;
 
 pub(super) async fn initialize(
     ctx: &Context,

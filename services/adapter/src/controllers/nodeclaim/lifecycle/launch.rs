@@ -15,13 +15,14 @@ use kube::api::DynamicObject;
 use tonic::Code;
 use tracing::Instrument as _;
 
-use super::{Step, claim_conditions};
-use crate::claim::{quantities, wire_claim};
+use super::Step;
 use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::Index;
-use crate::patch;
+use crate::objects::claim::claim_conditions;
+use crate::objects::claim::{quantities, wire_claim};
+use crate::objects::patch;
+use crate::state::index::Index;
 
 /// A message cut to `limit` characters, as Karpenter cuts provider errors.
 pub(crate) fn truncate(message: &str, limit: usize) -> String {

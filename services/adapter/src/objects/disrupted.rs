@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::controllers::Context;
 use crate::error::Result;
-use crate::patch;
+use crate::objects::patch;
 
 const EFFECT: &str = "NoSchedule";
 

@@ -21,31 +21,20 @@ mod launch;
 mod liveness;
 mod registration;
 
-pub use finalize::{INSTANCE_TERMINATING, termination_deadline};
-
 use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
 use karpenter_api::NodeClaim;
-use karpenter_api::nodeclaim::{CONDITION_INITIALIZED, CONDITION_LAUNCHED, CONDITION_REGISTERED};
 use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue, sooner};
-use crate::conditions::Conditions;
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue, sooner};
 use crate::error::{Error, Result};
-use crate::index::{Index, Key};
-use crate::patch;
-use crate::watch::Versions;
-
-/// The dependents of a claim's `Ready` condition.
-pub const CLAIM_CONDITIONS: &[&str] = &[
-    CONDITION_LAUNCHED,
-    CONDITION_REGISTERED,
-    CONDITION_INITIALIZED,
-];
+use crate::objects::finalizers;
+use crate::objects::patch;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 
 /// What a step decided.
 pub(crate) enum Step {
@@ -53,51 +42,6 @@ pub(crate) enum Step {
     Continue(Requeue),
     /// The claim was deleted; nothing more this pass.
     Deleted,
-}
-
-/// The claim's conditions, materialized as Karpenter does.
-pub(crate) fn claim_conditions(claim: &mut NodeClaim) -> Conditions<'_> {
-    let generation = claim.metadata.generation.unwrap_or(0);
-    let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let status = claim.status.get_or_insert_with(Default::default);
-    Conditions::new(
-        &mut status.conditions,
-        generation,
-        created,
-        CLAIM_CONDITIONS,
-    )
-}
-
-/// How long since a condition last changed (zero when absent).
-pub(crate) fn since_transition(claim: &NodeClaim, type_: &str) -> std::time::Duration {
-    claim
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| elapsed(c.last_transition_time.0))
-        .unwrap_or_default()
-}
-
-/// Time since `at` (zero for a time in the future).
-pub(crate) fn elapsed(at: Timestamp) -> std::time::Duration {
-    let seconds = Timestamp::now().duration_since(at).as_secs_f64();
-    std::time::Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or_default()
-}
-
-/// The zone and capacity type labels of an object, for metrics.
-pub(crate) fn zone_and_capacity(
-    object_labels: &std::collections::BTreeMap<String, String>,
-) -> (String, String) {
-    (
-        object_labels
-            .get(labels::TOPOLOGY_ZONE)
-            .cloned()
-            .unwrap_or_default(),
-        object_labels
-            .get(labels::CAPACITY_TYPE)
-            .cloned()
-            .unwrap_or_default(),
-    )
 }
 
 /// The lifecycle controller.
@@ -137,7 +81,7 @@ impl Reconciler for Lifecycle {
             return finalize::finalize(&self.ctx, &index, &stored).await;
         }
         let api = self.ctx.node_claims();
-        let stored = patch::add_finalizer(&api, &stored, labels::TERMINATION_FINALIZER).await?;
+        let stored = finalizers::add(&api, &stored, labels::TERMINATION_FINALIZER).await?;
         let mut claim = stored.clone();
         let mut failed: Option<Error> = None;
         let mut requeue = None;

@@ -11,35 +11,20 @@ use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::claim_conditions;
 use crate::controllers::{Context, Requeue};
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::index::Index;
 use crate::metrics::TerminatedLabels;
-use crate::patch;
+use crate::objects::claim::{INSTANCE_TERMINATING, claim_conditions};
+use crate::objects::finalizers;
+use crate::objects::patch;
+use crate::state::index::Index;
 
 /// How often a claim whose instance is still going away is looked at.
 const INSTANCE_GONE_POLL: Duration = Duration::from_secs(5);
 
-/// The condition set while the instance is being terminated.
-pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
-
-/// The time by which every pod of the claim's node is deleted, as written
-/// in the claim's annotation (RFC 3339).
-pub fn termination_deadline(claim: &NodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {
-    claim
-        .annotations()
-        .get(labels::NODE_CLAIM_TERMINATION_TIMESTAMP)
-        .and_then(|t| t.parse().ok())
-}
-
 pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -> Result<Requeue> {
-    if !stored
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
+    if !finalizers::holds(stored, labels::TERMINATION_FINALIZER) {
         return Ok(None);
     }
     let api = ctx.node_claims();
@@ -75,8 +60,8 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
             return Ok(Some(INSTANCE_GONE_POLL));
         }
     }
-    patch::remove_finalizer(&api, &claim, labels::TERMINATION_FINALIZER).await?;
-    let (zone, capacity_type) = super::zone_and_capacity(claim.labels());
+    finalizers::remove(&api, &claim, labels::TERMINATION_FINALIZER).await?;
+    let (zone, capacity_type) = crate::objects::claim::zone_and_capacity(claim.labels());
     ctx.metrics
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {

@@ -27,14 +27,14 @@ use karpenter_core::labels;
 use karpenter_core::requirements::{NoneWellKnown, Requirements};
 use kube::{Resource, ResourceExt};
 
-use super::lifecycle::claim_conditions;
-use super::runner::{Reconciler, fingerprint};
-use super::{Context, Requeue, sooner};
-use crate::claim::wire_claim;
+use crate::controllers::runner::{Reconciler, fingerprint};
+use crate::controllers::{Context, Requeue, sooner};
 use crate::error::{Error, Result};
-use crate::index::{Index, Key};
-use crate::patch;
-use crate::watch::Versions;
+use crate::objects::claim::claim_conditions;
+use crate::objects::claim::wire_claim;
+use crate::objects::patch;
+use crate::state::index::{Index, Key};
+use crate::state::watch::Versions;
 use karpenter_proto::provider::v1 as pv;
 
 /// How often drift is checked again while nothing else changes.
