@@ -34,24 +34,9 @@ pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
 /// Spot-to-spot consolidation needs at least this many cheaper options.
 pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Reason {
-    Empty,
-    Underutilized,
-    Drifted,
-    Expired,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Empty => "Empty",
-            Reason::Underutilized => "Underutilized",
-            Reason::Drifted => "Drifted",
-            Reason::Expired => "Expired",
-        }
-    }
-}
+// The reason lives with the model: a node pool's budgets name reasons, and
+// the model must not depend on the planner that reads it.
+pub use crate::model::Reason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {

@@ -19,6 +19,7 @@ use crate::labels;
 use crate::model::{
     Cluster, InstanceType, OfferingFilter, OfferingSpace, Pod, PodKey, WhenUnsatisfiable,
 };
+use crate::pods::pod_requirements;
 use crate::requirements::{Operator, Requirement, Requirements, WellKnown};
 use crate::resources::Resources;
 use crate::taints::{Effect, Taint, Toleration, first_untolerated};
@@ -289,28 +290,6 @@ impl ClassMemo {
     fn count(&self) -> usize {
         self.permanent.count + self.until_affinity_changes.count
     }
-}
-
-pub(crate) fn pod_requirements(pod: &Pod, include_preferred: bool) -> Requirements {
-    let mut requirements = Requirements::from_labels(&pod.node_selector);
-    if include_preferred && let Some((_, heaviest)) = heaviest(&pod.preferred_terms) {
-        requirements.add_all(heaviest);
-    }
-    if let Some(first) = pod.required_terms.first() {
-        requirements.add_all(first);
-    }
-    requirements
-}
-
-/// The heaviest weighted entry; the first among equals.
-fn heaviest<T>(list: &[(i32, T)]) -> Option<&(i32, T)> {
-    let mut best: Option<&(i32, T)> = None;
-    for entry in list {
-        if best.is_none_or(|b| entry.0 > b.0) {
-            best = Some(entry);
-        }
-    }
-    best
 }
 
 fn remove_heaviest<T>(list: &mut Vec<(i32, T)>) -> bool {
