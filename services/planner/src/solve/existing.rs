@@ -25,9 +25,9 @@ pub(super) struct NodeBase {
 /// What a run changed on an existing node.
 #[derive(Clone)]
 pub(super) struct NodeState {
-    pub(super) requirements: Requirements,
-    pub(super) remaining: Resources,
-    pub(super) ports: HostPortUsage,
+    requirements: Requirements,
+    remaining: Resources,
+    ports: HostPortUsage,
 }
 
 /// An existing node in one run: its shared base until a pod lands on it.
@@ -39,7 +39,7 @@ pub(super) struct ExistingNode<'a> {
 }
 
 impl ExistingNode<'_> {
-    pub(super) fn requirements(&self) -> &Requirements {
+    fn requirements(&self) -> &Requirements {
         self.state
             .as_ref()
             .map_or(&*self.base.requirements, |s| &s.requirements)
@@ -55,7 +55,7 @@ impl ExistingNode<'_> {
         self.state.as_ref().map_or(&self.base.ports, |s| &s.ports)
     }
 
-    pub(super) fn state_mut(&mut self) -> &mut NodeState {
+    fn state_mut(&mut self) -> &mut NodeState {
         let base = self.base;
         self.state.get_or_insert_with(|| {
             Box::new(NodeState {
@@ -129,7 +129,7 @@ pub struct ClosedNodes {
 }
 
 impl ClosedNodes {
-    pub(super) fn refuses(&self, node: usize, pod: &Pod) -> bool {
+    fn refuses(&self, node: usize, pod: &Pod) -> bool {
         self.closed.get(node).copied().unwrap_or(false)
             && !pod.node_name.is_empty()
             && !self.deleting.contains(&pod.node_name)
@@ -137,7 +137,42 @@ impl ClosedNodes {
 }
 
 impl Scheduler<'_> {
-    pub(super) fn can_add_existing(
+    /// Places the pod on the first existing node, in try order, that takes
+    /// it (a consolidation's closed nodes excepted). False when none does.
+    pub(super) fn add_to_existing(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> bool {
+        for e in 0..self.existing.len() {
+            if self
+                .closed
+                .as_ref()
+                .is_some_and(|c| c.refuses(self.existing[e].node, pod))
+            {
+                continue;
+            }
+            if let Ok(requirements) = self.can_add_existing(&self.existing[e], pod, data) {
+                let node = &self.cluster.nodes[self.existing[e].node];
+                let existing = &mut self.existing[e];
+                existing.pods.push(pod_index);
+                let state = existing.state_mut();
+                state.remaining.subtract(&pod.requests);
+                state.ports.add(&pod.host_ports);
+                if let Some(requirements) = requirements {
+                    state.requirements = requirements;
+                }
+                self.topology.record(
+                    pod,
+                    &node.taints,
+                    self.existing[e].requirements(),
+                    &crate::requirements::NoneWellKnown,
+                );
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the pod may land on the node, and the node's requirements
+    /// with the pod's added when they changed.
+    fn can_add_existing(
         &self,
         existing: &ExistingNode,
         pod: &Pod,

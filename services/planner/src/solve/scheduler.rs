@@ -5,16 +5,14 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::hostports::HostPortUsage;
 use crate::labels;
 use crate::model::{Cluster, InstanceType, Pod, PodKey};
 use crate::pods::pod_requirements;
-use crate::requirements::{Requirement, Requirements, WellKnown};
-use crate::resources::Resources;
+use crate::requirements::{Requirements, WellKnown};
 use crate::taints::Taint;
 use crate::topology::Topology;
 
-use super::claims::{Claim, ClaimSet, ClassMemo};
+use super::claims::{Claim, ClassMemo};
 use super::existing::{ClosedNodes, ExistingNode};
 use super::launch::{FinalizeMemo, finalize};
 use super::preferences::{relax, strip_preferences};
@@ -26,7 +24,7 @@ pub(super) struct PodData {
     pub(super) requirements: Requirements,
     strict: Requirements,
     /// Pods with equal classes ask the same of a node apart from resources.
-    class: u64,
+    pub(super) class: u64,
 }
 
 /// Everything about a pod that decides where it may go, except its size.
@@ -52,10 +50,10 @@ fn constraint_class(pod: &Pod) -> u64 {
 pub(super) struct Reject {
     /// It will refuse every pod of the same class from now on (taints, host
     /// ports, requirements and hostname counts only ever tighten).
-    permanent: bool,
+    pub(super) permanent: bool,
     /// It will refuse the class until an affinity domain is newly populated.
-    until_affinity_changes: bool,
-    message: Option<String>,
+    pub(super) until_affinity_changes: bool,
+    pub(super) message: Option<String>,
 }
 
 impl Reject {
@@ -81,20 +79,20 @@ pub(super) struct Scheduler<'c> {
     pub(super) options: &'c Options,
     pub(super) well_known: &'c WellKnownSet,
     pub(super) templates: &'c [Template],
-    existing: Vec<ExistingNode<'c>>,
+    pub(super) existing: Vec<ExistingNode<'c>>,
     pub(super) claims: Vec<Claim>,
     /// Claims in Karpenter's try order: fewest pods first, and among equals
     /// the one that came first in the previous order.
-    claim_order: BTreeMap<usize, VecDeque<usize>>,
-    remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
+    pub(super) claim_order: BTreeMap<usize, VecDeque<usize>>,
+    pub(super) remaining_limits: HashMap<usize, BTreeMap<String, i64>>,
     pub(super) topology: Topology<'c>,
     tolerate_prefer_no_schedule: bool,
     /// Claims that refuse a pod class for good, by class.
-    blocked: HashMap<u64, ClassMemo>,
+    pub(super) blocked: HashMap<u64, ClassMemo>,
     /// Why each ready pool that offers nothing was skipped.
-    skipped_pools: &'c [String],
+    pub(super) skipped_pools: &'c [String],
     /// In a consolidation simulation: nodes pods may not move onto.
-    closed: Option<&'c ClosedNodes>,
+    pub(super) closed: Option<&'c ClosedNodes>,
 }
 
 impl<'c> Scheduler<'c> {
@@ -245,186 +243,14 @@ impl<'c> Scheduler<'c> {
         Ok(Cow::Owned(requirements))
     }
 
+    /// Places the pod on the first existing node that takes it, else the
+    /// first planned claim, else a new claim; the error explains why no
+    /// node pool could launch one for it.
     fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
-        for e in 0..self.existing.len() {
-            if self
-                .closed
-                .as_ref()
-                .is_some_and(|c| c.refuses(self.existing[e].node, pod))
-            {
-                continue;
-            }
-            if let Ok(requirements) = self.can_add_existing(&self.existing[e], pod, data) {
-                let node = &self.cluster.nodes[self.existing[e].node];
-                let existing = &mut self.existing[e];
-                existing.pods.push(pod_index);
-                let state = existing.state_mut();
-                state.remaining.subtract(&pod.requests);
-                state.ports.add(&pod.host_ports);
-                if let Some(requirements) = requirements {
-                    state.requirements = requirements;
-                }
-                self.topology.record(
-                    pod,
-                    &node.taints,
-                    self.existing[e].requirements(),
-                    &crate::requirements::NoneWellKnown,
-                );
-                return Ok(());
-            }
-        }
-
-        let mut found = None;
-        let mut newly_blocked = Vec::new();
-        let epoch = self.topology.affinity_epoch();
-        if let Some(memo) = self.blocked.get_mut(&data.class)
-            && memo.epoch != epoch
-        {
-            memo.until_affinity_changes = ClaimSet::default();
-            memo.epoch = epoch;
-        }
-        let memo = self.blocked.get(&data.class);
-        if memo.is_none_or(|m| m.count() < self.claims.len()) {
-            'search: for (count, bucket) in &self.claim_order {
-                for (position, claim_index) in bucket.iter().enumerate() {
-                    if memo.is_some_and(|m| m.contains(*claim_index)) {
-                        continue;
-                    }
-                    match self.can_add_claim(&self.claims[*claim_index], pod, data, false) {
-                        Ok(result) => {
-                            found = Some((*count, position, *claim_index, result));
-                            break 'search;
-                        }
-                        Err(reject) if reject.permanent => newly_blocked.push((*claim_index, true)),
-                        Err(reject) if reject.until_affinity_changes => {
-                            newly_blocked.push((*claim_index, false));
-                        }
-                        Err(_) => {}
-                    }
-                }
-            }
-        }
-        if !newly_blocked.is_empty() {
-            let memo = self.blocked.entry(data.class).or_insert_with(|| ClassMemo {
-                epoch,
-                ..ClassMemo::default()
-            });
-            for (claim, permanent) in newly_blocked {
-                if permanent {
-                    memo.permanent.insert(claim);
-                } else if !memo.permanent.contains(claim) {
-                    memo.until_affinity_changes.insert(claim);
-                }
-            }
-        }
-        if let Some((count, position, claim_index, (requirements, filtered))) = found {
-            if let Some(bucket) = self.claim_order.get_mut(&count) {
-                bucket.remove(position);
-                if bucket.is_empty() {
-                    self.claim_order.remove(&count);
-                }
-            }
-            self.claim_order
-                .entry(count + 1)
-                .or_default()
-                .push_front(claim_index);
-            self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
+        if self.add_to_existing(pod_index, pod, data) || self.add_to_planned(pod_index, pod, data) {
             return Ok(());
         }
-
-        if self.templates.is_empty() {
-            return Err(if !self.skipped_pools.is_empty() {
-                self.skipped_pools.join("; ")
-            } else if self.cluster.node_pools.is_empty() {
-                "no node pool exists".to_owned()
-            } else {
-                let names: Vec<String> = self
-                    .cluster
-                    .node_pools
-                    .iter()
-                    .map(|p| format!("{:?}", p.name))
-                    .collect();
-                format!("no node pool is ready (not ready: {})", names.join(", "))
-            });
-        }
-        let mut errors = Vec::new();
-        for t in 0..self.templates.len() {
-            let template = &self.templates[t];
-            let pool = &self.cluster.node_pools[template.pool];
-            let catalog = self.catalog(t);
-            let limits = &self.remaining_limits[&template.pool];
-            let within_limits = |capacity: &Resources| {
-                limits
-                    .iter()
-                    .all(|(name, remaining)| limit_cost(capacity, name) <= *remaining)
-            };
-            let instance_types: Vec<usize> = if within_limits(&template.max_capacity) {
-                template.instance_types.clone()
-            } else {
-                template
-                    .instance_types
-                    .iter()
-                    .copied()
-                    .filter(|i| within_limits(&catalog[*i].capacity))
-                    .collect()
-            };
-            if instance_types.is_empty() {
-                errors.push(format!(
-                    "all available instance types exceed limits for nodepool: {:?}",
-                    pool.name
-                ));
-                continue;
-            }
-            let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
-            let mut requirements = template.requirements.clone();
-            requirements.add(Requirement::single(labels::HOSTNAME, &hostname));
-            let max_room = if instance_types.len() == template.instance_types.len() {
-                template.max_room.clone()
-            } else {
-                template.daemons.max_room(catalog, &instance_types)
-            };
-            let claim = Claim {
-                template: t,
-                hostname,
-                requirements,
-                headroom: max_room.clone(),
-                max_room,
-                instance_types,
-                requests: Resources::default(),
-                pods: Vec::new(),
-                ports: HostPortUsage::default(),
-                min_values_relaxed: false,
-            };
-            match self.can_add_claim(&claim, pod, data, true) {
-                Ok((requirements, filtered)) => {
-                    self.claims.push(claim);
-                    let claim_index = self.claims.len() - 1;
-                    self.claim_order
-                        .entry(1)
-                        .or_default()
-                        .push_back(claim_index);
-                    self.commit_claim(claim_index, pod_index, pod, requirements, filtered);
-                    let claim = &self.claims[claim_index];
-                    let mut max_capacity = Resources::default();
-                    for i in &claim.instance_types {
-                        max_capacity.max_with(&catalog[*i].capacity);
-                    }
-                    if let Some(limits) = self.remaining_limits.get_mut(&self.templates[t].pool) {
-                        for (name, remaining) in limits.iter_mut() {
-                            *remaining -= limit_cost(&max_capacity, name);
-                        }
-                    }
-                    return Ok(());
-                }
-                Err(reject) => errors.push(format!(
-                    "incompatible with nodepool {:?}, daemonset overhead={}, {}",
-                    pool.name,
-                    template.daemons.min_overhead(&template.instance_types),
-                    reject.message.unwrap_or_default()
-                )),
-            }
-        }
-        Err(errors.join("; "))
+        self.add_to_new_claim(pod_index, pod, data)
     }
 
     /// Places the pod, relaxing its preferences one at a time until it fits
