@@ -106,19 +106,93 @@ impl Totals<'_> {
     }
 }
 
+/// Which of `options` can still hold the pods with `input`'s requirements
+/// and totals. The error is Karpenter's message when `input.explain` asks
+/// for one.
 pub(super) fn filter_instance_types(
     catalog: &[InstanceType],
     options: &[usize],
     input: &FilterInput<'_>,
 ) -> Result<Filtered, Option<String>> {
+    let requirements = input.requirements;
+    let mut tally = tally(catalog, options, input);
+    let mut remaining: Cow<'_, [usize]> = match tally.dropped.take() {
+        None => Cow::Borrowed(options),
+        Some(kept) => Cow::Owned(kept),
+    };
+    let mut relaxed_min_values = BTreeMap::new();
+    let mut min_values_error = None;
+    if !remaining.is_empty() && requirements.has_min_values() {
+        let shortfall = min_values_shortfall(catalog, &remaining, requirements);
+        if !shortfall.is_empty() {
+            if input.relax_min_values {
+                relaxed_min_values = shortfall;
+            } else {
+                min_values_error = Some(format!(
+                    "minValues requirement is not met for label(s) (label(s)=[{}])",
+                    shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
+                ));
+                remaining = Cow::Owned(Vec::new());
+            }
+        }
+    }
+    if !remaining.is_empty() {
+        return Ok(Filtered {
+            remaining: match remaining {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(kept) => Some(kept),
+            },
+            relaxed_min_values,
+        });
+    }
+    if !input.explain {
+        return Err(None);
+    }
+    let reason = min_values_error.unwrap_or_else(|| tally.reason(options, &input.totals));
+    let held = if tally.held_ports > 0 {
+        format!(
+            "; a daemonset holds a requested host port on {} other instance type(s)",
+            tally.held_ports
+        )
+    } else {
+        String::new()
+    };
+    Err(Some(format!(
+        "{reason}, requirements={}, resources={}{held}",
+        display_requirements(requirements),
+        input.totals.describe()
+    )))
+}
+
+/// One pass over a claim's options: which stay and, for the message when
+/// none does, which of requirements, resources and offerings they met.
+#[derive(Default)]
+struct Tally {
+    /// The options kept; None while every option so far is.
+    dropped: Option<Vec<usize>>,
+    met: bool,
+    fits_any: bool,
+    offered: bool,
+    met_fits: bool,
+    met_offered: bool,
+    fits_offered: bool,
+    /// Options left out because a daemon pod on them holds one of the
+    /// pod's host ports.
+    held_ports: usize,
+}
+
+/// Checks each option against `input`. With the requirements a claim's
+/// options already passed (`input.previous`), only the keys that changed
+/// since are checked again, and offerings only when zone, capacity type or
+/// an offering's own requirements could be affected.
+fn tally(catalog: &[InstanceType], options: &[usize], input: &FilterInput<'_>) -> Tally {
     let FilterInput {
         requirements,
         previous,
         space,
         totals,
         columns,
-        relax_min_values,
-        explain,
+        ..
     } = *input;
     let changed: Option<Vec<&Requirement>> = previous.map(|previous| {
         requirements
@@ -141,18 +215,14 @@ pub(super) fn filter_instance_types(
         (Some(keys), Some(columns)) => Some(keys.iter().filter_map(|r| columns.check(r)).collect()),
         _ => None,
     };
-    // None while every option so far is kept.
-    let mut dropped: Option<Vec<usize>> = None;
-    let (mut met, mut fits_any, mut offered) = (false, false, false);
-    let (mut met_fits, mut met_offered, mut fits_offered) = (false, false, false);
-    let mut held_ports = 0;
+    let mut tally = Tally::default();
     for (position, index) in options.iter().enumerate() {
         let it = &catalog[*index];
         let Some(total) = totals.for_type(*index) else {
             // A daemon pod on this type holds one of the pod's host ports.
-            held_ports += 1;
-            if dropped.is_none() {
-                dropped = Some(options[..position].to_vec());
+            tally.held_ports += 1;
+            if tally.dropped.is_none() {
+                tally.dropped = Some(options[..position].to_vec());
             }
             continue;
         };
@@ -169,94 +239,66 @@ pub(super) fn filter_instance_types(
         let offering = offering_filter
             .as_ref()
             .is_none_or(|filter| it.has_compatible_offering(filter));
-        met |= compatible;
-        fits_any |= fits;
-        offered |= offering;
-        met_fits |= compatible && fits && !offering;
-        met_offered |= compatible && offering && !fits;
-        fits_offered |= fits && offering && !compatible;
+        tally.met |= compatible;
+        tally.fits_any |= fits;
+        tally.offered |= offering;
+        tally.met_fits |= compatible && fits && !offering;
+        tally.met_offered |= compatible && offering && !fits;
+        tally.fits_offered |= fits && offering && !compatible;
         let keep = compatible && fits && offering;
-        match (&mut dropped, keep) {
+        match (&mut tally.dropped, keep) {
             (None, true) | (Some(_), false) => {}
-            (None, false) => dropped = Some(options[..position].to_vec()),
+            (None, false) => tally.dropped = Some(options[..position].to_vec()),
             (Some(kept), true) => kept.push(*index),
         }
     }
-    let mut remaining: Cow<'_, [usize]> = match dropped {
-        None => Cow::Borrowed(options),
-        Some(kept) => Cow::Owned(kept),
-    };
-    let mut relaxed_min_values = BTreeMap::new();
-    let mut min_values_error = None;
-    if !remaining.is_empty() && requirements.has_min_values() {
-        let shortfall = min_values_shortfall(catalog, &remaining, requirements);
-        if !shortfall.is_empty() {
-            if relax_min_values {
-                relaxed_min_values = shortfall;
-            } else {
-                min_values_error = Some(format!(
-                    "minValues requirement is not met for label(s) (label(s)=[{}])",
-                    shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
-                ));
-                remaining = Cow::Owned(Vec::new());
+    tally
+}
+
+impl Tally {
+    /// Karpenter's words for why no option is left, most general first.
+    fn reason(&self, options: &[usize], totals: &Totals<'_>) -> String {
+        let Tally {
+            met,
+            fits_any,
+            offered,
+            met_fits,
+            met_offered,
+            fits_offered,
+            ..
+        } = *self;
+        if !met && !fits_any && !offered {
+            "no instance type met the scheduling requirements or had enough resources or had a required offering".to_owned()
+        } else if !met && !fits_any {
+            "no instance type met the scheduling requirements or had enough resources".to_owned()
+        } else if !met && !offered {
+            "no instance type met the scheduling requirements or had a required offering".to_owned()
+        } else if !fits_any && !offered {
+            "no instance type had enough resources or had a required offering".to_owned()
+        } else if !met {
+            "no instance type met all requirements".to_owned()
+        } else if !fits_any {
+            let mut message = "no instance type has enough resources".to_owned();
+            if options
+                .iter()
+                .filter_map(|i| totals.for_type(*i))
+                .any(|total| total.cpu >= 1_000_000_000)
+            {
+                message.push_str(" (CPU request >= 1 Million, m vs M typo?)");
             }
+            message
+        } else if !offered {
+            "no instance type has the required offering".to_owned()
+        } else if met_fits {
+            "no instance type which met the scheduling requirements and had enough resources, had a required offering".to_owned()
+        } else if fits_offered {
+            "no instance type which had enough resources and the required offering met the scheduling requirements".to_owned()
+        } else if met_offered {
+            "no instance type which met the scheduling requirements and the required offering had the required resources".to_owned()
+        } else {
+            "no instance type met the requirements/resources/offering tuple".to_owned()
         }
     }
-    if !remaining.is_empty() {
-        return Ok(Filtered {
-            remaining: match remaining {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(kept) => Some(kept),
-            },
-            relaxed_min_values,
-        });
-    }
-    if !explain {
-        return Err(None);
-    }
-    let reason = if let Some(error) = min_values_error {
-        error
-    } else if !met && !fits_any && !offered {
-        "no instance type met the scheduling requirements or had enough resources or had a required offering".to_owned()
-    } else if !met && !fits_any {
-        "no instance type met the scheduling requirements or had enough resources".to_owned()
-    } else if !met && !offered {
-        "no instance type met the scheduling requirements or had a required offering".to_owned()
-    } else if !fits_any && !offered {
-        "no instance type had enough resources or had a required offering".to_owned()
-    } else if !met {
-        "no instance type met all requirements".to_owned()
-    } else if !fits_any {
-        let mut message = "no instance type has enough resources".to_owned();
-        if options
-            .iter()
-            .filter_map(|i| totals.for_type(*i))
-            .any(|total| total.cpu >= 1_000_000_000)
-        {
-            message.push_str(" (CPU request >= 1 Million, m vs M typo?)");
-        }
-        message
-    } else if !offered {
-        "no instance type has the required offering".to_owned()
-    } else if met_fits {
-        "no instance type which met the scheduling requirements and had enough resources, had a required offering".to_owned()
-    } else if fits_offered {
-        "no instance type which had enough resources and the required offering met the scheduling requirements".to_owned()
-    } else if met_offered {
-        "no instance type which met the scheduling requirements and the required offering had the required resources".to_owned()
-    } else {
-        "no instance type met the requirements/resources/offering tuple".to_owned()
-    };
-    let held = if held_ports > 0 {
-        format!("; a daemonset holds a requested host port on {held_ports} other instance type(s)")
-    } else {
-        String::new()
-    };
-    Err(Some(format!(
-        "{reason}, requirements={}, resources={}{held}",
-        display_requirements(requirements),
-        totals.describe()
-    )))
 }
 
 /// Requirements as Karpenter prints them: hostname hidden.
