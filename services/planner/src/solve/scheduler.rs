@@ -19,61 +19,78 @@ use super::preferences::{relax, strip_preferences};
 use super::prepared::{Prepared, Template, WellKnownSet, limit_cost, validate_pod};
 use super::{INTERRUPTED, Options, Solution};
 
-/// What a pod asks of a node, derived from its (possibly relaxed) spec.
-pub(super) struct PodData {
-    pub(super) requirements: Requirements,
-    strict: Requirements,
-    /// Pods with equal classes ask the same of a node apart from resources.
-    pub(super) class: u64,
-}
-
-/// Everything about a pod that decides where it may go, except its size.
-fn constraint_class(pod: &Pod) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = karpenter_core::hash::Fnv1a64::default();
-    pod.key.namespace.hash(&mut hasher);
-    pod.labels.hash(&mut hasher);
-    pod.node_selector.hash(&mut hasher);
-    pod.required_terms.hash(&mut hasher);
-    pod.preferred_terms.hash(&mut hasher);
-    pod.pod_affinity.hash(&mut hasher);
-    pod.preferred_pod_affinity.hash(&mut hasher);
-    pod.pod_anti_affinity.hash(&mut hasher);
-    pod.preferred_pod_anti_affinity.hash(&mut hasher);
-    pod.spread.hash(&mut hasher);
-    pod.tolerations.hash(&mut hasher);
-    pod.host_ports.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// Why a node or claim refused a pod.
-pub(super) struct Reject {
-    /// It will refuse every pod of the same class from now on (taints, host
-    /// ports, requirements and hostname counts only ever tighten).
-    pub(super) permanent: bool,
-    /// It will refuse the class until an affinity domain is newly populated.
-    pub(super) until_affinity_changes: bool,
-    pub(super) message: Option<String>,
-}
-
-impl Reject {
-    pub(super) fn permanent(message: Option<String>) -> Self {
-        Self {
-            permanent: true,
-            until_affinity_changes: false,
-            message,
-        }
+impl Prepared<'_> {
+    /// One scheduling run: `pods` placed on the snapshot with the `removed`
+    /// nodes gone.
+    pub fn run<'p>(&self, removed: &[usize], pods: impl Iterator<Item = &'p Pod>) -> Solution {
+        self.run_with(removed, None, pods)
     }
 
-    pub(super) fn transient(message: Option<String>) -> Self {
-        Self {
-            permanent: false,
-            until_affinity_changes: false,
-            message,
+    /// As [`Prepared::run`], for a consolidation: moving pods do not land on
+    /// the `closed` nodes.
+    pub fn run_consolidation<'p, 's>(
+        &'s self,
+        removed: &[usize],
+        closed: &'s ClosedNodes,
+        pods: impl Iterator<Item = &'p Pod>,
+    ) -> Solution {
+        self.run_with(removed, Some(closed), pods)
+    }
+
+    fn run_with<'p, 's>(
+        &'s self,
+        removed: &[usize],
+        closed: Option<&'s ClosedNodes>,
+        pods: impl Iterator<Item = &'p Pod>,
+    ) -> Solution {
+        let mut solution = Solution::default();
+        let pending = self.admit(pods, &mut solution);
+        let mut scheduler = Scheduler::new(self, removed, &pending);
+        scheduler.closed = closed;
+        for (index, error) in scheduler.schedule(&pending) {
+            solution
+                .unschedulable
+                .insert(pending[index].key.clone(), error);
         }
+        scheduler.answer(&pending, &mut solution);
+        solution
+    }
+
+    /// The pods Karpenter would schedule, preferences stripped when they
+    /// are ignored; the others go to `solution` as unschedulable.
+    fn admit<'p>(
+        &self,
+        pods: impl Iterator<Item = &'p Pod>,
+        solution: &mut Solution,
+    ) -> Vec<Cow<'p, Pod>> {
+        let mut pending: Vec<Cow<'_, Pod>> = Vec::new();
+        for pod in pods {
+            if let Err(reason) = validate_pod(pod, &self.well_known) {
+                solution.unschedulable.insert(pod.key.clone(), reason);
+                continue;
+            }
+            if pod.is_daemon() {
+                // Karpenter's IsProvisionable: the DaemonSet is overhead on
+                // every node it selects, never a reason to launch one.
+                solution.unschedulable.insert(
+                    pod.key.clone(),
+                    "owned by a DaemonSet, which is not provisioned for: it counts as overhead on the nodes it selects".to_owned(),
+                );
+                continue;
+            }
+            let mut pod = Cow::Borrowed(pod);
+            if self.options.ignore_preferences {
+                strip_preferences(pod.to_mut());
+            }
+            pending.push(pod);
+        }
+        pending
     }
 }
 
+/// One scheduling run on a prepared snapshot: the existing nodes and the
+/// claims as pods land on them, the limits left, the topology counts, and
+/// which claims are known to refuse which class of pods.
 pub(super) struct Scheduler<'c> {
     pub(super) cluster: &'c Cluster,
     pub(super) options: &'c Options,
@@ -173,18 +190,110 @@ impl<'c> Scheduler<'c> {
         }
     }
 
-    pub(super) fn catalog(&self, template: usize) -> &'c [InstanceType] {
-        let cluster = self.cluster;
-        let pool = &cluster.node_pools[self.templates[template].pool];
-        cluster
-            .catalogs
-            .get(pool.catalog)
-            .map_or(&[][..], Vec::as_slice)
+    /// Places the pending pods, largest first, until a whole pass places
+    /// nothing or the caller interrupts. Returns why each unplaced pod is.
+    fn schedule(&mut self, pending: &[Cow<'_, Pod>]) -> BTreeMap<usize, String> {
+        let mut order: Vec<usize> = (0..pending.len()).collect();
+        order.sort_by(|a, b| {
+            let (a, b) = (&pending[*a], &pending[*b]);
+            b.requests
+                .cpu
+                .cmp(&a.requests.cpu)
+                .then_with(|| b.requests.memory.cmp(&a.requests.memory))
+                .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
+                .then_with(|| a.uid.cmp(&b.uid))
+        });
+        let mut queue = Queue {
+            pods: order.into_iter().collect(),
+            last_len: HashMap::new(),
+        };
+        let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+        while let Some(index) = queue.pop() {
+            if self.options.interrupted() {
+                errors.insert(index, INTERRUPTED.to_owned());
+                errors.extend(queue.pods.drain(..).map(|i| (i, INTERRUPTED.to_owned())));
+                break;
+            }
+            match self.try_schedule(index, &pending[index]) {
+                Ok(()) => {
+                    errors.remove(&index);
+                }
+                Err(error) => {
+                    errors.insert(index, error);
+                    self.topology.update(&pending[index]);
+                    queue.push(index);
+                }
+            }
+        }
+        errors
     }
 
-    pub(super) fn pool_taints(&self, template: usize) -> &'c [Taint] {
-        let cluster = self.cluster;
-        &cluster.node_pools[self.templates[template].pool].taints
+    /// Places the pod, relaxing its preferences one at a time until it fits
+    /// or none is left. Returns the error of the last attempt.
+    fn try_schedule(&mut self, index: usize, original: &Pod) -> Result<(), String> {
+        // Most pods fit as they are: copy one only to relax it.
+        let mut pod = Cow::Borrowed(original);
+        loop {
+            let data = self.pod_data(&pod);
+            let error = match self.add(index, &pod, &data) {
+                Ok(()) => return Ok(()),
+                Err(error) => error,
+            };
+            if self.options.ignore_preferences
+                || !relax(pod.to_mut(), self.tolerate_prefer_no_schedule)
+            {
+                return Err(error);
+            }
+            self.topology.update(&pod);
+        }
+    }
+
+    /// Places the pod on the first existing node that takes it, else the
+    /// first planned claim, else a new claim; the error explains why no
+    /// node pool could launch one for it.
+    fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
+        if self.add_to_existing(pod_index, pod, data) || self.add_to_planned(pod_index, pod, data) {
+            return Ok(());
+        }
+        self.add_to_new_claim(pod_index, pod, data)
+    }
+
+    /// Writes where the run placed the pods: existing nodes, then the
+    /// claims to launch (a claim that fails minValues strands its pods).
+    fn answer(&self, pending: &[Cow<'_, Pod>], solution: &mut Solution) {
+        for existing in &self.existing {
+            if existing.pods.is_empty() {
+                continue;
+            }
+            let mut pods: Vec<PodKey> = existing
+                .pods
+                .iter()
+                .map(|i| pending[*i].key.clone())
+                .collect();
+            pods.sort();
+            solution
+                .existing
+                .insert(self.cluster.nodes[existing.node].name.clone(), pods);
+        }
+        let mut memo = FinalizeMemo::default();
+        for claim in &self.claims {
+            match finalize(self, claim, self.options, &mut memo) {
+                Ok(planned) => {
+                    let mut planned = planned;
+                    planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
+                    planned.pods.sort();
+                    solution.new_claims.push(planned);
+                }
+                Err(error) => {
+                    for index in &claim.pods {
+                        solution.unschedulable.insert(
+                        pending[*index].key.clone(),
+                        format!("pod didn't schedule because NodePool couldn't meet minValues requirements, {error}"),
+                    );
+                    }
+                }
+            }
+        }
     }
 
     fn pod_data(&self, pod: &Pod) -> PodData {
@@ -243,33 +352,93 @@ impl<'c> Scheduler<'c> {
         Ok(Cow::Owned(requirements))
     }
 
-    /// Places the pod on the first existing node that takes it, else the
-    /// first planned claim, else a new claim; the error explains why no
-    /// node pool could launch one for it.
-    fn add(&mut self, pod_index: usize, pod: &Pod, data: &PodData) -> Result<(), String> {
-        if self.add_to_existing(pod_index, pod, data) || self.add_to_planned(pod_index, pod, data) {
-            return Ok(());
-        }
-        self.add_to_new_claim(pod_index, pod, data)
+    pub(super) fn catalog(&self, template: usize) -> &'c [InstanceType] {
+        let cluster = self.cluster;
+        let pool = &cluster.node_pools[self.templates[template].pool];
+        cluster
+            .catalogs
+            .get(pool.catalog)
+            .map_or(&[][..], Vec::as_slice)
     }
 
-    /// Places the pod, relaxing its preferences one at a time until it fits
-    /// or none is left. Returns the error of the last attempt.
-    fn try_schedule(&mut self, index: usize, original: &Pod) -> Result<(), String> {
-        // Most pods fit as they are: copy one only to relax it.
-        let mut pod = Cow::Borrowed(original);
-        loop {
-            let data = self.pod_data(&pod);
-            let error = match self.add(index, &pod, &data) {
-                Ok(()) => return Ok(()),
-                Err(error) => error,
-            };
-            if self.options.ignore_preferences
-                || !relax(pod.to_mut(), self.tolerate_prefer_no_schedule)
-            {
-                return Err(error);
-            }
-            self.topology.update(&pod);
+    pub(super) fn pool_taints(&self, template: usize) -> &'c [Taint] {
+        let cluster = self.cluster;
+        &cluster.node_pools[self.templates[template].pool].taints
+    }
+}
+
+/// Pops pods in order until a whole pass makes no progress.
+struct Queue {
+    pods: VecDeque<usize>,
+    last_len: HashMap<usize, usize>,
+}
+
+impl Queue {
+    fn pop(&mut self) -> Option<usize> {
+        let front = *self.pods.front()?;
+        if self.last_len.get(&front) == Some(&self.pods.len()) {
+            return None;
+        }
+        self.pods.pop_front()
+    }
+
+    fn push(&mut self, pod: usize) {
+        self.pods.push_back(pod);
+        self.last_len.insert(pod, self.pods.len());
+    }
+}
+
+/// What a pod asks of a node, derived from its (possibly relaxed) spec.
+pub(super) struct PodData {
+    pub(super) requirements: Requirements,
+    strict: Requirements,
+    /// Pods with equal classes ask the same of a node apart from resources.
+    pub(super) class: u64,
+}
+
+/// Everything about a pod that decides where it may go, except its size.
+fn constraint_class(pod: &Pod) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = karpenter_core::hash::Fnv1a64::default();
+    pod.key.namespace.hash(&mut hasher);
+    pod.labels.hash(&mut hasher);
+    pod.node_selector.hash(&mut hasher);
+    pod.required_terms.hash(&mut hasher);
+    pod.preferred_terms.hash(&mut hasher);
+    pod.pod_affinity.hash(&mut hasher);
+    pod.preferred_pod_affinity.hash(&mut hasher);
+    pod.pod_anti_affinity.hash(&mut hasher);
+    pod.preferred_pod_anti_affinity.hash(&mut hasher);
+    pod.spread.hash(&mut hasher);
+    pod.tolerations.hash(&mut hasher);
+    pod.host_ports.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Why a node or claim refused a pod.
+pub(super) struct Reject {
+    /// It will refuse every pod of the same class from now on (taints, host
+    /// ports, requirements and hostname counts only ever tighten).
+    pub(super) permanent: bool,
+    /// It will refuse the class until an affinity domain is newly populated.
+    pub(super) until_affinity_changes: bool,
+    pub(super) message: Option<String>,
+}
+
+impl Reject {
+    pub(super) fn permanent(message: Option<String>) -> Self {
+        Self {
+            permanent: true,
+            until_affinity_changes: false,
+            message,
+        }
+    }
+
+    pub(super) fn transient(message: Option<String>) -> Self {
+        Self {
+            permanent: false,
+            until_affinity_changes: false,
+            message,
         }
     }
 }
@@ -295,150 +464,5 @@ pub(super) fn merge<'a>(node: &'a Requirements, pod: &Requirements) -> Cow<'a, R
         let mut merged = node.clone();
         merged.add_all(pod);
         Cow::Owned(merged)
-    }
-}
-
-/// Pops pods in order until a whole pass makes no progress.
-struct Queue {
-    pods: VecDeque<usize>,
-    last_len: HashMap<usize, usize>,
-}
-
-impl Queue {
-    fn pop(&mut self) -> Option<usize> {
-        let front = *self.pods.front()?;
-        if self.last_len.get(&front) == Some(&self.pods.len()) {
-            return None;
-        }
-        self.pods.pop_front()
-    }
-
-    fn push(&mut self, pod: usize) {
-        self.pods.push_back(pod);
-        self.last_len.insert(pod, self.pods.len());
-    }
-}
-
-impl Prepared<'_> {
-    /// One scheduling run: `pods` placed on the snapshot with the `removed`
-    /// nodes gone.
-    pub fn run<'p>(&self, removed: &[usize], pods: impl Iterator<Item = &'p Pod>) -> Solution {
-        self.run_with(removed, None, pods)
-    }
-
-    /// As [`Prepared::run`], for a consolidation: moving pods do not land on
-    /// the `closed` nodes.
-    pub fn run_consolidation<'p, 's>(
-        &'s self,
-        removed: &[usize],
-        closed: &'s ClosedNodes,
-        pods: impl Iterator<Item = &'p Pod>,
-    ) -> Solution {
-        self.run_with(removed, Some(closed), pods)
-    }
-
-    fn run_with<'p, 's>(
-        &'s self,
-        removed: &[usize],
-        closed: Option<&'s ClosedNodes>,
-        pods: impl Iterator<Item = &'p Pod>,
-    ) -> Solution {
-        let cluster = self.cluster;
-        let options = self.options;
-        let mut solution = Solution::default();
-        let mut pending: Vec<Cow<'_, Pod>> = Vec::new();
-        for pod in pods {
-            if let Err(reason) = validate_pod(pod, &self.well_known) {
-                solution.unschedulable.insert(pod.key.clone(), reason);
-                continue;
-            }
-            if pod.is_daemon() {
-                // Karpenter's IsProvisionable: the DaemonSet is overhead on
-                // every node it selects, never a reason to launch one.
-                solution.unschedulable.insert(
-                    pod.key.clone(),
-                    "owned by a DaemonSet, which is not provisioned for: it counts as overhead on the nodes it selects".to_owned(),
-                );
-                continue;
-            }
-            let mut pod = Cow::Borrowed(pod);
-            if options.ignore_preferences {
-                strip_preferences(pod.to_mut());
-            }
-            pending.push(pod);
-        }
-        let mut order: Vec<usize> = (0..pending.len()).collect();
-        order.sort_by(|a, b| {
-            let (a, b) = (&pending[*a], &pending[*b]);
-            b.requests
-                .cpu
-                .cmp(&a.requests.cpu)
-                .then_with(|| b.requests.memory.cmp(&a.requests.memory))
-                .then_with(|| a.creation_seconds.cmp(&b.creation_seconds))
-                .then_with(|| a.uid.cmp(&b.uid))
-        });
-        let mut scheduler = Scheduler::new(self, removed, &pending);
-        scheduler.closed = closed;
-        let mut queue = Queue {
-            pods: order.into_iter().collect(),
-            last_len: HashMap::new(),
-        };
-        let mut errors: BTreeMap<usize, String> = BTreeMap::new();
-        while let Some(index) = queue.pop() {
-            if options.interrupted() {
-                errors.insert(index, INTERRUPTED.to_owned());
-                errors.extend(queue.pods.drain(..).map(|i| (i, INTERRUPTED.to_owned())));
-                break;
-            }
-            match scheduler.try_schedule(index, &pending[index]) {
-                Ok(()) => {
-                    errors.remove(&index);
-                }
-                Err(error) => {
-                    errors.insert(index, error);
-                    scheduler.topology.update(&pending[index]);
-                    queue.push(index);
-                }
-            }
-        }
-        for (index, error) in errors {
-            solution
-                .unschedulable
-                .insert(pending[index].key.clone(), error);
-        }
-        for existing in &scheduler.existing {
-            if existing.pods.is_empty() {
-                continue;
-            }
-            let mut pods: Vec<PodKey> = existing
-                .pods
-                .iter()
-                .map(|i| pending[*i].key.clone())
-                .collect();
-            pods.sort();
-            solution
-                .existing
-                .insert(cluster.nodes[existing.node].name.clone(), pods);
-        }
-        let mut memo = FinalizeMemo::default();
-        for claim in &scheduler.claims {
-            match finalize(&scheduler, claim, options, &mut memo) {
-                Ok(planned) => {
-                    let mut planned = planned;
-                    planned.pods = claim.pods.iter().map(|i| pending[*i].key.clone()).collect();
-                    planned.pods.sort();
-                    solution.new_claims.push(planned);
-                }
-                Err(error) => {
-                    for index in &claim.pods {
-                        solution.unschedulable.insert(
-                        pending[*index].key.clone(),
-                        format!("pod didn't schedule because NodePool couldn't meet minValues requirements, {error}"),
-                    );
-                    }
-                }
-            }
-        }
-        solution
     }
 }
