@@ -1,13 +1,21 @@
 //! Consolidation: removing underutilized nodes, or replacing them with one
 //! cheaper node, when their pods fit elsewhere (Karpenter's
 //! computeConsolidation), and the price rules a replacement must pass.
+//!
+//! A round tries multi-node consolidation (`multi`), then single-node
+//! (`single`), then a multi-node set Karpenter's prefix search misses.
+
+mod multi;
+mod single;
+
+use std::collections::BTreeMap;
 
 use crate::labels;
 use crate::model::{Cluster, InstanceType, OfferingFilter, Reason};
 use crate::requirements::{Requirement, Requirements};
 use crate::solve::{Cheapest, ClosedNodes, PlannedClaim, Prepared};
 
-use super::candidates::Candidate;
+use super::candidates::{Candidate, closed_nodes};
 use super::simulate::{candidate_pods, move_pods};
 use super::{Command, DisruptionOptions, Method};
 
@@ -16,6 +24,221 @@ pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
 
 /// Spot-to-spot consolidation needs at least this many cheaper options.
 pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
+
+/// A round's consolidation: the working copy, its prepared scheduling
+/// snapshot and the nodes pods may not move onto, shared by every
+/// simulation the round runs.
+struct Consolidation<'a> {
+    prepared: &'a Prepared<'a>,
+    closed: ClosedNodes,
+    state: &'a Cluster,
+    options: &'a DisruptionOptions,
+}
+
+/// The consolidation commands of a round: Karpenter's multi-node search,
+/// else every single-node command that stays valid next to the others,
+/// else a multi-node set that is not a prefix of the cost order.
+pub(super) fn commands(
+    prepared: &Prepared<'_>,
+    state: &Cluster,
+    graceful: &[Candidate],
+    options: &DisruptionOptions,
+    blocked: &mut BTreeMap<String, String>,
+    evaluated: &mut usize,
+) -> Option<Vec<Command>> {
+    let consolidatable = consolidatable(state, graceful);
+    if consolidatable.is_empty() {
+        return None;
+    }
+    let consolidation = Consolidation {
+        prepared,
+        closed: closed_nodes(state),
+        state,
+        options,
+    };
+    if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
+        return Some(vec![command]);
+    }
+    let taken = consolidation.single_node(&consolidatable, evaluated);
+    if !taken.is_empty() {
+        return Some(taken);
+    }
+    consolidation
+        .multi_node_beyond_prefix(&consolidatable, evaluated)
+        .map(|command| vec![command])
+}
+
+/// Consolidation candidates: consolidatable nodes with pods to move, of
+/// pools that allow more than emptiness, whose instance type, capacity
+/// type and zone are known (their price is).
+fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Candidate> {
+    graceful
+        .iter()
+        .filter(|c| {
+            let pool = &state.node_pools[c.pool];
+            let node = &state.nodes[c.node];
+            c.consolidatable
+                && !pool.consolidation_when_empty_only
+                && pool.consolidate_after_seconds.is_some()
+                && !c.reschedulable.is_empty()
+                && !node.instance_type.is_empty()
+                && !node.capacity_type.is_empty()
+                && !node.zone.is_empty()
+        })
+        .collect()
+}
+
+impl Consolidation<'_> {
+    /// Karpenter's computeConsolidation: delete when everything fits
+    /// elsewhere, replace when one strictly cheaper node holds what does not.
+    fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
+        let cluster = self.state;
+        let names: Vec<String> = candidates
+            .iter()
+            .map(|c| cluster.nodes[c.node].name.clone())
+            .collect();
+        let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
+        let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
+        let moved = move_pods(
+            self.prepared,
+            cluster,
+            &removed,
+            &candidate_pods(cluster, candidates),
+            Some(&self.closed),
+        );
+        if let Some(reason) = moved.stranded {
+            return Err(reason);
+        }
+        // Never count on a node that is still starting.
+        if let Some(node) = moved.on_starting_node {
+            return Err(format!("would schedule against uninitialized node {node}"));
+        }
+        let claim = match moved.replacements.as_slice() {
+            [] => {
+                return Ok(Command {
+                    reason: Reason::Underutilized,
+                    method,
+                    candidates: names,
+                    replacements: Vec::new(),
+                    savings_per_hour: candidate_price,
+                    placements: moved.placements,
+                });
+            }
+            [claim] => claim,
+            more => {
+                return Err(format!(
+                    "can't remove without creating {} nodes",
+                    more.len()
+                ));
+            }
+        };
+        let all_spot = candidates
+            .iter()
+            .all(|c| cluster.nodes[c.node].capacity_type == labels::CAPACITY_TYPE_SPOT);
+        let allows_spot = claim
+            .requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
+        let replacement = if all_spot && allows_spot {
+            if !self.options.spot_to_spot {
+                return Err(
+                    "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+                        .to_owned(),
+                );
+            }
+            spot_to_spot(cluster, claim, candidates, candidate_price, method)?
+        } else {
+            cheaper_replacement(cluster, claim, candidates, candidate_price, method)?
+        };
+        let price = replacement
+            .cheapest
+            .as_ref()
+            .map_or(f64::INFINITY, |c| c.price);
+        Ok(Command {
+            reason: Reason::Underutilized,
+            method,
+            candidates: names,
+            savings_per_hour: candidate_price - price,
+            placements: moved.placements,
+            replacements: vec![replacement],
+        })
+    }
+}
+
+/// The replacement of spot candidates by spot: only options cheaper than
+/// the candidates and, for a single node, at least
+/// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many (Karpenter's
+/// guard against churning from one spot type to the next).
+fn spot_to_spot(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    candidates: &[&Candidate],
+    candidate_price: f64,
+    method: Method,
+) -> Result<PlannedClaim, String> {
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
+    let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+    let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
+        return Err("Can't replace with a cheaper node".to_owned());
+    };
+    if method == Method::MultiNodeConsolidation {
+        replacement = without_candidate_types(cluster, candidates, replacement)?;
+    }
+    if candidates.len() == 1 {
+        if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
+            return Err(format!(
+                "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
+                replacement.instance_types.len()
+            ));
+        }
+        replacement
+            .instance_types
+            .truncate(MIN_SPOT_TO_SPOT_OPTIONS);
+        let kept: Vec<&str> = replacement
+            .instance_types
+            .iter()
+            .map(String::as_str)
+            .collect();
+        replacement
+            .requirements
+            .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
+    }
+    Ok(replacement)
+}
+
+/// The replacement of candidates that are not all spot: only options
+/// cheaper than the candidates; on-demand may become spot, but never a
+/// pricier on-demand fallback.
+fn cheaper_replacement(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    candidates: &[&Candidate],
+    candidate_price: f64,
+    method: Method,
+) -> Result<PlannedClaim, String> {
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
+    let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
+        return Err("Can't replace with a cheaper node".to_owned());
+    };
+    if method == Method::MultiNodeConsolidation {
+        replacement = without_candidate_types(cluster, candidates, replacement)?;
+    }
+    // On-demand may become spot, but never a pricier on-demand fallback.
+    if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
+        && capacity.has(labels::CAPACITY_TYPE_SPOT)
+        && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
+    {
+        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+        if let Some(spot_only) = restrict_claim(cluster, &replacement, Some(spot), cheaper) {
+            replacement = spot_only;
+        }
+    }
+    Ok(replacement)
+}
 
 /// The most a claim could cost to launch: the priciest compatible offering
 /// of the first capacity type it could get (reserved, then spot, then
@@ -141,130 +364,4 @@ fn without_candidate_types(
         worst_launch_price(it, requirements) < most
     })
     .ok_or_else(|| "the replacement would be the same instance type or pricier".to_owned())
-}
-
-/// Karpenter's computeConsolidation: delete when everything fits elsewhere,
-/// replace when one strictly cheaper node holds what does not.
-pub(super) fn consolidate(
-    prepared: &Prepared<'_>,
-    closed: &ClosedNodes,
-    cluster: &Cluster,
-    candidates: &[&Candidate],
-    options: &DisruptionOptions,
-    method: Method,
-) -> Result<Command, String> {
-    let names: Vec<String> = candidates
-        .iter()
-        .map(|c| cluster.nodes[c.node].name.clone())
-        .collect();
-    let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
-    let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
-    let moved = move_pods(
-        prepared,
-        cluster,
-        &removed,
-        &candidate_pods(cluster, candidates),
-        Some(closed),
-    );
-    if let Some(reason) = moved.stranded {
-        return Err(reason);
-    }
-    // Never count on a node that is still starting.
-    if let Some(node) = moved.on_starting_node {
-        return Err(format!("would schedule against uninitialized node {node}"));
-    }
-    let claim = match moved.replacements.as_slice() {
-        [] => {
-            return Ok(Command {
-                reason: Reason::Underutilized,
-                method,
-                candidates: names,
-                replacements: Vec::new(),
-                savings_per_hour: candidate_price,
-                placements: moved.placements,
-            });
-        }
-        [claim] => claim,
-        more => {
-            return Err(format!(
-                "can't remove without creating {} nodes",
-                more.len()
-            ));
-        }
-    };
-    let all_spot = candidates
-        .iter()
-        .all(|c| cluster.nodes[c.node].capacity_type == labels::CAPACITY_TYPE_SPOT);
-    let allows_spot = claim
-        .requirements
-        .get(labels::CAPACITY_TYPE)
-        .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
-    let cheaper = |it: &InstanceType, requirements: &Requirements| {
-        worst_launch_price(it, requirements) < candidate_price
-    };
-    let replacement = if all_spot && allows_spot {
-        if !options.spot_to_spot {
-            return Err(
-                "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
-                    .to_owned(),
-            );
-        }
-        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
-        let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
-            return Err("Can't replace with a cheaper node".to_owned());
-        };
-        if method == Method::MultiNodeConsolidation {
-            replacement = without_candidate_types(cluster, candidates, replacement)?;
-        }
-        if candidates.len() == 1 {
-            if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
-                return Err(format!(
-                    "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
-                    replacement.instance_types.len()
-                ));
-            }
-            replacement
-                .instance_types
-                .truncate(MIN_SPOT_TO_SPOT_OPTIONS);
-            let kept: Vec<&str> = replacement
-                .instance_types
-                .iter()
-                .map(String::as_str)
-                .collect();
-            replacement
-                .requirements
-                .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
-        }
-        replacement
-    } else {
-        let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
-            return Err("Can't replace with a cheaper node".to_owned());
-        };
-        if method == Method::MultiNodeConsolidation {
-            replacement = without_candidate_types(cluster, candidates, replacement)?;
-        }
-        // On-demand may become spot, but never a pricier on-demand fallback.
-        if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
-            && capacity.has(labels::CAPACITY_TYPE_SPOT)
-            && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
-        {
-            let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
-            if let Some(spot_only) = restrict_claim(cluster, &replacement, Some(spot), cheaper) {
-                replacement = spot_only;
-            }
-        }
-        replacement
-    };
-    let price = replacement
-        .cheapest
-        .as_ref()
-        .map_or(f64::INFINITY, |c| c.price);
-    Ok(Command {
-        reason: Reason::Underutilized,
-        method,
-        candidates: names,
-        savings_per_hour: candidate_price - price,
-        placements: moved.placements,
-        replacements: vec![replacement],
-    })
 }
