@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::labels;
 use crate::model::{Cluster, Pod, PodKey, StateNode};
 use crate::requirements::Requirements;
+use crate::solve::PlannedClaim;
 
 use super::Command;
 use super::candidates::is_evictable;
@@ -16,7 +17,18 @@ use super::candidates::is_evictable;
 /// the simulation put them, replacements added as running nodes.
 pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
-    // Evictions use up the PDBs' allowances for the rest of the plan.
+    spend_pdb_allowances(cluster, &candidates);
+    let mut moved = drain(cluster, &candidates);
+    place(cluster, command, &mut moved);
+    for (i, claim) in command.replacements.iter().enumerate() {
+        if let Some(node) = replacement(cluster, command, i, claim, &mut moved) {
+            cluster.nodes.push(node);
+        }
+    }
+}
+
+/// Evictions use up the PDBs' allowances for the rest of the plan.
+fn spend_pdb_allowances(cluster: &mut Cluster, candidates: &HashSet<&str>) {
     let evicted: Vec<Pod> = cluster
         .nodes
         .iter()
@@ -30,6 +42,11 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
             pdb.disruptions_allowed -= 1;
         }
     }
+}
+
+/// Marks the candidates for deletion and takes their pods off them; the
+/// pods that must find another node are returned.
+fn drain(cluster: &mut Cluster, candidates: &HashSet<&str>) -> HashMap<PodKey, Pod> {
     let mut moved: HashMap<PodKey, Pod> = HashMap::new();
     for node in cluster
         .nodes
@@ -43,6 +60,11 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
             }
         }
     }
+    moved
+}
+
+/// Puts moved pods on the existing nodes the simulation chose for them.
+fn place(cluster: &mut Cluster, command: &Command, moved: &mut HashMap<PodKey, Pod>) {
     let now = cluster.now_seconds;
     for (target, pods) in &command.placements {
         if let Some(node) = cluster.nodes.iter_mut().find(|n| &n.name == target) {
@@ -59,72 +81,80 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
             }
         }
     }
-    for (i, claim) in command.replacements.iter().enumerate() {
-        let Some(cheapest) = &claim.cheapest else {
-            continue;
-        };
-        let pool = cluster
-            .node_pools
-            .iter()
-            .find(|p| p.name == claim.node_pool);
-        let it = pool
-            .and_then(|p| cluster.catalogs.get(p.catalog))
-            .and_then(|c| c.iter().find(|it| it.name == cheapest.instance_type))
-            .cloned();
-        let name = format!(
-            "{}-replacement-{}-{i}",
-            command.candidates.first().map_or("node", String::as_str),
-            claim.node_pool
-        );
-        let mut node_labels = claim.labels.clone();
-        node_labels.insert(
-            labels::INSTANCE_TYPE.to_owned(),
-            cheapest.instance_type.clone(),
-        );
-        node_labels.insert(labels::TOPOLOGY_ZONE.to_owned(), cheapest.zone.clone());
-        node_labels.insert(
-            labels::CAPACITY_TYPE.to_owned(),
-            cheapest.capacity_type.clone(),
-        );
-        node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
-        let pods = claim
-            .pods
-            .iter()
-            .filter_map(|key| moved.remove(key))
-            .map(|mut pod| {
-                pod.node_name = name.clone();
-                pod
-            })
-            .collect();
-        cluster.nodes.push(StateNode {
-            name: name.clone(),
-            node_claim_name: name,
-            node_pool: claim.node_pool.clone(),
-            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
-            labels: node_labels,
-            taints: claim.taints.clone(),
-            allocatable: it
-                .as_ref()
-                .map(|it| it.allocatable.clone())
-                .unwrap_or_default(),
-            capacity: it
-                .as_ref()
-                .map(|it| it.capacity.clone())
-                .unwrap_or_default(),
-            pods,
-            // Later rounds of the plan run after the replacement is up (as
-            // Karpenter's later loops do); it is never a candidate itself.
-            has_node: true,
-            initialized: true,
-            marked_for_deletion: false,
-            unschedulable: false,
-            price: cheapest.price,
-            creation_seconds: cluster.now_seconds,
-            disruption: crate::model::DisruptionState::default(),
-            planned: true,
-            capacity_type: cheapest.capacity_type.clone(),
-            zone: cheapest.zone.clone(),
-            instance_type: cheapest.instance_type.clone(),
-        });
-    }
+}
+
+/// The `i`th replacement of a command as a running node holding its moved
+/// pods, priced and sized as its cheapest offering; None for a claim no
+/// offering prices.
+fn replacement(
+    cluster: &Cluster,
+    command: &Command,
+    i: usize,
+    claim: &PlannedClaim,
+    moved: &mut HashMap<PodKey, Pod>,
+) -> Option<StateNode> {
+    let cheapest = claim.cheapest.as_ref()?;
+    let pool = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool);
+    let it = pool
+        .and_then(|p| cluster.catalogs.get(p.catalog))
+        .and_then(|c| c.iter().find(|it| it.name == cheapest.instance_type))
+        .cloned();
+    let name = format!(
+        "{}-replacement-{}-{i}",
+        command.candidates.first().map_or("node", String::as_str),
+        claim.node_pool
+    );
+    let mut node_labels = claim.labels.clone();
+    node_labels.insert(
+        labels::INSTANCE_TYPE.to_owned(),
+        cheapest.instance_type.clone(),
+    );
+    node_labels.insert(labels::TOPOLOGY_ZONE.to_owned(), cheapest.zone.clone());
+    node_labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        cheapest.capacity_type.clone(),
+    );
+    node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+    let pods = claim
+        .pods
+        .iter()
+        .filter_map(|key| moved.remove(key))
+        .map(|mut pod| {
+            pod.node_name = name.clone();
+            pod
+        })
+        .collect();
+    Some(StateNode {
+        name: name.clone(),
+        node_claim_name: name,
+        node_pool: claim.node_pool.clone(),
+        label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+        labels: node_labels,
+        taints: claim.taints.clone(),
+        allocatable: it
+            .as_ref()
+            .map(|it| it.allocatable.clone())
+            .unwrap_or_default(),
+        capacity: it
+            .as_ref()
+            .map(|it| it.capacity.clone())
+            .unwrap_or_default(),
+        pods,
+        // Later rounds of the plan run after the replacement is up (as
+        // Karpenter's later loops do); it is never a candidate itself.
+        has_node: true,
+        initialized: true,
+        marked_for_deletion: false,
+        unschedulable: false,
+        price: cheapest.price,
+        creation_seconds: cluster.now_seconds,
+        disruption: crate::model::DisruptionState::default(),
+        planned: true,
+        capacity_type: cheapest.capacity_type.clone(),
+        zone: cheapest.zone.clone(),
+        instance_type: cheapest.instance_type.clone(),
+    })
 }
