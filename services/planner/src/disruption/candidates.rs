@@ -22,6 +22,8 @@ pub(super) struct Candidate {
     pub(super) consolidatable: bool,
 }
 
+/// Karpenter's EvictionCost: about 1 per pod, raised by its deletion cost
+/// and priority, so candidates whose pods matter less go first.
 fn eviction_cost(pod: &Pod) -> f64 {
     let cost = 1.0
         + f64::from(pod.deletion_cost) / 2f64.powi(27)
@@ -218,6 +220,9 @@ pub(super) fn pdb_blocks<'a>(
     None
 }
 
+/// The candidates of a round, cheapest to disrupt first (ties: by name);
+/// `eventual` judges them as drift does. Why a managed node is not a
+/// candidate goes to `blocked`, unless a reason is there already.
 pub(super) fn build_candidates(
     cluster: &Cluster,
     eventual: bool,

@@ -87,6 +87,9 @@ pub(super) fn move_pods(
     }
 }
 
+/// The candidates' pods that must move: reschedulable ones, except those
+/// no eviction may ever take (do-not-disrupt, or a fully blocking PDB):
+/// the simulation does not move those.
 pub(super) fn candidate_pods<'c>(cluster: &'c Cluster, candidates: &[&Candidate]) -> Vec<&'c Pod> {
     candidates
         .iter()

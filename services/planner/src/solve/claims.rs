@@ -14,6 +14,8 @@ use super::instance_types::{FilterInput, Filtered, Totals, filter_instance_types
 use super::prepared::limit_cost;
 use super::scheduler::{PodData, Reject, Scheduler, changed, merge};
 
+/// A node claim planned in this run: the pods it holds and the instance
+/// types that can still hold them all.
 pub(super) struct Claim {
     pub(super) template: usize,
     hostname: String,
@@ -374,6 +376,8 @@ impl Scheduler<'_> {
         Ok((changed(requirements), filtered))
     }
 
+    /// Adds the pod to the claim with what `can_add_claim` worked out, and
+    /// records it in the topology.
     fn commit_claim(
         &mut self,
         claim_index: usize,

@@ -67,6 +67,8 @@ impl ExistingNode<'_> {
     }
 }
 
+/// An existing node as every run starts from it: what its pods (and the
+/// daemon pods still to come) leave of its allocatable, its host ports.
 pub(super) fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> NodeBase {
     let requirements = Arc::clone(&node.label_requirements);
     let mut used = Resources::default();

@@ -20,6 +20,8 @@ pub(super) struct Filtered {
     pub(super) relaxed_min_values: BTreeMap<String, usize>,
 }
 
+/// The keys whose minValues `options` cannot meet, with how many distinct
+/// values they do offer.
 pub(super) fn min_values_shortfall(
     catalog: &[InstanceType],
     options: &[usize],

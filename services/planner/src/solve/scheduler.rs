@@ -37,6 +37,7 @@ impl Prepared<'_> {
         self.run_with(removed, Some(closed), pods)
     }
 
+    /// The run behind [`Prepared::run`] and [`Prepared::run_consolidation`].
     fn run_with<'p, 's>(
         &'s self,
         removed: &[usize],
