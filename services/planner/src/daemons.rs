@@ -19,9 +19,9 @@
 use crate::hostports::{HostPort, HostPortUsage};
 use crate::labels;
 use crate::model::{DaemonSet, InstanceType, NodePool, Pod};
+use crate::pods::pod_requirements;
 use crate::requirements::{Requirement, Requirements, WellKnown};
 use crate::resources::Resources;
-use crate::solve::pod_requirements;
 use crate::taints::{Effect, Toleration, first_untolerated};
 
 /// The daemon pods every instance type of a group runs.

@@ -27,6 +27,7 @@ mod daemons;
 pub mod disruption;
 pub mod hostports;
 pub mod model;
+mod pods;
 pub mod solve;
 pub mod topology;
 

@@ -232,6 +232,27 @@ impl OfferingFilter {
     }
 }
 
+/// Why a node is disrupted (Karpenter's disruption reasons): what a
+/// command reports and what a budget may be limited to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    Empty,
+    Underutilized,
+    Drifted,
+    Expired,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Empty => "Empty",
+            Reason::Underutilized => "Underutilized",
+            Reason::Drifted => "Drifted",
+            Reason::Expired => "Expired",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Budget {
     /// A count (`"3"`) or a percentage of the pool's nodes (`"10%"`).
@@ -240,7 +261,7 @@ pub struct Budget {
     /// duration in seconds; `None`: always.
     pub window: Option<(crate::cron::Cron, i64)>,
     /// The disruption reasons the budget limits; empty: all of them.
-    pub reasons: Vec<crate::disruption::Reason>,
+    pub reasons: Vec<Reason>,
 }
 
 #[derive(Clone, Debug)]

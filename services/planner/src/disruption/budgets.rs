@@ -1,0 +1,60 @@
+//! Disruption budgets: how many more nodes of each pool may be disrupted
+//! for a reason now, counting the nodes already being disrupted.
+
+use std::collections::HashMap;
+
+use crate::model::{Cluster, Reason, StateNode};
+
+/// Whether a budget applies now: it has no schedule, or its schedule fired
+/// within the last `duration`.
+fn budget_active(budget: &crate::model::Budget, now: i64) -> bool {
+    budget
+        .window
+        .as_ref()
+        .is_none_or(|(cron, duration)| cron.fired_within(now.saturating_sub(*duration), now))
+}
+
+/// How many more nodes of each pool may be disrupted for `reason` now.
+pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
+    let mut mapping = HashMap::new();
+    for (pool_index, pool) in cluster.node_pools.iter().enumerate() {
+        let nodes: Vec<&StateNode> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.node_pool == pool.name && n.initialized)
+            .collect();
+        let total = nodes.len() as i64;
+        let disrupting = nodes
+            .iter()
+            .filter(|n| {
+                n.marked_for_deletion || n.disruption.disrupting || n.disruption.node_not_ready
+            })
+            .count() as i64;
+        let mut allowed = i64::MAX;
+        for budget in &pool.budgets {
+            let applies = budget.reasons.is_empty() || budget.reasons.contains(&reason);
+            if !applies || !budget_active(budget, cluster.now_seconds) {
+                continue;
+            }
+            let value = match budget.nodes.strip_suffix('%') {
+                Some(percent) => {
+                    let percent: i64 = percent.parse().unwrap_or(0);
+                    (percent * total + 99) / 100
+                }
+                None => budget.nodes.parse().unwrap_or(0),
+            };
+            allowed = allowed.min(value);
+        }
+        mapping.insert(pool_index, allowed.saturating_sub(disrupting).max(0));
+    }
+    mapping
+}
+
+/// Why a candidate waits: its pool's budget for `reason` is used up.
+pub(super) fn budget_exhausted(cluster: &Cluster, pool: usize, reason: Reason) -> String {
+    format!(
+        "disruption budget of nodepool {:?} allows no more {} disruptions",
+        cluster.node_pools[pool].name,
+        reason.as_str()
+    )
+}

@@ -1,0 +1,367 @@
+//! Consolidation: removing underutilized nodes, or replacing them with one
+//! cheaper node, when their pods fit elsewhere (Karpenter's
+//! computeConsolidation), and the price rules a replacement must pass.
+//!
+//! A round tries multi-node consolidation (`multi`), then single-node
+//! (`single`), then a multi-node set Karpenter's prefix search misses.
+
+mod multi;
+mod single;
+
+use std::collections::BTreeMap;
+
+use crate::labels;
+use crate::model::{Cluster, InstanceType, OfferingFilter, Reason};
+use crate::requirements::{Requirement, Requirements};
+use crate::solve::{Cheapest, ClosedNodes, PlannedClaim, Prepared};
+
+use super::candidates::{Candidate, closed_nodes};
+use super::simulate::{candidate_pods, move_pods};
+use super::{Command, DisruptionOptions, Method};
+
+/// Karpenter caps a multi-node command at this many candidates.
+pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
+
+/// Spot-to-spot consolidation needs at least this many cheaper options.
+pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
+
+/// A round's consolidation: the working copy, its prepared scheduling
+/// snapshot and the nodes pods may not move onto, shared by every
+/// simulation the round runs.
+struct Consolidation<'a> {
+    prepared: &'a Prepared<'a>,
+    closed: ClosedNodes,
+    state: &'a Cluster,
+    options: &'a DisruptionOptions,
+}
+
+/// The consolidation commands of a round: Karpenter's multi-node search,
+/// else every single-node command that stays valid next to the others,
+/// else a multi-node set that is not a prefix of the cost order.
+pub(super) fn commands(
+    prepared: &Prepared<'_>,
+    state: &Cluster,
+    graceful: &[Candidate],
+    options: &DisruptionOptions,
+    blocked: &mut BTreeMap<String, String>,
+    evaluated: &mut usize,
+) -> Option<Vec<Command>> {
+    let consolidatable = consolidatable(state, graceful);
+    if consolidatable.is_empty() {
+        return None;
+    }
+    let consolidation = Consolidation {
+        prepared,
+        closed: closed_nodes(state),
+        state,
+        options,
+    };
+    if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
+        return Some(vec![command]);
+    }
+    let taken = consolidation.single_node(&consolidatable, evaluated);
+    if !taken.is_empty() {
+        return Some(taken);
+    }
+    consolidation
+        .multi_node_beyond_prefix(&consolidatable, evaluated)
+        .map(|command| vec![command])
+}
+
+/// Consolidation candidates: consolidatable nodes with pods to move, of
+/// pools that allow more than emptiness, whose instance type, capacity
+/// type and zone are known (their price is).
+fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Candidate> {
+    graceful
+        .iter()
+        .filter(|c| {
+            let pool = &state.node_pools[c.pool];
+            let node = &state.nodes[c.node];
+            c.consolidatable
+                && !pool.consolidation_when_empty_only
+                && pool.consolidate_after_seconds.is_some()
+                && !c.reschedulable.is_empty()
+                && !node.instance_type.is_empty()
+                && !node.capacity_type.is_empty()
+                && !node.zone.is_empty()
+        })
+        .collect()
+}
+
+impl Consolidation<'_> {
+    /// Karpenter's computeConsolidation: delete when everything fits
+    /// elsewhere, replace when one strictly cheaper node holds what does not.
+    fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
+        let cluster = self.state;
+        let names: Vec<String> = candidates
+            .iter()
+            .map(|c| cluster.nodes[c.node].name.clone())
+            .collect();
+        let candidate_price: f64 = candidates.iter().map(|c| c.price).sum();
+        let removed: Vec<usize> = candidates.iter().map(|c| c.node).collect();
+        let moved = move_pods(
+            self.prepared,
+            cluster,
+            &removed,
+            &candidate_pods(cluster, candidates),
+            Some(&self.closed),
+        );
+        if let Some(reason) = moved.stranded {
+            return Err(reason);
+        }
+        // Never count on a node that is still starting.
+        if let Some(node) = moved.on_starting_node {
+            return Err(format!("would schedule against uninitialized node {node}"));
+        }
+        let claim = match moved.replacements.as_slice() {
+            [] => {
+                return Ok(Command {
+                    reason: Reason::Underutilized,
+                    method,
+                    candidates: names,
+                    replacements: Vec::new(),
+                    savings_per_hour: candidate_price,
+                    placements: moved.placements,
+                });
+            }
+            [claim] => claim,
+            more => {
+                return Err(format!(
+                    "can't remove without creating {} nodes",
+                    more.len()
+                ));
+            }
+        };
+        let all_spot = candidates
+            .iter()
+            .all(|c| cluster.nodes[c.node].capacity_type == labels::CAPACITY_TYPE_SPOT);
+        let allows_spot = claim
+            .requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
+        let replacement = if all_spot && allows_spot {
+            if !self.options.spot_to_spot {
+                return Err(
+                    "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+                        .to_owned(),
+                );
+            }
+            spot_to_spot(cluster, claim, candidates, candidate_price, method)?
+        } else {
+            cheaper_replacement(cluster, claim, candidates, candidate_price, method)?
+        };
+        let price = replacement
+            .cheapest
+            .as_ref()
+            .map_or(f64::INFINITY, |c| c.price);
+        Ok(Command {
+            reason: Reason::Underutilized,
+            method,
+            candidates: names,
+            savings_per_hour: candidate_price - price,
+            placements: moved.placements,
+            replacements: vec![replacement],
+        })
+    }
+}
+
+/// The replacement of spot candidates by spot: only options cheaper than
+/// the candidates and, for a single node, at least
+/// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many (Karpenter's
+/// guard against churning from one spot type to the next).
+fn spot_to_spot(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    candidates: &[&Candidate],
+    candidate_price: f64,
+    method: Method,
+) -> Result<PlannedClaim, String> {
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
+    let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+    let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
+        return Err("Can't replace with a cheaper node".to_owned());
+    };
+    if method == Method::MultiNodeConsolidation {
+        replacement = without_candidate_types(cluster, candidates, replacement)?;
+    }
+    if candidates.len() == 1 {
+        if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
+            return Err(format!(
+                "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
+                replacement.instance_types.len()
+            ));
+        }
+        replacement
+            .instance_types
+            .truncate(MIN_SPOT_TO_SPOT_OPTIONS);
+        let kept: Vec<&str> = replacement
+            .instance_types
+            .iter()
+            .map(String::as_str)
+            .collect();
+        replacement
+            .requirements
+            .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
+    }
+    Ok(replacement)
+}
+
+/// The replacement of candidates that are not all spot: only options
+/// cheaper than the candidates; on-demand may become spot, but never a
+/// pricier on-demand fallback.
+fn cheaper_replacement(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    candidates: &[&Candidate],
+    candidate_price: f64,
+    method: Method,
+) -> Result<PlannedClaim, String> {
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
+    let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
+        return Err("Can't replace with a cheaper node".to_owned());
+    };
+    if method == Method::MultiNodeConsolidation {
+        replacement = without_candidate_types(cluster, candidates, replacement)?;
+    }
+    // On-demand may become spot, but never a pricier on-demand fallback.
+    if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
+        && capacity.has(labels::CAPACITY_TYPE_SPOT)
+        && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
+    {
+        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+        if let Some(spot_only) = restrict_claim(cluster, &replacement, Some(spot), cheaper) {
+            replacement = spot_only;
+        }
+    }
+    Ok(replacement)
+}
+
+/// The most a claim could cost to launch: the priciest compatible offering
+/// of the first capacity type it could get (reserved, then spot, then
+/// on-demand), as Karpenter prices a replacement.
+fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
+    for capacity_type in [
+        labels::CAPACITY_TYPE_RESERVED,
+        labels::CAPACITY_TYPE_SPOT,
+        labels::CAPACITY_TYPE_ON_DEMAND,
+    ] {
+        if requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_some_and(|r| !r.has(capacity_type))
+        {
+            continue;
+        }
+        let prices = it.offerings.iter().filter(|o| {
+            o.available
+                && o.capacity_type == capacity_type
+                && requirements
+                    .get(labels::TOPOLOGY_ZONE)
+                    .is_none_or(|z| z.has(&o.zone))
+        });
+        if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
+            return max;
+        }
+    }
+    f64::INFINITY
+}
+
+/// Keeps the claim's options that pass `keep` and recomputes its cheapest
+/// offering. None when nothing is left.
+fn restrict_claim(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    extra: Option<Requirement>,
+    keep: impl Fn(&InstanceType, &Requirements) -> bool,
+) -> Option<PlannedClaim> {
+    let pool = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)?;
+    let catalog = cluster.catalogs.get(pool.catalog)?;
+    let mut requirements = claim.requirements.clone();
+    if let Some(extra) = extra {
+        requirements.add(extra);
+    }
+    let filter = OfferingFilter::new(&requirements, &cluster.offering_space);
+    let mut kept: Vec<(&InstanceType, f64)> = claim
+        .instance_types
+        .iter()
+        .filter_map(|name| catalog.iter().find(|it| &it.name == name))
+        .filter(|it| it.has_compatible_offering(&filter) && keep(it, &requirements))
+        .map(|it| {
+            (
+                it,
+                it.cheapest_allowed(&filter).map_or(f64::MAX, |o| o.price),
+            )
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    kept.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    let names: Vec<String> = kept.iter().map(|(it, _)| it.name.clone()).collect();
+    requirements.add(Requirement::in_values(
+        labels::INSTANCE_TYPE,
+        names.iter().map(String::as_str),
+    ));
+    let (it, _) = kept[0];
+    let offering = it.cheapest_allowed(&filter)?;
+    let mut labels = claim.labels.clone();
+    for key in [
+        labels::INSTANCE_TYPE,
+        labels::TOPOLOGY_ZONE,
+        labels::CAPACITY_TYPE,
+    ] {
+        match requirements.get(key).and_then(Requirement::single_value) {
+            Some(value) => {
+                labels.insert(key.to_owned(), value.to_owned());
+            }
+            None => {
+                labels.remove(key);
+            }
+        }
+    }
+    Some(PlannedClaim {
+        instance_types: names,
+        cheapest: Some(Cheapest {
+            instance_type: it.name.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type.clone(),
+            price: offering.price,
+        }),
+        requirements,
+        labels,
+        ..claim.clone()
+    })
+}
+
+/// Karpenter's `filterOutSameInstanceType`: merging nodes into one of a
+/// type some of them already are saves nothing real (the single-node pass
+/// deletes the emptier one instead). When an option is a candidate's type,
+/// only options cheaper than the cheapest such candidate stay.
+fn without_candidate_types(
+    cluster: &Cluster,
+    candidates: &[&Candidate],
+    replacement: PlannedClaim,
+) -> Result<PlannedClaim, String> {
+    let most = candidates
+        .iter()
+        .filter(|c| {
+            replacement
+                .instance_types
+                .contains(&cluster.nodes[c.node].instance_type)
+        })
+        .map(|c| c.price)
+        .min_by(f64::total_cmp);
+    let Some(most) = most else {
+        return Ok(replacement);
+    };
+    restrict_claim(cluster, &replacement, None, |it, requirements| {
+        worst_launch_price(it, requirements) < most
+    })
+    .ok_or_else(|| "the replacement would be the same instance type or pricier".to_owned())
+}

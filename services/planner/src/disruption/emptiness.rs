@@ -1,0 +1,61 @@
+//! Emptiness: every empty, consolidatable candidate removed in one command,
+//! as far as its pool's budget for `Empty` and the PDBs allow. Nothing moves,
+//! so nothing is simulated.
+
+use std::collections::BTreeMap;
+
+use crate::model::{Cluster, Reason, StateNode};
+
+use super::budgets::{budget_exhausted, budget_mapping};
+use super::candidates::{Candidate, pdb_blocks};
+use super::{Command, Method};
+
+/// The emptiness command of a round, if any candidate is empty.
+pub(super) fn command(
+    state: &Cluster,
+    graceful: &[Candidate],
+    blocked: &mut BTreeMap<String, String>,
+    evaluated: &mut usize,
+) -> Option<Command> {
+    let mut budgets = budget_mapping(state, Reason::Empty);
+    let mut empty = Vec::new();
+    for candidate in graceful {
+        if !candidate.reschedulable.is_empty() || !candidate.consolidatable {
+            continue;
+        }
+        let budget = budgets.entry(candidate.pool).or_insert(0);
+        if *budget == 0 {
+            blocked.insert(
+                state.nodes[candidate.node].name.clone(),
+                budget_exhausted(state, candidate.pool, Reason::Empty),
+            );
+            continue;
+        }
+        let with: Vec<&StateNode> = empty
+            .iter()
+            .chain(std::iter::once(&candidate))
+            .map(|c| &state.nodes[c.node])
+            .collect();
+        if let Some(reason) = pdb_blocks(state, with) {
+            blocked.insert(state.nodes[candidate.node].name.clone(), reason);
+            continue;
+        }
+        *budget -= 1;
+        empty.push(candidate);
+    }
+    *evaluated += empty.len();
+    if empty.is_empty() {
+        return None;
+    }
+    Some(Command {
+        reason: Reason::Empty,
+        method: Method::Emptiness,
+        candidates: empty
+            .iter()
+            .map(|c| state.nodes[c.node].name.clone())
+            .collect(),
+        replacements: Vec::new(),
+        savings_per_hour: empty.iter().map(|c| c.price).sum(),
+        placements: BTreeMap::new(),
+    })
+}

@@ -1,0 +1,191 @@
+//! Disruption: which nodes to remove or replace, Karpenter's way, as one
+//! pure call over a snapshot.
+//!
+//! ```text
+//!   expired nodes ──────────────────────────────▶ Expired (forceful, no budget)
+//!   candidates (managed, initialized, not blocked by do-not-disrupt / PDBs)
+//!     round: Emptiness ─▶ Drift ─▶ Multi-node ─▶ Single-node   (first that acts)
+//!            each command is simulated with the scheduler (its pods must fit
+//!            on the rest of the cluster plus at most one cheaper replacement),
+//!            checked against the pool's budgets, then applied to a working
+//!            copy of the cluster; the next round starts from that copy
+//!     until no method acts
+//!   cost: before, after, and a lower bound (fractional bin packing)
+//! ```
+//!
+//! Karpenter takes one command per loop and searches multi-node sets by
+//! prefix. Here single-node consolidation evaluates every candidate in a
+//! round and accepts every command whose simulation stays valid next to the
+//! ones already accepted, so the plan reaches the state Karpenter's
+//! successive loops would, and sets that are not a prefix are found too.
+//!
+//! This module holds the entry, [`plan`], its types and the round driver.
+//! Each method, and what the methods share, has a file of its own, as in
+//! Karpenter's `pkg/controllers/disruption`:
+//!
+//! ```text
+//!   candidates      who may be disrupted at all, and what disrupting each costs
+//!   budgets         how many more of a pool's nodes may go now, per reason
+//!   simulate        where a command's pods would go (a scheduling run without its nodes)
+//!   expiration      expired nodes: forceful, first, all at once
+//!   emptiness       empty nodes, in one command
+//!   drift           one drifted node per command, no price check
+//!   consolidation   computeConsolidation and the price rules of a replacement
+//!     multi           prefixes by binary search; beyond Karpenter, sets that are not prefixes
+//!     single          every candidate; every command that stays valid
+//!   apply           a command carried out on the plan's working copy
+//!   lower_bound     the cost no plan can beat
+//! ```
+
+mod apply;
+mod budgets;
+mod candidates;
+mod consolidation;
+mod drift;
+mod emptiness;
+mod expiration;
+mod lower_bound;
+mod simulate;
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::model::{Cluster, PodKey};
+use crate::solve::{Options, PlannedClaim, Prepared};
+
+use apply::apply;
+use candidates::{build_candidates, node_price};
+
+// The reason lives with the model: a node pool's budgets name reasons, and
+// the model must not depend on the planner that reads it.
+pub use crate::model::Reason;
+pub use consolidation::{MAX_MULTI_NODE_CANDIDATES, MIN_SPOT_TO_SPOT_OPTIONS};
+pub use lower_bound::lower_bound;
+
+/// How a command was found: Karpenter's disruption methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Emptiness,
+    Drift,
+    Expiration,
+    MultiNodeConsolidation,
+    SingleNodeConsolidation,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DisruptionOptions {
+    /// The SpotToSpotConsolidation feature gate (off by default).
+    pub spot_to_spot: bool,
+}
+
+/// One disruption: the candidates removed together, and the claims that
+/// replace them.
+#[derive(Clone, Debug)]
+pub struct Command {
+    pub reason: Reason,
+    pub method: Method,
+    /// Node names.
+    pub candidates: Vec<String>,
+    pub replacements: Vec<PlannedClaim>,
+    pub savings_per_hour: f64,
+    /// Existing node -> the candidates' pods the simulation moved there.
+    pub placements: BTreeMap<String, Vec<PodKey>>,
+}
+
+/// Every command, in the order they are carried out, why the candidates
+/// left alone stay, and what the managed nodes cost before and after.
+#[derive(Clone, Debug, Default)]
+pub struct DisruptionPlan {
+    pub commands: Vec<Command>,
+    /// Node name -> why it may not be disrupted.
+    pub blocked: BTreeMap<String, String>,
+    pub cost_before: f64,
+    pub cost_after: f64,
+    pub lower_bound: f64,
+    pub candidates_evaluated: usize,
+}
+
+/// Plans every disruption Karpenter would carry out, from this snapshot on.
+pub fn plan(
+    cluster: &Cluster,
+    scheduling: &Options,
+    options: &DisruptionOptions,
+) -> DisruptionPlan {
+    let mut state = cluster.clone();
+    let mut plan = DisruptionPlan {
+        cost_before: managed_cost(cluster),
+        lower_bound: lower_bound(cluster),
+        ..DisruptionPlan::default()
+    };
+
+    // Expired nodes go first and all at once: expiration is forceful.
+    let expired = expiration::commands(&state, scheduling);
+    for command in &expired {
+        apply(&mut state, command);
+    }
+    plan.commands.extend(expired);
+
+    let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    while !scheduling.interrupted()
+        && let Some(commands) = round(
+            &state,
+            scheduling,
+            options,
+            &mut blocked,
+            &mut plan.candidates_evaluated,
+        )
+    {
+        for command in &commands {
+            apply(&mut state, command);
+        }
+        plan.commands.extend(commands);
+    }
+    let disrupted: HashSet<&str> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.candidates.iter().map(String::as_str))
+        .collect();
+    blocked.retain(|node, _| !disrupted.contains(node.as_str()));
+    plan.blocked = blocked;
+    plan.cost_after = managed_cost(&state);
+    plan
+}
+
+/// One pass of Karpenter's disruption loop: the first method that acts.
+/// `blocked` collects why candidates were passed over, `evaluated` how many
+/// were weighed.
+fn round(
+    state: &Cluster,
+    scheduling: &Options,
+    options: &DisruptionOptions,
+    blocked: &mut BTreeMap<String, String>,
+    evaluated: &mut usize,
+) -> Option<Vec<Command>> {
+    let graceful = build_candidates(state, false, blocked);
+    if graceful.is_empty()
+        && !state
+            .nodes
+            .iter()
+            .any(|n| !n.disruption.drifted_reason.is_empty())
+    {
+        return None;
+    }
+    if let Some(command) = emptiness::command(state, &graceful, blocked, evaluated) {
+        return Some(vec![command]);
+    }
+    // Emptiness needs no simulation; every later method does.
+    let prepared = Prepared::new(state, scheduling);
+    if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {
+        return Some(vec![command]);
+    }
+    consolidation::commands(&prepared, state, &graceful, options, blocked, evaluated)
+}
+
+/// What the managed nodes not being deleted cost per hour.
+fn managed_cost(cluster: &Cluster) -> f64 {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.is_managed() && !n.marked_for_deletion)
+        .map(|n| node_price(cluster, n))
+        .sum()
+}
