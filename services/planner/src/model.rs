@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::hostports::HostPort;
 use crate::labels;
@@ -278,9 +279,11 @@ pub struct NodePool {
     pub ready: bool,
     pub catalog: usize,
     pub consolidation_when_empty_only: bool,
-    pub consolidate_after_seconds: Option<i64>,
+    /// `consolidateAfter`; `None`: `Never`.
+    pub consolidate_after: Option<Duration>,
     pub budgets: Vec<Budget>,
-    pub expire_after_seconds: Option<i64>,
+    /// `expireAfter`; `None`: `Never`.
+    pub expire_after: Option<Duration>,
     pub template_hash: String,
 }
 
@@ -308,7 +311,7 @@ pub struct DisruptionState {
     /// Nominated for a pending pod.
     pub nominated: bool,
     /// The claim's terminationGracePeriod.
-    pub termination_grace_period_seconds: Option<i64>,
+    pub termination_grace_period: Option<Duration>,
     /// When the claim became initialized.
     pub initialized_seconds: Option<i64>,
     /// When the Drifted condition became true.

@@ -26,8 +26,10 @@ fn seconds(timestamp: Option<&prost_types::Timestamp>) -> i64 {
     timestamp.map_or(0, |t| t.seconds)
 }
 
-pub fn duration_seconds(duration: Option<&prost_types::Duration>) -> Option<i64> {
-    duration.map(|d| d.seconds)
+/// A wire duration as the planner's model holds durations (a negative one,
+/// which no API object can hold, is zero).
+pub fn duration(duration: Option<&prost_types::Duration>) -> Option<std::time::Duration> {
+    duration.map(|d| std::time::Duration::try_from(*d).unwrap_or(std::time::Duration::ZERO))
 }
 
 fn namespaces_for(
@@ -465,7 +467,7 @@ fn disruption_state(state: Option<&pb::NodeClaimDisruptionState>) -> DisruptionS
         disrupting: state.disrupting,
         node_not_ready: state.node_not_ready,
         nominated: state.nominated,
-        termination_grace_period_seconds: duration_seconds(state.termination_grace_period.as_ref()),
+        termination_grace_period: duration(state.termination_grace_period.as_ref()),
         initialized_seconds: at(&state.initialized_time),
         drifted_seconds: at(&state.drifted_time),
     }
@@ -571,9 +573,9 @@ pub fn node_pool(
         catalog,
         consolidation_when_empty_only: disruption.consolidation_policy
             == pb::disruption::ConsolidationPolicy::WhenEmpty as i32,
-        consolidate_after_seconds: duration_seconds(disruption.consolidate_after.as_ref()),
+        consolidate_after: duration(disruption.consolidate_after.as_ref()),
         budgets,
-        expire_after_seconds: duration_seconds(np.expire_after.as_ref()),
+        expire_after: duration(np.expire_after.as_ref()),
         template_hash: np.template_hash.clone(),
     })
 }

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use karpenter_core::consolidation::{self, Consolidatable};
+
 use crate::labels;
 use crate::model::{Cluster, Pod, StateNode};
 use crate::solve::ClosedNodes;
@@ -74,31 +76,27 @@ pub(super) fn node_price(cluster: &Cluster, node: &StateNode) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Karpenter's `IsUnderConsolidateAfter`: an initialized node whose pool's
-/// `consolidateAfter` (neither `Never` nor zero) has not passed since its
-/// last pod event (else its initialization). Consolidation moves no pods
-/// onto such a node.
-fn under_consolidate_after(cluster: &Cluster, node: &StateNode) -> bool {
-    let Some(after) = cluster
+/// What karpenter-core's consolidation rule says of `node` now: the rule
+/// the adapter writes the `Consolidatable` condition from, applied here to
+/// clusters no controller watched (manifests) and between its passes. A
+/// node initialized at an unknown time counts from its creation.
+fn consolidation_state(cluster: &Cluster, node: &StateNode) -> Consolidatable {
+    let after = cluster
         .node_pools
         .iter()
         .find(|p| p.name == node.node_pool)
-        .and_then(|p| p.consolidate_after_seconds)
-        .filter(|after| *after > 0)
-    else {
-        return false;
-    };
-    if !node.initialized {
-        return false;
-    }
-    let Some(since) = node
-        .disruption
-        .last_pod_event_seconds
-        .or(node.disruption.initialized_seconds)
-    else {
-        return false;
-    };
-    cluster.now_seconds.saturating_sub(since) < after
+        .and_then(|p| p.consolidate_after);
+    let initialized_at = node.initialized.then(|| {
+        node.disruption
+            .initialized_seconds
+            .unwrap_or(node.creation_seconds)
+    });
+    consolidation::consolidatable(
+        after,
+        initialized_at,
+        node.disruption.last_pod_event_seconds,
+        cluster.now_seconds,
+    )
 }
 
 /// The nodes a consolidation may not move pods onto: those still under
@@ -108,7 +106,7 @@ pub(super) fn closed_nodes(cluster: &Cluster) -> ClosedNodes {
         closed: cluster
             .nodes
             .iter()
-            .map(|n| under_consolidate_after(cluster, n))
+            .map(|n| consolidation_state(cluster, n).is_waiting())
             .collect(),
         deleting: cluster
             .nodes
@@ -119,19 +117,15 @@ pub(super) fn closed_nodes(cluster: &Cluster) -> ClosedNodes {
     }
 }
 
-fn is_consolidatable(cluster: &Cluster, node: &StateNode, pool: usize) -> bool {
-    let Some(after) = cluster.node_pools[pool].consolidate_after_seconds else {
-        return false;
-    };
-    if node.disruption.consolidatable {
-        return true;
+/// Whether consolidation may take `node`: the rule says so now, or it is
+/// waiting and its `Consolidatable` condition (written by the adapter's
+/// clock) already says so. `Never` and uninitialized nodes never are.
+fn is_consolidatable(cluster: &Cluster, node: &StateNode) -> bool {
+    match consolidation_state(cluster, node) {
+        Consolidatable::Now => true,
+        Consolidatable::No => false,
+        Consolidatable::After(_) => node.disruption.consolidatable,
     }
-    let start = node
-        .disruption
-        .last_pod_event_seconds
-        .or(node.disruption.initialized_seconds)
-        .unwrap_or(node.creation_seconds);
-    cluster.now_seconds.saturating_sub(start) >= after
 }
 
 /// Why a managed node cannot be a candidate at all, if it cannot.
@@ -164,7 +158,7 @@ fn candidate_block(
     }
     // A termination grace period lets drift proceed past pods that block
     // eviction: they are removed when the period ends.
-    let ignore_pod_blocks = eventual && node.disruption.termination_grace_period_seconds.is_some();
+    let ignore_pod_blocks = eventual && node.disruption.termination_grace_period.is_some();
     if ignore_pod_blocks {
         return None;
     }
@@ -247,10 +241,11 @@ pub(super) fn build_candidates(
         let Some(pool) = pool else {
             continue;
         };
-        let lifetime = match cluster.node_pools[pool].expire_after_seconds {
-            Some(total) if total > 0 => {
+        let lifetime = match cluster.node_pools[pool].expire_after {
+            Some(total) if !total.is_zero() => {
+                let total = total.as_secs_f64();
                 let age = cluster.now_seconds.saturating_sub(node.creation_seconds) as f64;
-                ((total as f64 - age) / total as f64).clamp(0.0, 1.0)
+                ((total - age) / total).clamp(0.0, 1.0)
             }
             _ => 1.0,
         };
@@ -267,7 +262,7 @@ pub(super) fn build_candidates(
                 .collect(),
             disruption_cost: cost,
             price: node_price(cluster, node),
-            consolidatable: is_consolidatable(cluster, node, pool),
+            consolidatable: is_consolidatable(cluster, node),
         });
     }
     candidates.sort_by(|a, b| {

@@ -79,7 +79,7 @@ fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Can
             let node = &state.nodes[c.node];
             c.consolidatable
                 && !pool.consolidation_when_empty_only
-                && pool.consolidate_after_seconds.is_some()
+                && pool.consolidate_after.is_some()
                 && !c.reschedulable.is_empty()
                 && !node.instance_type.is_empty()
                 && !node.capacity_type.is_empty()
