@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 const PROTOS: &[&str] = &[
-    "karpenter/scheduler/v1/types.proto",
+    "karpenter/types/v1/types.proto",
+    "karpenter/scheduler/v1/cluster.proto",
     "karpenter/scheduler/v1/scheduler.proto",
     "karpenter/provider/v1/provider.proto",
 ];

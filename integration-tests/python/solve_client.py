@@ -9,7 +9,8 @@ sys.path.insert(0, sys.argv[1])
 
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
-from karpenter.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2  # noqa: E402
+from karpenter.scheduler.v1 import cluster_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
+from karpenter.types.v1 import types_pb2  # noqa: E402
 
 
 def main() -> None:
@@ -24,18 +25,18 @@ def main() -> None:
         capacity=types_pb2.ResourceList(quantities={"cpu": 2000, "memory": 8 << 30, "pods": 29}),
     )
     pods = [
-        types_pb2.Pod(
+        cluster_pb2.Pod(
             namespace="default",
             name=f"app-{i}",
-            containers=[types_pb2.Container(name="app", requests=types_pb2.ResourceList(quantities={"cpu": 500}))],
+            containers=[cluster_pb2.Container(name="app", requests=types_pb2.ResourceList(quantities={"cpu": 500}))],
         )
         for i in range(3)
     ]
     request = scheduler_pb2.SolveRequest(
-        cluster=types_pb2.ClusterSnapshot(
+        cluster=cluster_pb2.ClusterSnapshot(
             pending_pods=pods,
-            node_pools=[types_pb2.NodePool(name="default", ready=True)],
-            instance_type_catalogs=[types_pb2.InstanceTypeCatalog(name="default", instance_types=[instance_type])],
+            node_pools=[cluster_pb2.NodePool(name="default", ready=True)],
+            instance_type_catalogs=[cluster_pb2.InstanceTypeCatalog(name="default", instance_types=[instance_type])],
         )
     )
     with grpc.insecure_channel(address) as channel:

@@ -37,7 +37,8 @@ async fn generated_python_client_calls_solve() {
     let python_out = format!("--python_out={out}");
     let grpc_out = format!("--grpc_python_out={out}");
     let sources = [
-        proto.join("karpenter/scheduler/v1/types.proto"),
+        proto.join("karpenter/types/v1/types.proto"),
+        proto.join("karpenter/scheduler/v1/cluster.proto"),
         proto.join("karpenter/scheduler/v1/scheduler.proto"),
     ];
     let mut args = vec!["-m", "grpc_tools.protoc", &include, &python_out, &grpc_out];

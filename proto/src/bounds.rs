@@ -313,7 +313,7 @@ fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::v1 as pb;
+    use crate::scheduler::v1 as sched;
 
     fn varint_bytes(mut value: u64, out: &mut Vec<u8>) {
         while value >= 0x80 {
@@ -325,7 +325,7 @@ mod tests {
 
     /// A SolveRequest of `count` copies of `pod`, encoded without holding
     /// the decoded pods (which is what is being guarded against).
-    fn solve_with_pods(pod: &pb::Pod, count: usize) -> Vec<u8> {
+    fn solve_with_pods(pod: &sched::Pod, count: usize) -> Vec<u8> {
         let one = pod.encode_to_vec();
         let mut element = vec![0x0a];
         varint_bytes(one.len() as u64, &mut element);
@@ -342,13 +342,13 @@ mod tests {
 
     #[test]
     fn elements_are_counted_per_field_path() {
-        let pod = pb::Pod {
+        let pod = sched::Pod {
             name: "a".into(),
             namespace: "default".into(),
             ..Default::default()
         };
         let bytes = solve_with_pods(&pod, 3);
-        let decoded = pb::SolveRequest::decode(bytes.as_slice()).expect("valid");
+        let decoded = sched::SolveRequest::decode(bytes.as_slice()).expect("valid");
         assert_eq!(decoded.cluster.map(|c| c.pending_pods.len()), Some(3));
         let measured = measure("karpenter.scheduler.v1.SolveRequest", &bytes).expect("measured");
         assert_eq!(measured.elements.get("cluster.pending_pods"), Some(&3));
@@ -360,12 +360,12 @@ mod tests {
     fn megabytes_of_empty_pods_are_refused_before_decoding() {
         // 4 MB of empty pending pods (2 bytes each on the wire): past the
         // field's limit.
-        let bytes = solve_with_pods(&pb::Pod::default(), 2_000_000);
+        let bytes = solve_with_pods(&sched::Pod::default(), 2_000_000);
         assert!(bytes.len() < 4_200_000);
         assert!(check("karpenter.scheduler.v1.SolveRequest", &bytes).is_err());
         // Fewer, within the field's limit, but still amplifying hundreds
         // of times: refused for what decoding them would take.
-        let bytes = solve_with_pods(&pb::Pod::default(), 400_000);
+        let bytes = solve_with_pods(&sched::Pod::default(), 400_000);
         let refused = check("karpenter.scheduler.v1.SolveRequest", &bytes);
         assert!(
             matches!(&refused, Err(BoundsError::Amplified { field, .. }) if field == "cluster.pending_pods"),
@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_field_over_its_limit_is_named() {
-        let pod = pb::Pod {
+        let pod = sched::Pod {
             name: "a-pod-with-a-name-long-enough-to-be-real".into(),
             namespace: "default".into(),
             ..Default::default()

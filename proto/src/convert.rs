@@ -3,11 +3,11 @@
 //! tolerations, label selectors.
 //!
 //! ```text
-//!   pb::Requirement ──requirements(field, list)──▶ core Requirements   (bad input: InvalidField naming the path)
-//!   core Requirements ──requirement_list──▶ Vec<pb::Requirement>
-//!   pb::ResourceList ◀──────────────────────▶ core Resources
-//!   pb::Taint / pb::Toleration ──────────────▶ core Taint / Toleration
-//!   pb::LabelSelector ───────────────────────▶ core LabelSelector
+//!   types::Requirement ──requirements(field, list)──▶ core Requirements   (bad input: InvalidField naming the path)
+//!   core Requirements ──requirement_list──▶ Vec<types::Requirement>
+//!   types::ResourceList ◀──────────────────────▶ core Resources
+//!   types::Taint / sched::Toleration ──────────────▶ core Taint / Toleration
+//!   sched::LabelSelector ───────────────────────▶ core LabelSelector
 //! ```
 
 use std::collections::BTreeSet;
@@ -17,7 +17,8 @@ use karpenter_core::resources::{ResourceMap, Resources};
 use karpenter_core::selector::{LabelSelector, SelectorOp};
 use karpenter_core::taints::{Effect, Taint, Toleration};
 
-use crate::scheduler::v1 as pb;
+use crate::scheduler::v1 as sched;
+use crate::types::v1 as types;
 
 /// A request field that cannot be understood, with its path
 /// (`cluster.pending_pods[3].requirements[0].operator`).
@@ -38,15 +39,15 @@ impl InvalidField {
 }
 
 pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
-    Ok(match pb::Operator::try_from(value) {
-        Ok(pb::Operator::In) => Operator::In,
-        Ok(pb::Operator::NotIn) => Operator::NotIn,
-        Ok(pb::Operator::Exists) => Operator::Exists,
-        Ok(pb::Operator::DoesNotExist) => Operator::DoesNotExist,
-        Ok(pb::Operator::Gt) => Operator::Gt,
-        Ok(pb::Operator::Lt) => Operator::Lt,
-        Ok(pb::Operator::Gte) => Operator::Gte,
-        Ok(pb::Operator::Lte) => Operator::Lte,
+    Ok(match types::Operator::try_from(value) {
+        Ok(types::Operator::In) => Operator::In,
+        Ok(types::Operator::NotIn) => Operator::NotIn,
+        Ok(types::Operator::Exists) => Operator::Exists,
+        Ok(types::Operator::DoesNotExist) => Operator::DoesNotExist,
+        Ok(types::Operator::Gt) => Operator::Gt,
+        Ok(types::Operator::Lt) => Operator::Lt,
+        Ok(types::Operator::Gte) => Operator::Gte,
+        Ok(types::Operator::Lte) => Operator::Lte,
         _ => {
             return Err(InvalidField::new(
                 format!("{field}.operator"),
@@ -56,20 +57,20 @@ pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
     })
 }
 
-pub fn wire_operator(op: Operator) -> pb::Operator {
+pub fn wire_operator(op: Operator) -> types::Operator {
     match op {
-        Operator::In => pb::Operator::In,
-        Operator::NotIn => pb::Operator::NotIn,
-        Operator::Exists => pb::Operator::Exists,
-        Operator::DoesNotExist => pb::Operator::DoesNotExist,
-        Operator::Gt => pb::Operator::Gt,
-        Operator::Lt => pb::Operator::Lt,
-        Operator::Gte => pb::Operator::Gte,
-        Operator::Lte => pb::Operator::Lte,
+        Operator::In => types::Operator::In,
+        Operator::NotIn => types::Operator::NotIn,
+        Operator::Exists => types::Operator::Exists,
+        Operator::DoesNotExist => types::Operator::DoesNotExist,
+        Operator::Gt => types::Operator::Gt,
+        Operator::Lt => types::Operator::Lt,
+        Operator::Gte => types::Operator::Gte,
+        Operator::Lte => types::Operator::Lte,
     }
 }
 
-pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, InvalidField> {
+pub fn requirement(field: &str, r: &types::Requirement) -> Result<Requirement, InvalidField> {
     if r.key.is_empty() {
         return Err(InvalidField::new(
             format!("{field}.key"),
@@ -105,7 +106,10 @@ pub fn requirement(field: &str, r: &pb::Requirement) -> Result<Requirement, Inva
     Ok(requirement.with_min_values(min_values))
 }
 
-pub fn requirements(field: &str, list: &[pb::Requirement]) -> Result<Requirements, InvalidField> {
+pub fn requirements(
+    field: &str,
+    list: &[types::Requirement],
+) -> Result<Requirements, InvalidField> {
     let mut result = Requirements::new();
     for (i, r) in list.iter().enumerate() {
         result.add(requirement(&format!("{field}[{i}]"), r)?);
@@ -114,11 +118,11 @@ pub fn requirements(field: &str, list: &[pb::Requirement]) -> Result<Requirement
 }
 
 /// Requirements as wire expressions (a bounded requirement may need two).
-pub fn requirement_list(requirements: &Requirements) -> Vec<pb::Requirement> {
+pub fn requirement_list(requirements: &Requirements) -> Vec<types::Requirement> {
     let mut out = Vec::new();
     for requirement in requirements.iter() {
         for (index, (key, op, values)) in requirement.to_expressions().into_iter().enumerate() {
-            out.push(pb::Requirement {
+            out.push(types::Requirement {
                 key,
                 operator: wire_operator(op) as i32,
                 values,
@@ -134,7 +138,7 @@ pub fn requirement_list(requirements: &Requirements) -> Vec<pb::Requirement> {
 }
 
 /// Quantities as they come, unchecked (an absent list is empty).
-pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
+pub fn resources(list: Option<&types::ResourceList>) -> Resources {
     list.map_or_else(Resources::default, |list| {
         Resources::from_map(&list.quantities)
     })
@@ -143,7 +147,7 @@ pub fn resources(list: Option<&pb::ResourceList>) -> Resources {
 /// Quantities, none of them negative.
 pub fn checked_resources(
     field: &str,
-    list: Option<&pb::ResourceList>,
+    list: Option<&types::ResourceList>,
 ) -> Result<Resources, InvalidField> {
     if let Some(list) = list {
         for (name, quantity) in &list.quantities {
@@ -158,15 +162,15 @@ pub fn checked_resources(
     Ok(resources(list))
 }
 
-pub fn resource_list(resources: &Resources) -> pb::ResourceList {
-    pb::ResourceList {
+pub fn resource_list(resources: &Resources) -> types::ResourceList {
+    types::ResourceList {
         quantities: resources.to_map(),
     }
 }
 
 /// What a node of the type offers pods: capacity minus its overheads (see
 /// `karpenter_core::resources::allocatable`).
-pub fn allocatable(it: &pb::InstanceType) -> ResourceMap {
+pub fn allocatable(it: &types::InstanceType) -> ResourceMap {
     let empty = ResourceMap::new();
     let capacity = it.capacity.as_ref().map_or(&empty, |c| &c.quantities);
     let overheads = it.overhead.iter().flat_map(|o| {
@@ -179,10 +183,10 @@ pub fn allocatable(it: &pb::InstanceType) -> ResourceMap {
 }
 
 fn effect(field: &str, value: i32) -> Result<Effect, InvalidField> {
-    match pb::TaintEffect::try_from(value) {
-        Ok(pb::TaintEffect::NoSchedule) => Ok(Effect::NoSchedule),
-        Ok(pb::TaintEffect::PreferNoSchedule) => Ok(Effect::PreferNoSchedule),
-        Ok(pb::TaintEffect::NoExecute) => Ok(Effect::NoExecute),
+    match types::TaintEffect::try_from(value) {
+        Ok(types::TaintEffect::NoSchedule) => Ok(Effect::NoSchedule),
+        Ok(types::TaintEffect::PreferNoSchedule) => Ok(Effect::PreferNoSchedule),
+        Ok(types::TaintEffect::NoExecute) => Ok(Effect::NoExecute),
         _ => Err(InvalidField::new(
             format!("{field}.effect"),
             format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {value}"),
@@ -190,15 +194,15 @@ fn effect(field: &str, value: i32) -> Result<Effect, InvalidField> {
     }
 }
 
-pub fn wire_effect(effect: Effect) -> pb::TaintEffect {
+pub fn wire_effect(effect: Effect) -> types::TaintEffect {
     match effect {
-        Effect::NoSchedule => pb::TaintEffect::NoSchedule,
-        Effect::PreferNoSchedule => pb::TaintEffect::PreferNoSchedule,
-        Effect::NoExecute => pb::TaintEffect::NoExecute,
+        Effect::NoSchedule => types::TaintEffect::NoSchedule,
+        Effect::PreferNoSchedule => types::TaintEffect::PreferNoSchedule,
+        Effect::NoExecute => types::TaintEffect::NoExecute,
     }
 }
 
-pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidField> {
+pub fn taints(field: &str, list: &[types::Taint]) -> Result<Vec<Taint>, InvalidField> {
     list.iter()
         .enumerate()
         .map(|(i, t)| {
@@ -218,10 +222,10 @@ pub fn taints(field: &str, list: &[pb::Taint]) -> Result<Vec<Taint>, InvalidFiel
         .collect()
 }
 
-pub fn taint_list(taints: &[Taint]) -> Vec<pb::Taint> {
+pub fn taint_list(taints: &[Taint]) -> Vec<types::Taint> {
     taints
         .iter()
-        .map(|t| pb::Taint {
+        .map(|t| types::Taint {
             key: t.key.clone(),
             value: t.value.clone(),
             effect: wire_effect(t.effect) as i32,
@@ -229,14 +233,17 @@ pub fn taint_list(taints: &[Taint]) -> Vec<pb::Taint> {
         .collect()
 }
 
-pub fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleration>, InvalidField> {
+pub fn tolerations(
+    field: &str,
+    list: &[sched::Toleration],
+) -> Result<Vec<Toleration>, InvalidField> {
     list.iter()
         .enumerate()
         .map(|(i, t)| {
             let field = format!("{field}[{i}]");
             let exists = matches!(
-                pb::toleration::TolerationOperator::try_from(t.operator),
-                Ok(pb::toleration::TolerationOperator::Exists)
+                sched::toleration::TolerationOperator::try_from(t.operator),
+                Ok(sched::toleration::TolerationOperator::Exists)
             );
             let effect = if t.effect == 0 {
                 None
@@ -255,7 +262,7 @@ pub fn tolerations(field: &str, list: &[pb::Toleration]) -> Result<Vec<Toleratio
 
 pub fn label_selector(
     field: &str,
-    selector: &pb::LabelSelector,
+    selector: &sched::LabelSelector,
 ) -> Result<LabelSelector, InvalidField> {
     let mut result = LabelSelector::default();
     for (key, value) in &selector.match_labels {
@@ -284,8 +291,8 @@ pub fn label_selector(
 mod tests {
     use super::*;
 
-    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
-        pb::Requirement {
+    fn req(key: &str, op: types::Operator, values: &[&str]) -> types::Requirement {
+        types::Requirement {
             key: key.to_owned(),
             operator: op as i32,
             values: values.iter().map(|v| (*v).to_owned()).collect(),
@@ -296,8 +303,16 @@ mod tests {
     #[test]
     fn requirements_round_trip_through_the_wire() {
         let list = vec![
-            req("kubernetes.io/arch", pb::Operator::In, &["amd64", "arm64"]),
-            req("karpenter.k8s.aws/instance-cpu", pb::Operator::Gt, &["4"]),
+            req(
+                "kubernetes.io/arch",
+                types::Operator::In,
+                &["amd64", "arm64"],
+            ),
+            req(
+                "karpenter.k8s.aws/instance-cpu",
+                types::Operator::Gt,
+                &["4"],
+            ),
         ];
         let parsed = requirements("r", &list).unwrap_or_else(|e| panic!("{e}"));
         let again = requirements("r", &requirement_list(&parsed)).unwrap_or_else(|e| panic!("{e}"));
@@ -306,15 +321,15 @@ mod tests {
 
     #[test]
     fn bad_requirements_name_their_field() {
-        let unknown = pb::Requirement {
+        let unknown = types::Requirement {
             operator: 42,
-            ..req("k", pb::Operator::In, &["v"])
+            ..req("k", types::Operator::In, &["v"])
         };
         assert_eq!(
             requirements("claim.requirements", &[unknown]).map_err(|e| e.field),
             Err("claim.requirements[0].operator".to_owned())
         );
-        let no_value = req("k", pb::Operator::Gt, &[]);
+        let no_value = req("k", types::Operator::Gt, &[]);
         assert_eq!(
             requirements("r", &[no_value]).map_err(|e| e.field),
             Err("r[0].values".to_owned())

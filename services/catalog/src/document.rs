@@ -10,7 +10,7 @@ use karpenter_core::labels;
 use karpenter_core::quantity;
 use karpenter_core::requirements::Operator;
 use karpenter_proto::convert::wire_operator;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::types::v1 as types;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -150,10 +150,10 @@ enum Price {
     Text(String),
 }
 
-fn in_values(key: &str, values: Vec<String>) -> pb::Requirement {
-    pb::Requirement {
+fn in_values(key: &str, values: Vec<String>) -> types::Requirement {
+    types::Requirement {
         key: key.to_string(),
-        operator: pb::Operator::In as i32,
+        operator: types::Operator::In as i32,
         values,
         min_values: None,
     }
@@ -161,7 +161,7 @@ fn in_values(key: &str, values: Vec<String>) -> pb::Requirement {
 
 /// The instance types of one catalog document (any JSON value: a parsed
 /// YAML or JSON document).
-pub fn instance_types(document: &Value) -> Result<Vec<pb::InstanceType>, CatalogError> {
+pub fn instance_types(document: &Value) -> Result<Vec<types::InstanceType>, CatalogError> {
     let doc: CatalogDoc = serde_path_to_error::deserialize(document).map_err(|e| {
         let field = e.path().to_string();
         let field = if field == "." { String::new() } else { field };
@@ -174,7 +174,7 @@ pub fn instance_types(document: &Value) -> Result<Vec<pb::InstanceType>, Catalog
         .collect()
 }
 
-fn instance_type(it: TypeDoc, path: &str) -> Result<pb::InstanceType, CatalogError> {
+fn instance_type(it: TypeDoc, path: &str) -> Result<types::InstanceType, CatalogError> {
     if it.name.is_empty() {
         return Err(CatalogError::new(format!("{path}.name"), "is required"));
     }
@@ -209,7 +209,11 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<pb::InstanceType, CatalogErr
         }
         requirements.push(in_values(&key, values));
     }
-    let has = |key: &str| requirements.iter().any(|r: &pb::Requirement| r.key == key);
+    let has = |key: &str| {
+        requirements
+            .iter()
+            .any(|r: &types::Requirement| r.key == key)
+    };
     let implied = [
         (labels::INSTANCE_TYPE, vec![it.name.clone()]),
         (
@@ -225,15 +229,15 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<pb::InstanceType, CatalogErr
     for (key, values) in missing {
         requirements.push(in_values(key, values));
     }
-    Ok(pb::InstanceType {
+    Ok(types::InstanceType {
         name: it.name,
         requirements,
         offerings,
-        capacity: Some(pb::ResourceList {
+        capacity: Some(types::ResourceList {
             quantities: capacity.0,
         }),
-        overhead: it.overhead.map(|o| pb::InstanceTypeOverhead {
-            kube_reserved: Some(pb::ResourceList { quantities: o.0 }),
+        overhead: it.overhead.map(|o| types::InstanceTypeOverhead {
+            kube_reserved: Some(types::ResourceList { quantities: o.0 }),
             system_reserved: None,
             eviction_threshold: None,
         }),
@@ -248,7 +252,7 @@ fn distinct<'a>(values: impl Iterator<Item = &'a String>) -> Vec<String> {
         .collect()
 }
 
-fn offering(o: OfferingDoc, path: &str) -> Result<pb::Offering, CatalogError> {
+fn offering(o: OfferingDoc, path: &str) -> Result<types::Offering, CatalogError> {
     if o.zone.is_empty() {
         return Err(CatalogError::new(format!("{path}.zone"), "is required"));
     }
@@ -281,7 +285,7 @@ fn offering(o: OfferingDoc, path: &str) -> Result<pb::Offering, CatalogError> {
         .enumerate()
         .map(|(i, r)| requirement(r, &format!("{path}.requirements[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(pb::Offering {
+    Ok(types::Offering {
         zone: o.zone,
         capacity_type: o.capacity_type,
         price,
@@ -290,7 +294,7 @@ fn offering(o: OfferingDoc, path: &str) -> Result<pb::Offering, CatalogError> {
     })
 }
 
-fn requirement(r: RequirementDoc, path: &str) -> Result<pb::Requirement, CatalogError> {
+fn requirement(r: RequirementDoc, path: &str) -> Result<types::Requirement, CatalogError> {
     if r.key.is_empty() {
         return Err(CatalogError::new(format!("{path}.key"), "is required"));
     }
@@ -303,7 +307,7 @@ fn requirement(r: RequirementDoc, path: &str) -> Result<pb::Requirement, Catalog
             ),
         )
     })?;
-    Ok(pb::Requirement {
+    Ok(types::Requirement {
         key: r.key,
         operator: wire_operator(operator) as i32,
         values: r.values,
@@ -314,7 +318,7 @@ fn requirement(r: RequirementDoc, path: &str) -> Result<pb::Requirement, Catalog
 /// Every `InstanceTypeCatalog` document in a file's text (YAML, one or
 /// several documents, or JSON); errors are prefixed with the document's
 /// position.
-pub fn load(text: &str) -> Result<Vec<pb::InstanceType>, CatalogError> {
+pub fn load(text: &str) -> Result<Vec<types::InstanceType>, CatalogError> {
     let mut out = Vec::new();
     let mut catalogs = 0;
     for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {

@@ -20,7 +20,8 @@
 use std::collections::BTreeMap;
 
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 /// The zones every type is offered in.
 pub const ZONES: [&str; 4] = ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"];
@@ -41,17 +42,17 @@ pub fn on_demand_price(cpu: i64, memory_bytes: i64) -> f64 {
     0.025 * cpu as f64 + 0.001 * memory_bytes as f64 / 1e9
 }
 
-fn label(key: &str, value: impl Into<String>) -> pb::Requirement {
-    pb::Requirement {
+fn label(key: &str, value: impl Into<String>) -> types::Requirement {
+    types::Requirement {
         key: key.to_string(),
-        operator: pb::Operator::In as i32,
+        operator: types::Operator::In as i32,
         values: vec![value.into()],
         min_values: None,
     }
 }
 
-fn resources(pairs: &[(&str, i64)]) -> pb::ResourceList {
-    pb::ResourceList {
+fn resources(pairs: &[(&str, i64)]) -> types::ResourceList {
+    types::ResourceList {
         quantities: pairs
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
@@ -60,7 +61,12 @@ fn resources(pairs: &[(&str, i64)]) -> pb::ResourceList {
 }
 
 /// One generated type.
-pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> pb::InstanceType {
+pub fn instance_type(
+    cpu: i64,
+    memory_factor: i64,
+    family: &str,
+    arch: &str,
+) -> types::InstanceType {
     let name = format!("{family}-{cpu}x-{arch}-linux");
     let memory_gib = cpu * memory_factor;
     let memory = memory_gib * GIB;
@@ -69,7 +75,7 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
     let mut offerings = Vec::new();
     for zone in ZONES {
         for (capacity_type, price) in [("spot", price * 0.7), ("on-demand", price)] {
-            offerings.push(pb::Offering {
+            offerings.push(types::Offering {
                 zone: zone.to_string(),
                 capacity_type: capacity_type.to_string(),
                 price,
@@ -78,7 +84,7 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
             });
         }
     }
-    pb::InstanceType {
+    types::InstanceType {
         requirements: vec![
             label(labels::INSTANCE_TYPE, name.clone()),
             label(labels::ARCH, arch),
@@ -90,15 +96,15 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
                 &format!("{LABEL_GROUP}/instance-memory"),
                 format!("{memory_gib}Gi"),
             ),
-            pb::Requirement {
+            types::Requirement {
                 key: labels::TOPOLOGY_ZONE.to_string(),
-                operator: pb::Operator::In as i32,
+                operator: types::Operator::In as i32,
                 values: ZONES.iter().map(|z| z.to_string()).collect(),
                 min_values: None,
             },
-            pb::Requirement {
+            types::Requirement {
                 key: labels::CAPACITY_TYPE.to_string(),
-                operator: pb::Operator::In as i32,
+                operator: types::Operator::In as i32,
                 values: vec!["on-demand".to_string(), "spot".to_string()],
                 min_values: None,
             },
@@ -111,7 +117,7 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
             ("pods", pods),
             ("ephemeral-storage", 20 * GIB),
         ])),
-        overhead: Some(pb::InstanceTypeOverhead {
+        overhead: Some(types::InstanceTypeOverhead {
             kube_reserved: Some(resources(&[("cpu", 100), ("memory", 10 << 20)])),
             system_reserved: None,
             eviction_threshold: None,
@@ -120,7 +126,7 @@ pub fn instance_type(cpu: i64, memory_factor: i64, family: &str, arch: &str) -> 
 }
 
 /// Every generated type, in a fixed order.
-pub fn instance_types() -> Vec<pb::InstanceType> {
+pub fn instance_types() -> Vec<types::InstanceType> {
     let mut out = Vec::new();
     for cpu in CPUS {
         for (factor, family) in MEMORY_FACTORS {
@@ -133,8 +139,8 @@ pub fn instance_types() -> Vec<pb::InstanceType> {
 }
 
 /// The generated types as a snapshot catalog named [`CATALOG_NAME`].
-pub fn catalog() -> pb::InstanceTypeCatalog {
-    pb::InstanceTypeCatalog {
+pub fn catalog() -> sched::InstanceTypeCatalog {
+    sched::InstanceTypeCatalog {
         name: CATALOG_NAME.to_string(),
         instance_types: instance_types(),
     }

@@ -2,13 +2,13 @@
 //! instance types, with errors naming the file and document: the format
 //! itself is `karpenter-catalog`'s.
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::types::v1 as types;
 
 use crate::input::{Document, InputError};
 
 pub use karpenter_catalog::KIND;
 
 /// The instance types of one catalog document.
-pub fn instance_types(doc: &Document) -> Result<Vec<pb::InstanceType>, InputError> {
+pub fn instance_types(doc: &Document) -> Result<Vec<types::InstanceType>, InputError> {
     karpenter_catalog::instance_types(&doc.value).map_err(|e| doc.error(e.field, e.message))
 }

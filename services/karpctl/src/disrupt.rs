@@ -6,7 +6,7 @@
 //! the snapshot is taken at `--now` (or the wall clock), against which
 //! ages, `consolidateAfter`, expiry and budget schedules are measured.
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use crate::CliError;
 use crate::input::InputError;
@@ -45,8 +45,8 @@ pub fn plan_disruption(
     built: &Built,
     well_known: Vec<String>,
     runtime: &tokio::runtime::Runtime,
-) -> Result<pb::PlanDisruptionResponse, CliError> {
-    let request = pb::PlanDisruptionRequest {
+) -> Result<sched::PlanDisruptionResponse, CliError> {
+    let request = sched::PlanDisruptionRequest {
         cluster: Some(built.snapshot.clone()),
         options: Some(plan::options(args, well_known)?),
     };

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use serde_json::{Map, Value, json};
 
 /// A wire operator as manifests spell it.
@@ -14,10 +15,10 @@ fn operator_name(op: i32) -> &'static str {
 
 /// A wire taint effect as manifests spell it.
 fn effect_name(effect: i32) -> &'static str {
-    match pb::TaintEffect::try_from(effect) {
-        Ok(pb::TaintEffect::NoSchedule) => "NoSchedule",
-        Ok(pb::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
-        Ok(pb::TaintEffect::NoExecute) => "NoExecute",
+    match types::TaintEffect::try_from(effect) {
+        Ok(types::TaintEffect::NoSchedule) => "NoSchedule",
+        Ok(types::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
+        Ok(types::TaintEffect::NoExecute) => "NoExecute",
         _ => "",
     }
 }
@@ -30,11 +31,11 @@ pub enum Format {
     Table,
 }
 
-fn pod_ref(p: &pb::PodRef) -> String {
+fn pod_ref(p: &sched::PodRef) -> String {
     format!("{}/{}", p.namespace, p.name)
 }
 
-fn sorted_pods(pods: &[pb::PodRef]) -> Vec<String> {
+fn sorted_pods(pods: &[sched::PodRef]) -> Vec<String> {
     let mut out: Vec<String> = pods.iter().map(pod_ref).collect();
     out.sort();
     out
@@ -46,7 +47,7 @@ pub fn round_price(p: f64) -> f64 {
     (p * 1e6).round() / 1e6 + 0.0
 }
 
-fn requirement(r: &pb::Requirement) -> Value {
+fn requirement(r: &types::Requirement) -> Value {
     let mut m = Map::new();
     m.insert("key".into(), json!(r.key));
     m.insert("operator".into(), json!(operator_name(r.operator)));
@@ -57,7 +58,7 @@ fn requirement(r: &pb::Requirement) -> Value {
     Value::Object(m)
 }
 
-fn taint(t: &pb::Taint) -> Value {
+fn taint(t: &types::Taint) -> Value {
     let mut m = Map::new();
     m.insert("key".into(), json!(t.key));
     if !t.value.is_empty() {
@@ -67,13 +68,13 @@ fn taint(t: &pb::Taint) -> Value {
     Value::Object(m)
 }
 
-fn node_claim(c: &pb::NodeClaimPlan) -> Value {
+fn node_claim(c: &sched::NodeClaimPlan) -> Value {
     let cheapest = c.cheapest.clone().unwrap_or_default();
     let labels: BTreeMap<&String, &String> = c.labels.iter().collect();
-    let mut requirements: Vec<&pb::Requirement> = c.requirements.iter().collect();
+    let mut requirements: Vec<&types::Requirement> = c.requirements.iter().collect();
     requirements
         .sort_by(|a, b| (&a.key, a.operator, &a.values).cmp(&(&b.key, b.operator, &b.values)));
-    let mut taints: Vec<&pb::Taint> = c.taints.iter().collect();
+    let mut taints: Vec<&types::Taint> = c.taints.iter().collect();
     taints.sort_by(|a, b| (&a.key, &a.value, a.effect).cmp(&(&b.key, &b.value, b.effect)));
     json!({
         "nodePool": c.node_pool,
@@ -92,7 +93,7 @@ fn node_claim(c: &pb::NodeClaimPlan) -> Value {
 }
 
 /// The `plan -o json` document, in a deterministic order.
-pub fn plan_value(response: &pb::SolveResponse) -> Value {
+pub fn plan_value(response: &sched::SolveResponse) -> Value {
     let mut claims: Vec<(Vec<String>, Value)> = response
         .node_claims
         .iter()
@@ -163,31 +164,31 @@ pub fn render_as(
 
 /// Karpenter's name of a disruption reason.
 pub fn reason_name(reason: i32) -> &'static str {
-    match pb::DisruptionReason::try_from(reason) {
-        Ok(pb::DisruptionReason::Empty) => "Empty",
-        Ok(pb::DisruptionReason::Underutilized) => "Underutilized",
-        Ok(pb::DisruptionReason::Drifted) => "Drifted",
-        Ok(pb::DisruptionReason::Expired) => "Expired",
-        Ok(pb::DisruptionReason::Unspecified) | Err(_) => "Unspecified",
+    match sched::DisruptionReason::try_from(reason) {
+        Ok(sched::DisruptionReason::Empty) => "Empty",
+        Ok(sched::DisruptionReason::Underutilized) => "Underutilized",
+        Ok(sched::DisruptionReason::Drifted) => "Drifted",
+        Ok(sched::DisruptionReason::Expired) => "Expired",
+        Ok(sched::DisruptionReason::Unspecified) | Err(_) => "Unspecified",
     }
 }
 
 /// Karpenter's name of a disruption method.
 pub fn method_name(method: i32) -> &'static str {
-    match pb::DisruptionMethod::try_from(method) {
-        Ok(pb::DisruptionMethod::Emptiness) => "Emptiness",
-        Ok(pb::DisruptionMethod::Drift) => "Drift",
-        Ok(pb::DisruptionMethod::Expiration) => "Expiration",
-        Ok(pb::DisruptionMethod::MultiNodeConsolidation) => "MultiNodeConsolidation",
-        Ok(pb::DisruptionMethod::SingleNodeConsolidation) => "SingleNodeConsolidation",
-        Ok(pb::DisruptionMethod::Unspecified) | Err(_) => "Unspecified",
+    match sched::DisruptionMethod::try_from(method) {
+        Ok(sched::DisruptionMethod::Emptiness) => "Emptiness",
+        Ok(sched::DisruptionMethod::Drift) => "Drift",
+        Ok(sched::DisruptionMethod::Expiration) => "Expiration",
+        Ok(sched::DisruptionMethod::MultiNodeConsolidation) => "MultiNodeConsolidation",
+        Ok(sched::DisruptionMethod::SingleNodeConsolidation) => "SingleNodeConsolidation",
+        Ok(sched::DisruptionMethod::Unspecified) | Err(_) => "Unspecified",
     }
 }
 
 /// The `disrupt -o json` document: commands and blocked candidates in the
 /// planner's order, replacements in the shape of `plan`'s node claims, and
 /// the cluster's cost.
-pub fn disrupt_value(response: &pb::PlanDisruptionResponse) -> Value {
+pub fn disrupt_value(response: &sched::PlanDisruptionResponse) -> Value {
     let commands: Vec<Value> = response
         .commands
         .iter()
@@ -398,36 +399,36 @@ pub fn table(plan: &Value) -> String {
 mod tests {
     use super::*;
 
-    fn response() -> pb::SolveResponse {
-        let pod = |name: &str| pb::PodRef {
+    fn response() -> sched::SolveResponse {
+        let pod = |name: &str| sched::PodRef {
             namespace: "default".into(),
             name: name.into(),
             uid: String::new(),
         };
-        pb::SolveResponse {
-            node_claims: vec![pb::NodeClaimPlan {
+        sched::SolveResponse {
+            node_claims: vec![sched::NodeClaimPlan {
                 node_pool: "default".into(),
                 instance_types: vec!["r5.large".into(), "r5.xlarge".into()],
-                cheapest: Some(pb::OfferingChoice {
+                cheapest: Some(sched::OfferingChoice {
                     instance_type: "r5.large".into(),
                     zone: "ap-northeast-1a".into(),
                     capacity_type: "on-demand".into(),
                     price: 0.152,
                 }),
-                requirements: vec![pb::Requirement {
+                requirements: vec![types::Requirement {
                     key: "karpenter.sh/capacity-type".into(),
-                    operator: pb::Operator::In as i32,
+                    operator: types::Operator::In as i32,
                     values: vec!["on-demand".into()],
                     min_values: Some(1),
                 }],
                 pods: vec![pod("app-1"), pod("app-0")],
                 ..Default::default()
             }],
-            existing_nodes: vec![pb::NodePlacement {
+            existing_nodes: vec![sched::NodePlacement {
                 node: "n1".into(),
                 pods: vec![pod("app-2")],
             }],
-            unschedulable: vec![pb::UnschedulablePod {
+            unschedulable: vec![sched::UnschedulablePod {
                 pod: Some(pod("big-0")),
                 reason: "too big".into(),
                 ..Default::default()

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use crate::input::{self, Document, InputError};
 use crate::output::{self, Format};
@@ -134,9 +134,9 @@ pub fn feature_gates(text: &str) -> Result<BTreeMap<String, bool>, InputError> {
 pub fn options(
     args: &PlanArgs,
     well_known_labels: Vec<String>,
-) -> Result<pb::SchedulingOptions, InputError> {
-    use pb::scheduling_options as so;
-    Ok(pb::SchedulingOptions {
+) -> Result<sched::SchedulingOptions, InputError> {
+    use sched::scheduling_options as so;
+    Ok(sched::SchedulingOptions {
         min_values_policy: match args.min_values_policy {
             MinValuesPolicy::Strict => so::MinValuesPolicy::Strict,
             MinValuesPolicy::BestEffort => so::MinValuesPolicy::BestEffort,
@@ -223,7 +223,7 @@ pub fn build_snapshot_at(
                 path.display()
             ));
         }
-        built.snapshot.instance_type_catalogs = vec![pb::InstanceTypeCatalog {
+        built.snapshot.instance_type_catalogs = vec![sched::InstanceTypeCatalog {
             name: snapshot::MANIFEST_CATALOG.to_string(),
             instance_types: types,
         }];
@@ -251,13 +251,13 @@ pub fn build_snapshot_at(
 /// Asks the provider for each pool's instance types; returns the provider's
 /// well-known labels.
 async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, CliError> {
-    use karpenter_proto::provider::v1 as ppb;
-    use ppb::cloud_provider_client::CloudProviderClient;
+    use karpenter_proto::provider::v1 as pv;
+    use pv::cloud_provider_client::CloudProviderClient;
     let mut client = CloudProviderClient::connect(url.to_string())
         .await
         .map_err(|e| CliError::Other(anyhow::anyhow!("connecting to provider {url}: {e}")))?;
     let info = client
-        .info(ppb::InfoRequest {})
+        .info(pv::InfoRequest {})
         .await
         .map_err(|e| CliError::Other(anyhow::anyhow!("provider {url}: Info: {}", e.message())))?
         .into_inner();
@@ -267,7 +267,7 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
             .as_ref()
             .map(|r| r.name.clone())
             .unwrap_or_default();
-        let node_class = built.node_classes.get(&class_name).map(|c| ppb::NodeClass {
+        let node_class = built.node_classes.get(&class_name).map(|c| pv::NodeClass {
             name: class_name.clone(),
             uid: c
                 .value
@@ -302,7 +302,7 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
                 .unwrap_or_default(),
         });
         let response = client
-            .get_instance_types(ppb::GetInstanceTypesRequest {
+            .get_instance_types(pv::GetInstanceTypesRequest {
                 node_pool: pool.name.clone(),
                 node_class,
             })
@@ -319,7 +319,7 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
         built
             .snapshot
             .instance_type_catalogs
-            .push(pb::InstanceTypeCatalog {
+            .push(sched::InstanceTypeCatalog {
                 name: name.clone(),
                 instance_types: response.instance_types,
             });
@@ -332,11 +332,11 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
 pub fn solve(
     args: &PlanArgs,
     built: &Built,
-    snapshot: pb::ClusterSnapshot,
+    snapshot: sched::ClusterSnapshot,
     well_known: Vec<String>,
     runtime: &tokio::runtime::Runtime,
-) -> Result<pb::SolveResponse, CliError> {
-    let request = pb::SolveRequest {
+) -> Result<sched::SolveResponse, CliError> {
+    let request = sched::SolveRequest {
         cluster: Some(snapshot),
         options: Some(options(args, well_known)?),
     };
@@ -367,7 +367,7 @@ pub fn solve(
 pub fn refuse_left_out(
     built: &Built,
     invalid_pod: Option<(&str, &str)>,
-    rejected_objects: &[pb::RejectedObject],
+    rejected_objects: &[sched::RejectedObject],
 ) -> Result<(), CliError> {
     if let Some((field, reason)) = invalid_pod {
         return Err(rejected(built, field, reason));
@@ -395,8 +395,8 @@ pub fn rejected(built: &Built, field: &str, message: &str) -> CliError {
 /// Connects to `--scheduler`.
 pub async fn connect_scheduler(
     url: &str,
-) -> Result<pb::scheduler_client::SchedulerClient<tonic::transport::Channel>, CliError> {
-    pb::scheduler_client::SchedulerClient::connect(url.to_string())
+) -> Result<sched::scheduler_client::SchedulerClient<tonic::transport::Channel>, CliError> {
+    sched::scheduler_client::SchedulerClient::connect(url.to_string())
         .await
         .map_err(|e| CliError::Other(anyhow::anyhow!("connecting to scheduler {url}: {e}")))
 }

@@ -1,4 +1,4 @@
-//! Manifests to a [`pb::ClusterSnapshot`]: what the scheduler sees.
+//! Manifests to a [`sched::ClusterSnapshot`]: what the scheduler sees.
 //!
 //! Documents are read into typed objects (k8s-openapi kinds and the
 //! Karpenter v1 types; older Karpenter versions converted first), each
@@ -22,7 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source, prepare_object};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -43,7 +44,7 @@ pub struct NodeClassDoc {
 /// The snapshot and what was learned building it.
 #[derive(Debug, Default)]
 pub struct Built {
-    pub snapshot: pb::ClusterSnapshot,
+    pub snapshot: sched::ClusterSnapshot,
     /// Which document each snapshot entry came from.
     pub origins: karpenter_snapshot::Origins,
     /// Each document's origin, by position.
@@ -163,7 +164,7 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
         ..Built::default()
     };
     let mut objects = Typed::default();
-    let mut catalog_types: Vec<pb::InstanceType> = Vec::new();
+    let mut catalog_types: Vec<types::InstanceType> = Vec::new();
     let mut catalog_names: BTreeMap<String, String> = BTreeMap::new();
     let mut classes = NodeClasses {
         group: karpenter_api::aws::labels::AWS_GROUP.into(),
@@ -258,7 +259,7 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
     }
     let mut catalogs = Vec::new();
     if built.has_catalog {
-        catalogs.push(pb::InstanceTypeCatalog {
+        catalogs.push(sched::InstanceTypeCatalog {
             name: MANIFEST_CATALOG.to_string(),
             instance_types: catalog_types,
         });

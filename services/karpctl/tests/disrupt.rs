@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use karpctl::input::{self, Source};
 use karpctl::{example, output, snapshot};
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use serde_json::{Value, json};
 
 fn karpctl(args: &[&str]) -> Output {
@@ -25,7 +25,7 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn build(docs: Vec<input::Document>) -> pb::ClusterSnapshot {
+fn build(docs: Vec<input::Document>) -> sched::ClusterSnapshot {
     let mut warnings = Vec::new();
     let docs = snapshot::upgrade(docs, &mut warnings).expect("upgrade");
     let mut built = snapshot::build(docs, karpctl::plan::wall_clock()).expect("build");
@@ -33,7 +33,7 @@ fn build(docs: Vec<input::Document>) -> pb::ClusterSnapshot {
     built.snapshot
 }
 
-fn snapshot_of(yaml: &str) -> pb::ClusterSnapshot {
+fn snapshot_of(yaml: &str) -> sched::ClusterSnapshot {
     build(
         input::parse_source(&Source {
             name: "test.yaml".into(),
@@ -43,14 +43,14 @@ fn snapshot_of(yaml: &str) -> pb::ClusterSnapshot {
     )
 }
 
-fn node<'a>(s: &'a pb::ClusterSnapshot, name: &str) -> &'a pb::StateNode {
+fn node<'a>(s: &'a sched::ClusterSnapshot, name: &str) -> &'a sched::StateNode {
     s.nodes
         .iter()
         .find(|n| n.name == name)
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
-fn disruption(n: &pb::StateNode) -> &pb::NodeClaimDisruptionState {
+fn disruption(n: &sched::StateNode) -> &sched::NodeClaimDisruptionState {
     n.disruption.as_ref().expect("disruption state")
 }
 
@@ -332,7 +332,7 @@ status:
     assert_eq!(in_flight.creation_timestamp, ts("2024-05-01T00:00:00Z"));
 }
 
-fn pods_and_pdb(pdb_spec: &str, pdb_status: &str) -> pb::PodDisruptionBudget {
+fn pods_and_pdb(pdb_spec: &str, pdb_status: &str) -> sched::PodDisruptionBudget {
     let mut yaml = plain_node("n", "", "");
     let pod = |name: &str, ns: &str, labels: &str, bound: bool, phase: &str, deleting: bool| {
         format!(
@@ -453,37 +453,37 @@ fn example_files_on_disk_match_the_embedded_ones() {
 
 // ------------------------------------------------------------------ output
 
-fn response() -> pb::PlanDisruptionResponse {
-    pb::PlanDisruptionResponse {
+fn response() -> sched::PlanDisruptionResponse {
+    sched::PlanDisruptionResponse {
         commands: vec![
-            pb::DisruptionCommand {
-                reason: pb::DisruptionReason::Empty as i32,
-                method: pb::DisruptionMethod::Emptiness as i32,
+            sched::DisruptionCommand {
+                reason: sched::DisruptionReason::Empty as i32,
+                method: sched::DisruptionMethod::Emptiness as i32,
                 candidates: vec!["node-empty".into()],
                 replacements: vec![],
                 savings_per_hour: 0.192,
                 placements: vec![],
             },
-            pb::DisruptionCommand {
-                reason: pb::DisruptionReason::Underutilized as i32,
-                method: pb::DisruptionMethod::MultiNodeConsolidation as i32,
+            sched::DisruptionCommand {
+                reason: sched::DisruptionReason::Underutilized as i32,
+                method: sched::DisruptionMethod::MultiNodeConsolidation as i32,
                 candidates: vec!["node-b".into(), "node-a".into()],
-                replacements: vec![pb::NodeClaimPlan {
+                replacements: vec![sched::NodeClaimPlan {
                     node_pool: "default".into(),
                     instance_types: vec!["m5.large".into(), "m5.xlarge".into()],
-                    cheapest: Some(pb::OfferingChoice {
+                    cheapest: Some(sched::OfferingChoice {
                         instance_type: "m5.large".into(),
                         zone: "us-west-2a".into(),
                         capacity_type: "on-demand".into(),
                         price: 0.096,
                     }),
                     pods: vec![
-                        pb::PodRef {
+                        sched::PodRef {
                             namespace: "default".into(),
                             name: "web-1".into(),
                             uid: String::new(),
                         },
-                        pb::PodRef {
+                        sched::PodRef {
                             namespace: "default".into(),
                             name: "web-0".into(),
                             uid: String::new(),
@@ -495,11 +495,11 @@ fn response() -> pb::PlanDisruptionResponse {
                 placements: vec![],
             },
         ],
-        blocked: vec![pb::BlockedCandidate {
+        blocked: vec![sched::BlockedCandidate {
             node: "node-c".into(),
             reason: "pod default/db-0 has karpenter.sh/do-not-disrupt".into(),
         }],
-        cost: Some(pb::ClusterCost {
+        cost: Some(sched::ClusterCost {
             before: 0.96,
             after: 0.48,
             lower_bound: 0.3,
@@ -544,7 +544,7 @@ fn disrupt_json_shape() {
     );
     assert_eq!(second["savingsPerHour"], json!(0.288), "rounded");
     // Replacements have exactly the shape of plan's node claims.
-    let plan = output::plan_value(&pb::SolveResponse {
+    let plan = output::plan_value(&sched::SolveResponse {
         node_claims: response().commands[1].replacements.clone(),
         ..Default::default()
     });
@@ -604,7 +604,7 @@ fn disrupt_table_rows() {
     );
 
     let none = output::disrupt_table(&output::disrupt_value(
-        &pb::PlanDisruptionResponse::default(),
+        &sched::PlanDisruptionResponse::default(),
     ));
     assert!(none.starts_with("No disruption.\n"), "{none}");
 }

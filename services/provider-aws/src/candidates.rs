@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use karpenter_api::aws::labels as l;
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::Resources;
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 
 use crate::error::Error;
 
@@ -38,8 +38,8 @@ const EXOTIC_RESOURCES: [&str; 5] = [
 /// A type the launch may use, with its offerings of the chosen capacity type.
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    pub instance_type: sched::InstanceType,
-    pub offerings: Vec<sched::Offering>,
+    pub instance_type: types::InstanceType,
+    pub offerings: Vec<types::Offering>,
 }
 
 impl Candidate {
@@ -60,13 +60,13 @@ impl Candidate {
     }
 }
 
-pub fn requirements_of(list: &[sched::Requirement]) -> Option<Requirements> {
+pub fn requirements_of(list: &[types::Requirement]) -> Option<Requirements> {
     karpenter_proto::convert::requirements("", list).ok()
 }
 
 /// Bare metal, GPU or accelerator types: launched only for claims that
 /// need them, as they cost far more than the CPU and memory they add.
-fn is_exotic(it: &sched::InstanceType) -> bool {
+fn is_exotic(it: &types::InstanceType) -> bool {
     let metal = it
         .requirements
         .iter()
@@ -82,10 +82,10 @@ fn is_exotic(it: &sched::InstanceType) -> bool {
 /// Types compatible with the claim that fit its requests, each with its
 /// available offerings compatible with the claim.
 fn compatible(
-    claim: &pb::NodeClaim,
+    claim: &pv::NodeClaim,
     requirements: &Requirements,
     requests: &Resources,
-    types: &[sched::InstanceType],
+    types: &[types::InstanceType],
 ) -> Vec<Candidate> {
     types
         .iter()
@@ -99,7 +99,7 @@ fn compatible(
             ))
         })
         .filter_map(|it| {
-            let offerings: Vec<sched::Offering> = it
+            let offerings: Vec<types::Offering> = it
                 .offerings
                 .iter()
                 .filter(|o| o.available)
@@ -147,10 +147,10 @@ fn drop_dear_spot(candidates: Vec<Candidate>) -> Vec<Candidate> {
 
 /// The capacity type to launch and the types to offer, cheapest first.
 pub fn select(
-    claim: &pb::NodeClaim,
+    claim: &pv::NodeClaim,
     requirements: &Requirements,
     requests: &Resources,
-    types: &[sched::InstanceType],
+    types: &[types::InstanceType],
 ) -> Result<(&'static str, Vec<Candidate>), Error> {
     let allowed = |ct: &str| requirements.get(l::CAPACITY_TYPE).is_none_or(|r| r.has(ct));
     let min_values = claim
@@ -209,7 +209,7 @@ pub fn select(
 }
 
 /// minValues must still hold over the types the launch may use.
-fn check_min_values(claim: &pb::NodeClaim, candidates: &[Candidate]) -> Result<(), Error> {
+fn check_min_values(claim: &pv::NodeClaim, candidates: &[Candidate]) -> Result<(), Error> {
     for wanted in &claim.requirements {
         let Some(min) = wanted.min_values.filter(|m| *m > 0) else {
             continue;
@@ -220,7 +220,7 @@ fn check_min_values(claim: &pb::NodeClaim, candidates: &[Candidate]) -> Result<(
                 c.instance_type
                     .requirements
                     .iter()
-                    .find(|r| r.key == wanted.key && r.operator == sched::Operator::In as i32)
+                    .find(|r| r.key == wanted.key && r.operator == types::Operator::In as i32)
                     .and_then(|r| r.values.first())
                     .map(String::as_str)
             })
@@ -242,22 +242,22 @@ fn check_min_values(claim: &pb::NodeClaim, candidates: &[Candidate]) -> Result<(
 mod tests {
     use super::*;
 
-    fn offering(capacity_type: &str, price: f64) -> sched::Offering {
-        sched::Offering {
+    fn offering(capacity_type: &str, price: f64) -> types::Offering {
+        types::Offering {
             zone: "zone-a".into(),
             capacity_type: capacity_type.into(),
             price,
             available: true,
             requirements: vec![
-                sched::Requirement {
+                types::Requirement {
                     key: l::CAPACITY_TYPE.into(),
-                    operator: sched::Operator::In as i32,
+                    operator: types::Operator::In as i32,
                     values: vec![capacity_type.into()],
                     min_values: None,
                 },
-                sched::Requirement {
+                types::Requirement {
                     key: l::TOPOLOGY_ZONE.into(),
-                    operator: sched::Operator::In as i32,
+                    operator: types::Operator::In as i32,
                     values: vec!["zone-a".into()],
                     min_values: None,
                 },
@@ -269,8 +269,8 @@ mod tests {
         name: &str,
         size: &str,
         extra: &[(&str, i64)],
-        offerings: Vec<sched::Offering>,
-    ) -> sched::InstanceType {
+        offerings: Vec<types::Offering>,
+    ) -> types::InstanceType {
         let mut capacity: std::collections::BTreeMap<String, i64> = [
             ("cpu".to_string(), 4000),
             ("memory".to_string(), 8 << 30),
@@ -278,38 +278,38 @@ mod tests {
         ]
         .into();
         capacity.extend(extra.iter().map(|(k, v)| (k.to_string(), *v)));
-        sched::InstanceType {
+        types::InstanceType {
             name: name.into(),
-            requirements: vec![sched::Requirement {
+            requirements: vec![types::Requirement {
                 key: l::AWS_INSTANCE_SIZE.into(),
-                operator: sched::Operator::In as i32,
+                operator: types::Operator::In as i32,
                 values: vec![size.into()],
                 min_values: None,
             }],
             offerings,
-            capacity: Some(sched::ResourceList {
+            capacity: Some(types::ResourceList {
                 quantities: capacity,
             }),
             overhead: None,
         }
     }
 
-    fn claim(capacity_types: &[&str], min_values: Option<i32>) -> (pb::NodeClaim, Requirements) {
-        let mut requirements = vec![sched::Requirement {
+    fn claim(capacity_types: &[&str], min_values: Option<i32>) -> (pv::NodeClaim, Requirements) {
+        let mut requirements = vec![types::Requirement {
             key: l::CAPACITY_TYPE.into(),
-            operator: sched::Operator::In as i32,
+            operator: types::Operator::In as i32,
             values: capacity_types.iter().map(|s| s.to_string()).collect(),
             min_values: None,
         }];
         if min_values.is_some() {
-            requirements.push(sched::Requirement {
+            requirements.push(types::Requirement {
                 key: l::AWS_INSTANCE_SIZE.into(),
-                operator: sched::Operator::Exists as i32,
+                operator: types::Operator::Exists as i32,
                 values: Vec::new(),
                 min_values,
             });
         }
-        let claim = pb::NodeClaim {
+        let claim = pv::NodeClaim {
             name: "c".into(),
             requirements,
             ..Default::default()

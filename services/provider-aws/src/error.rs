@@ -1,6 +1,6 @@
 //! Errors of the provider and how they travel as gRPC statuses.
 
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 use prost::Message as _;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -26,7 +26,7 @@ pub enum Error {
     #[error("insufficient capacity: {message}")]
     InsufficientCapacity {
         message: String,
-        offerings: Vec<pb::FailedOffering>,
+        offerings: Vec<pv::FailedOffering>,
     },
     /// No instance type satisfies the node claim.
     #[error("no instance type satisfies the node claim: {0}")]
@@ -106,7 +106,7 @@ impl From<Error> for Status {
             Error::NotReady(_) => Status::failed_precondition(message),
             Error::NotFound(_) => Status::not_found(message),
             Error::InsufficientCapacity { offerings, .. } => {
-                let detail = pb::InsufficientCapacity { offerings };
+                let detail = pv::InsufficientCapacity { offerings };
                 let status = tonic_types::pb::Status {
                     code: Code::ResourceExhausted as i32,
                     message: message.clone(),

@@ -16,7 +16,7 @@ use aws_sdk_ec2::types::{
     TargetCapacitySpecificationRequest,
 };
 use karpenter_api::aws::labels as l;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 
 use crate::candidates::Candidate;
 use crate::error::{Error, error_code};
@@ -52,8 +52,8 @@ pub struct Group<'a> {
 pub enum Launch {
     /// The instance, as the fleet's answer describes it, and offerings the
     /// fleet skipped for capacity.
-    Launched(Box<Instance>, Vec<pb::FailedOffering>),
-    InsufficientCapacity(Vec<pb::FailedOffering>),
+    Launched(Box<Instance>, Vec<pv::FailedOffering>),
+    InsufficientCapacity(Vec<pv::FailedOffering>),
     /// A launch template was deleted (by a janitor) before the fleet used
     /// it; the launch may be tried again.
     TemplateGone,
@@ -121,7 +121,7 @@ impl Provider {
     /// Launches one instance for `claim` with the groups' templates.
     pub(crate) async fn fleet(
         &self,
-        claim: &pb::NodeClaim,
+        claim: &pv::NodeClaim,
         nc: &NodeClass,
         capacity_type: &'static str,
         groups: &[Group<'_>],
@@ -241,7 +241,7 @@ fn answer(
             .launch_template_and_overrides()
             .and_then(|lt| lt.overrides());
         if CAPACITY_ERRORS.contains(&code) {
-            ice.push(pb::FailedOffering {
+            ice.push(pv::FailedOffering {
                 instance_type: overrides
                     .and_then(|o| o.instance_type())
                     .map(|t| t.as_str().to_string())

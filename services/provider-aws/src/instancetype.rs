@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, KubeletConfiguration};
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 use crate::limits::{self, Limits};
 use crate::quantity;
@@ -319,8 +319,8 @@ pub trait OfferingSource {
     fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str) -> bool;
 }
 
-fn req(key: &str, op: sched::Operator, values: Vec<String>) -> sched::Requirement {
-    sched::Requirement {
+fn req(key: &str, op: types::Operator, values: Vec<String>) -> types::Requirement {
+    types::Requirement {
         key: key.to_string(),
         operator: op as i32,
         values,
@@ -328,16 +328,16 @@ fn req(key: &str, op: sched::Operator, values: Vec<String>) -> sched::Requiremen
     }
 }
 
-fn req_in(key: &str, values: impl IntoIterator<Item = impl Into<String>>) -> sched::Requirement {
+fn req_in(key: &str, values: impl IntoIterator<Item = impl Into<String>>) -> types::Requirement {
     req(
         key,
-        sched::Operator::In,
+        types::Operator::In,
         values.into_iter().map(Into::into).collect(),
     )
 }
 
-fn req_absent(key: &str) -> sched::Requirement {
-    req(key, sched::Operator::DoesNotExist, Vec::new())
+fn req_absent(key: &str) -> types::Requirement {
+    req(key, types::Operator::DoesNotExist, Vec::new())
 }
 
 /// Memory the kubelet sees, in bytes: the type's memory less Graviton's
@@ -400,8 +400,8 @@ pub fn kube_reserved_memory_bytes(pods: i64) -> i64 {
     (11 * pods + 255) * 1024 * 1024
 }
 
-fn resource_list(map: BTreeMap<String, i64>) -> sched::ResourceList {
-    sched::ResourceList {
+fn resource_list(map: BTreeMap<String, i64>) -> types::ResourceList {
+    types::ResourceList {
         quantities: map.into_iter().filter(|(_, v)| *v > 0).collect(),
     }
 }
@@ -459,7 +459,7 @@ pub fn capacity(info: &TypeInfo, ctx: &Context) -> BTreeMap<String, i64> {
 
 /// kube-reserved, system-reserved and hard eviction thresholds (soft
 /// thresholds do not take memory away from pods).
-pub fn overhead(info: &TypeInfo, ctx: &Context) -> sched::InstanceTypeOverhead {
+pub fn overhead(info: &TypeInfo, ctx: &Context) -> types::InstanceTypeOverhead {
     let pods_for_memory = if traits(ctx.family).eni_limited_memory_overhead {
         info.eni_limited_pods(0)
     } else {
@@ -495,7 +495,7 @@ pub fn overhead(info: &TypeInfo, ctx: &Context) -> sched::InstanceTypeOverhead {
             }
         }
     }
-    sched::InstanceTypeOverhead {
+    types::InstanceTypeOverhead {
         kube_reserved: Some(resource_list(kube)),
         system_reserved: Some(resource_list(system)),
         eviction_threshold: Some(resource_list(eviction)),
@@ -503,7 +503,7 @@ pub fn overhead(info: &TypeInfo, ctx: &Context) -> sched::InstanceTypeOverhead {
 }
 
 /// The labels (as single-value requirements, or `DoesNotExist`) of a type.
-pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<sched::Requirement> {
+pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<types::Requirement> {
     // A Windows family runs only on amd64: an arm64 type gets no OS at all,
     // so nothing selects it.
     let os: Vec<&str> = match (is_windows(ctx.family), info.arch == l::ARCH_AMD64) {
@@ -618,7 +618,7 @@ pub fn offerings(
     ctx: &Context,
     type_zones: &BTreeSet<String>,
     source: &dyn OfferingSource,
-) -> Vec<sched::Offering> {
+) -> Vec<types::Offering> {
     let zones: Vec<(String, Option<String>)> = if ctx.zones.is_empty() {
         type_zones.iter().map(|z| (z.clone(), None)).collect()
     } else {
@@ -655,7 +655,7 @@ pub fn offerings(
             if let Some(id) = &zone_id {
                 requirements.push(req_in(l::AWS_TOPOLOGY_ZONE_ID, [id.clone()]));
             }
-            out.push(sched::Offering {
+            out.push(types::Offering {
                 zone: zone.clone(),
                 capacity_type: capacity_type.to_string(),
                 price: price.unwrap_or(0.0),
@@ -674,7 +674,7 @@ pub fn instance_type(
     ctx: &Context,
     type_zones: &BTreeSet<String>,
     source: &dyn OfferingSource,
-) -> Option<sched::InstanceType> {
+) -> Option<types::InstanceType> {
     let offerings = offerings(info, ctx, type_zones, source);
     if offerings.is_empty() {
         return None;
@@ -694,7 +694,7 @@ pub fn instance_type(
     if !zone_ids.is_empty() {
         requirements.push(req_in(l::AWS_TOPOLOGY_ZONE_ID, zone_ids));
     }
-    Some(sched::InstanceType {
+    Some(types::InstanceType {
         name: info.name.clone(),
         requirements,
         offerings,

@@ -9,8 +9,8 @@
 //!   AcknowledgeInterruption(id) ──DeleteMessage──▶ SQS   (unacked: redelivered after visibility timeout)
 //! ```
 
-use karpenter_proto::provider::v1 as pb;
-use pb::interruption_event::Kind;
+use karpenter_proto::provider::v1 as pv;
+use pv::interruption_event::Kind;
 use serde_json::Value;
 
 /// What one message says, before instance IDs become provider IDs.

@@ -39,7 +39,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use karpenter_api::aws::labels as l;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::OnceCell;
@@ -147,7 +147,7 @@ pub fn well_known_labels() -> Vec<String> {
     labels
 }
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<pb::InterruptionEvent, Status>> + Send>>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<pv::InterruptionEvent, Status>> + Send>>;
 
 async fn delete_message(sqs: &aws_sdk_sqs::Client, url: &str, receipt: &str) -> Result<(), Error> {
     sqs.delete_message()
@@ -164,11 +164,11 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "Info", skip_all)]
     async fn info(
         &self,
-        _request: Request<pb::InfoRequest>,
-    ) -> Result<Response<pb::InfoResponse>, Status> {
-        Ok(Response::new(pb::InfoResponse {
+        _request: Request<pv::InfoRequest>,
+    ) -> Result<Response<pv::InfoResponse>, Status> {
+        Ok(Response::new(pv::InfoResponse {
             provider_name: "aws".into(),
-            node_class: Some(pb::GroupVersionKind {
+            node_class: Some(pv::GroupVersionKind {
                 group: l::AWS_GROUP.into(),
                 version: "v1".into(),
                 kind: "EC2NodeClass".into(),
@@ -192,8 +192,8 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "GetInstanceTypes", skip_all, fields(node_pool, types))]
     async fn get_instance_types(
         &self,
-        request: Request<pb::GetInstanceTypesRequest>,
-    ) -> Result<Response<pb::GetInstanceTypesResponse>, Status> {
+        request: Request<pv::GetInstanceTypesRequest>,
+    ) -> Result<Response<pv::GetInstanceTypesResponse>, Status> {
         let request = request.into_inner();
         tracing::Span::current().record("node_pool", request.node_pool.as_str());
         let nc = match &request.node_class {
@@ -204,7 +204,7 @@ impl CloudProvider for AwsProvider {
         };
         let types = self.provider.instance_types(nc.as_ref()).await?;
         tracing::Span::current().record("types", types.len());
-        Ok(Response::new(pb::GetInstanceTypesResponse {
+        Ok(Response::new(pv::GetInstanceTypesResponse {
             instance_types: types.iter().map(|(_, it)| it.clone()).collect(),
         }))
     }
@@ -212,8 +212,8 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "Create", skip_all, fields(node_claim, instance))]
     async fn create(
         &self,
-        request: Request<pb::CreateRequest>,
-    ) -> Result<Response<pb::CreateResponse>, Status> {
+        request: Request<pv::CreateRequest>,
+    ) -> Result<Response<pv::CreateResponse>, Status> {
         let claim = request.into_inner().node_claim.ok_or_else(|| {
             Status::from(Error::invalid("node_claim", "a node claim is required"))
         })?;
@@ -228,7 +228,7 @@ impl CloudProvider for AwsProvider {
                     capacity_type = %instance.capacity_type,
                     "launched"
                 );
-                Ok(Response::new(pb::CreateResponse {
+                Ok(Response::new(pv::CreateResponse {
                     instance: Some(instance),
                 }))
             }
@@ -245,23 +245,23 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "Delete", skip_all, fields(provider_id))]
     async fn delete(
         &self,
-        request: Request<pb::DeleteRequest>,
-    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        request: Request<pv::DeleteRequest>,
+    ) -> Result<Response<pv::DeleteResponse>, Status> {
         let request = request.into_inner();
         tracing::Span::current().record("provider_id", request.provider_id.as_str());
         self.provider.delete(&request.provider_id).await?;
-        Ok(Response::new(pb::DeleteResponse {}))
+        Ok(Response::new(pv::DeleteResponse {}))
     }
 
     #[tracing::instrument(name = "Get", skip_all, fields(provider_id))]
     async fn get(
         &self,
-        request: Request<pb::GetRequest>,
-    ) -> Result<Response<pb::GetResponse>, Status> {
+        request: Request<pv::GetRequest>,
+    ) -> Result<Response<pv::GetResponse>, Status> {
         let request = request.into_inner();
         tracing::Span::current().record("provider_id", request.provider_id.as_str());
         let instance = self.provider.get(&request.provider_id).await?;
-        Ok(Response::new(pb::GetResponse {
+        Ok(Response::new(pv::GetResponse {
             instance: Some(instance),
         }))
     }
@@ -269,28 +269,28 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "List", skip_all)]
     async fn list(
         &self,
-        _request: Request<pb::ListRequest>,
-    ) -> Result<Response<pb::ListResponse>, Status> {
+        _request: Request<pv::ListRequest>,
+    ) -> Result<Response<pv::ListResponse>, Status> {
         let instances = self.provider.list().await?;
-        Ok(Response::new(pb::ListResponse { instances }))
+        Ok(Response::new(pv::ListResponse { instances }))
     }
 
     #[tracing::instrument(name = "IsDrifted", skip_all, fields(provider_id))]
     async fn is_drifted(
         &self,
-        request: Request<pb::IsDriftedRequest>,
-    ) -> Result<Response<pb::IsDriftedResponse>, Status> {
+        request: Request<pv::IsDriftedRequest>,
+    ) -> Result<Response<pv::IsDriftedResponse>, Status> {
         let request = request.into_inner();
         tracing::Span::current().record("provider_id", request.provider_id.as_str());
         let reason = self.provider.is_drifted(&request).await?;
-        Ok(Response::new(pb::IsDriftedResponse { reason }))
+        Ok(Response::new(pv::IsDriftedResponse { reason }))
     }
 
     #[tracing::instrument(name = "ResolveNodeClass", skip_all, fields(node_class))]
     async fn resolve_node_class(
         &self,
-        request: Request<pb::ResolveNodeClassRequest>,
-    ) -> Result<Response<pb::ResolveNodeClassResponse>, Status> {
+        request: Request<pv::ResolveNodeClassRequest>,
+    ) -> Result<Response<pv::ResolveNodeClassResponse>, Status> {
         let request = request.into_inner();
         let nc = NodeClass::from_wire("node_class", request.node_class.as_ref())?;
         tracing::Span::current().record("node_class", nc.name.as_str());
@@ -311,10 +311,10 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "WatchInterruptions", skip_all)]
     async fn watch_interruptions(
         &self,
-        _request: Request<pb::WatchInterruptionsRequest>,
+        _request: Request<pv::WatchInterruptionsRequest>,
     ) -> Result<Response<Self::WatchInterruptionsStream>, Status> {
         let url = self.queue_url().await?;
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::InterruptionEvent, Status>>(64);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pv::InterruptionEvent, Status>>(64);
         let provider = self.provider.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
@@ -386,7 +386,7 @@ impl CloudProvider for AwsProvider {
                             .map(str::to_string);
                         // As EC2 takes the capacity back, the offering is
                         // not launched into again for a while.
-                        if parsed.kind == pb::interruption_event::Kind::SpotInterruption
+                        if parsed.kind == pv::interruption_event::Kind::SpotInterruption
                             && let (Some(zone), Some(instance_type)) = (
                                 zone.as_deref(),
                                 described.as_ref().and_then(|i| i.instance_type()),
@@ -407,7 +407,7 @@ impl CloudProvider for AwsProvider {
                         .message_id()
                         .map_or_else(|| receipt.to_string(), str::to_string);
                     provider.remember_receipt(&id, receipt);
-                    let event = pb::InterruptionEvent {
+                    let event = pv::InterruptionEvent {
                         id,
                         kind: parsed.kind as i32,
                         provider_ids,
@@ -433,8 +433,8 @@ impl CloudProvider for AwsProvider {
     #[tracing::instrument(name = "AcknowledgeInterruption", skip_all)]
     async fn acknowledge_interruption(
         &self,
-        request: Request<pb::AcknowledgeInterruptionRequest>,
-    ) -> Result<Response<pb::AcknowledgeInterruptionResponse>, Status> {
+        request: Request<pv::AcknowledgeInterruptionRequest>,
+    ) -> Result<Response<pv::AcknowledgeInterruptionResponse>, Status> {
         let request = request.into_inner();
         if request.id.is_empty() {
             return Err(Error::invalid("id", "the event id to acknowledge is required").into());
@@ -449,32 +449,32 @@ impl CloudProvider for AwsProvider {
                 "acknowledged an interruption whose message this process has not received; it is deleted on redelivery"
             ),
         }
-        Ok(Response::new(pb::AcknowledgeInterruptionResponse {}))
+        Ok(Response::new(pv::AcknowledgeInterruptionResponse {}))
     }
 
     #[tracing::instrument(name = "FinalizeNodeClass", skip_all, fields(node_class))]
     async fn finalize_node_class(
         &self,
-        request: Request<pb::FinalizeNodeClassRequest>,
-    ) -> Result<Response<pb::FinalizeNodeClassResponse>, Status> {
+        request: Request<pv::FinalizeNodeClassRequest>,
+    ) -> Result<Response<pv::FinalizeNodeClassResponse>, Status> {
         let request = request.into_inner();
         let nc = NodeClass::from_wire("node_class", request.node_class.as_ref())?;
         tracing::Span::current().record("node_class", nc.name.as_str());
         self.provider.finalize_node_class(&nc).await?;
-        Ok(Response::new(pb::FinalizeNodeClassResponse {}))
+        Ok(Response::new(pv::FinalizeNodeClassResponse {}))
     }
 }
 
 /// Karpenter's AWS repair policies: the kubelet's Ready condition, and the
 /// conditions of the EKS node monitoring agent.
-pub fn repair_policies() -> Vec<pb::RepairPolicy> {
+pub fn repair_policies() -> Vec<pv::RepairPolicy> {
     let minutes = |m: i64| {
         Some(prost_types::Duration {
             seconds: m * 60,
             nanos: 0,
         })
     };
-    let policy = |condition: &str, status: &str, toleration| pb::RepairPolicy {
+    let policy = |condition: &str, status: &str, toleration| pv::RepairPolicy {
         condition_type: condition.into(),
         condition_status: status.into(),
         toleration,

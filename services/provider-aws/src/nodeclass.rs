@@ -10,7 +10,7 @@ use karpenter_api::ec2nodeclass::{
     self as nc, AMIFamily, AMIStatus, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroupStatus,
     SubnetStatus,
 };
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 
 use crate::aws::{Clients, Settings};
 use crate::cluster::ClusterDetails;
@@ -38,7 +38,7 @@ pub struct NodeClass {
 
 impl NodeClass {
     /// Parses `spec_json` and `status_json`; `field` prefixes error paths.
-    pub fn from_wire(field: &str, wire: Option<&pb::NodeClass>) -> Result<Self, Error> {
+    pub fn from_wire(field: &str, wire: Option<&pv::NodeClass>) -> Result<Self, Error> {
         let wire = wire.ok_or_else(|| Error::invalid(field, "a node class is required"))?;
         let spec: EC2NodeClassSpec = serde_json::from_str(&wire.spec_json).map_err(|e| {
             Error::invalid(
@@ -867,8 +867,8 @@ pub async fn delete_managed_instance_profile(
     }
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pb::Condition {
-    pb::Condition {
+fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pv::Condition {
+    pv::Condition {
         r#type: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
         reason: if ok { type_.into() } else { reason.into() },
@@ -883,7 +883,7 @@ fn validation(
     cluster: &ClusterDetails,
     cluster_error: Option<&str>,
     node_class: &NodeClass,
-) -> pb::Condition {
+) -> pv::Condition {
     let mut problems = Vec::new();
     let missing = cluster.missing();
     if !missing.is_empty() {
@@ -921,12 +921,12 @@ pub async fn resolve(
     cluster: &ClusterDetails,
     cluster_error: Option<&str>,
     node_class: &NodeClass,
-) -> Result<pb::ResolveNodeClassResponse, Error> {
+) -> Result<pv::ResolveNodeClassResponse, Error> {
     let (status, conditions) =
         resolve_status(clients, settings, cluster, cluster_error, node_class).await?;
     let status_json = serde_json::to_string(&status)
         .map_err(|e| Error::Internal(format!("encoding the status: {e}")))?;
-    Ok(pb::ResolveNodeClassResponse {
+    Ok(pv::ResolveNodeClassResponse {
         status_json,
         conditions,
         hash: spec_hash(&node_class.spec),
@@ -942,7 +942,7 @@ pub async fn resolve_status(
     cluster: &ClusterDetails,
     cluster_error: Option<&str>,
     node_class: &NodeClass,
-) -> Result<(EC2NodeClassStatus, Vec<pb::Condition>), Error> {
+) -> Result<(EC2NodeClassStatus, Vec<pv::Condition>), Error> {
     let subnets = resolve_subnets(clients, &node_class.spec).await?;
     let groups = resolve_security_groups(clients, &node_class.spec).await?;
     let amis = resolve_amis(clients, &cluster.version, &node_class.spec).await?;

@@ -9,8 +9,8 @@ use aws_sdk_ec2::types::Filter;
 use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, InstanceStorePolicy};
 use karpenter_core::requirements::Requirements;
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 
 use crate::aws::{Clients, Settings};
 use crate::candidates::{self, Candidate, requirements_of};
@@ -33,7 +33,7 @@ pub const DRIFT_NODE_CLASS: &str = "NodeClassDrift";
 
 /// Instance types built for one node-class context, with the catalog
 /// generation they were built from.
-type Built = Arc<Vec<(TypeInfo, sched::InstanceType)>>;
+type Built = Arc<Vec<(TypeInfo, types::InstanceType)>>;
 
 pub struct Provider {
     pub clients: Clients,
@@ -318,7 +318,7 @@ impl Provider {
     }
 
     /// Launches an instance for the claim (or returns the one already launched for it).
-    pub async fn create(&self, claim: &pb::NodeClaim) -> Result<pb::Instance, Error> {
+    pub async fn create(&self, claim: &pv::NodeClaim) -> Result<pv::Instance, Error> {
         if claim.name.is_empty() {
             return Err(Error::invalid(
                 "node_claim.name",
@@ -337,11 +337,11 @@ impl Provider {
             return Ok(existing);
         }
         let requests = karpenter_proto::convert::resources(claim.resources.as_ref());
-        let mut failed: Vec<pb::FailedOffering> = Vec::new();
+        let mut failed: Vec<pv::FailedOffering> = Vec::new();
         let mut templates_gone = false;
         for attempt in 0..MAX_FLEET_ATTEMPTS {
             let built = self.instance_types(Some(&nc)).await?;
-            let types: Vec<sched::InstanceType> = built.iter().map(|(_, it)| it.clone()).collect();
+            let types: Vec<types::InstanceType> = built.iter().map(|(_, it)| it.clone()).collect();
             let (capacity_type, candidates) =
                 candidates::select(claim, &requirements, &requests, &types)?;
             if candidates.is_empty() {
@@ -425,7 +425,7 @@ impl Provider {
     fn template_groups<'c>(
         &self,
         cluster: &ClusterDetails,
-        claim: &pb::NodeClaim,
+        claim: &pv::NodeClaim,
         nc: &NodeClass,
         capacity_type: &str,
         candidates: &'c [Candidate],
@@ -546,7 +546,7 @@ impl Provider {
         &self,
         name: &str,
         nc: Option<&NodeClass>,
-    ) -> Result<Option<pb::Instance>, Error> {
+    ) -> Result<Option<pv::Instance>, Error> {
         let mut filters = self.live_filters();
         filters.push(
             Filter::builder()
@@ -560,7 +560,7 @@ impl Provider {
         };
         let view = self.catalog.offering_view().await?;
         let types = self.instance_types(nc).await?;
-        let types: Vec<sched::InstanceType> = types.iter().map(|(_, it)| it.clone()).collect();
+        let types: Vec<types::InstanceType> = types.iter().map(|(_, it)| it.clone()).collect();
         Ok(Some(self.to_wire(instance, nc, &view, &types)))
     }
 
@@ -643,7 +643,7 @@ impl Provider {
         tag(&cluster_tag) == Some("owned") && tag(l::TAG_NODE_POOL).is_some()
     }
 
-    pub async fn get(&self, provider_id: &str) -> Result<pb::Instance, Error> {
+    pub async fn get(&self, provider_id: &str) -> Result<pv::Instance, Error> {
         let id = instance_id(provider_id)?;
         let instance = self.describe(id).await?;
         match instance {
@@ -656,7 +656,7 @@ impl Provider {
         }
     }
 
-    async fn wire_types(&self) -> Result<Vec<sched::InstanceType>, Error> {
+    async fn wire_types(&self) -> Result<Vec<types::InstanceType>, Error> {
         Ok(self
             .instance_types(None)
             .await?
@@ -665,7 +665,7 @@ impl Provider {
             .collect())
     }
 
-    pub async fn list(&self) -> Result<Vec<pb::Instance>, Error> {
+    pub async fn list(&self) -> Result<Vec<pv::Instance>, Error> {
         let instances = self.describe_filtered(self.live_filters()).await?;
         let view = self.catalog.offering_view().await?;
         let types = self.wire_types().await?;
@@ -702,7 +702,7 @@ impl Provider {
         }
     }
 
-    pub async fn is_drifted(&self, request: &pb::IsDriftedRequest) -> Result<String, Error> {
+    pub async fn is_drifted(&self, request: &pv::IsDriftedRequest) -> Result<String, Error> {
         let claim = request
             .node_claim
             .as_ref()
@@ -760,8 +760,8 @@ impl Provider {
         instance: &aws_sdk_ec2::types::Instance,
         nc: Option<&NodeClass>,
         view: &OfferingView,
-        types: &[sched::InstanceType],
-    ) -> pb::Instance {
+        types: &[types::InstanceType],
+    ) -> pv::Instance {
         use crate::instancetype::OfferingSource as _;
         let id = instance.instance_id().unwrap_or_default();
         let zone = instance
@@ -791,7 +791,7 @@ impl Provider {
         let mut labels: BTreeMap<String, String> = BTreeMap::new();
         if let Some(it) = it {
             for r in &it.requirements {
-                if r.operator == sched::Operator::In as i32 && r.values.len() == 1 {
+                if r.operator == types::Operator::In as i32 && r.values.len() == 1 {
                     labels.insert(r.key.clone(), r.values[0].clone());
                 }
             }
@@ -817,7 +817,7 @@ impl Provider {
         } else {
             view.on_demand_price(&type_name)
         };
-        pb::Instance {
+        pv::Instance {
             node_claim_name: tags.get(l::TAG_NODE_CLAIM).cloned().unwrap_or_default(),
             provider_id: provider_id(&zone, id),
             instance_type: type_name,
@@ -825,7 +825,7 @@ impl Provider {
             capacity_type: capacity_type.into(),
             image_id: instance.image_id().unwrap_or_default().to_string(),
             capacity: it.and_then(|t| t.capacity.clone()),
-            allocatable: it.map(|t| sched::ResourceList {
+            allocatable: it.map(|t| types::ResourceList {
                 quantities: karpenter_proto::convert::allocatable(t),
             }),
             labels,

@@ -27,8 +27,8 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use karpenter_api::aws::labels as l;
 use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens, InstanceStorePolicy};
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 
 use crate::aws::Settings;
 use crate::cluster::ClusterDetails;
@@ -86,10 +86,10 @@ pub fn ec2_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
         .collect()
 }
 
-fn taint(t: &sched::Taint) -> Taint {
-    let effect = match sched::TaintEffect::try_from(t.effect) {
-        Ok(sched::TaintEffect::NoExecute) => "NoExecute",
-        Ok(sched::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
+fn taint(t: &types::Taint) -> Taint {
+    let effect = match types::TaintEffect::try_from(t.effect) {
+        Ok(types::TaintEffect::NoExecute) => "NoExecute",
+        Ok(types::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
         _ => "NoSchedule",
     };
     Taint {
@@ -155,7 +155,7 @@ impl Spec {
         settings: &Settings,
         cluster: &ClusterDetails,
         nc: &NodeClass,
-        claim: &pb::NodeClaim,
+        claim: &pv::NodeClaim,
         capacity_type: &str,
         ami: &str,
         max_pods: i64,

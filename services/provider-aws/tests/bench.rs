@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -20,7 +20,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 async fn bench_get_instance_types_and_create() {
     let mut world = World::start().await;
     let (node_class, _) = resolved(&mut world, seed_node_class()).await;
-    let request = pb::GetInstanceTypesRequest {
+    let request = pv::GetInstanceTypesRequest {
         node_pool: "default".into(),
         node_class: Some(node_class.clone()),
     };
@@ -50,7 +50,7 @@ async fn bench_get_instance_types_and_create() {
         let started = Instant::now();
         world
             .client
-            .create(pb::CreateRequest {
+            .create(pv::CreateRequest {
                 node_claim: Some(claim),
             })
             .await

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use common::policy::{Check, Policy};
 use common::*;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 
 fn policy() -> Policy {
     Policy::seed("c1", "ap-northeast-2", ACCOUNT)
@@ -198,7 +198,7 @@ async fn instances_without_a_node_pool_tag_are_not_the_providers() {
         .unwrap();
     let launched = world
         .client
-        .create(pb::CreateRequest {
+        .create(pv::CreateRequest {
             node_claim: Some(seed_node_claim("default-owned", &nc)),
         })
         .await
@@ -208,7 +208,7 @@ async fn instances_without_a_node_pool_tag_are_not_the_providers() {
         .unwrap();
     let listed: Vec<String> = world
         .client
-        .list(pb::ListRequest {})
+        .list(pv::ListRequest {})
         .await
         .unwrap()
         .into_inner()

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 
-async fn create(world: &mut World, claim: pb::NodeClaim) -> pb::Instance {
+async fn create(world: &mut World, claim: pv::NodeClaim) -> pv::Instance {
     world
         .client
-        .create(pb::CreateRequest {
+        .create(pv::CreateRequest {
             node_claim: Some(claim),
         })
         .await
@@ -25,7 +25,7 @@ async fn create(world: &mut World, claim: pb::NodeClaim) -> pb::Instance {
 }
 
 /// The seed node class with `extra` merged into its spec, resolved.
-async fn node_class(world: &mut World, extra: serde_json::Value) -> pb::NodeClass {
+async fn node_class(world: &mut World, extra: serde_json::Value) -> pv::NodeClass {
     let mut nc = seed_node_class();
     let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).expect("spec");
     for (k, v) in extra.as_object().expect("object") {
@@ -213,7 +213,7 @@ async fn the_launched_instance_is_read_from_the_fleets_answer() {
 
 /// A claim of any t4g or g5g size (g5g: NVIDIA GPUs, Graviton) small
 /// enough for both.
-fn mixed_claim(name: &str, nc: &pb::NodeClass, capacity_types: &[&str]) -> pb::NodeClaim {
+fn mixed_claim(name: &str, nc: &pv::NodeClass, capacity_types: &[&str]) -> pv::NodeClaim {
     let mut claim = seed_node_claim(name, nc);
     claim.requirements = vec![
         requirement("karpenter.k8s.aws/instance-family", &["t4g", "g5g"]),

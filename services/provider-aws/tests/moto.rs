@@ -7,15 +7,15 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 use prost::Message as _;
 use tokio_stream::StreamExt as _;
 
-fn label<'a>(it: &'a sched::InstanceType, key: &str) -> Option<&'a str> {
+fn label<'a>(it: &'a types::InstanceType, key: &str) -> Option<&'a str> {
     it.requirements
         .iter()
-        .find(|r| r.key == key && r.operator == sched::Operator::In as i32)
+        .find(|r| r.key == key && r.operator == types::Operator::In as i32)
         .and_then(|r| r.values.first())
         .map(String::as_str)
 }
@@ -141,7 +141,7 @@ async fn resolves_subnets_security_groups_alias_amis_and_instance_profile() {
 async fn instance_types_carry_labels_capacity_overhead_and_prices() {
     let mut world = World::start().await;
     let (node_class, _) = resolved(&mut world, seed_node_class()).await;
-    let request = pb::GetInstanceTypesRequest {
+    let request = pv::GetInstanceTypesRequest {
         node_pool: "default".into(),
         node_class: Some(node_class.clone()),
     };
@@ -183,7 +183,7 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
         .iter()
         .find(|r| r.key == "karpenter.k8s.aws/instance-gpu-count")
         .unwrap();
-    assert_eq!(gpu_absent.operator, sched::Operator::DoesNotExist as i32);
+    assert_eq!(gpu_absent.operator, types::Operator::DoesNotExist as i32);
     let capacity = &m5.capacity.as_ref().unwrap().quantities;
     assert_eq!(capacity["cpu"], 2000);
     assert_eq!(capacity["memory"], (8192 - 615) << 20, "7.5% VM overhead");
@@ -226,7 +226,7 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
         .find(|t| t.name == "m5.metal")
         .expect("m5.metal is offered");
     let metal_price = world.proxy.with(|s| s.on_demand["m5.metal"]);
-    let metal_on_demand: Vec<&sched::Offering> = metal
+    let metal_on_demand: Vec<&types::Offering> = metal
         .offerings
         .iter()
         .filter(|o| o.capacity_type == "on-demand")
@@ -261,7 +261,7 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
     let started = Instant::now();
     let custom_types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: Some(custom),
         })
@@ -305,7 +305,7 @@ async fn unreachable_pricing_api_falls_back_to_estimates() {
     let mut world = moto_world;
     let types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: None,
         })
@@ -329,10 +329,10 @@ async fn unreachable_pricing_api_falls_back_to_estimates() {
     world.assert_least_privilege();
 }
 
-async fn create(world: &mut World, claim: pb::NodeClaim) -> Result<pb::Instance, tonic::Status> {
+async fn create(world: &mut World, claim: pv::NodeClaim) -> Result<pv::Instance, tonic::Status> {
     world
         .client
-        .create(pb::CreateRequest {
+        .create(pv::CreateRequest {
             node_claim: Some(claim),
         })
         .await
@@ -347,7 +347,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     // The adapter writes the hash under the keys Info names.
     let info = world
         .client
-        .info(pb::InfoRequest {})
+        .info(pv::InfoRequest {})
         .await
         .unwrap()
         .into_inner();
@@ -443,7 +443,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     // Get and List find it; it has not drifted.
     let got = world
         .client
-        .get(pb::GetRequest {
+        .get(pv::GetRequest {
             provider_id: instance.provider_id.clone(),
         })
         .await
@@ -454,13 +454,13 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     assert_eq!(got.node_claim_name, "default-abcde");
     let listed = world
         .client
-        .list(pb::ListRequest {})
+        .list(pv::ListRequest {})
         .await
         .unwrap()
         .into_inner()
         .instances;
     assert_eq!(listed.len(), 1);
-    let drift = |world: &mut World, claim: pb::NodeClaim| {
+    let drift = |world: &mut World, claim: pv::NodeClaim| {
         let provider_id = instance.provider_id.clone();
         let mut client = world.client.clone();
         let node_class_hash = claim.annotations[&info.node_class_hash_annotation].clone();
@@ -468,7 +468,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
             claim.annotations[&info.node_class_hash_version_annotation].clone();
         async move {
             client
-                .is_drifted(pb::IsDriftedRequest {
+                .is_drifted(pv::IsDriftedRequest {
                     node_claim: Some(claim),
                     provider_id,
                     image_id: String::new(),
@@ -541,14 +541,14 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     // Delete terminates; afterwards the instance is NotFound.
     world
         .client
-        .delete(pb::DeleteRequest {
+        .delete(pv::DeleteRequest {
             provider_id: instance.provider_id.clone(),
         })
         .await
         .unwrap();
     let gone = world
         .client
-        .get(pb::GetRequest {
+        .get(pv::GetRequest {
             provider_id: instance.provider_id.clone(),
         })
         .await
@@ -556,7 +556,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     assert_eq!(gone.code(), tonic::Code::NotFound);
     let again = world
         .client
-        .delete(pb::DeleteRequest {
+        .delete(pv::DeleteRequest {
             provider_id: instance.provider_id.clone(),
         })
         .await
@@ -565,7 +565,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
     assert!(
         world
             .client
-            .list(pb::ListRequest {})
+            .list(pv::ListRequest {})
             .await
             .unwrap()
             .into_inner()
@@ -628,7 +628,7 @@ async fn insufficient_capacity_falls_back_to_another_offering_and_is_remembered(
     // The spot offerings are now unavailable in the catalog...
     let types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: Some(node_class.clone()),
         })
@@ -670,7 +670,7 @@ async fn insufficient_capacity_falls_back_to_another_offering_and_is_remembered(
         detail.type_url,
         "type.googleapis.com/karpenter.provider.v1.InsufficientCapacity"
     );
-    let ice = pb::InsufficientCapacity::decode(detail.value.as_slice()).unwrap();
+    let ice = pv::InsufficientCapacity::decode(detail.value.as_slice()).unwrap();
     assert!(
         ice.offerings
             .iter()
@@ -723,7 +723,7 @@ async fn throttling_and_server_errors_are_retried_with_backoff() {
         action: "DescribeInstances".into(),
         times: 100,
     });
-    let error = world.client.list(pb::ListRequest {}).await.unwrap_err();
+    let error = world.client.list(pv::ListRequest {}).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::Unavailable);
     assert!(
         error.message().contains("RequestLimitExceeded")
@@ -796,7 +796,7 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
     }
     let mut stream = world
         .client
-        .watch_interruptions(pb::WatchInterruptionsRequest {})
+        .watch_interruptions(pv::WatchInterruptionsRequest {})
         .await
         .unwrap()
         .into_inner();
@@ -812,13 +812,13 @@ async fn every_interruption_kind_is_streamed_and_acknowledged() {
         kinds.push((event.kind, event.state.clone()));
         world
             .client
-            .acknowledge_interruption(pb::AcknowledgeInterruptionRequest {
+            .acknowledge_interruption(pv::AcknowledgeInterruptionRequest {
                 id: event.id.clone(),
             })
             .await
             .unwrap();
     }
-    use pb::interruption_event::Kind;
+    use pv::interruption_event::Kind;
     kinds.sort();
     assert_eq!(
         kinds,
@@ -910,7 +910,7 @@ async fn errors_map_to_grpc_codes() {
     bad.spec_json = "{\"subnetSelectorTerms\": 5}".into();
     let error = world
         .client
-        .resolve_node_class(pb::ResolveNodeClassRequest {
+        .resolve_node_class(pv::ResolveNodeClassRequest {
             node_class: Some(bad),
         })
         .await
@@ -923,7 +923,7 @@ async fn errors_map_to_grpc_codes() {
     // Unknown instance: NOT_FOUND.
     let error = world
         .client
-        .get(pb::GetRequest {
+        .get(pv::GetRequest {
             provider_id: "aws:///ap-northeast-2a/i-0123456789abcdef0".into(),
         })
         .await
@@ -942,7 +942,7 @@ async fn half_done_work_is_found_and_reused() {
     });
     let error = world
         .client
-        .resolve_node_class(pb::ResolveNodeClassRequest {
+        .resolve_node_class(pv::ResolveNodeClassRequest {
             node_class: Some(seed_node_class()),
         })
         .await
@@ -1101,7 +1101,7 @@ async fn unused_launch_templates_are_cleaned_up() {
     // The instance is untouched, and the next launch makes the template again.
     world
         .client
-        .get(pb::GetRequest {
+        .get(pv::GetRequest {
             provider_id: instance.provider_id.clone(),
         })
         .await
@@ -1338,7 +1338,7 @@ async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
     // Bottlerocket's ephemeral storage is its 20 GiB data volume.
     let types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: Some(nc.clone()),
         })
@@ -1460,7 +1460,7 @@ async fn finalizing_a_node_class_deletes_its_instance_profile_and_launch_templat
     for _ in 0..2 {
         world
             .client
-            .finalize_node_class(pb::FinalizeNodeClassRequest {
+            .finalize_node_class(pv::FinalizeNodeClassRequest {
                 node_class: Some(node_class.clone()),
             })
             .await
@@ -1510,7 +1510,7 @@ async fn an_unacknowledged_interruption_comes_again_with_the_same_id() {
         .unwrap();
     let mut stream = world
         .client
-        .watch_interruptions(pb::WatchInterruptionsRequest {})
+        .watch_interruptions(pv::WatchInterruptionsRequest {})
         .await
         .unwrap()
         .into_inner();
@@ -1527,7 +1527,7 @@ async fn an_unacknowledged_interruption_comes_again_with_the_same_id() {
     assert_eq!(first.id, again.id, "the same message keeps its id");
     world
         .client
-        .acknowledge_interruption(pb::AcknowledgeInterruptionRequest {
+        .acknowledge_interruption(pv::AcknowledgeInterruptionRequest {
             id: again.id.clone(),
         })
         .await
@@ -1693,7 +1693,7 @@ async fn another_clusters_instance_is_not_found_and_keeps_running() {
         let provider_id = format!("aws:///{}/{id}", world.made.subnets[0].1);
         let get = world
             .client
-            .get(pb::GetRequest {
+            .get(pv::GetRequest {
                 provider_id: provider_id.clone(),
             })
             .await;
@@ -1704,7 +1704,7 @@ async fn another_clusters_instance_is_not_found_and_keeps_running() {
         );
         let deleted = world
             .client
-            .delete(pb::DeleteRequest {
+            .delete(pv::DeleteRequest {
                 provider_id: provider_id.clone(),
             })
             .await;

@@ -15,8 +15,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Place, World, resolved, seed_node_class};
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 
 const FIXTURE: &str = include_str!("data/reference-instance-types.tsv");
 const ABBREVIATED: &str = "karpenter.k8s.aws/instance-";
@@ -66,7 +66,7 @@ fn reference() -> BTreeMap<&'static str, Reference> {
 
 /// The labels a type's nodes carry: its single-value requirements, but for
 /// where and how it is offered (the reference prints no offering labels).
-fn labels(it: &sched::InstanceType) -> BTreeMap<String, String> {
+fn labels(it: &types::InstanceType) -> BTreeMap<String, String> {
     const OFFERING_KEYS: [&str; 4] = [
         "topology.kubernetes.io/zone",
         "topology.k8s.aws/zone-id",
@@ -75,7 +75,7 @@ fn labels(it: &sched::InstanceType) -> BTreeMap<String, String> {
     ];
     it.requirements
         .iter()
-        .filter(|r| r.operator == sched::Operator::In as i32 && r.values.len() == 1)
+        .filter(|r| r.operator == types::Operator::In as i32 && r.values.len() == 1)
         .filter(|r| !OFFERING_KEYS.contains(&r.key.as_str()))
         .map(|r| (r.key.clone(), r.values[0].clone()))
         .collect()
@@ -83,7 +83,7 @@ fn labels(it: &sched::InstanceType) -> BTreeMap<String, String> {
 
 /// Capacity less kube-reserved, system-reserved and eviction thresholds,
 /// leaving out what comes to nothing, as the reference prints it.
-fn allocatable(it: &sched::InstanceType) -> BTreeMap<String, i64> {
+fn allocatable(it: &types::InstanceType) -> BTreeMap<String, i64> {
     let mut out = it
         .capacity
         .as_ref()
@@ -139,7 +139,7 @@ async fn every_offered_instance_type_matches_karpenters_published_reference() {
     let (node_class, _) = resolved(&mut world, seed_node_class()).await;
     let types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: Some(node_class),
         })

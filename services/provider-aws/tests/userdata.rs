@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 
 use common::userdata::{self, MimePart};
 use common::*;
-use karpenter_proto::provider::v1 as pb;
-use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::provider::v1 as pv;
+use karpenter_proto::types::v1 as types;
 
 /// What DescribeCluster says of the test cluster.
 struct Cluster {
@@ -42,7 +42,7 @@ async fn cluster(world: &World) -> Cluster {
 }
 
 /// A node class of `alias` with the user's data, resolved.
-async fn node_class(world: &mut World, alias: &str, user_data: Option<&str>) -> pb::NodeClass {
+async fn node_class(world: &mut World, alias: &str, user_data: Option<&str>) -> pv::NodeClass {
     let mut nc = seed_node_class();
     let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).expect("spec");
     spec["amiSelectorTerms"] = serde_json::json!([{"alias": alias}]);
@@ -60,8 +60,8 @@ async fn node_class(world: &mut World, alias: &str, user_data: Option<&str>) -> 
     nc
 }
 
-fn taint(key: &str, value: &str, effect: sched::TaintEffect) -> sched::Taint {
-    sched::Taint {
+fn taint(key: &str, value: &str, effect: types::TaintEffect) -> types::Taint {
+    types::Taint {
         key: key.into(),
         value: value.into(),
         effect: effect as i32,
@@ -70,7 +70,7 @@ fn taint(key: &str, value: &str, effect: sched::TaintEffect) -> sched::Taint {
 
 /// A claim with labels the kubelet may and may not set, and two taints of
 /// one key.
-fn claim(name: &str, nc: &pb::NodeClass, family: &str) -> pb::NodeClaim {
+fn claim(name: &str, nc: &pv::NodeClass, family: &str) -> pv::NodeClaim {
     let mut claim = seed_node_claim(name, nc);
     claim.requirements[0] = requirement("karpenter.k8s.aws/instance-family", &[family]);
     claim
@@ -84,23 +84,23 @@ fn claim(name: &str, nc: &pb::NodeClass, family: &str) -> pb::NodeClaim {
         claim.labels.insert(key.into(), value.into());
     }
     claim.taints = vec![
-        taint("dedicated", "a", sched::TaintEffect::NoSchedule),
-        taint("dedicated", "b", sched::TaintEffect::NoExecute),
+        taint("dedicated", "a", types::TaintEffect::NoSchedule),
+        taint("dedicated", "b", types::TaintEffect::NoExecute),
     ];
     claim.startup_taints = vec![taint(
         "example.com/agent",
         "",
-        sched::TaintEffect::NoSchedule,
+        types::TaintEffect::NoSchedule,
     )];
     claim
 }
 
 /// Launches `claim` and returns the user data of every launch template its
 /// fleet offered, with the pods of the types the node class has.
-async fn launch(world: &mut World, claim: pb::NodeClaim) -> (Vec<String>, Vec<i64>) {
+async fn launch(world: &mut World, claim: pv::NodeClaim) -> (Vec<String>, Vec<i64>) {
     let types = world
         .client
-        .get_instance_types(pb::GetInstanceTypesRequest {
+        .get_instance_types(pv::GetInstanceTypesRequest {
             node_pool: "default".into(),
             node_class: claim.node_class.clone(),
         })
@@ -110,7 +110,7 @@ async fn launch(world: &mut World, claim: pb::NodeClaim) -> (Vec<String>, Vec<i6
         .instance_types;
     world
         .client
-        .create(pb::CreateRequest {
+        .create(pv::CreateRequest {
             node_claim: Some(claim),
         })
         .await
@@ -477,7 +477,7 @@ async fn without_the_clusters_details_nothing_launches_and_flags_fill_them_in() 
     assert_eq!(ready.status, "False");
     let error = world
         .client
-        .create(pb::CreateRequest {
+        .create(pv::CreateRequest {
             node_claim: Some(seed_node_claim("default-nocluster", &nc)),
         })
         .await
@@ -606,7 +606,7 @@ async fn values_that_would_break_out_of_the_bootstrap_script_are_refused() {
         let name = claim.name.clone();
         let refused = world
             .client
-            .create(pb::CreateRequest {
+            .create(pv::CreateRequest {
                 node_claim: Some(claim),
             })
             .await

@@ -39,7 +39,7 @@ use karpenter_core::resources::Resources;
 use karpenter_proto::convert::{self, InvalidField};
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_server::{CloudProvider, CloudProviderServer};
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::types::v1 as types;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -71,7 +71,9 @@ pub enum CatalogError {
 
 /// Instance types from an `InstanceTypeCatalog` file, or the built-in
 /// kwok-shaped catalog.
-pub fn load_catalog(path: Option<&std::path::Path>) -> Result<Vec<pb::InstanceType>, CatalogError> {
+pub fn load_catalog(
+    path: Option<&std::path::Path>,
+) -> Result<Vec<types::InstanceType>, CatalogError> {
     let Some(path) = path else {
         return Ok(karpenter_catalog::kwok::instance_types());
     };
@@ -141,7 +143,7 @@ struct State {
 }
 
 struct Inner {
-    catalog: Vec<pb::InstanceType>,
+    catalog: Vec<types::InstanceType>,
     kube: Option<kube::Client>,
     options: Options,
     state: Mutex<State>,
@@ -161,12 +163,12 @@ pub struct KwokProvider {
 /// claim's requests; an offering when it is available in a zone and
 /// capacity type the claim allows.
 pub fn candidates<'a>(
-    catalog: &'a [pb::InstanceType],
+    catalog: &'a [types::InstanceType],
     claim: &pv::NodeClaim,
-) -> Result<Vec<(&'a pb::InstanceType, &'a pb::Offering)>, InvalidField> {
+) -> Result<Vec<(&'a types::InstanceType, &'a types::Offering)>, InvalidField> {
     let wanted = convert::requirements("node_claim.requirements", &claim.requirements)?;
     let requests = convert::checked_resources("node_claim.resources", claim.resources.as_ref())?;
-    let type_ok = |it: &pb::InstanceType| {
+    let type_ok = |it: &types::InstanceType| {
         let Ok(mut offered) = convert::requirements("", &it.requirements) else {
             return false;
         };
@@ -176,7 +178,7 @@ pub fn candidates<'a>(
         wanted.intersects(&offered).is_ok()
             && requests.fits(&Resources::from_map(&convert::allocatable(it)))
     };
-    let offering_ok = |o: &pb::Offering| {
+    let offering_ok = |o: &types::Offering| {
         o.available
             && [
                 (labels::TOPOLOGY_ZONE, &o.zone),
@@ -185,7 +187,7 @@ pub fn candidates<'a>(
             .into_iter()
             .all(|(key, value)| wanted.get(key).is_none_or(|r| r.has(value)))
     };
-    let mut out: Vec<(usize, &pb::InstanceType, &pb::Offering)> = Vec::new();
+    let mut out: Vec<(usize, &types::InstanceType, &types::Offering)> = Vec::new();
     for it in catalog.iter().filter(|it| type_ok(it)) {
         let rank = if claim.instance_types.is_empty() {
             0
@@ -203,7 +205,7 @@ pub fn candidates<'a>(
     Ok(out.into_iter().map(|(_, it, o)| (it, o)).collect())
 }
 
-fn resource_json(list: &pb::ResourceList) -> Value {
+fn resource_json(list: &types::ResourceList) -> Value {
     Value::Object(
         list.quantities
             .iter()
@@ -213,9 +215,9 @@ fn resource_json(list: &pb::ResourceList) -> Value {
 }
 
 fn effect(e: i32) -> &'static str {
-    match pb::TaintEffect::try_from(e).unwrap_or(pb::TaintEffect::NoSchedule) {
-        pb::TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-        pb::TaintEffect::NoExecute => "NoExecute",
+    match types::TaintEffect::try_from(e).unwrap_or(types::TaintEffect::NoSchedule) {
+        types::TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        types::TaintEffect::NoExecute => "NoExecute",
         _ => "NoSchedule",
     }
 }
@@ -286,8 +288,8 @@ fn node_status(instance: &pv::Instance) -> Value {
     };
     let cond = |t: &str, s: &str, reason: &str, msg: &str| json!({"type": t, "status": s, "reason": reason, "message": msg, "lastHeartbeatTime": now, "lastTransitionTime": now});
     json!({
-        "capacity": resource_json(instance.capacity.as_ref().unwrap_or(&pb::ResourceList::default())),
-        "allocatable": resource_json(instance.allocatable.as_ref().unwrap_or(&pb::ResourceList::default())),
+        "capacity": resource_json(instance.capacity.as_ref().unwrap_or(&types::ResourceList::default())),
+        "allocatable": resource_json(instance.allocatable.as_ref().unwrap_or(&types::ResourceList::default())),
         "conditions": [
             cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
             cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -320,7 +322,7 @@ fn now_ts() -> prost_types::Timestamp {
 
 impl KwokProvider {
     pub fn new(
-        catalog: Vec<pb::InstanceType>,
+        catalog: Vec<types::InstanceType>,
         kube: Option<kube::Client>,
         options: Options,
     ) -> Self {
@@ -627,7 +629,7 @@ impl CloudProvider for KwokProvider {
             let mut labels: BTreeMap<String, String> = it
                 .requirements
                 .iter()
-                .filter(|r| r.operator == pb::Operator::In as i32 && r.values.len() == 1)
+                .filter(|r| r.operator == types::Operator::In as i32 && r.values.len() == 1)
                 .map(|r| (r.key.clone(), r.values[0].clone()))
                 .collect();
             labels.insert(labels::INSTANCE_TYPE.into(), it.name.clone());
@@ -644,7 +646,7 @@ impl CloudProvider for KwokProvider {
                 capacity_type: o.capacity_type.clone(),
                 image_id: image,
                 capacity: it.capacity.clone(),
-                allocatable: Some(pb::ResourceList {
+                allocatable: Some(types::ResourceList {
                     quantities: convert::allocatable(it),
                 }),
                 labels,
@@ -902,8 +904,8 @@ pub fn admin_router(provider: KwokProvider) -> axum::Router {
 mod tests {
     use super::*;
 
-    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
-        pb::Requirement {
+    fn req(key: &str, op: types::Operator, values: &[&str]) -> types::Requirement {
+        types::Requirement {
             key: key.into(),
             operator: op as i32,
             values: values.iter().map(|s| s.to_string()).collect(),
@@ -917,10 +919,10 @@ mod tests {
         let claim = pv::NodeClaim {
             name: "c".into(),
             requirements: vec![
-                req(labels::TOPOLOGY_ZONE, pb::Operator::In, &["us-west-2b"]),
-                req("kubernetes.io/arch", pb::Operator::In, &["arm64"]),
+                req(labels::TOPOLOGY_ZONE, types::Operator::In, &["us-west-2b"]),
+                req("kubernetes.io/arch", types::Operator::In, &["arm64"]),
             ],
-            resources: Some(pb::ResourceList {
+            resources: Some(types::ResourceList {
                 quantities: [("cpu".to_string(), 3000), ("memory".to_string(), 1 << 30)]
                     .into_iter()
                     .collect(),
@@ -935,7 +937,11 @@ mod tests {
             ("us-west-2b", "spot")
         );
         let on_demand = pv::NodeClaim {
-            requirements: vec![req(labels::CAPACITY_TYPE, pb::Operator::In, &["on-demand"])],
+            requirements: vec![req(
+                labels::CAPACITY_TYPE,
+                types::Operator::In,
+                &["on-demand"],
+            )],
             ..claim
         };
         assert!(
@@ -951,9 +957,9 @@ mod tests {
         let catalog = load_catalog(None).expect("builtin");
         let claim = pv::NodeClaim {
             name: "c".into(),
-            requirements: vec![pb::Requirement {
+            requirements: vec![types::Requirement {
                 operator: 99,
-                ..req("kubernetes.io/arch", pb::Operator::In, &["arm64"])
+                ..req("kubernetes.io/arch", types::Operator::In, &["arm64"])
             }],
             ..Default::default()
         };

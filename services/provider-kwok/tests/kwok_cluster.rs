@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::types::v1 as types;
 use kube::api::{Api, ListParams, PostParams};
 use kube_test_server::{Config, KubeTestServer};
 use prost::Message;
@@ -77,13 +77,13 @@ async fn env_with(tls: bool) -> Env {
     }
 }
 
-fn claim(name: &str, cpu_millis: i64, reqs: Vec<pb::Requirement>) -> pv::CreateRequest {
+fn claim(name: &str, cpu_millis: i64, reqs: Vec<types::Requirement>) -> pv::CreateRequest {
     pv::CreateRequest {
         node_claim: Some(pv::NodeClaim {
             name: name.into(),
             node_pool: "default".into(),
             requirements: reqs,
-            resources: Some(pb::ResourceList {
+            resources: Some(types::ResourceList {
                 quantities: [("cpu".to_string(), cpu_millis), ("pods".to_string(), 3)]
                     .into_iter()
                     .collect(),
@@ -96,10 +96,10 @@ fn claim(name: &str, cpu_millis: i64, reqs: Vec<pb::Requirement>) -> pv::CreateR
     }
 }
 
-fn req(key: &str, values: &[&str]) -> pb::Requirement {
-    pb::Requirement {
+fn req(key: &str, values: &[&str]) -> types::Requirement {
+    types::Requirement {
         key: key.into(),
-        operator: pb::Operator::In as i32,
+        operator: types::Operator::In as i32,
         values: values.iter().map(|s| s.to_string()).collect(),
         min_values: None,
     }
@@ -534,7 +534,7 @@ async fn hostile_node_classes_and_claims_are_refused_not_crashed_on() {
     // An operator the provider does not know no longer matches every type.
     let mut unknown = claim("unknown-operator", 1000, vec![]);
     if let Some(c) = unknown.node_claim.as_mut() {
-        c.requirements = vec![pb::Requirement {
+        c.requirements = vec![types::Requirement {
             operator: 42,
             ..req("kubernetes.io/arch", &["s390x"])
         }];

@@ -1,7 +1,7 @@
 //! A handler that panics answers INTERNAL for its call; the server, the
 //! connection and every other method keep working.
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::scheduler::v1::scheduler_client::SchedulerClient;
 use karpenter_proto::scheduler::v1::scheduler_server::{Scheduler, SchedulerServer};
 use karpenter_runtime::{Listeners, Metrics, Service, ServiceArgs};
@@ -13,8 +13,8 @@ struct Buggy;
 impl Scheduler for Buggy {
     async fn solve(
         &self,
-        request: Request<pb::SolveRequest>,
-    ) -> Result<Response<pb::SolveResponse>, Status> {
+        request: Request<sched::SolveRequest>,
+    ) -> Result<Response<sched::SolveResponse>, Status> {
         let pods = request
             .into_inner()
             .cluster
@@ -22,7 +22,7 @@ impl Scheduler for Buggy {
             .pending_pods;
         // A bug a hostile request could reach.
         let first = &pods[0];
-        Ok(Response::new(pb::SolveResponse {
+        Ok(Response::new(sched::SolveResponse {
             cost_per_hour: first.priority.into(),
             ..Default::default()
         }))
@@ -30,9 +30,9 @@ impl Scheduler for Buggy {
 
     async fn plan_disruption(
         &self,
-        _: Request<pb::PlanDisruptionRequest>,
-    ) -> Result<Response<pb::PlanDisruptionResponse>, Status> {
-        Ok(Response::new(pb::PlanDisruptionResponse::default()))
+        _: Request<sched::PlanDisruptionRequest>,
+    ) -> Result<Response<sched::PlanDisruptionResponse>, Status> {
+        Ok(Response::new(sched::PlanDisruptionResponse::default()))
     }
 }
 
@@ -65,13 +65,13 @@ async fn a_panicking_handler_answers_internal_and_the_server_keeps_serving() {
     let mut client = SchedulerClient::connect(url).await.unwrap();
     for _ in 0..2 {
         let status = client
-            .solve(pb::SolveRequest::default())
+            .solve(sched::SolveRequest::default())
             .await
             .expect_err("the handler panics");
         assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     }
     client
-        .plan_disruption(pb::PlanDisruptionRequest::default())
+        .plan_disruption(sched::PlanDisruptionRequest::default())
         .await
         .expect("the same connection still serves other methods");
     let text = http_get(http, "/metrics").await;

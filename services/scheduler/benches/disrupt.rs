@@ -17,21 +17,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::Command;
 use std::time::Instant;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_scheduler::{plan_disruption_request, solve_request};
 
 const SCENARIOS: &[&str] = &["plain", "anti-affinity", "scale-down"];
 const NOW: i64 = 1_700_000_000;
 
-fn list(pairs: &[(&str, i64)]) -> Option<pb::ResourceList> {
-    Some(pb::ResourceList {
+fn list(pairs: &[(&str, i64)]) -> Option<types::ResourceList> {
+    Some(types::ResourceList {
         quantities: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
     })
 }
 
 /// A kwok-like catalog: 1-64 CPUs x 2/4/8 GiB per CPU, 3 zones, spot at
 /// 70% of on-demand, on-demand at 0.025/CPU + 0.003/GiB per hour.
-fn catalog() -> Vec<pb::InstanceType> {
+fn catalog() -> Vec<types::InstanceType> {
     let mut types = Vec::new();
     for cpu in [1i64, 2, 4, 8, 16, 32, 64] {
         for (family, ratio) in [("c", 2i64), ("m", 4), ("r", 8)] {
@@ -40,7 +41,7 @@ fn catalog() -> Vec<pb::InstanceType> {
             let mut offerings = Vec::new();
             for zone in ["zone-a", "zone-b", "zone-c"] {
                 for (capacity_type, p) in [("on-demand", price), ("spot", price * 0.7)] {
-                    offerings.push(pb::Offering {
+                    offerings.push(types::Offering {
                         zone: zone.into(),
                         capacity_type: capacity_type.into(),
                         price: p,
@@ -49,11 +50,11 @@ fn catalog() -> Vec<pb::InstanceType> {
                     });
                 }
             }
-            types.push(pb::InstanceType {
+            types.push(types::InstanceType {
                 name: format!("{family}-{cpu}x"),
-                requirements: vec![pb::Requirement {
+                requirements: vec![types::Requirement {
                     key: "kubernetes.io/arch".into(),
-                    operator: pb::Operator::In as i32,
+                    operator: types::Operator::In as i32,
                     values: vec!["amd64".into()],
                     min_values: None,
                 }],
@@ -63,7 +64,7 @@ fn catalog() -> Vec<pb::InstanceType> {
                     ("memory", memory_gib << 30),
                     ("pods", 110),
                 ]),
-                overhead: Some(pb::InstanceTypeOverhead {
+                overhead: Some(types::InstanceTypeOverhead {
                     kube_reserved: list(&[("cpu", 100), ("memory", 256 << 20)]),
                     system_reserved: None,
                     eviction_threshold: None,
@@ -74,24 +75,24 @@ fn catalog() -> Vec<pb::InstanceType> {
     types
 }
 
-fn pool() -> pb::NodePool {
-    pb::NodePool {
+fn pool() -> sched::NodePool {
+    sched::NodePool {
         name: "default".into(),
         ready: true,
-        requirements: vec![pb::Requirement {
+        requirements: vec![types::Requirement {
             key: "karpenter.sh/capacity-type".into(),
-            operator: pb::Operator::In as i32,
+            operator: types::Operator::In as i32,
             values: vec!["on-demand".into()],
             min_values: None,
         }],
-        disruption: Some(pb::Disruption {
-            consolidation_policy: pb::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
+        disruption: Some(sched::Disruption {
+            consolidation_policy: sched::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
                 as i32,
             consolidate_after: Some(prost_types::Duration {
                 seconds: 0,
                 nanos: 0,
             }),
-            budgets: vec![pb::Budget {
+            budgets: vec![sched::Budget {
                 nodes: "100%".into(),
                 ..Default::default()
             }],
@@ -100,15 +101,15 @@ fn pool() -> pb::NodePool {
     }
 }
 
-fn pod(name: &str, cpu: i64, memory: i64) -> pb::Pod {
-    pb::Pod {
+fn pod(name: &str, cpu: i64, memory: i64) -> sched::Pod {
+    sched::Pod {
         namespace: "default".into(),
         name: name.into(),
         uid: name.into(),
         owner_kind: "ReplicaSet".into(),
         phase: "Running".into(),
         labels: [("app".to_owned(), "web".to_owned())].into_iter().collect(),
-        containers: vec![pb::Container {
+        containers: vec![sched::Container {
             name: "app".into(),
             requests: list(&[("cpu", cpu), ("memory", memory)]),
             ..Default::default()
@@ -117,7 +118,12 @@ fn pod(name: &str, cpu: i64, memory: i64) -> pb::Pod {
     }
 }
 
-fn node(name: &str, it: &pb::InstanceType, zone: &str, pods: Vec<pb::Pod>) -> pb::StateNode {
+fn node(
+    name: &str,
+    it: &types::InstanceType,
+    zone: &str,
+    pods: Vec<sched::Pod>,
+) -> sched::StateNode {
     let price = it
         .offerings
         .iter()
@@ -131,7 +137,7 @@ fn node(name: &str, it: &pb::InstanceType, zone: &str, pods: Vec<pb::Pod>) -> pb
             }
         }
     }
-    pb::StateNode {
+    sched::StateNode {
         name: name.into(),
         node_claim_name: name.into(),
         node_pool: "default".into(),
@@ -166,7 +172,7 @@ fn node(name: &str, it: &pb::InstanceType, zone: &str, pods: Vec<pb::Pod>) -> pb
             seconds: NOW - 3600,
             nanos: 0,
         }),
-        disruption: Some(pb::NodeClaimDisruptionState {
+        disruption: Some(sched::NodeClaimDisruptionState {
             consolidatable: true,
             ..Default::default()
         }),
@@ -174,11 +180,11 @@ fn node(name: &str, it: &pb::InstanceType, zone: &str, pods: Vec<pb::Pod>) -> pb
     }
 }
 
-fn cluster(nodes: Vec<pb::StateNode>) -> pb::ClusterSnapshot {
-    pb::ClusterSnapshot {
+fn cluster(nodes: Vec<sched::StateNode>) -> sched::ClusterSnapshot {
+    sched::ClusterSnapshot {
         nodes,
         node_pools: vec![pool()],
-        instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+        instance_type_catalogs: vec![sched::InstanceTypeCatalog {
             name: "default".into(),
             instance_types: catalog(),
         }],
@@ -192,7 +198,7 @@ fn cluster(nodes: Vec<pb::StateNode>) -> pb::ClusterSnapshot {
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
-fn scenario(name: &str) -> pb::ClusterSnapshot {
+fn scenario(name: &str) -> sched::ClusterSnapshot {
     let types = catalog();
     let find = |name: &str| {
         types
@@ -224,8 +230,8 @@ fn scenario(name: &str) -> pb::ClusterSnapshot {
                     .map(|i| {
                         let name = format!("node-{i:04}");
                         let mut p = pod(&format!("spread-{i}"), 500, 1 << 30);
-                        p.required_pod_anti_affinity.push(pb::PodAffinityTerm {
-                            label_selector: Some(pb::LabelSelector {
+                        p.required_pod_anti_affinity.push(sched::PodAffinityTerm {
+                            label_selector: Some(sched::LabelSelector {
                                 match_labels: [("app".to_owned(), "web".to_owned())]
                                     .into_iter()
                                     .collect(),
@@ -251,12 +257,12 @@ fn scenario(name: &str) -> pb::ClusterSnapshot {
                     )
                 })
                 .collect();
-            let solved = solve_request(&pb::SolveRequest {
+            let solved = solve_request(&sched::SolveRequest {
                 cluster: Some(snapshot.clone()),
                 options: None,
             })
             .expect("valid snapshot");
-            let pods: std::collections::HashMap<String, pb::Pod> = snapshot
+            let pods: std::collections::HashMap<String, sched::Pod> = snapshot
                 .pending_pods
                 .drain(..)
                 .map(|p| (p.name.clone(), p))
@@ -271,7 +277,7 @@ fn scenario(name: &str) -> pb::ClusterSnapshot {
             for (i, claim) in solved.node_claims.iter().enumerate() {
                 let cheapest = claim.cheapest.clone().unwrap_or_default();
                 let it = find(&cheapest.instance_type);
-                let bound: Vec<pb::Pod> = claim
+                let bound: Vec<sched::Pod> = claim
                     .pods
                     .iter()
                     .filter(|r| keep(&r.name))
@@ -303,7 +309,7 @@ fn measure(name: &str) {
     let snapshot = scenario(name);
     let nodes = snapshot.nodes.len();
     let pods: usize = snapshot.nodes.iter().map(|n| n.pods.len()).sum();
-    let request = pb::PlanDisruptionRequest {
+    let request = sched::PlanDisruptionRequest {
         cluster: Some(snapshot),
         options: None,
     };

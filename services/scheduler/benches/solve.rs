@@ -18,7 +18,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use karpenter_planner::solve;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_scheduler::from_wire;
 
 const SIZES: &[usize] = &[1, 100, 1_000, 5_000, 20_000, 100_000];
@@ -40,13 +41,13 @@ impl Rng {
     }
 }
 
-fn list(pairs: &[(&str, i64)]) -> Option<pb::ResourceList> {
-    Some(pb::ResourceList {
+fn list(pairs: &[(&str, i64)]) -> Option<types::ResourceList> {
+    Some(types::ResourceList {
         quantities: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
     })
 }
 
-fn instance_types() -> Vec<pb::InstanceType> {
+fn instance_types() -> Vec<types::InstanceType> {
     (0..400)
         .map(|i| {
             let cpu = i as i64 + 1;
@@ -60,7 +61,7 @@ fn instance_types() -> Vec<pb::InstanceType> {
                 ("test-zone-2", "on-demand"),
                 ("test-zone-3", "on-demand"),
             ] {
-                offerings.push(pb::Offering {
+                offerings.push(types::Offering {
                     zone: zone.into(),
                     capacity_type: capacity_type.into(),
                     price,
@@ -68,18 +69,18 @@ fn instance_types() -> Vec<pb::InstanceType> {
                     requirements: vec![],
                 });
             }
-            pb::InstanceType {
+            types::InstanceType {
                 name: format!("fake-it-{i}"),
                 requirements: vec![
-                    pb::Requirement {
+                    types::Requirement {
                         key: "kubernetes.io/arch".into(),
-                        operator: pb::Operator::In as i32,
+                        operator: types::Operator::In as i32,
                         values: vec!["amd64".into()],
                         min_values: None,
                     },
-                    pb::Requirement {
+                    types::Requirement {
                         key: "kubernetes.io/os".into(),
-                        operator: pb::Operator::In as i32,
+                        operator: types::Operator::In as i32,
                         values: vec!["linux".into(), "windows".into(), "darwin".into()],
                         min_values: None,
                     },
@@ -90,7 +91,7 @@ fn instance_types() -> Vec<pb::InstanceType> {
                     ("memory", memory_gib << 30),
                     ("pods", 10 * cpu),
                 ]),
-                overhead: Some(pb::InstanceTypeOverhead {
+                overhead: Some(types::InstanceTypeOverhead {
                     kube_reserved: list(&[("cpu", 100), ("memory", 10 << 20)]),
                     system_reserved: None,
                     eviction_threshold: None,
@@ -100,14 +101,14 @@ fn instance_types() -> Vec<pb::InstanceType> {
         .collect()
 }
 
-fn selector(key: &str, value: &str) -> Option<pb::LabelSelector> {
-    Some(pb::LabelSelector {
+fn selector(key: &str, value: &str) -> Option<sched::LabelSelector> {
+    Some(sched::LabelSelector {
         match_labels: [(key.to_owned(), value.to_owned())].into_iter().collect(),
         match_expressions: vec![],
     })
 }
 
-fn pods(count: usize) -> Vec<pb::Pod> {
+fn pods(count: usize) -> Vec<sched::Pod> {
     let mut rng = Rng(42);
     let cpus = [100, 250, 500, 1000, 1500];
     let memories: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
@@ -119,22 +120,22 @@ fn pods(count: usize) -> Vec<pb::Pod> {
             let cpu = *rng.pick(&cpus);
             let memory = *rng.pick(&memories) << 20;
             let value = *rng.pick(&label_values);
-            let mut pod = pb::Pod {
+            let mut pod = sched::Pod {
                 namespace: "default".into(),
                 name: format!("pod-{i}"),
                 uid: format!("{i:08}"),
-                containers: vec![pb::Container {
+                containers: vec![sched::Container {
                     name: "app".into(),
                     requests: list(&[("cpu", cpu), ("memory", memory)]),
                     ..Default::default()
                 }],
                 ..Default::default()
             };
-            let spread = |key: &str| pb::TopologySpreadConstraint {
+            let spread = |key: &str| sched::TopologySpreadConstraint {
                 max_skew: 1,
                 topology_key: key.into(),
-                when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule
-                    as i32,
+                when_unsatisfiable:
+                    sched::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule as i32,
                 label_selector: selector("my-label", value),
                 ..Default::default()
             };
@@ -151,7 +152,7 @@ fn pods(count: usize) -> Vec<pb::Pod> {
                 }
                 3 => {
                     pod.labels.insert("my-affinity".into(), value.into());
-                    pod.required_pod_affinity.push(pb::PodAffinityTerm {
+                    pod.required_pod_affinity.push(sched::PodAffinityTerm {
                         label_selector: selector("my-affinity", value),
                         topology_key: "topology.kubernetes.io/zone".into(),
                         ..Default::default()
@@ -159,7 +160,7 @@ fn pods(count: usize) -> Vec<pb::Pod> {
                 }
                 4 => {
                     pod.labels.insert("app".into(), "nginx".into());
-                    pod.required_pod_anti_affinity.push(pb::PodAffinityTerm {
+                    pod.required_pod_anti_affinity.push(sched::PodAffinityTerm {
                         label_selector: selector("app", "nginx"),
                         topology_key: "kubernetes.io/hostname".into(),
                         ..Default::default()
@@ -172,10 +173,10 @@ fn pods(count: usize) -> Vec<pb::Pod> {
         .collect()
 }
 
-fn snapshot(count: usize) -> pb::ClusterSnapshot {
-    pb::ClusterSnapshot {
+fn snapshot(count: usize) -> sched::ClusterSnapshot {
+    sched::ClusterSnapshot {
         pending_pods: pods(count),
-        node_pools: vec![pb::NodePool {
+        node_pools: vec![sched::NodePool {
             name: "default".into(),
             ready: true,
             // Limits no run reaches: 100,000 pods take 20,000 nodes of up to
@@ -183,7 +184,7 @@ fn snapshot(count: usize) -> pb::ClusterSnapshot {
             limits: list(&[("cpu", 1_000_000_000_000), ("memory", 1_000_000_000 << 30)]),
             ..Default::default()
         }],
-        instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+        instance_type_catalogs: vec![sched::InstanceTypeCatalog {
             name: "default".into(),
             instance_types: instance_types(),
         }],
@@ -245,7 +246,7 @@ fn request_bytes(sizes: &[usize]) {
     println!("| pods | request | estimated decoded | ratio | bounds |");
     println!("|---:|---:|---:|---:|---|");
     for &count in sizes {
-        let request = pb::SolveRequest {
+        let request = sched::SolveRequest {
             cluster: Some(snapshot(count)),
             options: None,
         }

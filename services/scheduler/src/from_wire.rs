@@ -20,7 +20,8 @@ use karpenter_proto::convert::{
     InvalidField, checked_resources, label_selector, requirement, requirements, resources, taints,
     tolerations,
 };
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 fn seconds(timestamp: Option<&prost_types::Timestamp>) -> i64 {
     timestamp.map_or(0, |t| t.seconds)
@@ -34,7 +35,7 @@ pub fn duration(duration: Option<&prost_types::Duration>) -> Option<std::time::D
 
 fn namespaces_for(
     field: &str,
-    term: &pb::PodAffinityTerm,
+    term: &sched::PodAffinityTerm,
     pod_namespace: &str,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<Option<BTreeSet<String>>, InvalidField> {
@@ -59,7 +60,7 @@ fn namespaces_for(
 
 fn affinity_term(
     field: &str,
-    term: &pb::PodAffinityTerm,
+    term: &sched::PodAffinityTerm,
     pod_namespace: &str,
     pod_labels: &BTreeMap<String, String>,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
@@ -96,7 +97,7 @@ fn affinity_term(
 
 fn node_selector_term(
     field: &str,
-    term: &pb::NodeSelectorTerm,
+    term: &sched::NodeSelectorTerm,
 ) -> Result<Requirements, InvalidField> {
     let mut result = requirements(
         &format!("{field}.match_expressions"),
@@ -118,8 +119,8 @@ fn node_selector_term(
 /// Kubernetes' effective pod requests: the larger of (containers + sidecars)
 /// and the peak during init, plus overhead. A resource with only a limit is
 /// requested at its limit, as the API server defaults it.
-pub fn pod_requests(pod: &pb::Pod) -> Resources {
-    fn container(c: &pb::Container) -> Resources {
+pub fn pod_requests(pod: &sched::Pod) -> Resources {
+    fn container(c: &sched::Container) -> Resources {
         let mut requests = resources(c.requests.as_ref());
         if let Some(limits) = &c.limits {
             for (name, quantity) in &limits.quantities {
@@ -160,7 +161,7 @@ pub fn pod_requests(pod: &pb::Pod) -> Resources {
 /// snapshot's, against which a duration-valued do-not-disrupt is compared.
 pub fn pod(
     field: &str,
-    p: &pb::Pod,
+    p: &sched::Pod,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     now: (i64, i32),
 ) -> Result<Pod, InvalidField> {
@@ -220,7 +221,7 @@ pub fn pod(
         })
         .collect::<Result<Vec<_>, InvalidField>>()?;
     let affinity =
-        |name: &str, list: &[pb::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
+        |name: &str, list: &[sched::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
             list.iter()
                 .enumerate()
                 .map(|(i, t)| {
@@ -235,7 +236,7 @@ pub fn pod(
                 .collect()
         };
     let weighted = |name: &str,
-                    list: &[pb::WeightedPodAffinityTerm]|
+                    list: &[sched::WeightedPodAffinityTerm]|
      -> Result<Vec<(i32, AffinityTerm)>, InvalidField> {
         list.iter()
             .enumerate()
@@ -284,7 +285,7 @@ pub fn pod(
                     }
                 }
             }
-            use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
+            use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
             Ok(SpreadConstraint {
                 max_skew: c.max_skew,
                 topology_key: labels::normalize_label(&c.topology_key).to_owned(),
@@ -359,7 +360,7 @@ pub fn pod(
     })
 }
 
-pub fn instance_type(field: &str, it: &pb::InstanceType) -> Result<InstanceType, InvalidField> {
+pub fn instance_type(field: &str, it: &types::InstanceType) -> Result<InstanceType, InvalidField> {
     if it.name.is_empty() {
         return Err(InvalidField::new(
             format!("{field}.name"),
@@ -439,11 +440,11 @@ fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<Reason>, Inval
     reasons
         .iter()
         .enumerate()
-        .map(|(i, r)| match pb::DisruptionReason::try_from(*r) {
-            Ok(pb::DisruptionReason::Empty) => Ok(Reason::Empty),
-            Ok(pb::DisruptionReason::Underutilized) => Ok(Reason::Underutilized),
-            Ok(pb::DisruptionReason::Drifted) => Ok(Reason::Drifted),
-            Ok(pb::DisruptionReason::Expired) => Ok(Reason::Expired),
+        .map(|(i, r)| match sched::DisruptionReason::try_from(*r) {
+            Ok(sched::DisruptionReason::Empty) => Ok(Reason::Empty),
+            Ok(sched::DisruptionReason::Underutilized) => Ok(Reason::Underutilized),
+            Ok(sched::DisruptionReason::Drifted) => Ok(Reason::Drifted),
+            Ok(sched::DisruptionReason::Expired) => Ok(Reason::Expired),
             _ => Err(InvalidField::new(
                 format!("{field}[{i}]"),
                 format!("unknown reason {r}"),
@@ -452,7 +453,7 @@ fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<Reason>, Inval
         .collect()
 }
 
-fn disruption_state(state: Option<&pb::NodeClaimDisruptionState>) -> DisruptionState {
+fn disruption_state(state: Option<&sched::NodeClaimDisruptionState>) -> DisruptionState {
     let Some(state) = state else {
         return DisruptionState::default();
     };
@@ -475,7 +476,7 @@ fn disruption_state(state: Option<&pb::NodeClaimDisruptionState>) -> DisruptionS
 
 pub fn node_pool(
     field: &str,
-    np: &pb::NodePool,
+    np: &sched::NodePool,
     catalog_names: &[String],
 ) -> Result<NodePool, InvalidField> {
     if np.name.is_empty() {
@@ -572,7 +573,7 @@ pub fn node_pool(
         ready: np.ready,
         catalog,
         consolidation_when_empty_only: disruption.consolidation_policy
-            == pb::disruption::ConsolidationPolicy::WhenEmpty as i32,
+            == sched::disruption::ConsolidationPolicy::WhenEmpty as i32,
         consolidate_after: duration(disruption.consolidate_after.as_ref()),
         budgets,
         expire_after: duration(np.expire_after.as_ref()),
@@ -582,7 +583,7 @@ pub fn node_pool(
 
 fn state_node(
     field: &str,
-    n: &pb::StateNode,
+    n: &sched::StateNode,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     now: (i64, i32),
 ) -> Result<StateNode, InvalidField> {
@@ -681,13 +682,13 @@ pub struct Parsed {
     pub cluster: Cluster,
     /// Pending pods that could not be understood, with why: they are
     /// reported unschedulable.
-    pub invalid_pods: Vec<(pb::PodRef, InvalidField)>,
+    pub invalid_pods: Vec<(sched::PodRef, InvalidField)>,
     /// Other objects left out of the planning.
-    pub rejected: Vec<pb::RejectedObject>,
+    pub rejected: Vec<sched::RejectedObject>,
 }
 
-fn rejected(kind: &str, namespace: &str, name: &str, error: InvalidField) -> pb::RejectedObject {
-    pb::RejectedObject {
+fn rejected(kind: &str, namespace: &str, name: &str, error: InvalidField) -> sched::RejectedObject {
+    sched::RejectedObject {
         kind: kind.to_owned(),
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -718,7 +719,7 @@ fn declare_absent_labels(mut types: Vec<InstanceType>) -> Vec<InstanceType> {
     types
 }
 
-pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
+pub fn cluster(snapshot: &sched::ClusterSnapshot) -> Result<Parsed, InvalidField> {
     let mut rejections = Vec::new();
     let now = snapshot
         .now
@@ -784,7 +785,7 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
             )),
             Ok(parsed) => pending.push(parsed),
             Err(e) => invalid_pods.push((
-                pb::PodRef {
+                sched::PodRef {
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
                     uid: p.uid.clone(),
@@ -866,7 +867,7 @@ pub fn cluster(snapshot: &pb::ClusterSnapshot) -> Result<Parsed, InvalidField> {
 
 fn daemon_set(
     field: &str,
-    ds: &pb::DaemonSet,
+    ds: &sched::DaemonSet,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<DaemonSet, InvalidField> {
     let mut template = ds.template.clone().unwrap_or_default();
@@ -892,14 +893,14 @@ fn daemon_set(
 mod tests {
     use super::*;
 
-    fn list(pairs: &[(&str, i64)]) -> Option<pb::ResourceList> {
-        Some(pb::ResourceList {
+    fn list(pairs: &[(&str, i64)]) -> Option<types::ResourceList> {
+        Some(types::ResourceList {
             quantities: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         })
     }
 
-    fn container(cpu: i64, sidecar: bool) -> pb::Container {
-        pb::Container {
+    fn container(cpu: i64, sidecar: bool) -> sched::Container {
+        sched::Container {
             requests: list(&[("cpu", cpu)]),
             restart_policy_always: sidecar,
             ..Default::default()
@@ -910,7 +911,7 @@ mod tests {
     fn init_containers_count_at_their_peak_and_sidecars_add_up() {
         // containers 1000m; init 2000m alone; sidecar 500m then init 1800m:
         // peak during init = max(2000, 500 + 1800) = 2300; running = 1000 + 500.
-        let p = pb::Pod {
+        let p = sched::Pod {
             name: "p".into(),
             containers: vec![container(1000, false)],
             init_containers: vec![
@@ -928,9 +929,9 @@ mod tests {
 
     #[test]
     fn limits_stand_in_for_missing_requests() {
-        let p = pb::Pod {
+        let p = sched::Pod {
             name: "p".into(),
-            containers: vec![pb::Container {
+            containers: vec![sched::Container {
                 requests: list(&[("cpu", 250)]),
                 limits: list(&[("cpu", 500), ("memory", 1 << 30)]),
                 ..Default::default()

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use karpenter_proto::convert::InvalidField;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::scheduler::v1::scheduler_server::{Scheduler, SchedulerServer};
 use prometheus_client::metrics::counter::Counter;
 pub use to_wire::{
@@ -214,8 +214,8 @@ impl Scheduler for SchedulerService {
     ))]
     async fn solve(
         &self,
-        request: Request<pb::SolveRequest>,
-    ) -> Result<Response<pb::SolveResponse>, Status> {
+        request: Request<sched::SolveRequest>,
+    ) -> Result<Response<sched::SolveResponse>, Status> {
         let deadline = self.deadline(&request);
         let request = request.into_inner();
         let span = tracing::Span::current();
@@ -259,8 +259,8 @@ impl Scheduler for SchedulerService {
     ))]
     async fn plan_disruption(
         &self,
-        request: Request<pb::PlanDisruptionRequest>,
-    ) -> Result<Response<pb::PlanDisruptionResponse>, Status> {
+        request: Request<sched::PlanDisruptionRequest>,
+    ) -> Result<Response<sched::PlanDisruptionResponse>, Status> {
         let deadline = self.deadline(&request);
         let request = request.into_inner();
         let span = tracing::Span::current();

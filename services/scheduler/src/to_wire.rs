@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use karpenter_proto::convert::{
     requirement_list as requirements, resource_list, taint_list as taints,
 };
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use karpenter_planner::disruption::{DisruptionOptions, Method, Reason};
 use karpenter_planner::model::PodKey;
@@ -17,38 +17,38 @@ use crate::from_wire::Parsed;
 use karpenter_planner::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
 use karpenter_proto::convert::InvalidField;
 
-pub fn options(options: Option<&pb::SchedulingOptions>) -> Options {
+pub fn options(options: Option<&sched::SchedulingOptions>) -> Options {
     let Some(options) = options else {
         return Options::default();
     };
     Options {
         min_values_policy: if options.min_values_policy
-            == pb::scheduling_options::MinValuesPolicy::BestEffort as i32
+            == sched::scheduling_options::MinValuesPolicy::BestEffort as i32
         {
             MinValuesPolicy::BestEffort
         } else {
             MinValuesPolicy::Strict
         },
         ignore_preferences: options.preference_policy
-            == pb::scheduling_options::PreferencePolicy::Ignore as i32,
+            == sched::scheduling_options::PreferencePolicy::Ignore as i32,
         well_known_labels: options.well_known_labels.clone(),
         interrupt: None,
     }
 }
 
-fn pod_ref(key: &PodKey, uids: &HashMap<&PodKey, &str>) -> pb::PodRef {
-    pb::PodRef {
+fn pod_ref(key: &PodKey, uids: &HashMap<&PodKey, &str>) -> sched::PodRef {
+    sched::PodRef {
         namespace: key.namespace.clone(),
         name: key.name.clone(),
         uid: uids.get(key).map(|u| (*u).to_owned()).unwrap_or_default(),
     }
 }
 
-pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> pb::NodeClaimPlan {
-    pb::NodeClaimPlan {
+pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> sched::NodeClaimPlan {
+    sched::NodeClaimPlan {
         node_pool: claim.node_pool.clone(),
         instance_types: claim.instance_types.clone(),
-        cheapest: claim.cheapest.as_ref().map(|c| pb::OfferingChoice {
+        cheapest: claim.cheapest.as_ref().map(|c| sched::OfferingChoice {
             instance_type: c.instance_type.clone(),
             zone: c.zone.clone(),
             capacity_type: c.capacity_type.clone(),
@@ -69,8 +69,8 @@ pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> pb::No
 fn node_claim_with_class(
     claim: &PlannedClaim,
     uids: &HashMap<&PodKey, &str>,
-    node_class_refs: &HashMap<&str, &pb::NodeClassReference>,
-) -> pb::NodeClaimPlan {
+    node_class_refs: &HashMap<&str, &sched::NodeClassReference>,
+) -> sched::NodeClaimPlan {
     let mut plan = node_claim(claim, uids);
     plan.node_class_ref = node_class_refs
         .get(claim.node_pool.as_str())
@@ -80,7 +80,7 @@ fn node_claim_with_class(
 
 /// Each pool's node class, as the request gave it, for the claims planned
 /// from the pool.
-fn node_class_refs(snapshot: &pb::ClusterSnapshot) -> HashMap<&str, &pb::NodeClassReference> {
+fn node_class_refs(snapshot: &sched::ClusterSnapshot) -> HashMap<&str, &sched::NodeClassReference> {
     snapshot
         .node_pools
         .iter()
@@ -91,8 +91,8 @@ fn node_class_refs(snapshot: &pb::ClusterSnapshot) -> HashMap<&str, &pb::NodeCla
 pub fn solve_response(
     solution: &Solution,
     parsed: &Parsed,
-    snapshot: &pb::ClusterSnapshot,
-) -> pb::SolveResponse {
+    snapshot: &sched::ClusterSnapshot,
+) -> sched::SolveResponse {
     let cluster = &parsed.cluster;
     let uids: HashMap<&PodKey, &str> = cluster
         .pending
@@ -100,7 +100,7 @@ pub fn solve_response(
         .map(|p| (&p.key, p.uid.as_str()))
         .collect();
     let node_class_refs = node_class_refs(snapshot);
-    pb::SolveResponse {
+    sched::SolveResponse {
         node_claims: solution
             .new_claims
             .iter()
@@ -109,7 +109,7 @@ pub fn solve_response(
         existing_nodes: solution
             .existing
             .iter()
-            .map(|(node, pods)| pb::NodePlacement {
+            .map(|(node, pods)| sched::NodePlacement {
                 node: node.clone(),
                 pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
             })
@@ -117,7 +117,7 @@ pub fn solve_response(
         unschedulable: solution
             .unschedulable
             .iter()
-            .map(|(pod, reason)| pb::UnschedulablePod {
+            .map(|(pod, reason)| sched::UnschedulablePod {
                 pod: Some(pod_ref(pod, &uids)),
                 reason: reason.clone(),
                 invalid_field: String::new(),
@@ -126,7 +126,7 @@ pub fn solve_response(
                 parsed
                     .invalid_pods
                     .iter()
-                    .map(|(pod, error)| pb::UnschedulablePod {
+                    .map(|(pod, error)| sched::UnschedulablePod {
                         pod: Some(pod.clone()),
                         reason: format!("the pod could not be understood: {error}"),
                         invalid_field: error.field.clone(),
@@ -140,17 +140,17 @@ pub fn solve_response(
 
 /// Validates and solves a wire request: what the gRPC service and the
 /// in-process `plan` command both call.
-pub fn solve_request(request: &pb::SolveRequest) -> Result<pb::SolveResponse, InvalidField> {
+pub fn solve_request(request: &sched::SolveRequest) -> Result<sched::SolveResponse, InvalidField> {
     solve_request_until(request, None)
 }
 
 /// [`solve_request`] that stops early once `interrupt` is set (the answer
 /// is then incomplete: the caller discards it).
 pub fn solve_request_until(
-    request: &pb::SolveRequest,
+    request: &sched::SolveRequest,
     interrupt: Option<Arc<AtomicBool>>,
-) -> Result<pb::SolveResponse, InvalidField> {
-    let empty = pb::ClusterSnapshot::default();
+) -> Result<sched::SolveResponse, InvalidField> {
+    let empty = sched::ClusterSnapshot::default();
     let snapshot = request.cluster.as_ref().unwrap_or(&empty);
     let parsed = crate::from_wire::cluster(snapshot)?;
     let options = Options {
@@ -161,39 +161,39 @@ pub fn solve_request_until(
     Ok(solve_response(&solution, &parsed, snapshot))
 }
 
-fn disruption_reason(reason: Reason) -> pb::DisruptionReason {
+fn disruption_reason(reason: Reason) -> sched::DisruptionReason {
     match reason {
-        Reason::Empty => pb::DisruptionReason::Empty,
-        Reason::Underutilized => pb::DisruptionReason::Underutilized,
-        Reason::Drifted => pb::DisruptionReason::Drifted,
-        Reason::Expired => pb::DisruptionReason::Expired,
+        Reason::Empty => sched::DisruptionReason::Empty,
+        Reason::Underutilized => sched::DisruptionReason::Underutilized,
+        Reason::Drifted => sched::DisruptionReason::Drifted,
+        Reason::Expired => sched::DisruptionReason::Expired,
     }
 }
 
-fn disruption_method(method: Method) -> pb::DisruptionMethod {
+fn disruption_method(method: Method) -> sched::DisruptionMethod {
     match method {
-        Method::Emptiness => pb::DisruptionMethod::Emptiness,
-        Method::Drift => pb::DisruptionMethod::Drift,
-        Method::Expiration => pb::DisruptionMethod::Expiration,
-        Method::MultiNodeConsolidation => pb::DisruptionMethod::MultiNodeConsolidation,
-        Method::SingleNodeConsolidation => pb::DisruptionMethod::SingleNodeConsolidation,
+        Method::Emptiness => sched::DisruptionMethod::Emptiness,
+        Method::Drift => sched::DisruptionMethod::Drift,
+        Method::Expiration => sched::DisruptionMethod::Expiration,
+        Method::MultiNodeConsolidation => sched::DisruptionMethod::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation => sched::DisruptionMethod::SingleNodeConsolidation,
     }
 }
 
 /// Validates and plans a wire disruption request: what the gRPC service and
 /// the in-process `disrupt` command both call.
 pub fn plan_disruption_request(
-    request: &pb::PlanDisruptionRequest,
-) -> Result<pb::PlanDisruptionResponse, InvalidField> {
+    request: &sched::PlanDisruptionRequest,
+) -> Result<sched::PlanDisruptionResponse, InvalidField> {
     plan_disruption_request_until(request, None)
 }
 
 /// [`plan_disruption_request`] that stops early once `interrupt` is set.
 pub fn plan_disruption_request_until(
-    request: &pb::PlanDisruptionRequest,
+    request: &sched::PlanDisruptionRequest,
     interrupt: Option<Arc<AtomicBool>>,
-) -> Result<pb::PlanDisruptionResponse, InvalidField> {
-    let empty = pb::ClusterSnapshot::default();
+) -> Result<sched::PlanDisruptionResponse, InvalidField> {
+    let empty = sched::ClusterSnapshot::default();
     let snapshot = request.cluster.as_ref().unwrap_or(&empty);
     let parsed = crate::from_wire::cluster(snapshot)?;
     let cluster = &parsed.cluster;
@@ -217,11 +217,11 @@ pub fn plan_disruption_request_until(
         .map(|p| (&p.key, p.uid.as_str()))
         .collect();
     let node_class_refs = node_class_refs(snapshot);
-    Ok(pb::PlanDisruptionResponse {
+    Ok(sched::PlanDisruptionResponse {
         commands: plan
             .commands
             .iter()
-            .map(|command| pb::DisruptionCommand {
+            .map(|command| sched::DisruptionCommand {
                 reason: disruption_reason(command.reason) as i32,
                 method: disruption_method(command.method) as i32,
                 candidates: command.candidates.clone(),
@@ -234,7 +234,7 @@ pub fn plan_disruption_request_until(
                 placements: command
                     .placements
                     .iter()
-                    .map(|(node, pods)| pb::NodePlacement {
+                    .map(|(node, pods)| sched::NodePlacement {
                         node: node.clone(),
                         pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
                     })
@@ -244,12 +244,12 @@ pub fn plan_disruption_request_until(
         blocked: plan
             .blocked
             .iter()
-            .map(|(node, reason)| pb::BlockedCandidate {
+            .map(|(node, reason)| sched::BlockedCandidate {
                 node: node.clone(),
                 reason: reason.clone(),
             })
             .collect(),
-        cost: Some(pb::ClusterCost {
+        cost: Some(sched::ClusterCost {
             before: plan.cost_before,
             after: plan.cost_after,
             lower_bound: plan.lower_bound,
@@ -265,7 +265,7 @@ pub fn plan_disruption_request_until(
                 parsed
                     .invalid_pods
                     .iter()
-                    .map(|(pod, error)| pb::RejectedObject {
+                    .map(|(pod, error)| sched::RejectedObject {
                         kind: "Pod".into(),
                         namespace: pod.namespace.clone(),
                         name: pod.name.clone(),

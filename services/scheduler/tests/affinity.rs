@@ -2,12 +2,13 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use support::*;
 
-fn topology_pool() -> pb::NodePool {
+fn topology_pool() -> sched::NodePool {
     let mut p = pool("default");
-    p.requirements = vec![req(CAPACITY_TYPE, pb::Operator::Exists, &[])];
+    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
     p
 }
 
@@ -15,12 +16,12 @@ fn scenario() -> Scenario {
     Scenario::new(vec![topology_pool()])
 }
 
-fn affine(mut p: pb::Pod, key: &str, labels: &[(&str, &str)]) -> pb::Pod {
+fn affine(mut p: sched::Pod, key: &str, labels: &[(&str, &str)]) -> sched::Pod {
     p.required_pod_affinity.push(affinity_term(key, labels));
     p
 }
 
-fn anti(mut p: pb::Pod, key: &str, labels: &[(&str, &str)]) -> pb::Pod {
+fn anti(mut p: sched::Pod, key: &str, labels: &[(&str, &str)]) -> sched::Pod {
     p.required_pod_anti_affinity
         .push(affinity_term(key, labels));
     p
@@ -200,7 +201,7 @@ fn affinity_namespaces_select_where_to_look() {
 
     let mut every = pod("follower");
     let mut term = affinity_term(HOSTNAME, &[("security", "s2")]);
-    term.namespace_selector = Some(pb::LabelSelector::default());
+    term.namespace_selector = Some(sched::LabelSelector::default());
     every.required_pod_affinity.push(term);
     let outcome = scenario().solve(vec![target, every]);
     assert!(outcome.scheduled("follower"));
@@ -239,7 +240,7 @@ fn preferred_anti_affinity_of_pods_in_every_zone_does_not_block() {
     let pinned = |name: &str, zone: &str| {
         let mut p = pod(name).selector(ZONE, zone);
         p.preferred_pod_anti_affinity
-            .push(pb::WeightedPodAffinityTerm {
+            .push(sched::WeightedPodAffinityTerm {
                 weight: 10,
                 term: Some(affinity_term(ZONE, &[("security", "s2")])),
             });

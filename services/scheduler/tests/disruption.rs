@@ -3,18 +3,19 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_scheduler::plan_disruption_request;
 use support::*;
 
 const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 
 /// One offering per zone and capacity type; spot at 70% of on-demand.
-fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> pb::InstanceType {
+fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> types::InstanceType {
     let mut offerings = Vec::new();
     for zone in ZONES {
         for (capacity_type, price) in [("on-demand", on_demand), ("spot", on_demand * 0.7)] {
-            offerings.push(pb::Offering {
+            offerings.push(types::Offering {
                 zone: zone.into(),
                 capacity_type: capacity_type.into(),
                 price,
@@ -23,7 +24,7 @@ fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> pb::InstanceType {
             });
         }
     }
-    pb::InstanceType {
+    types::InstanceType {
         name: name.into(),
         requirements: vec![in_(ARCH, &["amd64"]), in_("kubernetes.io/os", &["linux"])],
         offerings,
@@ -32,7 +33,7 @@ fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> pb::InstanceType {
     }
 }
 
-fn catalog() -> Vec<pb::InstanceType> {
+fn catalog() -> Vec<types::InstanceType> {
     vec![
         it("small", 2000, 4 * GI, 0.1),
         it("medium", 4000, 8 * GI, 0.2),
@@ -41,17 +42,18 @@ fn catalog() -> Vec<pb::InstanceType> {
     ]
 }
 
-fn budget(nodes: &str) -> pb::Budget {
-    pb::Budget {
+fn budget(nodes: &str) -> sched::Budget {
+    sched::Budget {
         nodes: nodes.into(),
         ..Default::default()
     }
 }
 
-fn np(name: &str) -> pb::NodePool {
+fn np(name: &str) -> sched::NodePool {
     let mut p = pool(name);
-    p.disruption = Some(pb::Disruption {
-        consolidation_policy: pb::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized as i32,
+    p.disruption = Some(sched::Disruption {
+        consolidation_policy: sched::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
+            as i32,
         consolidate_after: Some(prost_types::Duration {
             seconds: 0,
             nanos: 0,
@@ -63,7 +65,7 @@ fn np(name: &str) -> pb::NodePool {
 
 const NOW: i64 = 1_700_000_000;
 
-fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> pb::StateNode {
+fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> sched::StateNode {
     let it = catalog()
         .into_iter()
         .find(|i| i.name == instance_type)
@@ -73,7 +75,7 @@ fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> 
         .iter()
         .find(|o| o.zone == zone && o.capacity_type == capacity_type)
         .map_or(0.0, |o| o.price);
-    pb::StateNode {
+    sched::StateNode {
         name: name.into(),
         node_claim_name: format!("{name}-claim"),
         node_pool: "np".into(),
@@ -101,7 +103,7 @@ fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> 
         capacity_type: capacity_type.into(),
         zone: zone.into(),
         instance_type: instance_type.into(),
-        disruption: Some(pb::NodeClaimDisruptionState {
+        disruption: Some(sched::NodeClaimDisruptionState {
             consolidatable: true,
             ..Default::default()
         }),
@@ -109,7 +111,7 @@ fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> 
     }
 }
 
-fn running(name: &str, node: &str, cpu: i64) -> pb::Pod {
+fn running(name: &str, node: &str, cpu: i64) -> sched::Pod {
     let mut p = pod(name).cpu(cpu);
     p.node_name = node.into();
     p.phase = "Running".into();
@@ -117,23 +119,23 @@ fn running(name: &str, node: &str, cpu: i64) -> pb::Pod {
     p
 }
 
-fn on(mut node: pb::StateNode, pods: Vec<pb::Pod>) -> pb::StateNode {
+fn on(mut node: sched::StateNode, pods: Vec<sched::Pod>) -> sched::StateNode {
     node.pods = pods;
     node
 }
 
 struct Cluster {
-    snapshot: pb::ClusterSnapshot,
-    options: pb::SchedulingOptions,
+    snapshot: sched::ClusterSnapshot,
+    options: sched::SchedulingOptions,
 }
 
 impl Cluster {
-    fn new(nodes: Vec<pb::StateNode>) -> Cluster {
+    fn new(nodes: Vec<sched::StateNode>) -> Cluster {
         Cluster {
-            snapshot: pb::ClusterSnapshot {
+            snapshot: sched::ClusterSnapshot {
                 nodes,
                 node_pools: vec![np("np")],
-                instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+                instance_type_catalogs: vec![sched::InstanceTypeCatalog {
                     name: "default".into(),
                     instance_types: catalog(),
                 }],
@@ -143,16 +145,16 @@ impl Cluster {
                 }),
                 ..Default::default()
             },
-            options: pb::SchedulingOptions::default(),
+            options: sched::SchedulingOptions::default(),
         }
     }
 
-    fn pool(&mut self) -> &mut pb::NodePool {
+    fn pool(&mut self) -> &mut sched::NodePool {
         &mut self.snapshot.node_pools[0]
     }
 
-    fn plan(&self) -> pb::PlanDisruptionResponse {
-        plan_disruption_request(&pb::PlanDisruptionRequest {
+    fn plan(&self) -> sched::PlanDisruptionResponse {
+        plan_disruption_request(&sched::PlanDisruptionRequest {
             cluster: Some(self.snapshot.clone()),
             options: Some(self.options.clone()),
         })
@@ -160,11 +162,11 @@ impl Cluster {
     }
 }
 
-fn reason(response: &pb::PlanDisruptionResponse, command: usize) -> pb::DisruptionReason {
-    pb::DisruptionReason::try_from(response.commands[command].reason).unwrap()
+fn reason(response: &sched::PlanDisruptionResponse, command: usize) -> sched::DisruptionReason {
+    sched::DisruptionReason::try_from(response.commands[command].reason).unwrap()
 }
 
-fn disrupted(response: &pb::PlanDisruptionResponse) -> Vec<String> {
+fn disrupted(response: &sched::PlanDisruptionResponse) -> Vec<String> {
     let mut nodes: Vec<String> = response
         .commands
         .iter()
@@ -174,7 +176,7 @@ fn disrupted(response: &pb::PlanDisruptionResponse) -> Vec<String> {
     nodes
 }
 
-fn blocked<'a>(response: &'a pb::PlanDisruptionResponse, node: &str) -> Option<&'a str> {
+fn blocked<'a>(response: &'a sched::PlanDisruptionResponse, node: &str) -> Option<&'a str> {
     response
         .blocked
         .iter()
@@ -192,7 +194,7 @@ fn empty_nodes_are_deleted_together() {
     ]);
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Empty);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Empty);
     assert_eq!(response.commands[0].candidates, vec!["a", "b"]);
     assert!(response.commands[0].replacements.is_empty());
     assert!((response.commands[0].savings_per_hour - 0.4).abs() < 1e-9);
@@ -298,7 +300,7 @@ fn budget_windows_and_reasons_apply() {
     let mut cluster = Cluster::new(nodes);
     // A zero budget for Empty during a window that is open right now
     // (every minute, for an hour) stops emptiness; one for Drifted does not.
-    let window = |reasons: Vec<pb::DisruptionReason>| pb::Budget {
+    let window = |reasons: Vec<sched::DisruptionReason>| sched::Budget {
         nodes: "0".into(),
         schedule: "* * * * *".into(),
         duration: Some(prost_types::Duration {
@@ -308,10 +310,12 @@ fn budget_windows_and_reasons_apply() {
         reasons: reasons.into_iter().map(|r| r as i32).collect(),
     };
     cluster.pool().disruption.as_mut().unwrap().budgets =
-        vec![budget("100%"), window(vec![pb::DisruptionReason::Empty])];
+        vec![budget("100%"), window(vec![sched::DisruptionReason::Empty])];
     assert!(cluster.plan().commands.is_empty());
-    cluster.pool().disruption.as_mut().unwrap().budgets =
-        vec![budget("100%"), window(vec![pb::DisruptionReason::Drifted])];
+    cluster.pool().disruption.as_mut().unwrap().budgets = vec![
+        budget("100%"),
+        window(vec![sched::DisruptionReason::Drifted]),
+    ];
     assert_eq!(disrupted(&cluster.plan()).len(), 4);
     // A window that opened yesterday for ten minutes is closed.
     let mut closed = window(vec![]);
@@ -346,7 +350,7 @@ fn daemon_pods_do_not_make_a_node_busy_but_a_terminating_statefulset_pod_does() 
         .disruption
         .as_mut()
         .unwrap()
-        .consolidation_policy = pb::disruption::ConsolidationPolicy::WhenEmpty as i32;
+        .consolidation_policy = sched::disruption::ConsolidationPolicy::WhenEmpty as i32;
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
     assert_eq!(response.commands[0].candidates, vec!["a"]);
@@ -370,10 +374,10 @@ fn the_cheapest_to_disrupt_node_is_deleted_when_its_pods_fit_elsewhere() {
     ]);
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Underutilized);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Underutilized);
     assert_eq!(
-        pb::DisruptionMethod::try_from(response.commands[0].method).unwrap(),
-        pb::DisruptionMethod::SingleNodeConsolidation
+        sched::DisruptionMethod::try_from(response.commands[0].method).unwrap(),
+        sched::DisruptionMethod::SingleNodeConsolidation
     );
     assert_eq!(response.commands[0].candidates, vec!["node1"]);
     assert!(response.commands[0].replacements.is_empty());
@@ -392,7 +396,7 @@ fn a_pdb_that_allows_no_disruption_protects_its_node() {
             vec![running("p2", "node1", 500).label("app", "db")],
         ),
     ]);
-    cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+    cluster.snapshot.pod_disruption_budgets = vec![sched::PodDisruptionBudget {
         namespace: "default".into(),
         name: "db".into(),
         selector: Some(selector(&[("app", "db")])),
@@ -424,7 +428,7 @@ fn an_always_allow_pdb_lets_not_ready_pods_go() {
             managed("big", "xlarge", "on-demand", "test-zone-1"),
             pods,
         )]);
-        cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+        cluster.snapshot.pod_disruption_budgets = vec![sched::PodDisruptionBudget {
             namespace: "default".into(),
             name: "db".into(),
             selector: Some(selector(&[("app", "db")])),
@@ -477,7 +481,7 @@ fn an_always_allow_pdb_lets_not_ready_pods_go_from_a_spot_node() {
             .options
             .feature_gates
             .insert("SpotToSpotConsolidation".into(), true);
-        cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+        cluster.snapshot.pod_disruption_budgets = vec![sched::PodDisruptionBudget {
             namespace: "default".into(),
             name: "db".into(),
             selector: Some(selector(&[("app", "db")])),
@@ -581,7 +585,7 @@ fn when_empty_policy_leaves_underutilized_nodes() {
         .disruption
         .as_mut()
         .unwrap()
-        .consolidation_policy = pb::disruption::ConsolidationPolicy::WhenEmpty as i32;
+        .consolidation_policy = sched::disruption::ConsolidationPolicy::WhenEmpty as i32;
     assert!(cluster.plan().commands.is_empty());
 }
 
@@ -685,8 +689,8 @@ fn three_under_used_nodes_become_one() {
     let response = cluster.plan();
     let first = &response.commands[0];
     assert_eq!(
-        pb::DisruptionMethod::try_from(first.method).unwrap(),
-        pb::DisruptionMethod::MultiNodeConsolidation
+        sched::DisruptionMethod::try_from(first.method).unwrap(),
+        sched::DisruptionMethod::MultiNodeConsolidation
     );
     assert_eq!(first.candidates.len(), 3);
     assert!(first.replacements.len() <= 1);
@@ -785,7 +789,7 @@ fn a_candidate_of_the_replacement_type_caps_its_price() {
 /// Two small on-demand nodes initialized at NOW, pods of 500m: two on
 /// `node0`, one on `node1`; pool `consolidateAfter: 60s`.
 fn just_initialized() -> Cluster {
-    let fresh = |node: pb::StateNode| {
+    let fresh = |node: sched::StateNode| {
         let mut node = node;
         node.disruption.as_mut().unwrap().initialized_time = Some(prost_types::Timestamp {
             seconds: NOW,
@@ -915,7 +919,7 @@ fn a_drifted_node_is_replaced_without_a_price_check() {
         .consolidate_after = None;
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Drifted);
     assert_eq!(response.commands[0].replacements.len(), 1);
 }
 
@@ -954,7 +958,7 @@ fn a_drifted_node_with_more_pods_of_a_pdb_than_it_allows_at_once_is_replaced() {
     let mut node = on(managed("old", "xlarge", "on-demand", "test-zone-1"), pods);
     node.disruption.as_mut().unwrap().drifted_reason = "NodePoolDrifted".into();
     let mut cluster = Cluster::new(vec![node]);
-    cluster.snapshot.pod_disruption_budgets = vec![pb::PodDisruptionBudget {
+    cluster.snapshot.pod_disruption_budgets = vec![sched::PodDisruptionBudget {
         namespace: "default".into(),
         name: "web".into(),
         selector: Some(selector(&[("app", "web")])),
@@ -964,7 +968,7 @@ fn a_drifted_node_with_more_pods_of_a_pdb_than_it_allows_at_once_is_replaced() {
     }];
     let response = cluster.plan();
     assert_eq!(disrupted(&response), vec!["old"], "{response:?}");
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Drifted);
 }
 
 #[test]
@@ -1012,7 +1016,7 @@ fn an_empty_drifted_node_is_deleted_even_when_consolidation_is_never() {
         .consolidate_after = None;
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Drifted);
     assert_eq!(response.commands[0].candidates, vec!["old"]);
     assert!(response.commands[0].replacements.is_empty());
 }
@@ -1020,7 +1024,7 @@ fn an_empty_drifted_node_is_deleted_even_when_consolidation_is_never() {
 // Upstream drift_test.go: "should drift empty nodes before non-empty nodes".
 #[test]
 fn empty_drifted_nodes_go_before_busy_ones() {
-    let drifted = |mut node: pb::StateNode, at: i64| {
+    let drifted = |mut node: sched::StateNode, at: i64| {
         let state = node.disruption.as_mut().unwrap();
         state.drifted_reason = "NodePoolDrifted".into();
         state.consolidatable = false;
@@ -1051,7 +1055,7 @@ fn empty_drifted_nodes_go_before_busy_ones() {
     cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("1")];
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1, "{response:?}");
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Drifted);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Drifted);
     assert_eq!(response.commands[0].candidates, vec!["idle"]);
     assert!(response.commands[0].replacements.is_empty());
 }
@@ -1074,7 +1078,7 @@ fn expiration_is_forceful() {
     cluster.pool().disruption.as_mut().unwrap().budgets = vec![budget("0")];
     let response = cluster.plan();
     assert_eq!(response.commands.len(), 1);
-    assert_eq!(reason(&response, 0), pb::DisruptionReason::Expired);
+    assert_eq!(reason(&response, 0), sched::DisruptionReason::Expired);
     assert_eq!(
         response.commands[0].replacements.len(),
         1,
@@ -1121,7 +1125,7 @@ fn a_set_that_is_no_prefix_is_still_found() {
     let mut pinned_node = managed("a-pinned", "medium", "on-demand", "test-zone-1");
     pinned_node.labels.insert("pin".into(), "yes".into());
     let pinned = running("pinned", "a-pinned", 3900).selector("pin", "yes");
-    let half = |node: &str, prefix: &str| -> Vec<pb::Pod> {
+    let half = |node: &str, prefix: &str| -> Vec<sched::Pod> {
         vec![running(&format!("{prefix}0"), node, 2600)]
     };
     let mut cluster = Cluster::new(vec![

@@ -8,7 +8,8 @@ mod support;
 
 use std::collections::{BTreeMap, HashSet};
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_scheduler::plan_disruption_request;
 use proptest::prelude::*;
 use support::*;
@@ -16,16 +17,16 @@ use support::*;
 const ZONES: [&str; 2] = ["z1", "z2"];
 const TYPES: [(&str, i64, f64); 3] = [("s", 2000, 0.1), ("m", 4000, 0.2), ("l", 8000, 0.4)];
 
-fn catalog() -> Vec<pb::InstanceType> {
+fn catalog() -> Vec<types::InstanceType> {
     TYPES
         .iter()
-        .map(|(name, cpu, price)| pb::InstanceType {
+        .map(|(name, cpu, price)| types::InstanceType {
             name: (*name).into(),
             requirements: vec![in_(ARCH, &["amd64"])],
             offerings: ZONES
                 .iter()
                 .flat_map(|zone| {
-                    [("on-demand", *price), ("spot", price * 0.6)].map(|(ct, p)| pb::Offering {
+                    [("on-demand", *price), ("spot", price * 0.6)].map(|(ct, p)| types::Offering {
                         zone: (*zone).into(),
                         capacity_type: ct.into(),
                         price: p,
@@ -93,7 +94,7 @@ fn snapshot(
     pdb_allowed: &[i32],
     budget: u32,
     spot_to_spot: bool,
-) -> pb::PlanDisruptionRequest {
+) -> sched::PlanDisruptionRequest {
     let state_nodes = nodes
         .iter()
         .enumerate()
@@ -101,7 +102,7 @@ fn snapshot(
             let (type_name, cpu, price) = TYPES[spec.type_index];
             let name = format!("node-{i:02}");
             let capacity_type = if spec.spot { "spot" } else { "on-demand" };
-            pb::StateNode {
+            sched::StateNode {
                 name: name.clone(),
                 node_claim_name: name.clone(),
                 node_pool: "np".into(),
@@ -139,7 +140,7 @@ fn snapshot(
                 capacity_type: capacity_type.into(),
                 zone: ZONES[spec.zone].into(),
                 instance_type: type_name.into(),
-                disruption: Some(pb::NodeClaimDisruptionState {
+                disruption: Some(sched::NodeClaimDisruptionState {
                     consolidatable: true,
                     do_not_disrupt: spec.do_not_disrupt,
                     ..Default::default()
@@ -149,33 +150,34 @@ fn snapshot(
         })
         .collect();
     let mut pool = pool("np");
-    pool.disruption = Some(pb::Disruption {
-        consolidation_policy: pb::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized as i32,
+    pool.disruption = Some(sched::Disruption {
+        consolidation_policy: sched::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
+            as i32,
         consolidate_after: Some(prost_types::Duration {
             seconds: 0,
             nanos: 0,
         }),
-        budgets: vec![pb::Budget {
+        budgets: vec![sched::Budget {
             nodes: budget.to_string(),
             ..Default::default()
         }],
     });
-    let mut options = pb::SchedulingOptions::default();
+    let mut options = sched::SchedulingOptions::default();
     options
         .feature_gates
         .insert("SpotToSpotConsolidation".into(), spot_to_spot);
-    pb::PlanDisruptionRequest {
-        cluster: Some(pb::ClusterSnapshot {
+    sched::PlanDisruptionRequest {
+        cluster: Some(sched::ClusterSnapshot {
             nodes: state_nodes,
             node_pools: vec![pool],
-            instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+            instance_type_catalogs: vec![sched::InstanceTypeCatalog {
                 name: "default".into(),
                 instance_types: catalog(),
             }],
             pod_disruption_budgets: pdb_allowed
                 .iter()
                 .enumerate()
-                .map(|(app, allowed)| pb::PodDisruptionBudget {
+                .map(|(app, allowed)| sched::PodDisruptionBudget {
                     namespace: "default".into(),
                     name: format!("pdb-a{app}"),
                     selector: Some(selector(&[("app", &format!("a{app}"))])),
@@ -206,7 +208,7 @@ proptest! {
         let request = snapshot(&nodes, &pdb_allowed, budget, spot_to_spot);
         let response = plan_disruption_request(&request).expect("valid request");
         let cluster = request.cluster.as_ref().unwrap();
-        let by_name: BTreeMap<&str, &pb::StateNode> = cluster.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let by_name: BTreeMap<&str, &sched::StateNode> = cluster.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let mut disrupted = 0u32;
         for command in &response.commands {
             let landed: HashSet<&str> = command

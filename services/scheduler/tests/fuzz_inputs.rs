@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use prost::Message as _;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -31,7 +31,7 @@ fn solve_inputs_answer() {
     let inputs = inputs("solve");
     assert!(!inputs.is_empty(), "the seeds are there");
     for (path, bytes) in inputs {
-        if let Ok(request) = pb::SolveRequest::decode(bytes.as_slice()) {
+        if let Ok(request) = sched::SolveRequest::decode(bytes.as_slice()) {
             // An error is a fine answer; a panic fails the test.
             let _ = karpenter_scheduler::solve_request(&request);
         }
@@ -44,7 +44,7 @@ fn plan_disruption_inputs_answer() {
     let inputs = inputs("plan_disruption");
     assert!(!inputs.is_empty(), "the seeds are there");
     for (path, bytes) in inputs {
-        if let Ok(request) = pb::PlanDisruptionRequest::decode(bytes.as_slice()) {
+        if let Ok(request) = sched::PlanDisruptionRequest::decode(bytes.as_slice()) {
             let _ = karpenter_scheduler::plan_disruption_request(&request);
         }
         eprintln!("ok {}", path.display());

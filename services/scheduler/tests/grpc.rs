@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::scheduler::v1::scheduler_client::SchedulerClient;
+use karpenter_proto::types::v1 as types;
 use karpenter_runtime::{Listeners, ServiceArgs};
 use tonic_types::StatusExt;
 
@@ -48,23 +49,23 @@ async fn start_with(limits: karpenter_scheduler::Limits) -> Running {
     }
 }
 
-fn request() -> pb::SolveRequest {
-    let it = pb::InstanceType {
+fn request() -> sched::SolveRequest {
+    let it = types::InstanceType {
         name: "m5.large".into(),
-        requirements: vec![pb::Requirement {
+        requirements: vec![types::Requirement {
             key: "kubernetes.io/arch".into(),
-            operator: pb::Operator::In as i32,
+            operator: types::Operator::In as i32,
             values: vec!["amd64".into()],
             min_values: None,
         }],
-        offerings: vec![pb::Offering {
+        offerings: vec![types::Offering {
             zone: "us-west-2a".into(),
             capacity_type: "on-demand".into(),
             price: 0.096,
             available: true,
             requirements: vec![],
         }],
-        capacity: Some(pb::ResourceList {
+        capacity: Some(types::ResourceList {
             quantities: [
                 ("cpu".to_owned(), 2000),
                 ("memory".to_owned(), 8 << 30),
@@ -75,27 +76,27 @@ fn request() -> pb::SolveRequest {
         }),
         overhead: None,
     };
-    let pod = pb::Pod {
+    let pod = sched::Pod {
         namespace: "default".into(),
         name: "app-0".into(),
-        containers: vec![pb::Container {
+        containers: vec![sched::Container {
             name: "app".into(),
-            requests: Some(pb::ResourceList {
+            requests: Some(types::ResourceList {
                 quantities: [("cpu".to_owned(), 1000)].into_iter().collect(),
             }),
             ..Default::default()
         }],
         ..Default::default()
     };
-    pb::SolveRequest {
-        cluster: Some(pb::ClusterSnapshot {
+    sched::SolveRequest {
+        cluster: Some(sched::ClusterSnapshot {
             pending_pods: vec![pod],
-            node_pools: vec![pb::NodePool {
+            node_pools: vec![sched::NodePool {
                 name: "default".into(),
                 ready: true,
                 ..Default::default()
             }],
-            instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+            instance_type_catalogs: vec![sched::InstanceTypeCatalog {
                 name: "default".into(),
                 instance_types: vec![it],
             }],
@@ -186,9 +187,9 @@ async fn a_broken_catalog_is_invalid_argument_naming_the_field() {
     let mut client = connect(&running.grpc).await;
     let mut bad = request();
     let cluster = bad.cluster.as_mut().unwrap();
-    cluster.instance_type_catalogs[0].instance_types[0].requirements = vec![pb::Requirement {
+    cluster.instance_type_catalogs[0].instance_types[0].requirements = vec![types::Requirement {
         key: "karpenter.k8s.aws/instance-generation".into(),
-        operator: pb::Operator::Gt as i32,
+        operator: types::Operator::Gt as i32,
         values: vec!["five".into()],
         min_values: None,
     }];
@@ -210,7 +211,7 @@ async fn a_broken_catalog_is_invalid_argument_naming_the_field() {
 }
 
 /// `request()` with `count` pods of `cpu` millicores each.
-fn request_with_pods(count: usize, cpu: i64) -> pb::SolveRequest {
+fn request_with_pods(count: usize, cpu: i64) -> sched::SolveRequest {
     let mut request = request();
     let cluster = request.cluster.as_mut().unwrap();
     let template = cluster.pending_pods[0].clone();
@@ -218,7 +219,7 @@ fn request_with_pods(count: usize, cpu: i64) -> pb::SolveRequest {
         .map(|i| {
             let mut pod = template.clone();
             pod.name = format!("app-{i}");
-            pod.containers[0].requests = Some(pb::ResourceList {
+            pod.containers[0].requests = Some(types::ResourceList {
                 quantities: [("cpu".to_owned(), cpu)].into_iter().collect(),
             });
             pod
@@ -260,7 +261,7 @@ async fn requests_that_overflow_a_sum_are_unschedulable_not_a_crash() {
     let container = pod.containers[0].clone();
     pod.containers = vec![container.clone(), container.clone(), container];
     for c in &mut pod.containers {
-        c.requests = Some(pb::ResourceList {
+        c.requests = Some(types::ResourceList {
             quantities: [("cpu".to_owned(), half)].into_iter().collect(),
         });
     }
@@ -281,12 +282,12 @@ async fn budget_schedules_are_checked_and_huge_windows_answer_at_once() {
         let mut request = request();
         let cluster = request.cluster.as_mut().unwrap();
         cluster.pending_pods.clear();
-        cluster.node_pools[0].disruption = Some(pb::Disruption {
+        cluster.node_pools[0].disruption = Some(sched::Disruption {
             consolidate_after: Some(prost_types::Duration {
                 seconds: 0,
                 nanos: 0,
             }),
-            budgets: vec![pb::Budget {
+            budgets: vec![sched::Budget {
                 nodes: "0".into(),
                 schedule: schedule.into(),
                 duration: Some(prost_types::Duration { seconds, nanos: 0 }),
@@ -299,7 +300,7 @@ async fn budget_schedules_are_checked_and_huge_windows_answer_at_once() {
             seconds: 1_800_000_000,
             nanos: 0,
         });
-        pb::PlanDisruptionRequest {
+        sched::PlanDisruptionRequest {
             cluster: request.cluster,
             options: None,
         }
@@ -344,7 +345,7 @@ async fn one_bad_object_is_reported_and_the_rest_is_planned() {
     let mut client = connect(&running.grpc).await;
     let mut mixed = request_with_pods(2, 500);
     let cluster = mixed.cluster.as_mut().unwrap();
-    cluster.pending_pods[1].tolerations.push(pb::Toleration {
+    cluster.pending_pods[1].tolerations.push(sched::Toleration {
         key: "k".into(),
         effect: 42,
         ..Default::default()
@@ -354,9 +355,9 @@ async fn one_bad_object_is_reported_and_the_rest_is_planned() {
     bad_pool.name = "broken".into();
     bad_pool.weight = 500;
     cluster.node_pools.push(bad_pool);
-    cluster.nodes.push(pb::StateNode {
+    cluster.nodes.push(sched::StateNode {
         name: "node-with-a-bad-taint".into(),
-        taints: vec![pb::Taint {
+        taints: vec![types::Taint {
             key: "k".into(),
             value: String::new(),
             effect: 7,
@@ -400,7 +401,7 @@ async fn one_bad_object_is_reported_and_the_rest_is_planned() {
     );
     // Disruption leaves the rejected node alone and says so.
     let plan = client
-        .plan_disruption(pb::PlanDisruptionRequest {
+        .plan_disruption(sched::PlanDisruptionRequest {
             cluster: mixed.cluster,
             options: None,
         })
@@ -449,9 +450,9 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 
 /// A registered, initialized on-demand m5.large node of the default pool,
 /// named `name` (node and claim), with nothing on it.
-fn initialized_m5(cluster: &pb::ClusterSnapshot, name: &str) -> pb::StateNode {
+fn initialized_m5(cluster: &sched::ClusterSnapshot, name: &str) -> sched::StateNode {
     let m5 = &cluster.instance_type_catalogs[0].instance_types[0];
-    pb::StateNode {
+    sched::StateNode {
         name: name.into(),
         node_claim_name: name.into(),
         node_pool: "default".into(),
@@ -480,7 +481,7 @@ async fn times_at_the_ends_of_the_range_do_not_overflow() {
     let cluster = request.cluster.as_mut().unwrap();
     cluster.pending_pods.clear();
     let far = |seconds: i64| Some(prost_types::Timestamp { seconds, nanos: 0 });
-    cluster.node_pools[0].disruption = Some(pb::Disruption {
+    cluster.node_pools[0].disruption = Some(sched::Disruption {
         consolidate_after: Some(prost_types::Duration {
             seconds: i64::MAX,
             nanos: 0,
@@ -491,9 +492,9 @@ async fn times_at_the_ends_of_the_range_do_not_overflow() {
         seconds: i64::MAX,
         nanos: 0,
     });
-    cluster.nodes = vec![pb::StateNode {
+    cluster.nodes = vec![sched::StateNode {
         creation_timestamp: far(i64::MAX),
-        disruption: Some(pb::NodeClaimDisruptionState {
+        disruption: Some(sched::NodeClaimDisruptionState {
             last_pod_event_time: far(i64::MAX),
             initialized_time: far(i64::MAX),
             ..Default::default()
@@ -502,7 +503,7 @@ async fn times_at_the_ends_of_the_range_do_not_overflow() {
     }];
     cluster.now = far(i64::MIN);
     let answer = client
-        .plan_disruption(pb::PlanDisruptionRequest {
+        .plan_disruption(sched::PlanDisruptionRequest {
             cluster: request.cluster,
             options: None,
         })
@@ -537,7 +538,7 @@ impl tonic::codec::Encoder for RawEncoder {
 }
 
 impl tonic::codec::Decoder for SolveDecoder {
-    type Item = pb::SolveResponse;
+    type Item = sched::SolveResponse;
     type Error = tonic::Status;
 
     fn decode(
@@ -545,7 +546,7 @@ impl tonic::codec::Decoder for SolveDecoder {
         buf: &mut tonic::codec::DecodeBuf<'_>,
     ) -> Result<Option<Self::Item>, Self::Error> {
         use prost::Message as _;
-        pb::SolveResponse::decode(buf)
+        sched::SolveResponse::decode(buf)
             .map(Some)
             .map_err(|e| tonic::Status::internal(e.to_string()))
     }
@@ -553,7 +554,7 @@ impl tonic::codec::Decoder for SolveDecoder {
 
 impl tonic::codec::Codec for RawCodec {
     type Encode = prost::bytes::Bytes;
-    type Decode = pb::SolveResponse;
+    type Decode = sched::SolveResponse;
     type Encoder = RawEncoder;
     type Decoder = SolveDecoder;
 

@@ -4,11 +4,12 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
-use pb::Operator::{In, NotIn};
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use support::*;
+use types::Operator::{In, NotIn};
 
-fn default_pool() -> pb::NodePool {
+fn default_pool() -> sched::NodePool {
     let mut p = pool("default");
     p.requirements = vec![in_(CAPACITY_TYPE, &["spot", "on-demand"])];
     p
@@ -18,15 +19,15 @@ fn scenario() -> Scenario {
     Scenario::new(vec![default_pool()])
 }
 
-fn daemonset(pod: pb::Pod) -> pb::DaemonSet {
-    pb::DaemonSet {
+fn daemonset(pod: sched::Pod) -> sched::DaemonSet {
+    sched::DaemonSet {
         namespace: "default".into(),
         name: format!("ds-{}", pod.name),
         template: Some(pod),
     }
 }
 
-fn with_limits(mut p: pb::Pod, limits: &[(&str, i64)]) -> pb::Pod {
+fn with_limits(mut p: sched::Pod, limits: &[(&str, i64)]) -> sched::Pod {
     p.containers[0].limits = Some(list(limits));
     p
 }
@@ -46,7 +47,7 @@ fn daemonset_memory_limit_stands_in_for_its_request() {
 fn daemonset_init_containers_count_at_their_peak() {
     let mut s = scenario();
     let mut ds = with_limits(pod("d").cpu(1000), &[("memory", GI)]);
-    ds.init_containers.push(pb::Container {
+    ds.init_containers.push(sched::Container {
         name: "init".into(),
         requests: Some(list(&[("cpu", 3000)])),
         limits: Some(list(&[("memory", 3 * GI)])),
@@ -97,7 +98,7 @@ fn daemonset_with_one_matching_required_term_is_counted() {
 #[test]
 fn daemonset_preferences_and_prefer_no_schedule_taints_do_not_exclude_it() {
     let mut p = default_pool();
-    p.taints = vec![taint("test", "", pb::TaintEffect::PreferNoSchedule)];
+    p.taints = vec![taint("test", "", types::TaintEffect::PreferNoSchedule)];
     let mut s = Scenario::new(vec![p]);
     s.snapshot.daemon_sets = vec![daemonset(
         pod("d")
@@ -106,8 +107,8 @@ fn daemonset_preferences_and_prefer_no_schedule_taints_do_not_exclude_it() {
             .preferred(1, vec![in_("node", &["invalid"])]),
     )];
     let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI).tolerate(
-        pb::Toleration {
-            operator: pb::toleration::TolerationOperator::Exists as i32,
+        sched::Toleration {
+            operator: sched::toleration::TolerationOperator::Exists as i32,
             ..Default::default()
         },
     )]);
@@ -256,10 +257,11 @@ fn unsatisfiable_preference_does_not_separate_pods() {
 #[test]
 fn preferred_affinity_to_a_missing_pod_is_relaxed() {
     let mut p = pod("a");
-    p.preferred_pod_affinity.push(pb::WeightedPodAffinityTerm {
-        weight: 50,
-        term: Some(affinity_term(ZONE, &[("security", "s2")])),
-    });
+    p.preferred_pod_affinity
+        .push(sched::WeightedPodAffinityTerm {
+            weight: 50,
+            term: Some(affinity_term(ZONE, &[("security", "s2")])),
+        });
     assert!(scenario().solve(vec![p]).scheduled("a"));
 }
 
@@ -273,12 +275,12 @@ fn sidecars_run_alongside_and_inits_peak_on_top_of_them() {
     let s = Scenario::with_instance_types(vec![default_pool()], its);
     let mut p = pod("a").cpu(6000).memory(2 * GI);
     p.init_containers = vec![
-        pb::Container {
+        sched::Container {
             name: "init".into(),
             requests: Some(list(&[("cpu", 10_000), ("memory", 4 * GI)])),
             ..Default::default()
         },
-        pb::Container {
+        sched::Container {
             name: "sidecar".into(),
             requests: Some(list(&[("cpu", 4900), ("memory", 2900 << 20)])),
             restart_policy_always: true,
@@ -336,10 +338,10 @@ fn a_zero_request_of_an_unknown_resource_fits() {
 
 #[test]
 fn tolerations_never_add_taints() {
-    let outcome = scenario().solve(vec![pod("a").tolerate(pb::Toleration {
+    let outcome = scenario().solve(vec![pod("a").tolerate(sched::Toleration {
         key: "test-key".into(),
-        operator: pb::toleration::TolerationOperator::Exists as i32,
-        effect: pb::TaintEffect::NoExecute as i32,
+        operator: sched::toleration::TolerationOperator::Exists as i32,
+        effect: types::TaintEffect::NoExecute as i32,
         ..Default::default()
     })]);
     assert!(outcome.claim_of("a").unwrap().taints.is_empty());
@@ -358,7 +360,7 @@ fn min_values_on_two_keys_relax_independently() {
     zone.min_values = Some(3);
     p.requirements.extend([it, zone]);
     let mut s = Scenario::with_instance_types(vec![p], its);
-    s.options.min_values_policy = pb::scheduling_options::MinValuesPolicy::BestEffort as i32;
+    s.options.min_values_policy = sched::scheduling_options::MinValuesPolicy::BestEffort as i32;
     let outcome = s.solve(vec![pod("a")]);
     let claim = outcome.claim_of("a").unwrap();
     let min = |key: &str| {

@@ -3,11 +3,12 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
-use pb::Operator::{DoesNotExist, Exists, Gt, Lt, NotIn};
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use support::*;
+use types::Operator::{DoesNotExist, Exists, Gt, Lt, NotIn};
 
-fn default_pool() -> pb::NodePool {
+fn default_pool() -> sched::NodePool {
     let mut p = pool("default");
     p.requirements = vec![in_(CAPACITY_TYPE, &["spot", "on-demand"])];
     p
@@ -98,7 +99,7 @@ fn exists_on_a_label_only_some_types_carry_picks_those_types() {
 // it are taken as not carrying it, for `Exists` and `DoesNotExist` alike.
 #[test]
 fn exists_on_a_label_other_types_leave_out_picks_the_types_that_list_it() {
-    let types: Vec<pb::InstanceType> = (0..5)
+    let types: Vec<types::InstanceType> = (0..5)
         .map(|i| {
             let mut it = ItSpec::new(&format!("fake-it-{i}"), (i + 1) * 1000, (i + 1) * 2 * GI)
                 .pods((i + 1) * 10)
@@ -172,7 +173,7 @@ fn pool_requirement_against_pod_operators() {
     let mut p = default_pool();
     p.requirements.push(in_("test-key", &["test-value"]));
     let s = Scenario::new(vec![p]);
-    let cases: [(&str, Vec<pb::Requirement>, bool); 6] = [
+    let cases: [(&str, Vec<types::Requirement>, bool); 6] = [
         ("in", vec![in_("test-key", &["test-value"])], true),
         (
             "notin",
@@ -309,7 +310,7 @@ fn heavier_preferences_win_and_impossible_ones_are_dropped() {
 fn prefer_no_schedule_taint_is_tolerated_only_after_relaxing() {
     let mut tainted = default_pool();
     tainted.name = "a-tainted".into();
-    tainted.taints = vec![taint("foo", "bar", pb::TaintEffect::PreferNoSchedule)];
+    tainted.taints = vec![taint("foo", "bar", types::TaintEffect::PreferNoSchedule)];
     let untainted = pool("b-clean");
     let outcome = Scenario::new(vec![tainted.clone(), untainted]).solve(vec![pod("p")]);
     assert_eq!(outcome.claim_of("p").unwrap().node_pool, "b-clean");
@@ -388,13 +389,13 @@ fn pods_capacity_limits_packing() {
 #[test]
 fn init_containers_and_overhead_count() {
     let mut p = pod("a").cpu(1000).memory(GI);
-    p.init_containers.push(pb::Container {
+    p.init_containers.push(sched::Container {
         name: "init".into(),
         requests: Some(list(&[("cpu", 2000), ("memory", GI)])),
         ..Default::default()
     });
     let mut huge_init = pod("b");
-    huge_init.init_containers.push(pb::Container {
+    huge_init.init_containers.push(sched::Container {
         name: "init".into(),
         requests: Some(list(&[("memory", 1 << 40)])),
         ..Default::default()
@@ -454,11 +455,11 @@ fn options_are_ranked_by_price() {
 
 fn toleration(
     key: &str,
-    op: pb::toleration::TolerationOperator,
+    op: sched::toleration::TolerationOperator,
     value: &str,
-    effect: Option<pb::TaintEffect>,
-) -> pb::Toleration {
-    pb::Toleration {
+    effect: Option<types::TaintEffect>,
+) -> sched::Toleration {
+    sched::Toleration {
         key: key.into(),
         operator: op as i32,
         value: value.into(),
@@ -469,22 +470,26 @@ fn toleration(
 
 #[test]
 fn pool_taints_need_tolerations_and_startup_taints_do_not() {
-    use pb::toleration::TolerationOperator::{Equal, Exists as TExists};
+    use sched::toleration::TolerationOperator::{Equal, Exists as TExists};
     let mut p = default_pool();
-    p.taints = vec![taint("test-key", "test-value", pb::TaintEffect::NoSchedule)];
+    p.taints = vec![taint(
+        "test-key",
+        "test-value",
+        types::TaintEffect::NoSchedule,
+    )];
     let s = Scenario::new(vec![p]);
     let outcome = s.solve(vec![
         pod("exists").tolerate(toleration(
             "test-key",
             TExists,
             "",
-            Some(pb::TaintEffect::NoSchedule),
+            Some(types::TaintEffect::NoSchedule),
         )),
         pod("equal").tolerate(toleration(
             "test-key",
             Equal,
             "test-value",
-            Some(pb::TaintEffect::NoSchedule),
+            Some(types::TaintEffect::NoSchedule),
         )),
         pod("none"),
         pod("wrong").tolerate(toleration("invalid", TExists, "", None)),
@@ -492,7 +497,7 @@ fn pool_taints_need_tolerations_and_startup_taints_do_not() {
             "test-key",
             Equal,
             "",
-            Some(pb::TaintEffect::NoSchedule),
+            Some(types::TaintEffect::NoSchedule),
         )),
     ]);
     assert!(outcome.scheduled("exists"));
@@ -501,14 +506,14 @@ fn pool_taints_need_tolerations_and_startup_taints_do_not() {
     assert!(!outcome.scheduled("wrong"));
     assert!(!outcome.scheduled("empty-value"));
     let mut p = default_pool();
-    p.startup_taints = vec![taint("startup", "", pb::TaintEffect::NoSchedule)];
+    p.startup_taints = vec![taint("startup", "", types::TaintEffect::NoSchedule)];
     assert!(Scenario::new(vec![p]).solve(vec![pod("a")]).scheduled("a"));
 }
 
 // --- E. daemonsets -----------------------------------------------------------
 
-fn daemonset(pod: pb::Pod) -> pb::DaemonSet {
-    pb::DaemonSet {
+fn daemonset(pod: sched::Pod) -> sched::DaemonSet {
+    sched::DaemonSet {
         namespace: "default".into(),
         name: format!("ds-{}", pod.name),
         template: Some(pod),
@@ -538,7 +543,7 @@ fn daemonset_host_ports_conflict() {
 #[test]
 fn daemonsets_that_would_not_run_on_the_pool_are_ignored() {
     let mut p = default_pool();
-    p.taints = vec![taint("foo", "bar", pb::TaintEffect::NoSchedule)];
+    p.taints = vec![taint("foo", "bar", types::TaintEffect::NoSchedule)];
     let mut s = Scenario::new(vec![p]);
     s.snapshot.daemon_sets = vec![
         daemonset(pod("untolerating").cpu(2000).memory(2 * GI)),
@@ -550,8 +555,8 @@ fn daemonsets_that_would_not_run_on_the_pool_are_ignored() {
         ),
     ];
     let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI).tolerate(
-        pb::Toleration {
-            operator: pb::toleration::TolerationOperator::Exists as i32,
+        sched::Toleration {
+            operator: sched::toleration::TolerationOperator::Exists as i32,
             ..Default::default()
         },
     )]);
@@ -561,7 +566,7 @@ fn daemonsets_that_would_not_run_on_the_pool_are_ignored() {
 #[test]
 fn daemonset_startup_taints_do_not_exclude_it() {
     let mut p = default_pool();
-    p.startup_taints = vec![taint("foo.com/taint", "", pb::TaintEffect::NoSchedule)];
+    p.startup_taints = vec![taint("foo.com/taint", "", types::TaintEffect::NoSchedule)];
     let mut s = Scenario::new(vec![p]);
     s.snapshot.daemon_sets = vec![daemonset(pod("d").cpu(2000).memory(2 * GI))];
     let outcome = s.solve(vec![pod("a").cpu(1000).memory(GI)]);
@@ -736,7 +741,7 @@ fn uninitialized_nodes_ignore_startup_taints_initialized_ones_do_not() {
         n.taints = vec![taint(
             "foo.com/taint",
             "tainted",
-            pb::TaintEffect::NoSchedule,
+            types::TaintEffect::NoSchedule,
         )];
         n.startup_taints = n.taints.clone();
         n.initialized = initialized;
@@ -906,7 +911,7 @@ fn min_values_strict_and_best_effort() {
     p.requirements.push(r);
     let mut s = Scenario::new(vec![p]);
     assert!(!s.solve(vec![pod("a")]).scheduled("a"));
-    s.options.min_values_policy = pb::scheduling_options::MinValuesPolicy::BestEffort as i32;
+    s.options.min_values_policy = sched::scheduling_options::MinValuesPolicy::BestEffort as i32;
     let outcome = s.solve(vec![pod("a")]);
     assert!(outcome.scheduled("a"));
     let claim = outcome.claim_of("a").unwrap();

@@ -2,16 +2,17 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use support::*;
 
-fn topology_pool() -> pb::NodePool {
+fn topology_pool() -> sched::NodePool {
     let mut p = pool("default");
-    p.requirements = vec![req(CAPACITY_TYPE, pb::Operator::Exists, &[])];
+    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
     p
 }
 
-fn spread_pods(count: usize, key: &str, max_skew: i32) -> Vec<pb::Pod> {
+fn spread_pods(count: usize, key: &str, max_skew: i32) -> Vec<sched::Pod> {
     (0..count)
         .map(|i| {
             pod(&format!("p{i}"))
@@ -274,7 +275,7 @@ fn preferred_anti_affinity_is_relaxed() {
         .map(|i| {
             let mut p = pod(&format!("p{i}")).label("app", "x");
             p.preferred_pod_anti_affinity
-                .push(pb::WeightedPodAffinityTerm {
+                .push(sched::WeightedPodAffinityTerm {
                     weight: 10,
                     term: Some(affinity_term(ZONE, &[("app", "x")])),
                 });
@@ -290,22 +291,22 @@ fn ignoring_preferences_packs_schedule_anyway_pods_together() {
     let mut pods = spread_pods(5, HOSTNAME, 1);
     for p in &mut pods {
         p.topology_spread_constraints[0].when_unsatisfiable =
-            pb::topology_spread_constraint::WhenUnsatisfiable::ScheduleAnyway as i32;
+            sched::topology_spread_constraint::WhenUnsatisfiable::ScheduleAnyway as i32;
     }
     let mut s = Scenario::new(vec![topology_pool()]);
     assert_eq!(s.solve(pods.clone()).claims().len(), 5);
-    s.options.preference_policy = pb::scheduling_options::PreferencePolicy::Ignore as i32;
+    s.options.preference_policy = sched::scheduling_options::PreferencePolicy::Ignore as i32;
     assert_eq!(s.solve(pods).claims().len(), 1);
 }
 
 #[test]
 fn volume_zone_requirements_pin_the_pod() {
     let mut p = pod("a");
-    p.volumes.push(pb::Volume {
+    p.volumes.push(sched::Volume {
         name: "data".into(),
         driver: "ebs.csi.aws.com".into(),
         claim_id: "default/data".into(),
-        topology: vec![pb::NodeSelectorTerm {
+        topology: vec![sched::NodeSelectorTerm {
             match_expressions: vec![in_(ZONE, &["test-zone-3"])],
             match_fields: vec![],
         }],
@@ -318,7 +319,7 @@ trait Bound {
     fn tap_node(self, node: &str) -> Self;
 }
 
-impl Bound for pb::Pod {
+impl Bound for sched::Pod {
     fn tap_node(mut self, node: &str) -> Self {
         self.node_name = node.into();
         self.phase = "Running".into();

@@ -3,19 +3,20 @@
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as pb;
-use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
+use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
 use support::*;
 
 const LABELS: &[(&str, &str)] = &[("test", "test")];
 
-fn topology_pool(name: &str) -> pb::NodePool {
+fn topology_pool(name: &str) -> sched::NodePool {
     let mut p = pool(name);
-    p.requirements = vec![req(CAPACITY_TYPE, pb::Operator::Exists, &[])];
+    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
     p
 }
 
-fn spread_pods(prefix: &str, count: usize, key: &str, max_skew: i32) -> Vec<pb::Pod> {
+fn spread_pods(prefix: &str, count: usize, key: &str, max_skew: i32) -> Vec<sched::Pod> {
     (0..count)
         .map(|i| {
             pod(&format!("{prefix}{i}"))
@@ -180,7 +181,7 @@ fn capacity_type_spread_with_required_capacity_types() {
     assert_eq!(outcome.skew(CAPACITY_TYPE, LABELS, &pods), vec![3]);
 }
 
-fn tainted_node(name: &str, value: &str) -> pb::StateNode {
+fn tainted_node(name: &str, value: &str) -> sched::StateNode {
     let mut n = node(
         name,
         &[("fake-label", value)],
@@ -189,7 +190,7 @@ fn tainted_node(name: &str, value: &str) -> pb::StateNode {
     n.taints = vec![taint(
         "taintname",
         "taintvalue",
-        pb::TaintEffect::NoSchedule,
+        types::TaintEffect::NoSchedule,
     )];
     n
 }
@@ -200,7 +201,7 @@ fn node_taints_policy_decides_whether_tainted_domains_count() {
     p.labels.insert("fake-label".into(), "baz".into());
     let mut s = Scenario::new(vec![p]);
     s.snapshot.nodes = vec![tainted_node("foo", "foo"), tainted_node("bar", "bar")];
-    let spread = |policy: InclusionPolicy| -> Vec<pb::Pod> {
+    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
         spread_pods("p", 5, "fake-label", 1)
             .into_iter()
             .map(|mut p| {
@@ -234,10 +235,10 @@ fn node_taints_policy_applies_to_tainted_pools() {
     tainted.taints = vec![taint(
         "taintname",
         "taintvalue",
-        pb::TaintEffect::NoSchedule,
+        types::TaintEffect::NoSchedule,
     )];
     let s = Scenario::new(vec![open, tainted]);
-    let spread = |policy: InclusionPolicy| -> Vec<pb::Pod> {
+    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
         spread_pods("p", 2, "fake-label", 1)
             .into_iter()
             .map(|mut p| {
@@ -276,7 +277,7 @@ fn node_affinity_policy_decides_whether_unselected_domains_count() {
             )
         })
         .collect();
-    let spread = |policy: InclusionPolicy| -> Vec<pb::Pod> {
+    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
         spread_pods("p", 5, "fake-label", 1)
             .into_iter()
             .map(|mut p| {

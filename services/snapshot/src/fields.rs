@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use karpenter_core::requirements::Operator;
 use karpenter_proto::convert::wire_operator;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 /// A field that cannot be understood.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +41,7 @@ pub fn join(path: &str, key: &str) -> String {
 pub fn resources(
     map: Option<&BTreeMap<String, Quantity>>,
     path: &str,
-) -> Result<Option<pb::ResourceList>> {
+) -> Result<Option<types::ResourceList>> {
     let Some(map) = map else {
         return Ok(None);
     };
@@ -51,10 +52,10 @@ pub fn resources(
         })?;
         quantities.insert(name.clone(), value);
     }
-    Ok(Some(pb::ResourceList { quantities }))
+    Ok(Some(types::ResourceList { quantities }))
 }
 
-pub fn operator(text: &str, path: &str) -> Result<pb::Operator> {
+pub fn operator(text: &str, path: &str) -> Result<types::Operator> {
     Operator::parse(text).map(wire_operator).ok_or_else(|| {
         FieldError::new(
             join(path, "operator"),
@@ -63,11 +64,11 @@ pub fn operator(text: &str, path: &str) -> Result<pb::Operator> {
     })
 }
 
-pub fn requirement(r: &core::NodeSelectorRequirement, path: &str) -> Result<pb::Requirement> {
+pub fn requirement(r: &core::NodeSelectorRequirement, path: &str) -> Result<types::Requirement> {
     if r.key.is_empty() {
         return Err(FieldError::new(join(path, "key"), "is required"));
     }
-    Ok(pb::Requirement {
+    Ok(types::Requirement {
         key: r.key.clone(),
         operator: operator(&r.operator, path)? as i32,
         values: r.values.clone().unwrap_or_default(),
@@ -78,7 +79,7 @@ pub fn requirement(r: &core::NodeSelectorRequirement, path: &str) -> Result<pb::
 pub fn requirements(
     list: Option<&Vec<core::NodeSelectorRequirement>>,
     path: &str,
-) -> Result<Vec<pb::Requirement>> {
+) -> Result<Vec<types::Requirement>> {
     list.into_iter()
         .flatten()
         .enumerate()
@@ -89,8 +90,8 @@ pub fn requirements(
 pub fn node_selector_term(
     term: &core::NodeSelectorTerm,
     path: &str,
-) -> Result<pb::NodeSelectorTerm> {
-    Ok(pb::NodeSelectorTerm {
+) -> Result<sched::NodeSelectorTerm> {
+    Ok(sched::NodeSelectorTerm {
         match_expressions: requirements(
             term.match_expressions.as_ref(),
             &join(path, "matchExpressions"),
@@ -101,7 +102,7 @@ pub fn node_selector_term(
 
 /// Node selector terms of objects other tools checked (PersistentVolumes):
 /// an entry that cannot be used is left out rather than failing the pod.
-pub fn lenient_terms(terms: &[core::NodeSelectorTerm]) -> Vec<pb::NodeSelectorTerm> {
+pub fn lenient_terms(terms: &[core::NodeSelectorTerm]) -> Vec<sched::NodeSelectorTerm> {
     let lenient = |list: &Option<Vec<core::NodeSelectorRequirement>>| {
         list.iter()
             .flatten()
@@ -110,7 +111,7 @@ pub fn lenient_terms(terms: &[core::NodeSelectorTerm]) -> Vec<pb::NodeSelectorTe
     };
     terms
         .iter()
-        .map(|term| pb::NodeSelectorTerm {
+        .map(|term| sched::NodeSelectorTerm {
             match_expressions: lenient(&term.match_expressions),
             match_fields: lenient(&term.match_fields),
         })
@@ -120,7 +121,7 @@ pub fn lenient_terms(terms: &[core::NodeSelectorTerm]) -> Vec<pb::NodeSelectorTe
 pub fn label_selector(
     selector: Option<&meta::LabelSelector>,
     path: &str,
-) -> Result<Option<pb::LabelSelector>> {
+) -> Result<Option<sched::LabelSelector>> {
     let Some(selector) = selector else {
         return Ok(None);
     };
@@ -140,23 +141,23 @@ pub fn label_selector(
                 ),
             ));
         }
-        match_expressions.push(pb::LabelSelectorRequirement {
+        match_expressions.push(sched::LabelSelectorRequirement {
             key: e.key.clone(),
             operator: e.operator.clone(),
             values: e.values.clone().unwrap_or_default(),
         });
     }
-    Ok(Some(pb::LabelSelector {
+    Ok(Some(sched::LabelSelector {
         match_labels: selector.match_labels.clone().unwrap_or_default(),
         match_expressions,
     }))
 }
 
-pub fn taint_effect(effect: &str, path: &str) -> Result<pb::TaintEffect> {
+pub fn taint_effect(effect: &str, path: &str) -> Result<types::TaintEffect> {
     match effect {
-        "NoSchedule" => Ok(pb::TaintEffect::NoSchedule),
-        "PreferNoSchedule" => Ok(pb::TaintEffect::PreferNoSchedule),
-        "NoExecute" => Ok(pb::TaintEffect::NoExecute),
+        "NoSchedule" => Ok(types::TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Ok(types::TaintEffect::PreferNoSchedule),
+        "NoExecute" => Ok(types::TaintEffect::NoExecute),
         other => Err(FieldError::new(
             path,
             format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {other:?}"),
@@ -165,7 +166,7 @@ pub fn taint_effect(effect: &str, path: &str) -> Result<pb::TaintEffect> {
 }
 
 /// A Node's taints.
-pub fn node_taints(list: Option<&Vec<core::Taint>>, path: &str) -> Result<Vec<pb::Taint>> {
+pub fn node_taints(list: Option<&Vec<core::Taint>>, path: &str) -> Result<Vec<types::Taint>> {
     list.into_iter()
         .flatten()
         .enumerate()
@@ -174,7 +175,7 @@ pub fn node_taints(list: Option<&Vec<core::Taint>>, path: &str) -> Result<Vec<pb
             if t.key.is_empty() {
                 return Err(FieldError::new(join(&p, "key"), "is required"));
             }
-            Ok(pb::Taint {
+            Ok(types::Taint {
                 key: t.key.clone(),
                 value: t.value.clone().unwrap_or_default(),
                 effect: taint_effect(&t.effect, &join(&p, "effect"))? as i32,
@@ -184,15 +185,17 @@ pub fn node_taints(list: Option<&Vec<core::Taint>>, path: &str) -> Result<Vec<pb
 }
 
 /// A NodePool's or NodeClaim's taints.
-pub fn karpenter_taints(list: &[karpenter_api::Taint]) -> Vec<pb::Taint> {
+pub fn karpenter_taints(list: &[karpenter_api::Taint]) -> Vec<types::Taint> {
     list.iter()
-        .map(|t| pb::Taint {
+        .map(|t| types::Taint {
             key: t.key.clone(),
             value: t.value.clone().unwrap_or_default(),
             effect: match t.effect {
-                karpenter_api::TaintEffect::NoSchedule => pb::TaintEffect::NoSchedule,
-                karpenter_api::TaintEffect::PreferNoSchedule => pb::TaintEffect::PreferNoSchedule,
-                karpenter_api::TaintEffect::NoExecute => pb::TaintEffect::NoExecute,
+                karpenter_api::TaintEffect::NoSchedule => types::TaintEffect::NoSchedule,
+                karpenter_api::TaintEffect::PreferNoSchedule => {
+                    types::TaintEffect::PreferNoSchedule
+                }
+                karpenter_api::TaintEffect::NoExecute => types::TaintEffect::NoExecute,
             } as i32,
         })
         .collect()
@@ -201,11 +204,11 @@ pub fn karpenter_taints(list: &[karpenter_api::Taint]) -> Vec<pb::Taint> {
 /// A NodePool's or NodeClaim's requirements.
 pub fn karpenter_requirements(
     list: &[karpenter_api::NodeSelectorRequirementWithMinValues],
-) -> Vec<pb::Requirement> {
+) -> Vec<types::Requirement> {
     list.iter()
         .map(|r| {
             let op: Operator = r.operator.into();
-            pb::Requirement {
+            types::Requirement {
                 key: r.key.clone(),
                 operator: wire_operator(op) as i32,
                 values: r.values.clone(),

@@ -3,7 +3,7 @@
 //! ```text
 //!   k8s-openapi Pod, Node, DaemonSet, PDB, Namespace, PriorityClass,   ┐
 //!   PVC / PV / StorageClass, (Deployment, ReplicaSet, StatefulSet, Job) │  Objects ──build(mode)──▶ Built
-//!   karpenter-api NodePool, NodeClaim; node-class readiness; catalogs  ┘                            ├─ snapshot (pb::ClusterSnapshot)
+//!   karpenter-api NodePool, NodeClaim; node-class readiness; catalogs  ┘                            ├─ snapshot (sched::ClusterSnapshot)
 //!                                                                                                   ├─ origins (entry → source object)
 //!                                                                                                   ├─ warnings
 //!                                                                                                   └─ skipped (live mode: bad objects)
@@ -42,7 +42,8 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 pub use fields::{FieldError, karpenter_taints};
 pub use pdb::{disruptions_allowed, int_or_percent};
@@ -103,7 +104,7 @@ pub struct Objects<'a> {
     pub node_classes: NodeClasses,
     /// Instance types; every pool uses the one named in
     /// [`Objects::pool_catalogs`], else the first.
-    pub catalogs: Vec<pb::InstanceTypeCatalog>,
+    pub catalogs: Vec<sched::InstanceTypeCatalog>,
     /// Pool name → catalog name.
     pub pool_catalogs: BTreeMap<String, String>,
     /// The time decisions are made at (ages, expiry, do-not-disrupt
@@ -178,7 +179,7 @@ pub struct Warning {
 /// The snapshot and what was learned building it.
 #[derive(Debug, Default)]
 pub struct Built {
-    pub snapshot: pb::ClusterSnapshot,
+    pub snapshot: sched::ClusterSnapshot,
     pub origins: Origins,
     pub warnings: Vec<Warning>,
     /// Live mode: objects left out because they could not be understood.
@@ -281,7 +282,7 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
     }
     for (name, mut ns_labels) in namespaces {
         ns_labels.insert(labels::NAMESPACE_NAME.to_string(), name.clone());
-        builder.built.snapshot.namespaces.push(pb::Namespace {
+        builder.built.snapshot.namespaces.push(sched::Namespace {
             name,
             labels: ns_labels,
         });
@@ -295,7 +296,7 @@ pub(crate) struct Builder {
     built: Built,
     /// DaemonSet pods without a node: not provisioned for, but a candidate
     /// for the newest pod its DaemonSet counts as.
-    unbound_daemon_pods: Vec<pb::Pod>,
+    unbound_daemon_pods: Vec<sched::Pod>,
 }
 
 impl Builder {
@@ -347,7 +348,7 @@ impl Builder {
     fn add_pool(
         &mut self,
         source: &Source<'_, NodePool>,
-        pool: pb::NodePool,
+        pool: sched::NodePool,
     ) -> Result<(), ObjectError> {
         if self
             .built
@@ -403,7 +404,7 @@ impl Builder {
     fn place_pod(
         &mut self,
         id: usize,
-        pod: pb::Pod,
+        pod: sched::Pod,
         nodes: &node::Nodes,
         seen: &mut BTreeSet<(String, String)>,
         what: &str,
@@ -465,8 +466,8 @@ impl Builder {
 
 /// Fills in what depends on the catalogs: node prices, and capacity of
 /// in-flight claims that report none (from their instance type).
-pub fn fill_from_catalogs(snapshot: &mut pb::ClusterSnapshot) {
-    let types: BTreeMap<&str, &pb::InstanceType> = snapshot
+pub fn fill_from_catalogs(snapshot: &mut sched::ClusterSnapshot) {
+    let types: BTreeMap<&str, &types::InstanceType> = snapshot
         .instance_type_catalogs
         .iter()
         .flat_map(|c| c.instance_types.iter())
@@ -482,7 +483,7 @@ pub fn fill_from_catalogs(snapshot: &mut pb::ClusterSnapshot) {
             .iter()
             .find(|o| o.zone == node.zone && o.capacity_type == node.capacity_type)
             .map(|o| o.price);
-        let allocatable = pb::ResourceList {
+        let allocatable = types::ResourceList {
             quantities: karpenter_proto::convert::allocatable(it),
         };
         updates.push((i, price, it.capacity.clone(), allocatable));

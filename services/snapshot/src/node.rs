@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{ConditionsExt as _, NodeClaim};
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 use crate::fields::{self, FieldError};
 use crate::{Built, Mode, ObjectError, Source};
@@ -28,7 +29,7 @@ impl Nodes {
         &mut self,
         built: &mut Built,
         id: usize,
-        node: pb::StateNode,
+        node: sched::StateNode,
     ) -> Result<(), ObjectError> {
         if self.by_name.contains_key(&node.name) {
             return Err(ObjectError {
@@ -56,7 +57,7 @@ fn label(node_labels: &BTreeMap<String, String>, key: &str) -> String {
 }
 
 /// A Node object.
-pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<pb::StateNode, ObjectError> {
+pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::StateNode, ObjectError> {
     let object = source.object;
     let meta = &object.metadata;
     let name = meta.name.clone().unwrap_or_default();
@@ -94,13 +95,13 @@ pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<pb::StateNod
     let conditions = status.conditions.unwrap_or_default();
     // A node that reports no conditions (a manifest without status) is ready.
     let not_ready = !conditions.is_empty() && !karpenter_api::node::ready_condition(&conditions);
-    let disruption = pb::NodeClaimDisruptionState {
+    let disruption = sched::NodeClaimDisruptionState {
         do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
         disrupting: taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
         node_not_ready: not_ready,
         ..Default::default()
     };
-    Ok(pb::StateNode {
+    Ok(sched::StateNode {
         node_claim_name: String::new(),
         provider_id: spec.provider_id.clone().unwrap_or_default(),
         node_pool: label(&node_labels, labels::NODE_POOL),
@@ -188,7 +189,7 @@ pub(crate) fn node_claim(
     let mut claim_labels = meta.labels.clone().unwrap_or_default();
     let requirements = fields::karpenter_requirements(&claim.spec.requirements);
     for r in &requirements {
-        if r.operator == pb::Operator::In as i32 && r.values.len() == 1 {
+        if r.operator == types::Operator::In as i32 && r.values.len() == 1 {
             claim_labels
                 .entry(r.key.clone())
                 .or_insert_with(|| r.values[0].clone());
@@ -268,7 +269,7 @@ pub(crate) fn node_claim(
         }
         node.marked_for_deletion |= meta.deletion_timestamp.is_some();
         let from_node = node.disruption.take().unwrap_or_default();
-        node.disruption = Some(pb::NodeClaimDisruptionState {
+        node.disruption = Some(sched::NodeClaimDisruptionState {
             do_not_disrupt: disruption.do_not_disrupt || from_node.do_not_disrupt,
             disrupting: from_node.disrupting,
             node_not_ready: from_node.node_not_ready,
@@ -284,10 +285,10 @@ pub(crate) fn node_claim(
         )));
     }
     let mut startup_taints = fields::karpenter_taints(&claim.spec.startup_taints);
-    startup_taints.push(pb::Taint {
+    startup_taints.push(types::Taint {
         key: labels::UNREGISTERED_TAINT_KEY.to_string(),
         value: String::new(),
-        effect: pb::TaintEffect::NoExecute as i32,
+        effect: types::TaintEffect::NoExecute as i32,
     });
     let capacity = fields::resources(Some(&status.capacity), "status.capacity")
         .map_err(error)?
@@ -298,7 +299,7 @@ pub(crate) fn node_claim(
         .or_else(|| capacity.clone());
     let node_pool = label(&claim_labels, labels::NODE_POOL);
     let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
-    let state = pb::StateNode {
+    let state = sched::StateNode {
         name: name.clone(),
         node_claim_name: name.clone(),
         provider_id,
@@ -330,7 +331,7 @@ fn disruption_state(
     annotations: &BTreeMap<String, String>,
     creation: Option<&prost_types::Timestamp>,
     expire_after: Option<&prost_types::Duration>,
-) -> pb::NodeClaimDisruptionState {
+) -> sched::NodeClaimDisruptionState {
     let conditions = claim
         .status
         .as_ref()
@@ -353,7 +354,7 @@ fn disruption_state(
             }
         })
         .unwrap_or_default();
-    pb::NodeClaimDisruptionState {
+    sched::NodeClaimDisruptionState {
         drifted_reason,
         drifted_time: true_since("Drifted"),
         consolidatable: conditions.is_true("Consolidatable"),
@@ -385,7 +386,10 @@ fn disruption_state(
 }
 
 /// Claims whose expiry follows their pool get it from the pool's template.
-pub(crate) fn apply_pool_expiries(snapshot: &mut pb::ClusterSnapshot, expiries: Vec<PoolExpiry>) {
+pub(crate) fn apply_pool_expiries(
+    snapshot: &mut sched::ClusterSnapshot,
+    expiries: Vec<PoolExpiry>,
+) {
     for expiry in expiries {
         let expire_after = snapshot
             .node_pools
@@ -405,12 +409,12 @@ pub(crate) fn apply_pool_expiries(snapshot: &mut pb::ClusterSnapshot, expiries: 
 /// the known ephemeral taints (not-ready, unreachable, uninitialized,
 /// unregistered, `readiness.k8s.io/*`) and its claim's startup taints
 /// (matched by key and effect) do not count.
-fn ignored_while_starting(taint: &pb::Taint, startup: &[pb::Taint]) -> bool {
+fn ignored_while_starting(taint: &types::Taint, startup: &[types::Taint]) -> bool {
     use karpenter_core::taints::{Effect, is_known_ephemeral};
-    let effect = match pb::TaintEffect::try_from(taint.effect) {
-        Ok(pb::TaintEffect::NoSchedule) => Some(Effect::NoSchedule),
-        Ok(pb::TaintEffect::PreferNoSchedule) => Some(Effect::PreferNoSchedule),
-        Ok(pb::TaintEffect::NoExecute) => Some(Effect::NoExecute),
+    let effect = match types::TaintEffect::try_from(taint.effect) {
+        Ok(types::TaintEffect::NoSchedule) => Some(Effect::NoSchedule),
+        Ok(types::TaintEffect::PreferNoSchedule) => Some(Effect::PreferNoSchedule),
+        Ok(types::TaintEffect::NoExecute) => Some(Effect::NoExecute),
         _ => None,
     };
     effect.is_some_and(|e| is_known_ephemeral(&taint.key, e))

@@ -2,7 +2,7 @@
 
 use karpenter_api::{ConditionsExt as _, NodePool};
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use crate::fields::{self, FieldError};
 use crate::{Mode, NodeClasses, ObjectError, Source};
@@ -11,7 +11,7 @@ pub(crate) fn node_pool(
     source: &Source<'_, NodePool>,
     classes: &NodeClasses,
     mode: Mode,
-) -> Result<pb::NodePool, ObjectError> {
+) -> Result<sched::NodePool, ObjectError> {
     let pool = source.object;
     let name = pool.metadata.name.clone().unwrap_or_default();
     let error = |e: FieldError| ObjectError {
@@ -37,11 +37,11 @@ pub(crate) fn node_pool(
     let class_ref = &template.node_class_ref;
     let ready = provisions(pool, classes, mode);
     let disruption = &spec.disruption;
-    use pb::disruption::ConsolidationPolicy;
+    use sched::disruption::ConsolidationPolicy;
     let budgets = disruption
         .budgets
         .iter()
-        .map(|b| pb::Budget {
+        .map(|b| sched::Budget {
             nodes: b.nodes.clone(),
             schedule: b.schedule.clone().unwrap_or_default(),
             duration: b
@@ -55,13 +55,13 @@ pub(crate) fn node_pool(
                 .map(|r| {
                     (match r {
                         karpenter_api::nodepool::DisruptionReason::Empty => {
-                            pb::DisruptionReason::Empty
+                            sched::DisruptionReason::Empty
                         }
                         karpenter_api::nodepool::DisruptionReason::Underutilized => {
-                            pb::DisruptionReason::Underutilized
+                            sched::DisruptionReason::Underutilized
                         }
                         karpenter_api::nodepool::DisruptionReason::Drifted => {
-                            pb::DisruptionReason::Drifted
+                            sched::DisruptionReason::Drifted
                         }
                     }) as i32
                 })
@@ -75,7 +75,7 @@ pub(crate) fn node_pool(
         .transpose()
         .map_err(error)?
         .flatten();
-    Ok(pb::NodePool {
+    Ok(sched::NodePool {
         weight,
         requirements: fields::karpenter_requirements(&template.requirements),
         labels: spec.template.metadata.labels.clone(),
@@ -85,7 +85,7 @@ pub(crate) fn node_pool(
             .map_err(error)?
             .filter(|l| !l.quantities.is_empty()),
         usage,
-        disruption: Some(pb::Disruption {
+        disruption: Some(sched::Disruption {
             consolidation_policy: match disruption.consolidation_policy {
                 karpenter_api::nodepool::ConsolidationPolicy::WhenEmpty => {
                     ConsolidationPolicy::WhenEmpty
@@ -102,7 +102,7 @@ pub(crate) fn node_pool(
             .termination_grace_period
             .as_ref()
             .map(|d| fields::std_duration(d.as_std())),
-        node_class_ref: Some(pb::NodeClassReference {
+        node_class_ref: Some(sched::NodeClassReference {
             group: class_ref.group.clone(),
             kind: class_ref.kind.clone(),
             name: class_ref.name.clone(),

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use crate::fields::{self, FieldError};
 use crate::pod::namespace_of;
@@ -25,7 +25,7 @@ fn text(value: &Option<IntOrString>) -> String {
 
 pub(crate) fn pdb(
     source: &Source<'_, PodDisruptionBudget>,
-) -> Result<(pb::PodDisruptionBudget, GivenStatus), ObjectError> {
+) -> Result<(sched::PodDisruptionBudget, GivenStatus), ObjectError> {
     let object = source.object;
     let name = object.metadata.name.clone().unwrap_or_default();
     let namespace = namespace_of(&object.metadata);
@@ -61,7 +61,7 @@ pub(crate) fn pdb(
         }
     }
     let status = object.status.clone().unwrap_or_default();
-    let budget = pb::PodDisruptionBudget {
+    let budget = sched::PodDisruptionBudget {
         namespace: namespace.clone(),
         name: name.clone(),
         selector: fields::label_selector(spec.selector.as_ref(), "spec.selector").map_err(error)?,
@@ -84,8 +84,8 @@ pub(crate) fn pdb(
 
 /// Computes the status fields the objects did not give, from the pods of
 /// the snapshot.
-pub(crate) fn fill_status(snapshot: &mut pb::ClusterSnapshot, given: &[GivenStatus]) {
-    let pods: Vec<&pb::Pod> = snapshot
+pub(crate) fn fill_status(snapshot: &mut sched::ClusterSnapshot, given: &[GivenStatus]) {
+    let pods: Vec<&sched::Pod> = snapshot
         .pending_pods
         .iter()
         .chain(snapshot.nodes.iter().flat_map(|n| n.pods.iter()))
@@ -132,8 +132,8 @@ pub fn int_or_percent(text: &str, total: i32) -> Option<i32> {
 /// `minAvailable` (a percentage of the expected pods, rounded up) must stay
 /// healthy; `maxUnavailable` (likewise) may be missing. Never below 0.
 pub fn disruptions_allowed<'a>(
-    budget: &pb::PodDisruptionBudget,
-    pods: impl IntoIterator<Item = &'a pb::Pod>,
+    budget: &sched::PodDisruptionBudget,
+    pods: impl IntoIterator<Item = &'a sched::Pod>,
 ) -> (i32, i32) {
     let Some(selector) = budget
         .selector

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 use crate::fields::{self, FieldError, join};
 use crate::{Builder, Mode, ObjectError, Objects, Source};
@@ -200,7 +201,7 @@ pub(crate) fn finish_object(
     id: usize,
     prepared: &PreparedPod,
     context: &PodContext,
-) -> Result<pb::Pod, ObjectError> {
+) -> Result<sched::Pod, ObjectError> {
     prepared.finish(context).map_err(|e| ObjectError {
         id,
         kind: "Pod",
@@ -320,7 +321,7 @@ pub fn do_not_disrupt(
 /// per snapshot.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PreparedPod {
-    pod: pb::Pod,
+    pod: sched::Pod,
     explicit_priority: Option<i32>,
     claims: Vec<crate::volumes::ClaimRef>,
     do_not_disrupt: Option<String>,
@@ -338,7 +339,7 @@ impl PreparedPod {
     }
 
     /// The wire pod among `ctx`'s objects.
-    pub fn finish(&self, ctx: &PodContext) -> fields::Result<pb::Pod> {
+    pub fn finish(&self, ctx: &PodContext) -> fields::Result<sched::Pod> {
         let priority = priority(
             self.explicit_priority,
             &self.pod.priority_class_name,
@@ -350,7 +351,7 @@ impl PreparedPod {
             annotations.insert(labels::DO_NOT_DISRUPT.to_owned(), value.clone());
         }
         let protection = do_not_disrupt_of(&annotations, self.start.as_ref());
-        Ok(pb::Pod {
+        Ok(sched::Pod {
             priority,
             volumes: crate::volumes::resolve(&self.claims, ctx),
             do_not_disrupt: protection == DoNotDisrupt::Always,
@@ -364,7 +365,7 @@ impl PreparedPod {
 }
 
 /// A pod spec to wire form among `ctx`'s objects.
-pub fn pod(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<pb::Pod> {
+pub fn pod(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<sched::Pod> {
     prepare(src)?.finish(ctx)
 }
 
@@ -416,7 +417,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         .clone()
         .unwrap_or_else(|| format!("{}/{}", src.namespace, src.name));
     let creation_timestamp = fields::optional_timestamp(meta.creation_timestamp.as_ref());
-    let pod = pb::Pod {
+    let pod = sched::Pod {
         namespace: src.namespace.clone(),
         name: src.name.clone(),
         uid,
@@ -482,7 +483,7 @@ fn priority(
     }
 }
 
-fn containers(list: &[core::Container], path: &str) -> fields::Result<Vec<pb::Container>> {
+fn containers(list: &[core::Container], path: &str) -> fields::Result<Vec<sched::Container>> {
     let mut out = Vec::with_capacity(list.len());
     for (i, c) in list.iter().enumerate() {
         let p = format!("{path}[{i}]");
@@ -492,14 +493,14 @@ fn containers(list: &[core::Container], path: &str) -> fields::Result<Vec<pb::Co
             .ports
             .iter()
             .flatten()
-            .map(|port| pb::ContainerPort {
+            .map(|port| sched::ContainerPort {
                 container_port: port.container_port,
                 host_port: port.host_port.unwrap_or(0),
                 protocol: port.protocol.clone().unwrap_or_else(|| "TCP".into()),
                 host_ip: port.host_ip.clone().unwrap_or_default(),
             })
             .collect();
-        out.push(pb::Container {
+        out.push(sched::Container {
             name: c.name.clone(),
             requests: fields::resources(resources.requests.as_ref(), &join(&rp, "requests"))?,
             limits: fields::resources(resources.limits.as_ref(), &join(&rp, "limits"))?,
@@ -512,12 +513,12 @@ fn containers(list: &[core::Container], path: &str) -> fields::Result<Vec<pb::Co
 
 #[derive(Default)]
 struct Affinity {
-    required_node: Vec<pb::NodeSelectorTerm>,
-    preferred_node: Vec<pb::PreferredSchedulingTerm>,
-    required_pod: Vec<pb::PodAffinityTerm>,
-    preferred_pod: Vec<pb::WeightedPodAffinityTerm>,
-    required_anti: Vec<pb::PodAffinityTerm>,
-    preferred_anti: Vec<pb::WeightedPodAffinityTerm>,
+    required_node: Vec<sched::NodeSelectorTerm>,
+    preferred_node: Vec<sched::PreferredSchedulingTerm>,
+    required_pod: Vec<sched::PodAffinityTerm>,
+    preferred_pod: Vec<sched::WeightedPodAffinityTerm>,
+    required_anti: Vec<sched::PodAffinityTerm>,
+    preferred_anti: Vec<sched::WeightedPodAffinityTerm>,
 }
 
 fn affinity(affinity: Option<&core::Affinity>, path: &str) -> fields::Result<Affinity> {
@@ -545,7 +546,7 @@ fn affinity(affinity: Option<&core::Affinity>, path: &str) -> fields::Result<Aff
             .enumerate()
         {
             let p = format!("{pp}[{i}]");
-            out.preferred_node.push(pb::PreferredSchedulingTerm {
+            out.preferred_node.push(sched::PreferredSchedulingTerm {
                 weight: term.weight,
                 preference: Some(fields::node_selector_term(
                     &term.preference,
@@ -575,7 +576,10 @@ fn affinity(affinity: Option<&core::Affinity>, path: &str) -> fields::Result<Aff
     Ok(out)
 }
 
-type AffinityTerms = (Vec<pb::PodAffinityTerm>, Vec<pb::WeightedPodAffinityTerm>);
+type AffinityTerms = (
+    Vec<sched::PodAffinityTerm>,
+    Vec<sched::WeightedPodAffinityTerm>,
+);
 
 fn pod_terms(
     required: Option<&[core::PodAffinityTerm]>,
@@ -596,7 +600,7 @@ fn pod_terms(
         .enumerate()
         .map(|(i, t)| {
             let p = format!("{pp}[{i}]");
-            Ok(pb::WeightedPodAffinityTerm {
+            Ok(sched::WeightedPodAffinityTerm {
                 weight: t.weight,
                 term: Some(affinity_term(
                     &t.pod_affinity_term,
@@ -608,11 +612,11 @@ fn pod_terms(
     Ok((required, preferred))
 }
 
-fn affinity_term(t: &core::PodAffinityTerm, p: &str) -> fields::Result<pb::PodAffinityTerm> {
+fn affinity_term(t: &core::PodAffinityTerm, p: &str) -> fields::Result<sched::PodAffinityTerm> {
     if t.topology_key.is_empty() {
         return Err(FieldError::new(join(p, "topologyKey"), "is required"));
     }
-    Ok(pb::PodAffinityTerm {
+    Ok(sched::PodAffinityTerm {
         label_selector: fields::label_selector(
             t.label_selector.as_ref(),
             &join(p, "labelSelector"),
@@ -631,8 +635,8 @@ fn affinity_term(t: &core::PodAffinityTerm, p: &str) -> fields::Result<pb::PodAf
 fn spread(
     list: &[core::TopologySpreadConstraint],
     path: &str,
-) -> fields::Result<Vec<pb::TopologySpreadConstraint>> {
-    use pb::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
+) -> fields::Result<Vec<sched::TopologySpreadConstraint>> {
+    use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
     let mut out = Vec::with_capacity(list.len());
     for (i, c) in list.iter().enumerate() {
         let p = format!("{path}[{i}]");
@@ -658,7 +662,7 @@ fn spread(
         if c.topology_key.is_empty() {
             return Err(FieldError::new(join(&p, "topologyKey"), "is required"));
         }
-        out.push(pb::TopologySpreadConstraint {
+        out.push(sched::TopologySpreadConstraint {
             max_skew: c.max_skew,
             topology_key: c.topology_key.clone(),
             when_unsatisfiable: when_unsatisfiable as i32,
@@ -675,8 +679,8 @@ fn spread(
     Ok(out)
 }
 
-fn tolerations(list: &[core::Toleration], path: &str) -> fields::Result<Vec<pb::Toleration>> {
-    use pb::toleration::TolerationOperator;
+fn tolerations(list: &[core::Toleration], path: &str) -> fields::Result<Vec<sched::Toleration>> {
+    use sched::toleration::TolerationOperator;
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
         let p = format!("{path}[{i}]");
@@ -692,10 +696,10 @@ fn tolerations(list: &[core::Toleration], path: &str) -> fields::Result<Vec<pb::
             }
         };
         let effect = match t.effect.as_deref() {
-            None | Some("") => pb::TaintEffect::Unspecified,
+            None | Some("") => types::TaintEffect::Unspecified,
             Some(effect) => fields::taint_effect(effect, &join(&p, "effect"))?,
         };
-        out.push(pb::Toleration {
+        out.push(sched::Toleration {
             key: t.key.clone().unwrap_or_default(),
             operator: operator as i32,
             value: t.value.clone().unwrap_or_default(),

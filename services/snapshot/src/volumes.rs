@@ -3,7 +3,8 @@
 //! the topology their volume or storage class allows.
 
 use k8s_openapi::api::core::v1 as core;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 use crate::fields;
 use crate::pod::{PodContext, PodSource};
@@ -53,13 +54,13 @@ pub fn claims(src: &PodSource<'_>) -> Vec<ClaimRef> {
 }
 
 /// The wire volumes of `claims`: each claim's CSI driver and topology.
-pub fn resolve(claims: &[ClaimRef], ctx: &PodContext) -> Vec<pb::Volume> {
+pub fn resolve(claims: &[ClaimRef], ctx: &PodContext) -> Vec<sched::Volume> {
     claims
         .iter()
         .map(|claim| {
             let spec = ctx.claims.get(&claim.claim_id).or(claim.template.as_ref());
             let (driver, topology) = spec.map(|s| placement(s, ctx)).unwrap_or_default();
-            pb::Volume {
+            sched::Volume {
                 name: claim.volume.clone(),
                 driver,
                 claim_id: claim.claim_id.clone(),
@@ -74,7 +75,7 @@ pub fn resolve(claims: &[ClaimRef], ctx: &PodContext) -> Vec<pb::Volume> {
 fn placement(
     spec: &core::PersistentVolumeClaimSpec,
     ctx: &PodContext,
-) -> (String, Vec<pb::NodeSelectorTerm>) {
+) -> (String, Vec<sched::NodeSelectorTerm>) {
     let bound = spec
         .volume_name
         .as_deref()
@@ -104,14 +105,14 @@ fn placement(
         .allowed_topologies
         .iter()
         .flatten()
-        .map(|term| pb::NodeSelectorTerm {
+        .map(|term| sched::NodeSelectorTerm {
             match_expressions: term
                 .match_label_expressions
                 .iter()
                 .flatten()
-                .map(|e| pb::Requirement {
+                .map(|e| types::Requirement {
                     key: e.key.clone(),
-                    operator: pb::Operator::In as i32,
+                    operator: types::Operator::In as i32,
                     values: e.values.clone(),
                     min_values: None,
                 })

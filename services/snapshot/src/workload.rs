@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 use crate::fields::{FieldError, join};
 use crate::pod::{self, PodContext, PodSource, namespace_of};
@@ -27,7 +27,7 @@ struct Workload<'a> {
 pub(crate) fn expand(
     objects: &Objects<'_>,
     context: &PodContext,
-) -> Result<Vec<(usize, pb::Pod)>, ObjectError> {
+) -> Result<Vec<(usize, sched::Pod)>, ObjectError> {
     let mut workloads = Vec::new();
     for s in &objects.deployments {
         let spec = Some(&s.object.spec);
@@ -100,7 +100,7 @@ pub(crate) fn expand(
     Ok(pods)
 }
 
-fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<pb::Pod>, ObjectError> {
+fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<sched::Pod>, ObjectError> {
     let name = w.meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(w.meta);
     let error = |e: FieldError| ObjectError {
@@ -166,8 +166,8 @@ fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<pb::Pod>, Objec
 pub(crate) fn daemon_set(
     source: &Source<'_, DaemonSet>,
     context: &PodContext,
-    running: Option<&pb::Pod>,
-) -> Result<pb::DaemonSet, ObjectError> {
+    running: Option<&sched::Pod>,
+) -> Result<sched::DaemonSet, ObjectError> {
     let meta = &source.object.metadata;
     let name = meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(meta);
@@ -212,14 +212,14 @@ pub(crate) fn daemon_set(
     )
     .map_err(error)?;
     let pod = match running {
-        Some(running) => pb::Pod {
+        Some(running) => sched::Pod {
             required_node_affinity: pod.required_node_affinity,
             node_name: String::new(),
             ..running.clone()
         },
         None => pod,
     };
-    Ok(pb::DaemonSet {
+    Ok(sched::DaemonSet {
         namespace,
         name,
         template: Some(pod),
@@ -229,12 +229,12 @@ pub(crate) fn daemon_set(
 /// Each DaemonSet's newest pod among `pods`, by namespace and name of the
 /// DaemonSet.
 pub(crate) fn newest_daemon_pods<'p>(
-    pods: impl Iterator<Item = &'p pb::Pod>,
-) -> BTreeMap<(&'p str, &'p str), &'p pb::Pod> {
-    let mut newest: BTreeMap<(&str, &str), &pb::Pod> = BTreeMap::new();
+    pods: impl Iterator<Item = &'p sched::Pod>,
+) -> BTreeMap<(&'p str, &'p str), &'p sched::Pod> {
+    let mut newest: BTreeMap<(&str, &str), &sched::Pod> = BTreeMap::new();
     for pod in pods.filter(|p| p.owner_kind == "DaemonSet") {
         let key = (pod.namespace.as_str(), pod.owner_name.as_str());
-        let created = |p: &pb::Pod| p.creation_timestamp.map(|t| (t.seconds, t.nanos));
+        let created = |p: &sched::Pod| p.creation_timestamp.map(|t| (t.seconds, t.nanos));
         match newest.get(&key) {
             Some(current) if created(current) >= created(pod) => {}
             _ => {

@@ -3,7 +3,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source, build};
 use serde_json::{Value, json};
 
@@ -67,14 +67,14 @@ fn kwok_classes(ready: &[(&str, bool)]) -> NodeClasses {
 
 /// Whether the wire pod is do-not-disrupt at `now` (seconds), as the
 /// scheduler reads it: for good, or until a time.
-fn protected_at(pod: &pb::Pod, now: i64) -> bool {
+fn protected_at(pod: &sched::Pod, now: i64) -> bool {
     pod.do_not_disrupt
         || pod
             .do_not_disrupt_until
             .is_some_and(|until| (until.seconds, until.nanos) > (now, 0))
 }
 
-fn names(pods: &[pb::Pod]) -> Vec<&str> {
+fn names(pods: &[sched::Pod]) -> Vec<&str> {
     pods.iter().map(|p| p.name.as_str()).collect()
 }
 

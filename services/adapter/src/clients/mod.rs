@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_runtime::ClientTls;
 use tonic::codegen::Bytes;
 use tonic::transport::{Channel, Endpoint};
@@ -188,15 +189,18 @@ impl Clients {
     /// Solve. The request (the whole cluster) is encoded once and dropped
     /// before the call: retries resend the same bytes rather than holding
     /// a second copy of the snapshot.
-    pub async fn solve(&self, request: pb::SolveRequest) -> Result<pb::SolveResponse, Status> {
+    pub async fn solve(
+        &self,
+        request: sched::SolveRequest,
+    ) -> Result<sched::SolveResponse, Status> {
         self.scheduler_call(SOLVE, request).await
     }
 
     /// PlanDisruption, encoded once like [`Clients::solve`].
     pub async fn plan_disruption(
         &self,
-        request: pb::PlanDisruptionRequest,
-    ) -> Result<pb::PlanDisruptionResponse, Status> {
+        request: sched::PlanDisruptionRequest,
+    ) -> Result<sched::PlanDisruptionResponse, Status> {
         self.scheduler_call(PLAN_DISRUPTION, request).await
     }
 
@@ -258,7 +262,7 @@ impl Clients {
     pub async fn instance_types(
         &self,
         request: pv::GetInstanceTypesRequest,
-    ) -> Result<Vec<pb::InstanceType>, Status> {
+    ) -> Result<Vec<types::InstanceType>, Status> {
         self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
             c.get_instance_types(r).await
         })

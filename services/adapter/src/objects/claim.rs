@@ -14,7 +14,8 @@ use karpenter_api::{
 use karpenter_core::labels;
 use karpenter_core::requirements::Operator;
 use karpenter_proto::provider::v1 as pv;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
@@ -46,7 +47,7 @@ fn operator(op: i32) -> Option<NodeSelectorOperator> {
 }
 
 /// A wire requirement in the CRD's terms.
-fn requirement(r: &pb::Requirement) -> Option<NodeSelectorRequirementWithMinValues> {
+fn requirement(r: &types::Requirement) -> Option<NodeSelectorRequirementWithMinValues> {
     let (op, values) = match operator(r.operator) {
         Some(op) => (op, r.values.clone()),
         None => {
@@ -82,7 +83,7 @@ pub struct Template<'a> {
 }
 
 /// The NodeClaim a plan asks for (created with `generateName`).
-pub fn node_claim(plan: &pb::NodeClaimPlan, template: &Template<'_>) -> NodeClaim {
+pub fn node_claim(plan: &sched::NodeClaimPlan, template: &Template<'_>) -> NodeClaim {
     let pool = template.pool;
     let pool_name = pool.name_any();
     let spec = &pool.spec.template.spec;
@@ -230,7 +231,7 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
         .iter()
         .map(|r| {
             let op: Operator = r.operator.into();
-            pb::Requirement {
+            types::Requirement {
                 key: r.key.clone(),
                 operator: karpenter_proto::convert::wire_operator(op) as i32,
                 values: r.values.clone(),
@@ -258,7 +259,7 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
         labels: claim.labels().clone(),
         annotations: claim.annotations().clone(),
         requirements,
-        resources: Some(pb::ResourceList { quantities }),
+        resources: Some(types::ResourceList { quantities }),
         taints: karpenter_snapshot::karpenter_taints(&spec.taints),
         startup_taints: karpenter_snapshot::karpenter_taints(&spec.startup_taints),
         node_class: node_class.map(wire_node_class),
@@ -268,7 +269,7 @@ pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::
 }
 
 /// A wire resource list as Kubernetes quantities.
-pub fn quantities(list: Option<&pb::ResourceList>) -> BTreeMap<String, Quantity> {
+pub fn quantities(list: Option<&types::ResourceList>) -> BTreeMap<String, Quantity> {
     list.map(|l| {
         l.quantities
             .iter()
@@ -369,8 +370,8 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
-        pb::Requirement {
+    fn req(key: &str, op: types::Operator, values: &[&str]) -> types::Requirement {
+        types::Requirement {
             key: key.into(),
             operator: op as i32,
             values: values.iter().map(|v| (*v).into()).collect(),
@@ -381,18 +382,18 @@ mod tests {
     #[test]
     fn a_plan_becomes_a_claim_shaped_as_karpenter_shapes_it() {
         let pool = pool();
-        let plan = pb::NodeClaimPlan {
+        let plan = sched::NodeClaimPlan {
             node_pool: "default".into(),
             instance_types: vec!["m-4x".into(), "c-2x".into()],
             requirements: vec![
-                req(labels::TOPOLOGY_ZONE, pb::Operator::In, &["z1"]),
+                req(labels::TOPOLOGY_ZONE, types::Operator::In, &["z1"]),
                 req(
                     labels::INSTANCE_TYPE,
-                    pb::Operator::In,
+                    types::Operator::In,
                     &["c-2x", "m-4x", "x"],
                 ),
-                req("example.com/rack", pb::Operator::In, &["r1"]),
-                req("example.com/size", pb::Operator::Gte, &["4"]),
+                req("example.com/rack", types::Operator::In, &["r1"]),
+                req("example.com/size", types::Operator::Gte, &["4"]),
             ],
             labels: [
                 (labels::TOPOLOGY_ZONE.to_owned(), "z1".to_owned()),
@@ -400,7 +401,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
-            requests: Some(pb::ResourceList {
+            requests: Some(types::ResourceList {
                 quantities: [("cpu".to_owned(), 1500), ("pods".to_owned(), 2)]
                     .into_iter()
                     .collect(),

@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::nodepool::NodeClassReadiness;
 use karpenter_api::{ConditionsExt as _, NodePool};
 use karpenter_core::labels;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
 use kube::{Resource, ResourceExt};
 
@@ -134,7 +135,7 @@ pub async fn catalogs(
     ctx: &Context,
     index: &Index,
     pools: &[Arc<NodePool>],
-) -> Vec<pb::InstanceTypeCatalog> {
+) -> Vec<sched::InstanceTypeCatalog> {
     let mut out = Vec::new();
     for pool in pools {
         let name = pool.name_any();
@@ -149,10 +150,12 @@ pub async fn catalogs(
             node_class: Some(wire_node_class(class)),
         };
         match ctx.clients.instance_types(request).await {
-            Ok(instance_types) if !instance_types.is_empty() => out.push(pb::InstanceTypeCatalog {
-                name,
-                instance_types,
-            }),
+            Ok(instance_types) if !instance_types.is_empty() => {
+                out.push(sched::InstanceTypeCatalog {
+                    name,
+                    instance_types,
+                })
+            }
             Ok(_) => {
                 tracing::warn!(nodepool = %name, "the provider has no instance types for this pool")
             }
@@ -164,9 +167,9 @@ pub async fn catalogs(
     out
 }
 
-pub fn options(ctx: &Context) -> pb::SchedulingOptions {
+pub fn options(ctx: &Context) -> sched::SchedulingOptions {
     let settings = &ctx.settings;
-    pb::SchedulingOptions {
+    sched::SchedulingOptions {
         min_values_policy: settings.min_values_policy as i32,
         preference_policy: settings.preference_policy as i32,
         feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
@@ -190,7 +193,7 @@ pub fn snapshot(
     index: &Index,
     pools: &[std::sync::Arc<NodePool>],
     classes: NodeClasses,
-    catalogs: Vec<pb::InstanceTypeCatalog>,
+    catalogs: Vec<sched::InstanceTypeCatalog>,
     now: prost_types::Timestamp,
 ) -> karpenter_snapshot::Built {
     let pool_catalogs = catalogs
@@ -226,7 +229,7 @@ pub fn snapshot(
     // Live mode never fails: bad objects are in `skipped`.
     let mut built = karpenter_snapshot::build(&objects, Mode::Live).unwrap_or_default();
     for pool in &mut built.snapshot.node_pools {
-        pool.usage = Some(pb::ResourceList {
+        pool.usage = Some(types::ResourceList {
             quantities: pool_usage(index, &pool.name),
         });
         // A pool without its own catalog has no instance types this round.

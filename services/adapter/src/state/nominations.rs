@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 
 /// Karpenter's nomination window: twice the longest batch, at least 10 s.
 pub fn window(batch_max_duration: Duration) -> Duration {
@@ -36,7 +36,7 @@ impl Nominations {
     }
 
     /// Marks the snapshot's nominated nodes and forgets lapsed nominations.
-    pub fn mark(&self, snapshot: &mut pb::ClusterSnapshot) {
+    pub fn mark(&self, snapshot: &mut sched::ClusterSnapshot) {
         let now = Instant::now();
         let mut map = self.until.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, until| *until > now);
@@ -57,11 +57,11 @@ impl Nominations {
 mod tests {
     use super::*;
 
-    fn snapshot() -> pb::ClusterSnapshot {
-        pb::ClusterSnapshot {
+    fn snapshot() -> sched::ClusterSnapshot {
+        sched::ClusterSnapshot {
             nodes: ["a", "b"]
                 .iter()
-                .map(|n| pb::StateNode {
+                .map(|n| sched::StateNode {
                     name: format!("node-{n}"),
                     node_claim_name: format!("claim-{n}"),
                     ..Default::default()
@@ -71,7 +71,7 @@ mod tests {
         }
     }
 
-    fn nominated(snapshot: &pb::ClusterSnapshot) -> Vec<bool> {
+    fn nominated(snapshot: &sched::ClusterSnapshot) -> Vec<bool> {
         snapshot
             .nodes
             .iter()

@@ -39,7 +39,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use karpenter_proto::provider::v1 as pb;
+use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -1603,7 +1603,7 @@ impl Drop for World {
 }
 
 /// The seed 003 EC2NodeClass.
-pub fn seed_node_class() -> pb::NodeClass {
+pub fn seed_node_class() -> pv::NodeClass {
     let spec = serde_json::json!({
         "amiFamily": "AL2023",
         "amiSelectorTerms": [{"alias": "al2023@latest"}],
@@ -1611,7 +1611,7 @@ pub fn seed_node_class() -> pb::NodeClass {
         "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
         "role": NODE_ROLE,
     });
-    pb::NodeClass {
+    pv::NodeClass {
         name: "default".into(),
         uid: "uid-default".into(),
         generation: 1,
@@ -1624,11 +1624,11 @@ pub fn seed_node_class() -> pb::NodeClass {
 /// Resolves the node class and returns it with its status filled in.
 pub async fn resolved(
     world: &mut World,
-    mut node_class: pb::NodeClass,
-) -> (pb::NodeClass, pb::ResolveNodeClassResponse) {
+    mut node_class: pv::NodeClass,
+) -> (pv::NodeClass, pv::ResolveNodeClassResponse) {
     let response = world
         .client
-        .resolve_node_class(pb::ResolveNodeClassRequest {
+        .resolve_node_class(pv::ResolveNodeClassRequest {
             node_class: Some(node_class.clone()),
         })
         .await
@@ -1638,18 +1638,18 @@ pub async fn resolved(
     (node_class, response)
 }
 
-pub fn requirement(key: &str, values: &[&str]) -> karpenter_proto::scheduler::v1::Requirement {
-    karpenter_proto::scheduler::v1::Requirement {
+pub fn requirement(key: &str, values: &[&str]) -> karpenter_proto::types::v1::Requirement {
+    karpenter_proto::types::v1::Requirement {
         key: key.into(),
-        operator: karpenter_proto::scheduler::v1::Operator::In as i32,
+        operator: karpenter_proto::types::v1::Operator::In as i32,
         values: values.iter().map(|v| v.to_string()).collect(),
         min_values: None,
     }
 }
 
 /// A node claim from seed 003's NodePool requirements.
-pub fn seed_node_claim(name: &str, node_class: &pb::NodeClass) -> pb::NodeClaim {
-    pb::NodeClaim {
+pub fn seed_node_claim(name: &str, node_class: &pv::NodeClass) -> pv::NodeClaim {
+    pv::NodeClaim {
         name: name.into(),
         node_pool: "default".into(),
         labels: Default::default(),
@@ -1666,7 +1666,7 @@ pub fn seed_node_claim(name: &str, node_class: &pb::NodeClass) -> pb::NodeClaim 
             requirement("kubernetes.io/arch", &["arm64"]),
             requirement("karpenter.sh/nodepool", &["default"]),
         ],
-        resources: Some(karpenter_proto::scheduler::v1::ResourceList {
+        resources: Some(karpenter_proto::types::v1::ResourceList {
             quantities: [("cpu".to_string(), 500), ("memory".to_string(), 512 << 20)]
                 .into_iter()
                 .collect(),

@@ -6,20 +6,21 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 use karpenter_scheduler::to_wire as wire;
 
 pub const GI: i64 = 1 << 30;
 pub const MI: i64 = 1 << 20;
 
-pub fn list(pairs: &[(&str, i64)]) -> pb::ResourceList {
-    pb::ResourceList {
+pub fn list(pairs: &[(&str, i64)]) -> types::ResourceList {
+    types::ResourceList {
         quantities: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
     }
 }
 
-pub fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
-    pb::Requirement {
+pub fn req(key: &str, op: types::Operator, values: &[&str]) -> types::Requirement {
+    types::Requirement {
         key: key.to_owned(),
         operator: op as i32,
         values: values.iter().map(|v| (*v).to_owned()).collect(),
@@ -27,8 +28,8 @@ pub fn req(key: &str, op: pb::Operator, values: &[&str]) -> pb::Requirement {
     }
 }
 
-pub fn in_(key: &str, values: &[&str]) -> pb::Requirement {
-    req(key, pb::Operator::In, values)
+pub fn in_(key: &str, values: &[&str]) -> types::Requirement {
+    req(key, types::Operator::In, values)
 }
 
 pub const ZONE: &str = "topology.kubernetes.io/zone";
@@ -89,13 +90,13 @@ impl ItSpec {
         self
     }
 
-    pub fn build(self) -> pb::InstanceType {
+    pub fn build(self) -> types::InstanceType {
         let price = 0.1 * self.cpu as f64 / 1000.0
             + 0.1 * self.memory as f64 / 1e9
             + self.extra.len() as f64;
         let mut offerings = Vec::new();
         for zone in &self.zones_spot {
-            offerings.push(pb::Offering {
+            offerings.push(types::Offering {
                 zone: (*zone).to_owned(),
                 capacity_type: "spot".into(),
                 price,
@@ -104,7 +105,7 @@ impl ItSpec {
             });
         }
         for zone in &self.zones_on_demand {
-            offerings.push(pb::Offering {
+            offerings.push(types::Offering {
                 zone: (*zone).to_owned(),
                 capacity_type: "on-demand".into(),
                 price,
@@ -127,7 +128,7 @@ impl ItSpec {
         if size == "large" {
             requirements.push(in_("special", &["optional"]));
         } else {
-            requirements.push(req("special", pb::Operator::DoesNotExist, &[]));
+            requirements.push(req("special", types::Operator::DoesNotExist, &[]));
         }
         for (key, value) in &self.labels {
             requirements.push(in_(key, &[value]));
@@ -138,12 +139,12 @@ impl ItSpec {
             ("pods", self.pods),
         ];
         capacity.extend(self.extra.iter().copied());
-        pb::InstanceType {
+        types::InstanceType {
             name: self.name,
             requirements,
             offerings,
             capacity: Some(list(&capacity)),
-            overhead: Some(pb::InstanceTypeOverhead {
+            overhead: Some(types::InstanceTypeOverhead {
                 kube_reserved: Some(list(&[("cpu", 100), ("memory", 10 * MI)])),
                 system_reserved: None,
                 eviction_threshold: None,
@@ -153,7 +154,7 @@ impl ItSpec {
 }
 
 /// The fake provider's default catalog.
-pub fn default_instance_types() -> Vec<pb::InstanceType> {
+pub fn default_instance_types() -> Vec<types::InstanceType> {
     vec![
         ItSpec::new("default-instance-type", 4000, 4 * GI).build(),
         ItSpec::new("small-instance-type", 2000, 2 * GI).build(),
@@ -174,20 +175,20 @@ pub fn default_instance_types() -> Vec<pb::InstanceType> {
     ]
 }
 
-pub fn pool(name: &str) -> pb::NodePool {
-    pb::NodePool {
+pub fn pool(name: &str) -> sched::NodePool {
+    sched::NodePool {
         name: name.to_owned(),
         ready: true,
         ..Default::default()
     }
 }
 
-pub fn pod(name: &str) -> pb::Pod {
-    pb::Pod {
+pub fn pod(name: &str) -> sched::Pod {
+    sched::Pod {
         namespace: "default".into(),
         name: name.to_owned(),
         uid: format!("uid-{name}"),
-        containers: vec![pb::Container {
+        containers: vec![sched::Container {
             name: "app".into(),
             ..Default::default()
         }],
@@ -201,14 +202,14 @@ pub trait PodExt {
     fn resource(self, name: &str, quantity: i64) -> Self;
     fn label(self, key: &str, value: &str) -> Self;
     fn selector(self, key: &str, value: &str) -> Self;
-    fn required(self, term: Vec<pb::Requirement>) -> Self;
-    fn preferred(self, weight: i32, term: Vec<pb::Requirement>) -> Self;
-    fn tolerate(self, toleration: pb::Toleration) -> Self;
+    fn required(self, term: Vec<types::Requirement>) -> Self;
+    fn preferred(self, weight: i32, term: Vec<types::Requirement>) -> Self;
+    fn tolerate(self, toleration: sched::Toleration) -> Self;
     fn host_port(self, port: i32) -> Self;
     fn spread(self, key: &str, max_skew: i32, labels: &[(&str, &str)]) -> Self;
 }
 
-impl PodExt for pb::Pod {
+impl PodExt for sched::Pod {
     fn cpu(mut self, millis: i64) -> Self {
         let requests = self.containers[0]
             .requests
@@ -243,19 +244,19 @@ impl PodExt for pb::Pod {
         self
     }
 
-    fn required(mut self, term: Vec<pb::Requirement>) -> Self {
-        self.required_node_affinity.push(pb::NodeSelectorTerm {
+    fn required(mut self, term: Vec<types::Requirement>) -> Self {
+        self.required_node_affinity.push(sched::NodeSelectorTerm {
             match_expressions: term,
             match_fields: vec![],
         });
         self
     }
 
-    fn preferred(mut self, weight: i32, term: Vec<pb::Requirement>) -> Self {
+    fn preferred(mut self, weight: i32, term: Vec<types::Requirement>) -> Self {
         self.preferred_node_affinity
-            .push(pb::PreferredSchedulingTerm {
+            .push(sched::PreferredSchedulingTerm {
                 weight,
-                preference: Some(pb::NodeSelectorTerm {
+                preference: Some(sched::NodeSelectorTerm {
                     match_expressions: term,
                     match_fields: vec![],
                 }),
@@ -263,13 +264,13 @@ impl PodExt for pb::Pod {
         self
     }
 
-    fn tolerate(mut self, toleration: pb::Toleration) -> Self {
+    fn tolerate(mut self, toleration: sched::Toleration) -> Self {
         self.tolerations.push(toleration);
         self
     }
 
     fn host_port(mut self, port: i32) -> Self {
-        self.containers[0].ports.push(pb::ContainerPort {
+        self.containers[0].ports.push(sched::ContainerPort {
             container_port: port,
             host_port: port,
             protocol: "TCP".into(),
@@ -280,11 +281,11 @@ impl PodExt for pb::Pod {
 
     fn spread(mut self, key: &str, max_skew: i32, labels: &[(&str, &str)]) -> Self {
         self.topology_spread_constraints
-            .push(pb::TopologySpreadConstraint {
+            .push(sched::TopologySpreadConstraint {
                 max_skew,
                 topology_key: key.into(),
-                when_unsatisfiable: pb::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule
-                    as i32,
+                when_unsatisfiable:
+                    sched::topology_spread_constraint::WhenUnsatisfiable::DoNotSchedule as i32,
                 label_selector: Some(selector(labels)),
                 ..Default::default()
             });
@@ -292,8 +293,8 @@ impl PodExt for pb::Pod {
     }
 }
 
-pub fn selector(labels: &[(&str, &str)]) -> pb::LabelSelector {
-    pb::LabelSelector {
+pub fn selector(labels: &[(&str, &str)]) -> sched::LabelSelector {
+    sched::LabelSelector {
         match_labels: labels
             .iter()
             .map(|(k, v)| ((*k).into(), (*v).into()))
@@ -302,16 +303,16 @@ pub fn selector(labels: &[(&str, &str)]) -> pb::LabelSelector {
     }
 }
 
-pub fn affinity_term(key: &str, labels: &[(&str, &str)]) -> pb::PodAffinityTerm {
-    pb::PodAffinityTerm {
+pub fn affinity_term(key: &str, labels: &[(&str, &str)]) -> sched::PodAffinityTerm {
+    sched::PodAffinityTerm {
         label_selector: Some(selector(labels)),
         topology_key: key.into(),
         ..Default::default()
     }
 }
 
-pub fn taint(key: &str, value: &str, effect: pb::TaintEffect) -> pb::Taint {
-    pb::Taint {
+pub fn taint(key: &str, value: &str, effect: types::TaintEffect) -> types::Taint {
+    types::Taint {
         key: key.into(),
         value: value.into(),
         effect: effect as i32,
@@ -319,8 +320,12 @@ pub fn taint(key: &str, value: &str, effect: pb::TaintEffect) -> pb::Taint {
 }
 
 /// A running, initialized node with the given labels and allocatable.
-pub fn node(name: &str, labels: &[(&str, &str)], allocatable: pb::ResourceList) -> pb::StateNode {
-    pb::StateNode {
+pub fn node(
+    name: &str,
+    labels: &[(&str, &str)],
+    allocatable: types::ResourceList,
+) -> sched::StateNode {
+    sched::StateNode {
         name: name.into(),
         labels: labels
             .iter()
@@ -336,36 +341,36 @@ pub fn node(name: &str, labels: &[(&str, &str)], allocatable: pb::ResourceList) 
 }
 
 pub struct Scenario {
-    pub snapshot: pb::ClusterSnapshot,
-    pub options: pb::SchedulingOptions,
+    pub snapshot: sched::ClusterSnapshot,
+    pub options: sched::SchedulingOptions,
 }
 
 impl Scenario {
-    pub fn new(pools: Vec<pb::NodePool>) -> Scenario {
+    pub fn new(pools: Vec<sched::NodePool>) -> Scenario {
         Scenario::with_instance_types(pools, default_instance_types())
     }
 
     pub fn with_instance_types(
-        pools: Vec<pb::NodePool>,
-        instance_types: Vec<pb::InstanceType>,
+        pools: Vec<sched::NodePool>,
+        instance_types: Vec<types::InstanceType>,
     ) -> Scenario {
         Scenario {
-            snapshot: pb::ClusterSnapshot {
+            snapshot: sched::ClusterSnapshot {
                 node_pools: pools,
-                instance_type_catalogs: vec![pb::InstanceTypeCatalog {
+                instance_type_catalogs: vec![sched::InstanceTypeCatalog {
                     name: "default".into(),
                     instance_types,
                 }],
                 ..Default::default()
             },
-            options: pb::SchedulingOptions::default(),
+            options: sched::SchedulingOptions::default(),
         }
     }
 
-    pub fn solve(&self, pods: Vec<pb::Pod>) -> Outcome {
+    pub fn solve(&self, pods: Vec<sched::Pod>) -> Outcome {
         let mut snapshot = self.snapshot.clone();
         snapshot.pending_pods = pods;
-        let response = wire::solve_request(&pb::SolveRequest {
+        let response = wire::solve_request(&sched::SolveRequest {
             cluster: Some(snapshot),
             options: Some(self.options.clone()),
         })
@@ -375,16 +380,16 @@ impl Scenario {
 }
 
 pub struct Outcome {
-    pub response: pb::SolveResponse,
+    pub response: sched::SolveResponse,
 }
 
 impl Outcome {
-    pub fn claims(&self) -> &[pb::NodeClaimPlan] {
+    pub fn claims(&self) -> &[sched::NodeClaimPlan] {
         &self.response.node_claims
     }
 
     /// The claim (or existing node) a pod landed on.
-    pub fn claim_of(&self, pod: &str) -> Option<&pb::NodeClaimPlan> {
+    pub fn claim_of(&self, pod: &str) -> Option<&sched::NodeClaimPlan> {
         self.response
             .node_claims
             .iter()
@@ -426,7 +431,7 @@ impl Outcome {
     }
 
     /// Pods per value of `key` over new claims, sorted: Karpenter's "skew".
-    pub fn skew(&self, key: &str, matching: &[(&str, &str)], pods: &[pb::Pod]) -> Vec<usize> {
+    pub fn skew(&self, key: &str, matching: &[(&str, &str)], pods: &[sched::Pod]) -> Vec<usize> {
         let wanted: Vec<&str> = pods
             .iter()
             .filter(|p| {

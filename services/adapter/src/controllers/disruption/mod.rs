@@ -21,7 +21,7 @@ pub mod validation;
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -42,7 +42,7 @@ const REPLAN_AFTER_CHANGE: Duration = Duration::from_secs(3);
 
 /// Commands waiting out the validation delay.
 struct Validating {
-    commands: Vec<pb::DisruptionCommand>,
+    commands: Vec<sched::DisruptionCommand>,
     due: Instant,
 }
 
@@ -133,7 +133,7 @@ async fn start(
     index: &Arc<Index>,
     queue: &mut Queue,
     pools: &[Arc<karpenter_api::NodePool>],
-    command: &pb::DisruptionCommand,
+    command: &sched::DisruptionCommand,
 ) {
     let reason = validation::reason(command);
     if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
@@ -147,8 +147,8 @@ async fn start(
 }
 
 /// Karpenter's labels for a started command.
-fn decision_labels(command: &pb::DisruptionCommand) -> DecisionLabels {
-    use pb::DisruptionMethod as Method;
+fn decision_labels(command: &sched::DisruptionCommand) -> DecisionLabels {
+    use sched::DisruptionMethod as Method;
     let consolidation_type = match command.method() {
         Method::Emptiness => "empty",
         Method::SingleNodeConsolidation => "single",
@@ -173,12 +173,12 @@ async fn plan(
     index: &Arc<Index>,
 ) -> Result<(
     Vec<Arc<karpenter_api::NodePool>>,
-    pb::PlanDisruptionResponse,
+    sched::PlanDisruptionResponse,
 )> {
     let pools = scheduling::provisioning_pools(ctx, index);
     let scheduling::Prepared { pools, mut built } = scheduling::prepare(ctx, index, pools).await;
     ctx.nominations.mark(&mut built.snapshot);
-    let request = pb::PlanDisruptionRequest {
+    let request = sched::PlanDisruptionRequest {
         cluster: Some(built.snapshot),
         options: Some(scheduling::options(ctx)),
     };
@@ -210,7 +210,7 @@ const BLOCKED_DEDUPE: Duration = Duration::from_secs(120);
 
 /// A `DisruptionBlocked` event on the Node and its NodeClaim for each node
 /// the plan could not take, saying why (as Karpenter words it).
-fn report_blocked(ctx: &Context, index: &Index, blocked: &[pb::BlockedCandidate]) {
+fn report_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandidate]) {
     for entry in blocked {
         let Some(node) = index.nodes.named(&entry.node) else {
             continue;

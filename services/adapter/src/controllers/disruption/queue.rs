@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use karpenter_api::nodeclaim::{CONDITION_DISRUPTION_REASON, CONDITION_INITIALIZED};
 use karpenter_api::{ConditionsExt as _, NodeClaim, NodePool};
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
@@ -69,7 +69,7 @@ impl Queue {
         ctx: &Context,
         index: &Arc<Index>,
         pools: &[Arc<NodePool>],
-        command: &pb::DisruptionCommand,
+        command: &sched::DisruptionCommand,
         reason: &'static str,
     ) -> Result<()> {
         if command.candidates.iter().any(|n| self.holds(n)) {

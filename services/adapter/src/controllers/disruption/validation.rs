@@ -9,10 +9,10 @@
 
 use std::collections::BTreeSet;
 
-use karpenter_proto::scheduler::v1::{self as pb, DisruptionMethod, DisruptionReason};
+use karpenter_proto::scheduler::v1::{self as sched, DisruptionMethod, DisruptionReason};
 
 /// Whether a command waits out the validation delay.
-pub fn needs_validation(command: &pb::DisruptionCommand) -> bool {
+pub fn needs_validation(command: &sched::DisruptionCommand) -> bool {
     matches!(
         command.method(),
         DisruptionMethod::Emptiness
@@ -22,7 +22,7 @@ pub fn needs_validation(command: &pb::DisruptionCommand) -> bool {
 }
 
 /// The budget reason of a command, as Karpenter writes it.
-pub fn reason(command: &pb::DisruptionCommand) -> &'static str {
+pub fn reason(command: &sched::DisruptionCommand) -> &'static str {
     match command.reason() {
         DisruptionReason::Empty => "Empty",
         DisruptionReason::Drifted => "Drifted",
@@ -31,16 +31,16 @@ pub fn reason(command: &pb::DisruptionCommand) -> &'static str {
     }
 }
 
-fn candidates(command: &pb::DisruptionCommand) -> BTreeSet<&str> {
+fn candidates(command: &sched::DisruptionCommand) -> BTreeSet<&str> {
     command.candidates.iter().map(String::as_str).collect()
 }
 
 /// The commands of `waited` that `fresh` (a plan made after the delay)
 /// still supports, narrowed where Karpenter narrows them.
 pub fn still_valid(
-    waited: &[pb::DisruptionCommand],
-    fresh: &[pb::DisruptionCommand],
-) -> Vec<pb::DisruptionCommand> {
+    waited: &[sched::DisruptionCommand],
+    fresh: &[sched::DisruptionCommand],
+) -> Vec<sched::DisruptionCommand> {
     let fresh_empty: BTreeSet<&str> = fresh
         .iter()
         .filter(|c| c.method() == DisruptionMethod::Emptiness)
@@ -58,7 +58,7 @@ pub fn still_valid(
             if kept.is_empty() {
                 tracing::info!(nodes = ?command.candidates, "abandoning empty node consolidation attempt due to pod churn, command is no longer valid");
             } else {
-                valid.push(pb::DisruptionCommand {
+                valid.push(sched::DisruptionCommand {
                     candidates: kept,
                     ..command.clone()
                 });
@@ -89,8 +89,8 @@ mod tests {
         method: DisruptionMethod,
         nodes: &[&str],
         replacements: usize,
-    ) -> pb::DisruptionCommand {
-        pb::DisruptionCommand {
+    ) -> sched::DisruptionCommand {
+        sched::DisruptionCommand {
             reason: if method == DisruptionMethod::Emptiness {
                 DisruptionReason::Empty as i32
             } else {
@@ -98,8 +98,8 @@ mod tests {
             },
             method: method as i32,
             candidates: nodes.iter().map(|n| n.to_string()).collect(),
-            replacements: vec![pb::NodeClaimPlan::default(); replacements],
-            ..pb::DisruptionCommand::default()
+            replacements: vec![sched::NodeClaimPlan::default(); replacements],
+            ..sched::DisruptionCommand::default()
         }
     }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use karpenter_api::NodePool;
-use karpenter_proto::scheduler::v1 as pb;
+use karpenter_proto::scheduler::v1 as sched;
 use kube::ResourceExt;
 use kube::api::PostParams;
 use tokio::sync::watch;
@@ -109,7 +109,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let pending = built.snapshot.pending_pods.len();
-    let request = pb::SolveRequest {
+    let request = sched::SolveRequest {
         cluster: Some(built.snapshot),
         options: Some(scheduling::options(ctx)),
     };
@@ -156,7 +156,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
 
 fn pod_of<'a>(
     index: &'a Index,
-    pod: Option<&pb::PodRef>,
+    pod: Option<&sched::PodRef>,
 ) -> Option<&'a Arc<crate::state::index::PodEntry>> {
     let pod = pod?;
     index.pods.get(&pod.namespace, &pod.name)
@@ -190,7 +190,7 @@ async fn create_all(
     ctx: &Context,
     index: &Arc<Index>,
     pools: &[Arc<NodePool>],
-    plans: &[pb::NodeClaimPlan],
+    plans: &[sched::NodeClaimPlan],
     reason: &str,
 ) -> Result<Vec<String>> {
     let by_name: BTreeMap<String, &Arc<NodePool>> =
@@ -251,7 +251,7 @@ async fn create(
     ctx: &Context,
     index: &Index,
     pool: &Arc<NodePool>,
-    plan: &pb::NodeClaimPlan,
+    plan: &sched::NodeClaimPlan,
     reason: &str,
 ) -> Result<Option<String>> {
     let pool_name = pool.name_any();
@@ -327,7 +327,7 @@ pub(crate) async fn create_replacements(
     ctx: &Context,
     index: &Arc<Index>,
     pools: &[Arc<NodePool>],
-    plans: &[pb::NodeClaimPlan],
+    plans: &[sched::NodeClaimPlan],
     reason: &str,
 ) -> Result<Vec<String>> {
     if plans.is_empty() {
@@ -346,7 +346,7 @@ fn describe_types(shown: &[&str], total: usize) -> String {
 
 /// Pods planned onto existing or in-flight capacity are told where, and
 /// the nodes are nominated (disruption leaves them alone for a while).
-fn nominate_existing(ctx: &Context, index: &Index, placements: &[pb::NodePlacement]) {
+fn nominate_existing(ctx: &Context, index: &Index, placements: &[sched::NodePlacement]) {
     ctx.nominations.nominate(
         placements
             .iter()
