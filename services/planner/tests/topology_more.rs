@@ -1,22 +1,20 @@
-//! More of Karpenter's topology scenarios: several pools, capacity types,
-//! custom keys, node inclusion policies.
+//! More of Karpenter's topology scenarios, ported onto the planner's model:
+//! several pools, capacity types, custom keys, node inclusion policies
+//! (nodeTaintsPolicy, nodeAffinityPolicy).
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as sched;
-use karpenter_proto::types::v1 as types;
-use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable};
+use karpenter_core::taints::Effect;
+use karpenter_planner::model::{NodePool, Pod, StateNode, WhenUnsatisfiable};
 use support::*;
 
 const LABELS: &[(&str, &str)] = &[("test", "test")];
 
-fn topology_pool(name: &str) -> sched::NodePool {
-    let mut p = pool(name);
-    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
-    p
+fn topology_pool(name: &str) -> NodePool {
+    pool(name).require(req(CAPACITY_TYPE, Operator::Exists, &[]))
 }
 
-fn spread_pods(prefix: &str, count: usize, key: &str, max_skew: i32) -> Vec<sched::Pod> {
+fn spread_pods(prefix: &str, count: usize, key: &str, max_skew: i32) -> Vec<Pod> {
     (0..count)
         .map(|i| {
             pod(&format!("{prefix}{i}"))
@@ -28,12 +26,10 @@ fn spread_pods(prefix: &str, count: usize, key: &str, max_skew: i32) -> Vec<sche
 
 #[test]
 fn two_pools_each_pinned_to_a_zone_share_the_spread() {
-    let mut p1 = topology_pool("p1");
-    p1.requirements
-        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
-    p1.labels.insert(ZONE.into(), "test-zone-1".into());
-    let mut p2 = topology_pool("p2");
-    p2.labels.insert(ZONE.into(), "test-zone-2".into());
+    let p1 = topology_pool("p1")
+        .require(in_(ZONE, &["test-zone-1", "test-zone-2"]))
+        .label(ZONE, "test-zone-1");
+    let p2 = topology_pool("p2").label(ZONE, "test-zone-2");
     let pods = spread_pods("p", 4, ZONE, 1);
     let outcome = Scenario::new(vec![p1, p2]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![2, 2]);
@@ -56,7 +52,7 @@ fn a_spread_whose_selector_misses_its_own_pods_does_not_spread() {
 fn min_domains_below_the_zone_count_changes_nothing() {
     let mut pods = spread_pods("p", 11, ZONE, 1);
     for p in &mut pods {
-        p.topology_spread_constraints[0].min_domains = Some(2);
+        p.spread[0].min_domains = Some(2);
     }
     let outcome = Scenario::new(vec![topology_pool("default")]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![3, 4, 4]);
@@ -75,8 +71,7 @@ fn hostname_spread_groups_by_selector_and_arch() {
         group("b1", "app2"),
         group("b2", "app2"),
     ];
-    let mut p = topology_pool("default");
-    p.requirements.push(in_(ARCH, &["amd64", "arm64"]));
+    let p = topology_pool("default").require(in_(ARCH, &["amd64", "arm64"]));
     let outcome = Scenario::new(vec![p.clone()]).solve(pods);
     assert_eq!(outcome.claims().len(), 2);
     let pods = vec![
@@ -92,48 +87,42 @@ fn hostname_spread_groups_by_selector_and_arch() {
 #[test]
 fn capacity_type_spread_across_two_pools() {
     // A spot pod already runs; the pool now only launches on-demand.
-    let mut on_demand = topology_pool("on-demand");
-    on_demand.requirements = vec![in_(CAPACITY_TYPE, &["on-demand"])];
+    let on_demand = pool("on-demand").require(in_(CAPACITY_TYPE, &["on-demand"]));
     let mut s = Scenario::new(vec![on_demand]);
-    let mut n = node(
-        "spot-node",
-        &[(CAPACITY_TYPE, "spot")],
-        list(&[("cpu", 1200), ("pods", 1)]),
-    );
     let mut existing = pod("existing").label("test", "test").cpu(1100);
     existing.node_name = "spot-node".into();
-    n.pods = vec![existing];
-    s.snapshot.nodes = vec![n];
+    s.nodes = vec![
+        node(
+            "spot-node",
+            &[(CAPACITY_TYPE, "spot")],
+            resources(&[("cpu", 1200), ("pods", 1)]),
+        )
+        .with_pods(vec![existing]),
+    ];
     let pods: Vec<_> = spread_pods("p", 5, CAPACITY_TYPE, 1)
         .into_iter()
         .map(|p| p.cpu(1100))
         .collect();
     let outcome = s.solve(pods.clone());
     // One spot pod exists, so at most two on-demand pods keep the skew at 1.
-    let placed = pods.iter().filter(|p| outcome.scheduled(&p.name)).count();
-    assert_eq!(placed, 2);
+    assert_eq!(outcome.placed(&pods), 2);
     let mut anyway = pods;
     for p in &mut anyway {
-        p.topology_spread_constraints[0].when_unsatisfiable =
-            WhenUnsatisfiable::ScheduleAnyway as i32;
+        p.spread[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
     }
     let outcome = s.solve(anyway.clone());
-    assert_eq!(
-        anyway.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        5
-    );
+    assert_eq!(outcome.placed(&anyway), 5);
 }
 
 #[test]
 fn a_custom_key_spread_over_two_pools() {
     let key = "capacity.spread.4-1";
-    let mut spot = topology_pool("spot");
-    spot.requirements = vec![
-        in_(CAPACITY_TYPE, &["spot"]),
-        in_(key, &["2", "3", "4", "5"]),
-    ];
-    let mut on_demand = topology_pool("on-demand");
-    on_demand.requirements = vec![in_(CAPACITY_TYPE, &["on-demand"]), in_(key, &["1"])];
+    let spot = pool("spot")
+        .require(in_(CAPACITY_TYPE, &["spot"]))
+        .require(in_(key, &["2", "3", "4", "5"]));
+    let on_demand = pool("on-demand")
+        .require(in_(CAPACITY_TYPE, &["on-demand"]))
+        .require(in_(key, &["1"]));
     let pods = spread_pods("p", 20, key, 1);
     let outcome = Scenario::new(vec![spot, on_demand]).solve(pods.clone());
     assert_eq!(outcome.skew(key, LABELS, &pods), vec![4, 4, 4, 4, 4]);
@@ -181,121 +170,92 @@ fn capacity_type_spread_with_required_capacity_types() {
     assert_eq!(outcome.skew(CAPACITY_TYPE, LABELS, &pods), vec![3]);
 }
 
-fn tainted_node(name: &str, value: &str) -> sched::StateNode {
+fn tainted_node(name: &str, value: &str) -> StateNode {
     let mut n = node(
         name,
         &[("fake-label", value)],
-        list(&[("cpu", 100), ("pods", 10)]),
+        resources(&[("cpu", 100), ("pods", 10)]),
     );
-    n.taints = vec![taint(
-        "taintname",
-        "taintvalue",
-        types::TaintEffect::NoSchedule,
-    )];
+    n.taints = vec![taint("taintname", "taintvalue", Effect::NoSchedule)];
     n
 }
 
 #[test]
 fn node_taints_policy_decides_whether_tainted_domains_count() {
-    let mut p = topology_pool("default");
-    p.labels.insert("fake-label".into(), "baz".into());
+    let p = topology_pool("default").label("fake-label", "baz");
     let mut s = Scenario::new(vec![p]);
-    s.snapshot.nodes = vec![tainted_node("foo", "foo"), tainted_node("bar", "bar")];
-    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
+    s.nodes = vec![tainted_node("foo", "foo"), tainted_node("bar", "bar")];
+    let spread = |honor_node_taints: bool| -> Vec<Pod> {
         spread_pods("p", 5, "fake-label", 1)
             .into_iter()
             .map(|mut p| {
-                p.topology_spread_constraints[0].node_taints_policy = policy as i32;
+                p.spread[0].honor_node_taints = honor_node_taints;
                 p.cpu(1000)
             })
             .collect()
     };
     // Ignore: the tainted nodes' domains count (with zero pods), so only one
     // pod fits the skew in baz. Honor: they don't, and all five go to baz.
-    let ignore = spread(InclusionPolicy::Ignore);
+    let ignore = spread(false);
     let outcome = s.solve(ignore.clone());
-    assert_eq!(
-        ignore.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        1
-    );
-    let honor = spread(InclusionPolicy::Honor);
+    assert_eq!(outcome.placed(&ignore), 1);
+    let honor = spread(true);
     let outcome = s.solve(honor.clone());
-    assert_eq!(
-        honor.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        5
-    );
+    assert_eq!(outcome.placed(&honor), 5);
 }
 
 #[test]
 fn node_taints_policy_applies_to_tainted_pools() {
-    let mut open = topology_pool("open");
-    open.requirements.push(in_("fake-label", &["foo"]));
-    let mut tainted = topology_pool("tainted");
-    tainted.requirements.push(in_("fake-label", &["bar"]));
-    tainted.taints = vec![taint(
-        "taintname",
-        "taintvalue",
-        types::TaintEffect::NoSchedule,
-    )];
+    let open = topology_pool("open").require(in_("fake-label", &["foo"]));
+    let mut tainted = topology_pool("tainted").require(in_("fake-label", &["bar"]));
+    tainted.taints = vec![taint("taintname", "taintvalue", Effect::NoSchedule)];
     let s = Scenario::new(vec![open, tainted]);
-    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
+    let spread = |honor_node_taints: bool| -> Vec<Pod> {
         spread_pods("p", 2, "fake-label", 1)
             .into_iter()
             .map(|mut p| {
-                p.topology_spread_constraints[0].node_taints_policy = policy as i32;
+                p.spread[0].honor_node_taints = honor_node_taints;
                 p
             })
             .collect()
     };
-    let ignore = spread(InclusionPolicy::Ignore);
+    let ignore = spread(false);
     let outcome = s.solve(ignore.clone());
-    assert_eq!(
-        ignore.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        1
-    );
-    let honor = spread(InclusionPolicy::Honor);
+    assert_eq!(outcome.placed(&ignore), 1);
+    let honor = spread(true);
     let outcome = s.solve(honor.clone());
-    assert_eq!(
-        honor.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        2
-    );
+    assert_eq!(outcome.placed(&honor), 2);
 }
 
 #[test]
 fn node_affinity_policy_decides_whether_unselected_domains_count() {
-    let mut p = topology_pool("default");
-    p.labels.insert("fake-label".into(), "baz".into());
-    p.labels.insert("selector".into(), "value".into());
+    let p = topology_pool("default")
+        .label("fake-label", "baz")
+        .label("selector", "value");
     let mut s = Scenario::new(vec![p]);
-    s.snapshot.nodes = ["foo", "bar"]
+    s.nodes = ["foo", "bar"]
         .iter()
         .map(|v| {
             node(
                 v,
                 &[("fake-label", v), ("selector", "mismatch")],
-                list(&[("cpu", 100), ("pods", 10)]),
+                resources(&[("cpu", 100), ("pods", 10)]),
             )
         })
         .collect();
-    let spread = |policy: InclusionPolicy| -> Vec<sched::Pod> {
+    let spread = |honor_node_affinity: bool| -> Vec<Pod> {
         spread_pods("p", 5, "fake-label", 1)
             .into_iter()
             .map(|mut p| {
-                p.topology_spread_constraints[0].node_affinity_policy = policy as i32;
+                p.spread[0].honor_node_affinity = honor_node_affinity;
                 p.selector("selector", "value").cpu(1000)
             })
             .collect()
     };
-    let ignore = spread(InclusionPolicy::Ignore);
+    let ignore = spread(false);
     let outcome = s.solve(ignore.clone());
-    assert_eq!(
-        ignore.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        1
-    );
-    let honor = spread(InclusionPolicy::Honor);
+    assert_eq!(outcome.placed(&ignore), 1);
+    let honor = spread(true);
     let outcome = s.solve(honor.clone());
-    assert_eq!(
-        honor.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        5
-    );
+    assert_eq!(outcome.placed(&honor), 5);
 }

@@ -1,30 +1,26 @@
-//! Karpenter's pod affinity and anti-affinity scenarios, ported.
+//! Karpenter's pod affinity and anti-affinity scenarios, ported onto the
+//! planner's model: following a target to its node, zone or arch, chains,
+//! the namespaces a term looks in, anti-affinity required and preferred.
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as sched;
-use karpenter_proto::types::v1 as types;
+use karpenter_planner::model::{NodePool, Pod};
 use support::*;
 
-fn topology_pool() -> sched::NodePool {
-    let mut p = pool("default");
-    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
-    p
+fn topology_pool() -> NodePool {
+    pool("default").require(req(CAPACITY_TYPE, Operator::Exists, &[]))
 }
 
 fn scenario() -> Scenario {
     Scenario::new(vec![topology_pool()])
 }
 
-fn affine(mut p: sched::Pod, key: &str, labels: &[(&str, &str)]) -> sched::Pod {
-    p.required_pod_affinity.push(affinity_term(key, labels));
-    p
+fn affine(p: Pod, key: &str, labels: &[(&str, &str)]) -> Pod {
+    p.affinity(key, labels)
 }
 
-fn anti(mut p: sched::Pod, key: &str, labels: &[(&str, &str)]) -> sched::Pod {
-    p.required_pod_anti_affinity
-        .push(affinity_term(key, labels));
-    p
+fn anti(p: Pod, key: &str, labels: &[(&str, &str)]) -> Pod {
+    p.anti_affinity(key, labels)
 }
 
 #[test]
@@ -45,20 +41,16 @@ fn affinity_lands_next_to_the_target_among_spread_pods() {
     pods.push(pod("target").label("security", "s2"));
     pods.push(affine(pod("follower"), HOSTNAME, &[("security", "s2")]));
     let outcome = scenario().solve(pods);
-    let holding = |name: &str| {
-        outcome
-            .claims()
-            .iter()
-            .position(|c| c.pods.iter().any(|p| p.name == name))
-    };
-    assert!(holding("follower").is_some());
-    assert_eq!(holding("follower"), holding("target"));
+    assert!(outcome.claim_index("follower").is_some());
+    assert_eq!(
+        outcome.claim_index("follower"),
+        outcome.claim_index("target")
+    );
 }
 
 #[test]
 fn arch_affinity_with_hostname_spread_lands_on_the_same_arch_but_another_node() {
-    let mut p = topology_pool();
-    p.requirements.push(in_(ARCH, &["amd64", "arm64"]));
+    let p = topology_pool().require(in_(ARCH, &["amd64", "arm64"]));
     let target = pod("target")
         .label("security", "s2")
         .cpu(2000)
@@ -75,13 +67,10 @@ fn arch_affinity_with_hostname_spread_lands_on_the_same_arch_but_another_node() 
     );
     let outcome = Scenario::new(vec![p]).solve(vec![target, follower]);
     assert_eq!(outcome.label("follower", ARCH), Some("arm64"));
-    let holding = |name: &str| {
-        outcome
-            .claims()
-            .iter()
-            .position(|c| c.pods.iter().any(|p| p.name == name))
-    };
-    assert_ne!(holding("follower"), holding("target"));
+    assert_ne!(
+        outcome.claim_index("follower"),
+        outcome.claim_index("target")
+    );
 }
 
 #[test]
@@ -114,9 +103,8 @@ fn hostname_self_affinity_fills_one_node_and_leaves_the_rest() {
         })
         .collect();
     let outcome = scenario().solve(pods.clone());
-    let placed = pods.iter().filter(|p| outcome.scheduled(&p.name)).count();
     // The fake types hold five pods.
-    assert_eq!(placed, 5);
+    assert_eq!(outcome.placed(&pods), 5);
     assert_eq!(outcome.claims().len(), 1);
 }
 
@@ -184,33 +172,34 @@ fn a_chain_of_affinities_schedules() {
     assert_eq!(outcome.claims().len(), 1);
 }
 
+// A term looks in its pod's namespace unless it names namespaces; an empty
+// namespace selector looks everywhere (`namespaces: None` in the model).
 #[test]
 fn affinity_namespaces_select_where_to_look() {
     let mut target = pod("target").label("security", "s2");
-    target.namespace = "other".into();
+    target.key.namespace = "other".into();
     let same_namespace = affine(pod("follower"), HOSTNAME, &[("security", "s2")]);
     let outcome = scenario().solve(vec![target.clone(), same_namespace]);
     assert!(!outcome.scheduled("follower"));
 
     let mut named = pod("follower");
-    let mut term = affinity_term(HOSTNAME, &[("security", "s2")]);
-    term.namespaces = vec!["other".into()];
-    named.required_pod_affinity.push(term);
+    named
+        .pod_affinity
+        .push(affinity_term(HOSTNAME, &[("security", "s2")], &["other"]));
     let outcome = scenario().solve(vec![target.clone(), named]);
     assert!(outcome.scheduled("follower"));
 
     let mut every = pod("follower");
-    let mut term = affinity_term(HOSTNAME, &[("security", "s2")]);
-    term.namespace_selector = Some(sched::LabelSelector::default());
-    every.required_pod_affinity.push(term);
+    let mut term = affinity_term(HOSTNAME, &[("security", "s2")], &[]);
+    term.namespaces = None;
+    every.pod_affinity.push(term);
     let outcome = scenario().solve(vec![target, every]);
     assert!(outcome.scheduled("follower"));
 }
 
 #[test]
 fn arch_anti_affinity_picks_the_other_arch() {
-    let mut p = topology_pool();
-    p.requirements.push(in_(ARCH, &["amd64", "arm64"]));
+    let p = topology_pool().require(in_(ARCH, &["amd64", "arm64"]));
     let target = pod("target")
         .label("security", "s2")
         .cpu(2000)
@@ -238,13 +227,9 @@ fn required_anti_affinity_of_pods_in_every_zone_blocks_a_matching_pod() {
 #[test]
 fn preferred_anti_affinity_of_pods_in_every_zone_does_not_block() {
     let pinned = |name: &str, zone: &str| {
-        let mut p = pod(name).selector(ZONE, zone);
-        p.preferred_pod_anti_affinity
-            .push(sched::WeightedPodAffinityTerm {
-                weight: 10,
-                term: Some(affinity_term(ZONE, &[("security", "s2")])),
-            });
-        p
+        pod(name)
+            .selector(ZONE, zone)
+            .preferred_anti_affinity(10, ZONE, &[("security", "s2")])
     };
     let outcome = scenario().solve(vec![
         pinned("a1", "test-zone-1"),
@@ -268,8 +253,5 @@ fn mutual_zone_anti_affinity_places_one_per_round() {
         .collect();
     let outcome = scenario().solve(pods.clone());
     // The first pod's zone is undecided, so it blocks every zone it might take.
-    assert_eq!(
-        pods.iter().filter(|p| outcome.scheduled(&p.name)).count(),
-        1
-    );
+    assert_eq!(outcome.placed(&pods), 1);
 }

@@ -1,18 +1,19 @@
-//! Karpenter's topology scenarios (its topology test suite), ported.
+//! Karpenter's topology scenarios (its topology test suite), ported onto
+//! the planner's model: zone, hostname and capacity-type spreads, existing
+//! pods in their domains, minDomains, matchLabelKeys, pod affinity and
+//! anti-affinity across zones, ScheduleAnyway under an ignore-preferences
+//! policy, volume topology.
 
 mod support;
 
-use karpenter_proto::scheduler::v1 as sched;
-use karpenter_proto::types::v1 as types;
+use karpenter_planner::model::{NodePool, Pod, WhenUnsatisfiable};
 use support::*;
 
-fn topology_pool() -> sched::NodePool {
-    let mut p = pool("default");
-    p.requirements = vec![req(CAPACITY_TYPE, types::Operator::Exists, &[])];
-    p
+fn topology_pool() -> NodePool {
+    pool("default").require(req(CAPACITY_TYPE, Operator::Exists, &[]))
 }
 
-fn spread_pods(count: usize, key: &str, max_skew: i32) -> Vec<sched::Pod> {
+fn spread_pods(count: usize, key: &str, max_skew: i32) -> Vec<Pod> {
     (0..count)
         .map(|i| {
             pod(&format!("p{i}"))
@@ -33,9 +34,7 @@ fn zone_spread_balances_across_zones() {
 
 #[test]
 fn zone_spread_only_over_the_pools_zones() {
-    let mut p = topology_pool();
-    p.requirements
-        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    let p = topology_pool().require(in_(ZONE, &["test-zone-1", "test-zone-2"]));
     let pods = spread_pods(4, ZONE, 1);
     let outcome = Scenario::new(vec![p]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![2, 2]);
@@ -43,8 +42,7 @@ fn zone_spread_only_over_the_pools_zones() {
 
 #[test]
 fn a_pool_pinned_to_one_zone_puts_everything_there() {
-    let mut p = topology_pool();
-    p.labels.insert(ZONE.into(), "test-zone-1".into());
+    let p = topology_pool().label(ZONE, "test-zone-1");
     let pods = spread_pods(4, ZONE, 1);
     let outcome = Scenario::new(vec![p]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![4]);
@@ -54,7 +52,7 @@ fn a_pool_pinned_to_one_zone_puts_everything_there() {
 fn spread_without_selector_does_not_spread() {
     let mut pods = spread_pods(2, ZONE, 1);
     for p in &mut pods {
-        p.topology_spread_constraints[0].label_selector = None;
+        p.spread[0].selector = None;
     }
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods.clone());
     assert_eq!(outcome.claims().len(), 1);
@@ -95,26 +93,17 @@ fn capacity_type_spread() {
 #[test]
 fn existing_pods_are_counted_in_their_domains() {
     let mut s = Scenario::new(vec![topology_pool()]);
-    let mut n1 = node(
-        "n1",
-        &[(ZONE, "test-zone-1")],
-        list(&[("cpu", 100), ("pods", 10)]),
-    );
-    n1.pods = vec![
-        pod("e1").label("test", "test").tap_node("n1"),
-        pod("e2").label("test", "test").tap_node("n1"),
-        pod("unlabelled").tap_node("n1"),
-    ];
-    let mut n2 = node(
-        "n2",
-        &[(ZONE, "test-zone-2")],
-        list(&[("cpu", 100), ("pods", 10)]),
-    );
-    n2.pods = vec![pod("e3").label("test", "test").tap_node("n2")];
-    let mut failed = pod("failed").label("test", "test").tap_node("n2");
+    let small = || resources(&[("cpu", 100), ("pods", 10)]);
+    let n1 = node("n1", &[(ZONE, "test-zone-1")], small()).with_pods(vec![
+        pod("e1").label("test", "test").on("n1"),
+        pod("e2").label("test", "test").on("n1"),
+        pod("unlabelled").on("n1"),
+    ]);
+    let mut failed = pod("failed").label("test", "test").on("n2");
     failed.phase = "Failed".into();
-    n2.pods.push(failed);
-    s.snapshot.nodes = vec![n1, n2];
+    let n2 = node("n2", &[(ZONE, "test-zone-2")], small())
+        .with_pods(vec![pod("e3").label("test", "test").on("n2"), failed]);
+    s.nodes = vec![n1, n2];
     let pods: Vec<_> = spread_pods(2, ZONE, 1)
         .into_iter()
         .map(|p| p.cpu(1000))
@@ -129,7 +118,7 @@ fn existing_pods_are_counted_in_their_domains() {
     ]);
     for p in &pods {
         *totals
-            .get_mut(outcome.label(&p.name, ZONE).unwrap())
+            .get_mut(outcome.label(&p.key.name, ZONE).unwrap())
             .unwrap() += 1;
     }
     let mut skew: Vec<i32> = totals.into_values().collect();
@@ -139,17 +128,17 @@ fn existing_pods_are_counted_in_their_domains() {
 
 #[test]
 fn min_domains_forces_spreading_over_missing_domains() {
-    let mut p = topology_pool();
-    p.requirements
-        .push(in_(ZONE, &["test-zone-1", "test-zone-2"]));
+    let p = topology_pool().require(in_(ZONE, &["test-zone-1", "test-zone-2"]));
     let mut pods = spread_pods(3, ZONE, 1);
     for p in &mut pods {
-        p.topology_spread_constraints[0].min_domains = Some(3);
+        p.spread[0].min_domains = Some(3);
     }
     let outcome = Scenario::new(vec![p]).solve(pods.clone());
     assert_eq!(outcome.skew(ZONE, LABELS, &pods), vec![1, 1]);
 }
 
+// matchLabelKeys: the pod's own value of each key joins the selector
+// (`from_wire` does it; the scheduler's wire tests check it).
 #[test]
 fn match_label_keys_split_groups() {
     let mut pods = Vec::new();
@@ -158,7 +147,11 @@ fn match_label_keys_split_groups() {
             .label("test", "test")
             .label("test-label", value)
             .spread(HOSTNAME, 1, &[("test", "test")]);
-        p.topology_spread_constraints[0].match_label_keys = vec!["test-label".into()];
+        p.spread[0]
+            .selector
+            .as_mut()
+            .unwrap()
+            .require("test-label", value);
         pods.push(p);
     }
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
@@ -169,10 +162,9 @@ fn match_label_keys_split_groups() {
 fn self_affinity_keeps_pods_together() {
     let pods: Vec<_> = (0..3)
         .map(|i| {
-            let mut p = pod(&format!("p{i}")).label("security", "s2");
-            p.required_pod_affinity
-                .push(affinity_term(ZONE, &[("security", "s2")]));
-            p
+            pod(&format!("p{i}"))
+                .label("security", "s2")
+                .affinity(ZONE, &[("security", "s2")])
         })
         .collect();
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
@@ -182,12 +174,7 @@ fn self_affinity_keeps_pods_together() {
 #[test]
 fn affinity_to_a_pod_that_does_not_exist_never_schedules() {
     let pods: Vec<_> = (0..3)
-        .map(|i| {
-            let mut p = pod(&format!("p{i}"));
-            p.required_pod_affinity
-                .push(affinity_term(ZONE, &[("security", "s2")]));
-            p
-        })
+        .map(|i| pod(&format!("p{i}")).affinity(ZONE, &[("security", "s2")]))
         .collect();
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
     assert!(outcome.claims().is_empty());
@@ -197,10 +184,7 @@ fn affinity_to_a_pod_that_does_not_exist_never_schedules() {
 #[test]
 fn affinity_follows_the_target_to_its_node() {
     let target = pod("target").label("security", "s2").cpu(1000);
-    let mut follower = pod("follower");
-    follower
-        .required_pod_affinity
-        .push(affinity_term(HOSTNAME, &[("security", "s2")]));
+    let follower = pod("follower").affinity(HOSTNAME, &[("security", "s2")]);
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![target, follower]);
     assert_eq!(outcome.claims().len(), 1);
     assert!(outcome.scheduled("follower"));
@@ -210,10 +194,9 @@ fn affinity_follows_the_target_to_its_node() {
 fn hostname_anti_affinity_needs_a_node_each() {
     let pods: Vec<_> = (0..5)
         .map(|i| {
-            let mut p = pod(&format!("p{i}")).label("app", "nginx");
-            p.required_pod_anti_affinity
-                .push(affinity_term(HOSTNAME, &[("app", "nginx")]));
-            p
+            pod(&format!("p{i}"))
+                .label("app", "nginx")
+                .anti_affinity(HOSTNAME, &[("app", "nginx")])
         })
         .collect();
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
@@ -228,9 +211,7 @@ fn zone_anti_affinity_against_pods_in_every_zone_blocks() {
             .cpu(2000)
             .selector(ZONE, zone)
     };
-    let mut anti = pod("anti");
-    anti.required_pod_anti_affinity
-        .push(affinity_term(ZONE, &[("security", "s2")]));
+    let anti = pod("anti").anti_affinity(ZONE, &[("security", "s2")]);
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![
         pinned("z1", "test-zone-1"),
         pinned("z2", "test-zone-2"),
@@ -243,9 +224,9 @@ fn zone_anti_affinity_against_pods_in_every_zone_blocks() {
 
 #[test]
 fn undecided_anti_affinity_pod_blocks_every_zone_it_might_take() {
-    let mut anti = pod("anti").cpu(2000);
-    anti.required_pod_anti_affinity
-        .push(affinity_term(ZONE, &[("security", "s2")]));
+    let anti = pod("anti")
+        .cpu(2000)
+        .anti_affinity(ZONE, &[("security", "s2")]);
     let target = pod("target").label("security", "s2");
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![anti, target]);
     assert!(outcome.scheduled("anti"));
@@ -255,16 +236,21 @@ fn undecided_anti_affinity_pod_blocks_every_zone_it_might_take() {
 #[test]
 fn existing_pods_with_anti_affinity_keep_others_out_of_their_zone() {
     let mut s = Scenario::new(vec![topology_pool()]);
-    let mut nodes = Vec::new();
-    for zone in ["test-zone-1", "test-zone-2", "test-zone-3"] {
-        let mut n = node(zone, &[(ZONE, zone)], list(&[("cpu", 100), ("pods", 10)]));
-        let mut p = pod(&format!("anti-{zone}")).tap_node(zone);
-        p.required_pod_anti_affinity
-            .push(affinity_term(ZONE, &[("security", "s2")]));
-        n.pods = vec![p];
-        nodes.push(n);
-    }
-    s.snapshot.nodes = nodes;
+    s.nodes = ["test-zone-1", "test-zone-2", "test-zone-3"]
+        .into_iter()
+        .map(|zone| {
+            node(
+                zone,
+                &[(ZONE, zone)],
+                resources(&[("cpu", 100), ("pods", 10)]),
+            )
+            .with_pods(vec![
+                pod(&format!("anti-{zone}"))
+                    .on(zone)
+                    .anti_affinity(ZONE, &[("security", "s2")]),
+            ])
+        })
+        .collect();
     let outcome = s.solve(vec![pod("target").label("security", "s2")]);
     assert!(!outcome.scheduled("target"));
 }
@@ -273,56 +259,32 @@ fn existing_pods_with_anti_affinity_keep_others_out_of_their_zone() {
 fn preferred_anti_affinity_is_relaxed() {
     let pods: Vec<_> = (0..5)
         .map(|i| {
-            let mut p = pod(&format!("p{i}")).label("app", "x");
-            p.preferred_pod_anti_affinity
-                .push(sched::WeightedPodAffinityTerm {
-                    weight: 10,
-                    term: Some(affinity_term(ZONE, &[("app", "x")])),
-                });
-            p
+            pod(&format!("p{i}"))
+                .label("app", "x")
+                .preferred_anti_affinity(10, ZONE, &[("app", "x")])
         })
         .collect();
     let outcome = Scenario::new(vec![topology_pool()]).solve(pods);
-    assert_eq!(outcome.response.unschedulable.len(), 0);
+    assert_eq!(outcome.solution.unschedulable.len(), 0);
 }
 
 #[test]
 fn ignoring_preferences_packs_schedule_anyway_pods_together() {
     let mut pods = spread_pods(5, HOSTNAME, 1);
     for p in &mut pods {
-        p.topology_spread_constraints[0].when_unsatisfiable =
-            sched::topology_spread_constraint::WhenUnsatisfiable::ScheduleAnyway as i32;
+        p.spread[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
     }
     let mut s = Scenario::new(vec![topology_pool()]);
     assert_eq!(s.solve(pods.clone()).claims().len(), 5);
-    s.options.preference_policy = sched::scheduling_options::PreferencePolicy::Ignore as i32;
+    s.options.ignore_preferences = true;
     assert_eq!(s.solve(pods).claims().len(), 1);
 }
 
+// A volume's topology joins the pod's required node affinity (`from_wire`
+// ANDs it into every term; the scheduler's wire tests check it).
 #[test]
 fn volume_zone_requirements_pin_the_pod() {
-    let mut p = pod("a");
-    p.volumes.push(sched::Volume {
-        name: "data".into(),
-        driver: "ebs.csi.aws.com".into(),
-        claim_id: "default/data".into(),
-        topology: vec![sched::NodeSelectorTerm {
-            match_expressions: vec![in_(ZONE, &["test-zone-3"])],
-            match_fields: vec![],
-        }],
-    });
+    let p = pod("a").required(vec![in_(ZONE, &["test-zone-3"])]);
     let outcome = Scenario::new(vec![topology_pool()]).solve(vec![p]);
     assert_eq!(outcome.label("a", ZONE), Some("test-zone-3"));
-}
-
-trait Bound {
-    fn tap_node(self, node: &str) -> Self;
-}
-
-impl Bound for sched::Pod {
-    fn tap_node(mut self, node: &str) -> Self {
-        self.node_name = node.into();
-        self.phase = "Running".into();
-        self
-    }
 }

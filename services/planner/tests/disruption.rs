@@ -1,0 +1,989 @@
+//! Karpenter's disruption scenarios (its disruption suites), ported onto
+//! the planner's model: the same cluster, the same command. Emptiness and
+//! budgets, consolidation by delete and by replace (PDBs, do-not-disrupt,
+//! spot-to-spot, consolidateAfter windows), multi-node sets, drift,
+//! expiration, a deterministic plan.
+
+mod support;
+
+use karpenter_planner::cron::Cron;
+use karpenter_planner::disruption::{Command, DisruptionPlan, Method, Reason};
+use karpenter_planner::model::{Budget, InstanceType, NodePool, Pod, StateNode};
+use std::time::Duration;
+use support::*;
+
+const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
+
+/// One offering per zone and capacity type; spot at 70% of on-demand.
+fn it(name: &str, cpu: i64, memory: i64, on_demand: f64) -> InstanceType {
+    let mut offerings = Vec::new();
+    for zone in ZONES {
+        for (capacity_type, price) in [("on-demand", on_demand), ("spot", on_demand * 0.7)] {
+            offerings.push(offering(zone, capacity_type, price));
+        }
+    }
+    instance_type(
+        name,
+        vec![in_(ARCH, &["amd64"]), in_(OS, &["linux"])],
+        offerings,
+        &[("cpu", cpu), ("memory", memory), ("pods", 100)],
+        &[],
+    )
+}
+
+fn catalog() -> Vec<InstanceType> {
+    vec![
+        it("small", 2000, 4 * GI, 0.1),
+        it("medium", 4000, 8 * GI, 0.2),
+        it("large", 8000, 16 * GI, 0.4),
+        it("xlarge", 32_000, 64 * GI, 1.6),
+    ]
+}
+
+/// WhenEmptyOrUnderutilized, `consolidateAfter: 0s`, a budget of 100%.
+fn np(name: &str) -> NodePool {
+    let mut p = pool(name);
+    p.consolidation_when_empty_only = false;
+    p.consolidate_after = Some(Duration::from_secs(0));
+    p.budgets = vec![budget("100%")];
+    p
+}
+
+const NOW: i64 = 1_700_000_000;
+
+/// A node of pool `np`, a day old, consolidatable, at its offering's price.
+fn managed(name: &str, instance_type: &str, capacity_type: &str, zone: &str) -> StateNode {
+    let it = catalog()
+        .into_iter()
+        .find(|i| i.name == instance_type)
+        .expect("known type");
+    let price = it
+        .offerings
+        .iter()
+        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        .map_or(0.0, |o| o.price);
+    let mut node = node(
+        name,
+        &[
+            (INSTANCE_TYPE, instance_type),
+            (ZONE, zone),
+            (CAPACITY_TYPE, capacity_type),
+            (ARCH, "amd64"),
+            (OS, "linux"),
+        ],
+        it.capacity.clone(),
+    )
+    .in_pool("np");
+    node.node_claim_name = format!("{name}-claim");
+    node.price = price;
+    node.creation_seconds = NOW - 86_400;
+    node.disruption.consolidatable = true;
+    node
+}
+
+fn running(name: &str, node: &str, cpu: i64) -> Pod {
+    let mut p = pod(name).cpu(cpu).on(node);
+    p.owner_kind = "ReplicaSet".into();
+    p
+}
+
+fn on(node: StateNode, pods: Vec<Pod>) -> StateNode {
+    node.with_pods(pods)
+}
+
+/// The nodes in pool `np` on the catalog above, at `NOW`.
+fn cluster(nodes: Vec<StateNode>) -> Scenario {
+    let mut scenario = Scenario::with_instance_types(vec![np("np")], catalog());
+    scenario.nodes = nodes;
+    scenario.now = NOW;
+    scenario
+}
+
+fn disrupted(plan: &DisruptionPlan) -> Vec<String> {
+    let mut nodes: Vec<String> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.candidates.clone())
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+fn blocked<'a>(plan: &'a DisruptionPlan, node: &str) -> Option<&'a str> {
+    plan.blocked.get(node).map(String::as_str)
+}
+
+/// The first node a command moved pods to.
+fn first_placement(command: &Command) -> &str {
+    command
+        .placements
+        .keys()
+        .next()
+        .map(String::as_str)
+        .expect("a placement")
+}
+
+// --- emptiness ----------------------------------------------------------------
+
+#[test]
+fn empty_nodes_are_deleted_together() {
+    let cluster = cluster(vec![
+        managed("a", "medium", "on-demand", "test-zone-1"),
+        managed("b", "medium", "on-demand", "test-zone-2"),
+    ]);
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].reason, Reason::Empty);
+    assert_eq!(plan.commands[0].candidates, vec!["a", "b"]);
+    assert!(plan.commands[0].replacements.is_empty());
+    assert!((plan.commands[0].savings_per_hour - 0.4).abs() < 1e-9);
+    assert!((plan.cost_before - 0.4).abs() < 1e-9 && plan.cost_after.abs() < 1e-9);
+}
+
+#[test]
+fn consolidate_after_never_disables_emptiness() {
+    let mut cluster = cluster(vec![managed("a", "medium", "on-demand", "test-zone-1")]);
+    cluster.pool().consolidate_after = None;
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn consolidate_after_counts_from_the_last_pod_event() {
+    let mut node = managed("a", "medium", "on-demand", "test-zone-1");
+    node.disruption.consolidatable = false;
+    node.disruption.last_pod_event_seconds = Some(NOW - 300);
+    let mut cluster = cluster(vec![node]);
+    cluster.pool().consolidate_after = Some(Duration::from_secs(600));
+    assert!(cluster.plan().commands.is_empty());
+    cluster.pool().consolidate_after = Some(Duration::from_secs(300));
+    assert_eq!(disrupted(&cluster.plan()), vec!["a"]);
+}
+
+#[test]
+fn node_do_not_disrupt_blocks_with_a_reason() {
+    let mut node = managed("a", "medium", "on-demand", "test-zone-1");
+    node.disruption.do_not_disrupt = true;
+    let plan = cluster(vec![node]).plan();
+    assert!(plan.commands.is_empty());
+    assert_eq!(
+        blocked(&plan, "a"),
+        Some("disruption is blocked through the \"karpenter.sh/do-not-disrupt\" annotation")
+    );
+}
+
+#[test]
+fn budgets_limit_empty_deletions_rounding_up() {
+    let nodes: Vec<_> = (0..10)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    let mut cluster = cluster(nodes);
+    cluster.pool().budgets = vec![budget("30%")];
+    assert_eq!(disrupted(&cluster.plan()).len(), 3);
+    cluster.pool().budgets = vec![budget("0%")];
+    assert!(cluster.plan().commands.is_empty());
+    cluster.pool().budgets = vec![budget("25%")];
+    assert_eq!(
+        disrupted(&cluster.plan()).len(),
+        3,
+        "25% of 10 rounds up to 3"
+    );
+}
+
+#[test]
+fn nodes_already_disrupting_count_against_the_budget() {
+    let mut nodes: Vec<_> = (0..10)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    nodes[0].marked_for_deletion = true;
+    nodes[1].disruption.node_not_ready = true;
+    let mut cluster = cluster(nodes);
+    cluster.pool().budgets = vec![budget("3")];
+    // Two of three are already unavailable. The not-ready node is itself a
+    // candidate (it sorts first) and deleting it costs no more budget, so
+    // two nodes go and three are unavailable at once: the budget.
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["n1", "n2"]);
+}
+
+#[test]
+fn budget_windows_and_reasons_apply() {
+    let nodes: Vec<_> = (0..4)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    let mut cluster = cluster(nodes);
+    // A zero budget for Empty during a window that is open right now
+    // (every minute, for an hour) stops emptiness; one for Drifted does not.
+    let window = |reasons: Vec<Reason>| Budget {
+        nodes: "0".into(),
+        window: Some((Cron::parse("* * * * *").unwrap(), 3600)),
+        reasons,
+    };
+    cluster.pool().budgets = vec![budget("100%"), window(vec![Reason::Empty])];
+    assert!(cluster.plan().commands.is_empty());
+    cluster.pool().budgets = vec![budget("100%"), window(vec![Reason::Drifted])];
+    assert_eq!(disrupted(&cluster.plan()).len(), 4);
+    // A window that opened yesterday for ten minutes is closed.
+    let closed = Budget {
+        nodes: "0".into(),
+        window: Some((Cron::parse("@yearly").unwrap(), 600)),
+        reasons: vec![],
+    };
+    cluster.pool().budgets = vec![closed];
+    assert_eq!(disrupted(&cluster.plan()).len(), 4);
+}
+
+#[test]
+fn daemon_pods_do_not_make_a_node_busy_but_a_terminating_statefulset_pod_does() {
+    let mut daemon = running("ds-a", "a", 100);
+    daemon.owner_kind = "DaemonSet".into();
+    let mut stateful = running("db-0", "b", 100);
+    stateful.owner_kind = "StatefulSet".into();
+    stateful.terminating = true;
+    let mut cluster = cluster(vec![
+        on(
+            managed("a", "medium", "on-demand", "test-zone-1"),
+            vec![daemon],
+        ),
+        on(
+            managed("b", "medium", "on-demand", "test-zone-1"),
+            vec![stateful],
+        ),
+    ]);
+    cluster.pool().consolidation_when_empty_only = true;
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].candidates, vec!["a"]);
+}
+
+// --- consolidation: delete --------------------------------------------------------
+
+#[test]
+fn the_cheapest_to_disrupt_node_is_deleted_when_its_pods_fit_elsewhere() {
+    // Spot nodes of the cheapest type (as upstream's leastExpensive fixture):
+    // no replacement is cheaper, so only deleting helps.
+    let cluster = cluster(vec![
+        on(
+            managed("node0", "small", "spot", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "small", "spot", "test-zone-1"),
+            vec![running("p2", "node1", 500)],
+        ),
+    ]);
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].reason, Reason::Underutilized);
+    assert_eq!(plan.commands[0].method, Method::SingleNodeConsolidation);
+    assert_eq!(plan.commands[0].candidates, vec!["node1"]);
+    assert!(plan.commands[0].replacements.is_empty());
+    assert_eq!(first_placement(&plan.commands[0]), "node0");
+}
+
+#[test]
+fn a_pdb_that_allows_no_disruption_protects_its_node() {
+    let mut cluster = cluster(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![running("p2", "node1", 500).label("app", "db")],
+        ),
+    ]);
+    // maxUnavailable: 0
+    cluster.pdbs = vec![pdb("db", &[("app", "db")], 0, true)];
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["node0"]);
+    assert_eq!(
+        blocked(&plan, "node1"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
+// Upstream consolidation_test.go: "can replace nodes, considers PDB
+// policy": not-ready pods under a PDB with AlwaysAllow may be evicted.
+#[test]
+fn an_always_allow_pdb_lets_not_ready_pods_go() {
+    let plan = |not_ready: bool| {
+        let pods = (0..3)
+            .map(|i| {
+                let mut pod = running(&format!("p{i}"), "big", 500).label("app", "db");
+                pod.not_ready = not_ready;
+                pod
+            })
+            .collect();
+        let mut cluster = cluster(vec![on(
+            managed("big", "xlarge", "on-demand", "test-zone-1"),
+            pods,
+        )]);
+        // maxUnavailable: 0, unhealthyPodEvictionPolicy: AlwaysAllow
+        let mut db = pdb("db", &[("app", "db")], 0, true);
+        db.always_allow_unhealthy = true;
+        cluster.pdbs = vec![db];
+        cluster.plan()
+    };
+    let plan_not_ready = plan(true);
+    assert_eq!(
+        disrupted(&plan_not_ready),
+        vec!["big"],
+        "{plan_not_ready:?}"
+    );
+    assert_eq!(plan_not_ready.commands[0].replacements.len(), 1);
+    let plan_ready = plan(false);
+    assert!(plan_ready.commands.is_empty());
+    assert_eq!(
+        blocked(&plan_ready, "big"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
+// The spot entry of upstream's "can replace nodes, considers PDB policy":
+// a spot node under the same PDB, spot-to-spot consolidation on.
+#[test]
+fn an_always_allow_pdb_lets_not_ready_pods_go_from_a_spot_node() {
+    let plan = |not_ready: bool| {
+        let pods = (0..3)
+            .map(|i| {
+                let mut pod = running(&format!("p{i}"), "big", 500).label("app", "db");
+                pod.not_ready = not_ready;
+                pod
+            })
+            .collect();
+        let mut cluster = cluster(vec![on(
+            managed("big", "xlarge", "spot", "test-zone-1"),
+            pods,
+        )]);
+        // Spot-to-spot replaces only with 15 cheaper options to choose from.
+        cluster.instance_types.extend((0..16).map(|i| {
+            it(
+                &format!("spare-{i}"),
+                4000,
+                8 * GI,
+                0.2 + 0.01 * f64::from(i),
+            )
+        }));
+        cluster.disruption.spot_to_spot = true;
+        // maxUnavailable: 0, unhealthyPodEvictionPolicy: AlwaysAllow
+        let mut db = pdb("db", &[("app", "db")], 0, true);
+        db.always_allow_unhealthy = true;
+        cluster.pdbs = vec![db];
+        cluster.plan()
+    };
+    let plan_not_ready = plan(true);
+    assert_eq!(
+        disrupted(&plan_not_ready),
+        vec!["big"],
+        "{plan_not_ready:?}"
+    );
+    let plan_ready = plan(false);
+    assert!(plan_ready.commands.is_empty());
+    assert_eq!(
+        blocked(&plan_ready, "big"),
+        Some("pdb \"default/db\" prevents pod evictions")
+    );
+}
+
+#[test]
+fn a_do_not_disrupt_pod_protects_its_node() {
+    let mut protected = running("p2", "node1", 500);
+    protected.do_not_disrupt = true;
+    let cluster = cluster(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![protected],
+        ),
+    ]);
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["node0"]);
+    assert_eq!(
+        blocked(&plan, "node1"),
+        Some("pod \"default/p2\" has \"karpenter.sh/do-not-disrupt\" annotation")
+    );
+}
+
+#[test]
+fn pods_pinned_by_selectors_keep_their_nodes() {
+    let pinned =
+        |name: &str, node: &str, value: &str| running(name, node, 500).selector("foo", value);
+    let n0 = managed("node0", "medium", "on-demand", "test-zone-1").label("foo", "1");
+    let n1 = managed("node1", "medium", "on-demand", "test-zone-1").label("foo", "2");
+    let cluster = cluster(vec![
+        on(
+            n0,
+            vec![pinned("a", "node0", "1"), pinned("b", "node0", "1")],
+        ),
+        on(n1, vec![pinned("c", "node1", "2")]),
+    ]);
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn hostname_anti_affinity_keeps_one_pod_per_node() {
+    let anti = |name: &str, node: &str| {
+        running(name, node, 100)
+            .label("app", "x")
+            .anti_affinity(HOSTNAME, &[("app", "x")])
+    };
+    // Spot nodes of the cheapest type: nothing is cheaper to move to.
+    let cluster = cluster(vec![
+        on(
+            managed("a", "small", "spot", "test-zone-1"),
+            vec![anti("p0", "a")],
+        ),
+        on(
+            managed("b", "small", "spot", "test-zone-2"),
+            vec![anti("p1", "b")],
+        ),
+        on(
+            managed("c", "small", "spot", "test-zone-3"),
+            vec![anti("p2", "c")],
+        ),
+    ]);
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn when_empty_policy_leaves_underutilized_nodes() {
+    let mut cluster = cluster(vec![
+        on(
+            managed("node0", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500)],
+        ),
+        on(
+            managed("node1", "medium", "on-demand", "test-zone-1"),
+            vec![running("p1", "node1", 500)],
+        ),
+    ]);
+    cluster.pool().consolidation_when_empty_only = true;
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn a_pending_pod_is_never_left_worse_off() {
+    // The small node's pod could move to the big one, but then a pending pod
+    // that fits only there would need a new node: Karpenter still deletes the
+    // small node (pending pods never block a decision), and the pending pod
+    // stays pending exactly as before.
+    let mut cluster = cluster(vec![
+        on(
+            managed("big", "large", "on-demand", "test-zone-1"),
+            vec![running("p0", "big", 1000)],
+        ),
+        on(
+            managed("small", "small", "on-demand", "test-zone-1"),
+            vec![running("p1", "small", 1000)],
+        ),
+    ]);
+    cluster.pending = vec![pod("stuck").selector("missing", "label")];
+    let plan = cluster.plan();
+    assert!(!plan.commands.is_empty());
+    assert!(plan.commands.iter().all(|c| c.replacements.len() <= 1));
+}
+
+// --- consolidation: replace ------------------------------------------------------------
+
+#[test]
+fn an_expensive_on_demand_node_is_replaced_by_a_cheaper_spot_node() {
+    let mut cluster = cluster(vec![on(
+        managed("big", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("p0", "big", 1000)],
+    )]);
+    cluster
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["spot", "on-demand"]));
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    let command = &plan.commands[0];
+    assert_eq!(command.candidates, vec!["big"]);
+    assert_eq!(command.replacements.len(), 1);
+    let replacement = &command.replacements[0];
+    // Every option's worst launch price (spot) is below the node's 1.6/h.
+    assert_eq!(
+        replacement.cheapest.as_ref().unwrap().instance_type,
+        "small"
+    );
+    assert_eq!(replacement.cheapest.as_ref().unwrap().capacity_type, "spot");
+    assert!(command.savings_per_hour > 0.0);
+    let capacity = replacement.requirements.get(CAPACITY_TYPE).unwrap();
+    assert_eq!(capacity.operator(), Operator::In);
+    assert_eq!(capacity.values().iter().collect::<Vec<_>>(), vec!["spot"]);
+}
+
+#[test]
+fn an_on_demand_node_is_replaced_only_by_a_strictly_cheaper_on_demand_node() {
+    let mut cluster = cluster(vec![on(
+        managed("mid", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "mid", 3500)],
+    )]);
+    cluster
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    // 3.5 CPU needs a medium: nothing cheaper holds it.
+    assert!(cluster.plan().commands.is_empty());
+}
+
+#[test]
+fn spot_to_spot_needs_the_feature_gate_and_fifteen_cheaper_options() {
+    let mut cluster = cluster(vec![on(
+        managed("big", "xlarge", "spot", "test-zone-1"),
+        vec![running("p0", "big", 1000)],
+    )]);
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty());
+    cluster.disruption.spot_to_spot = true;
+    // Only three cheaper types exist.
+    assert!(cluster.plan().commands.is_empty());
+}
+
+// --- multi-node ------------------------------------------------------------------------------
+
+#[test]
+fn three_under_used_nodes_become_one() {
+    let cluster = cluster(vec![
+        on(
+            managed("a", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p0", "a", 1000)],
+        ),
+        on(
+            managed("b", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p1", "b", 1000)],
+        ),
+        on(
+            managed("c", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p2", "c", 1000)],
+        ),
+    ]);
+    let plan = cluster.plan();
+    let first = &plan.commands[0];
+    assert_eq!(first.method, Method::MultiNodeConsolidation);
+    assert_eq!(first.candidates.len(), 3);
+    assert!(first.replacements.len() <= 1);
+    assert!(plan.cost_after < plan.cost_before);
+    assert!(
+        plan.lower_bound <= plan.cost_after + 1e-9,
+        "before {} after {} lower bound {}",
+        plan.cost_before,
+        plan.cost_after,
+        plan.lower_bound
+    );
+}
+
+fn on_demand_only(cluster: &mut Scenario) {
+    cluster
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+}
+
+// Upstream consolidation_test.go: "won't merge 2 nodes into 1 of the same
+// type"; the emptier node is deleted instead ("can delete nodes").
+#[test]
+fn two_nodes_are_not_merged_into_one_of_their_own_type() {
+    let mut cluster = cluster(vec![
+        on(
+            managed("one-pod", "small", "on-demand", "test-zone-1"),
+            vec![running("p0", "one-pod", 500)],
+        ),
+        on(
+            managed("two-pods", "small", "on-demand", "test-zone-1"),
+            vec![
+                running("p1", "two-pods", 500),
+                running("p2", "two-pods", 500),
+            ],
+        ),
+    ]);
+    on_demand_only(&mut cluster);
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["one-pod"], "{plan:?}");
+    assert!(plan.commands[0].replacements.is_empty());
+    assert_eq!(first_placement(&plan.commands[0]), "two-pods");
+}
+
+// Upstream's spot entry of the same table: spot nodes with spot-to-spot
+// consolidation on are not merged into one of their own type either.
+#[test]
+fn two_spot_nodes_are_not_merged_into_one_of_their_own_type() {
+    let mut cluster = cluster(vec![
+        on(
+            managed("one-pod", "small", "spot", "test-zone-1"),
+            vec![running("p0", "one-pod", 500)],
+        ),
+        on(
+            managed("two-pods", "small", "spot", "test-zone-1"),
+            vec![
+                running("p1", "two-pods", 500),
+                running("p2", "two-pods", 500),
+            ],
+        ),
+    ]);
+    cluster.disruption.spot_to_spot = true;
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["one-pod"], "{plan:?}");
+    assert!(plan.commands[0].replacements.is_empty());
+    assert_eq!(first_placement(&plan.commands[0]), "two-pods");
+}
+
+// The same rule when only one candidate has an option's type: a small
+// among the candidates caps the replacement below a small's price, so the
+// three are not replaced by a small; the two larges go, their pods fit on it.
+#[test]
+fn a_candidate_of_the_replacement_type_caps_its_price() {
+    let mut cluster = cluster(vec![
+        on(
+            managed("a-large", "large", "on-demand", "test-zone-1"),
+            vec![running("p0", "a-large", 600)],
+        ),
+        on(
+            managed("b-large", "large", "on-demand", "test-zone-1"),
+            vec![running("p1", "b-large", 600)],
+        ),
+        on(
+            managed("c-small", "small", "on-demand", "test-zone-1"),
+            vec![running("p2", "c-small", 600)],
+        ),
+    ]);
+    on_demand_only(&mut cluster);
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["a-large", "b-large"], "{plan:?}");
+    assert!(plan.commands.iter().all(|c| c.replacements.is_empty()));
+}
+
+/// Two small on-demand nodes initialized at NOW, pods of 500m: two on
+/// `node0`, one on `node1`; pool `consolidateAfter: 60s`.
+fn just_initialized() -> Scenario {
+    let fresh = |mut node: StateNode| {
+        node.disruption.initialized_seconds = Some(NOW);
+        node
+    };
+    let mut cluster = cluster(vec![
+        fresh(on(
+            managed("node0", "small", "on-demand", "test-zone-1"),
+            vec![running("p0", "node0", 500), running("p1", "node0", 500)],
+        )),
+        fresh(on(
+            managed("node1", "small", "on-demand", "test-zone-1"),
+            vec![running("p2", "node1", 500)],
+        )),
+    ]);
+    on_demand_only(&mut cluster);
+    cluster.pool().consolidate_after = Some(Duration::from_secs(60));
+    cluster
+}
+
+// Upstream consolidation_test.go: "should not consolidate pods onto a
+// destination node that is under its consolidateAfter window".
+#[test]
+fn pods_do_not_move_onto_a_node_inside_its_consolidate_after_window() {
+    let mut cluster = just_initialized();
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    cluster.now = NOW + 120;
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["node1"], "{plan:?}");
+    assert_eq!(first_placement(&plan.commands[0]), "node0");
+}
+
+// The window counts from the destination's last pod event when it has
+// one: a pod that landed on node0 a minute after it initialized keeps it
+// closed until consolidateAfter past that event.
+#[test]
+fn a_destinations_window_restarts_at_its_last_pod_event() {
+    let mut cluster = just_initialized();
+    cluster.nodes[0].disruption.last_pod_event_seconds = Some(NOW + 60);
+    cluster.now = NOW + 90;
+    let plan = cluster.plan();
+    assert!(
+        !disrupted(&plan).contains(&"node1".to_string()),
+        "node0's pod event 30 s ago keeps it closed: {plan:?}"
+    );
+    cluster.now = NOW + 150;
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["node1"], "{plan:?}");
+    assert_eq!(first_placement(&plan.commands[0]), "node0");
+}
+
+// Upstream's "should not schedule if limits would be exceeded (node)", as
+// disruption sees it: a pool at its node limit can still replace a node
+// (the candidate's own node is given back), but cannot add one.
+#[test]
+fn a_pool_at_its_node_limit_still_replaces_a_node() {
+    let mut cluster = cluster(vec![on(
+        managed("big", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("p0", "big", 500)],
+    )]);
+    on_demand_only(&mut cluster);
+    cluster.pool().limits = limits(&[("nodes", 1)]);
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["big"], "{plan:?}");
+    assert_eq!(plan.commands[0].replacements.len(), 1, "{plan:?}");
+}
+
+// ... and a destination whose pool never consolidates has no window.
+#[test]
+fn a_destination_in_a_never_pool_has_no_window() {
+    let mut cluster = just_initialized();
+    let mut never = cluster.pool().clone().renamed("never");
+    never.consolidate_after = None;
+    cluster.pools.push(never);
+    let node0 = cluster.nodes.remove(0).in_pool("never");
+    cluster.nodes.insert(0, node0);
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["node1"], "{plan:?}");
+}
+
+// --- drift ------------------------------------------------------------------------------------
+
+#[test]
+fn a_drifted_node_is_replaced_without_a_price_check() {
+    let mut node = on(
+        managed("old", "small", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    node.disruption.drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = cluster(vec![node]);
+    cluster.pool().consolidate_after = None;
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].reason, Reason::Drifted);
+    assert_eq!(plan.commands[0].replacements.len(), 1);
+}
+
+#[test]
+fn a_drifted_node_whose_pods_fit_elsewhere_is_deleted() {
+    let mut drifted = on(
+        managed("old", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    drifted.disruption.drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = cluster(vec![
+        drifted,
+        managed("spare", "xlarge", "on-demand", "test-zone-1"),
+    ]);
+    cluster.pool().consolidate_after = None;
+    let plan = cluster.plan();
+    assert_eq!(plan.commands[0].candidates, vec!["old"]);
+    assert!(plan.commands[0].replacements.is_empty());
+}
+
+// Upstream's pdb.Limits.CanEvictPods: a PDB blocks a candidate only when it
+// allows no disruption now; one that allows some lets the node go, and the
+// drain evicts its pods one by one as the budget frees (found by the fault
+// suite: a Deployment of 10 under `maxUnavailable: 1` kept a drifted node
+// forever, since the node held 5 of its pods).
+#[test]
+fn a_drifted_node_with_more_pods_of_a_pdb_than_it_allows_at_once_is_replaced() {
+    let pods = (0..3)
+        .map(|i| running(&format!("web{i}"), "old", 500).label("app", "web"))
+        .collect();
+    let mut node = on(managed("old", "xlarge", "on-demand", "test-zone-1"), pods);
+    node.disruption.drifted_reason = "NodePoolDrifted".into();
+    let mut cluster = cluster(vec![node]);
+    // maxUnavailable: 1
+    cluster.pdbs = vec![pdb("web", &[("app", "web")], 1, false)];
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["old"], "{plan:?}");
+    assert_eq!(plan.commands[0].reason, Reason::Drifted);
+}
+
+#[test]
+fn the_oldest_drift_goes_first() {
+    let drifted = |name: &str, at: i64| {
+        let mut node = on(
+            managed(name, "medium", "on-demand", "test-zone-1"),
+            vec![running(&format!("{name}-p"), name, 3000)],
+        );
+        node.disruption.drifted_reason = "AMIDrift".into();
+        node.disruption.drifted_seconds = Some(at);
+        node
+    };
+    let mut cluster = cluster(vec![drifted("n1", NOW - 60), drifted("n2", NOW - 3600)]);
+    cluster.pool().consolidate_after = None;
+    cluster.pool().budgets = vec![budget("1")];
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].candidates, vec!["n2"]);
+}
+
+// Upstream drift_test.go: "should delete drifted nodes when they are empty
+// and consolidation is disabled".
+#[test]
+fn an_empty_drifted_node_is_deleted_even_when_consolidation_is_never() {
+    let mut node = managed("old", "medium", "on-demand", "test-zone-1");
+    node.disruption.drifted_reason = "NodePoolDrifted".into();
+    node.disruption.consolidatable = false;
+    let mut cluster = cluster(vec![node]);
+    cluster.pool().consolidate_after = None;
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].reason, Reason::Drifted);
+    assert_eq!(plan.commands[0].candidates, vec!["old"]);
+    assert!(plan.commands[0].replacements.is_empty());
+}
+
+// Upstream drift_test.go: "should drift empty nodes before non-empty nodes".
+#[test]
+fn empty_drifted_nodes_go_before_busy_ones() {
+    let drifted = |mut node: StateNode, at: i64| {
+        node.disruption.drifted_reason = "NodePoolDrifted".into();
+        node.disruption.consolidatable = false;
+        node.disruption.drifted_seconds = Some(at);
+        node
+    };
+    let busy = drifted(
+        on(
+            managed("busy", "medium", "on-demand", "test-zone-1"),
+            vec![running("p0", "busy", 500)],
+        ),
+        NOW - 3600,
+    );
+    let idle = drifted(
+        managed("idle", "medium", "on-demand", "test-zone-1"),
+        NOW - 60,
+    );
+    let mut cluster = cluster(vec![busy, idle]);
+    cluster.pool().consolidate_after = None;
+    cluster.pool().budgets = vec![budget("1")];
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1, "{plan:?}");
+    assert_eq!(plan.commands[0].reason, Reason::Drifted);
+    assert_eq!(plan.commands[0].candidates, vec!["idle"]);
+    assert!(plan.commands[0].replacements.is_empty());
+}
+
+// --- expiration -----------------------------------------------------------------------------
+
+#[test]
+fn expiration_is_forceful() {
+    let mut node = on(
+        managed("old", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "old", 500)],
+    );
+    node.disruption.expiration_seconds = Some(NOW - 1);
+    node.disruption.do_not_disrupt = true;
+    let mut cluster = cluster(vec![node]);
+    cluster.pool().budgets = vec![budget("0")];
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands[0].reason, Reason::Expired);
+    assert_eq!(
+        plan.commands[0].replacements.len(),
+        1,
+        "its pod needs a new home"
+    );
+}
+
+#[test]
+fn the_plan_is_deterministic() {
+    let nodes: Vec<_> = (0..12)
+        .map(|i| {
+            let name = format!("n{i:02}");
+            on(
+                managed(
+                    &name,
+                    if i % 2 == 0 { "large" } else { "medium" },
+                    "on-demand",
+                    ZONES[i % 3],
+                ),
+                vec![running(&format!("p{i}"), &name, 300 + 100 * i as i64)],
+            )
+        })
+        .collect();
+    let cluster = cluster(nodes);
+    let a = format!("{:?}", cluster.plan());
+    let b = format!("{:?}", cluster.plan());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_set_that_is_no_prefix_is_still_found() {
+    // In cost order the pinned full node comes first, so every prefix
+    // Karpenter tries fails; alone, neither half-full node can go (the other
+    // has no room, nothing cheaper holds it). Together their pods fit one
+    // large node, cheaper than two mediums.
+    let mut catalog_with_scale = catalog();
+    for it in &mut catalog_with_scale {
+        if it.name == "large" {
+            for offering in &mut it.offerings {
+                offering.price *= 0.75;
+            }
+        }
+    }
+    let pinned_node = managed("a-pinned", "medium", "on-demand", "test-zone-1").label("pin", "yes");
+    let pinned = running("pinned", "a-pinned", 3900).selector("pin", "yes");
+    let half =
+        |node: &str, prefix: &str| -> Vec<Pod> { vec![running(&format!("{prefix}0"), node, 2600)] };
+    let mut cluster = cluster(vec![
+        on(pinned_node, vec![pinned]),
+        on(
+            managed("b", "medium", "on-demand", "test-zone-1"),
+            half("b", "b"),
+        ),
+        on(
+            managed("c", "medium", "on-demand", "test-zone-1"),
+            half("c", "c"),
+        ),
+    ]);
+    cluster.instance_types = catalog_with_scale;
+    cluster
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1, "{plan:#?}");
+    let command = &plan.commands[0];
+    assert_eq!(command.candidates, vec!["b", "c"], "{command:#?}");
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(
+        command.replacements[0]
+            .cheapest
+            .as_ref()
+            .unwrap()
+            .instance_type,
+        "large"
+    );
+}
+
+#[test]
+fn a_zonal_spread_keeps_its_zone_when_replaced() {
+    let spread = |name: &str, node: &str| {
+        running(name, node, 1000)
+            .label("app", "web")
+            .spread(ZONE, 1, &[("app", "web")])
+    };
+    let mut cluster = cluster(vec![
+        on(
+            managed("z1", "small", "on-demand", "test-zone-1"),
+            vec![spread("w1", "z1")],
+        ),
+        on(
+            managed("z2", "xlarge", "on-demand", "test-zone-2"),
+            vec![spread("w2", "z2")],
+        ),
+        on(
+            managed("z3", "small", "on-demand", "test-zone-3"),
+            vec![spread("w3", "z3")],
+        ),
+    ]);
+    cluster
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    let plan = cluster.plan();
+    let command = plan
+        .commands
+        .iter()
+        .find(|c| c.candidates == vec!["z2".to_owned()])
+        .expect("the expensive node is replaced");
+    assert_eq!(
+        command.replacements[0].labels.get(ZONE).map(String::as_str),
+        Some("test-zone-2")
+    );
+}
