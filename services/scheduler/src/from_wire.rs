@@ -171,16 +171,18 @@ pub fn pod(
             "must not be empty",
         ));
     }
-    for (i, c) in p.containers.iter().chain(&p.init_containers).enumerate() {
-        checked_resources(
-            &format!("{field}.containers[{i}].requests"),
-            c.requests.as_ref(),
-        )?;
-        checked_resources(
-            &format!("{field}.containers[{i}].limits"),
-            c.limits.as_ref(),
-        )?;
+    let containers = p
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ("containers", i, c));
+    let init = p.init_containers.iter().enumerate();
+    for (list, i, c) in containers.chain(init.map(|(i, c)| ("init_containers", i, c))) {
+        let at = format!("{field}.{list}[{i}]");
+        checked_resources(&format!("{at}.requests"), c.requests.as_ref())?;
+        checked_resources(&format!("{at}.limits"), c.limits.as_ref())?;
     }
+    checked_resources(&format!("{field}.overhead"), p.overhead.as_ref())?;
     let namespace = if p.namespace.is_empty() {
         "default".to_owned()
     } else {

@@ -1113,3 +1113,27 @@ fn an_empty_request_is_an_empty_cluster() {
     assert!(pending.is_empty() && nodes.is_empty() && node_pools.is_empty() && catalogs.is_empty());
     assert_eq!(now_seconds, 0);
 }
+
+#[test]
+fn a_pods_bad_resources_are_named_where_they_are_and_overhead_may_not_be_negative() {
+    let mut snapshot = snapshot();
+    let mut bad_init = pod("bad-init");
+    bad_init.init_containers = vec![container(&[("cpu", -1)], &[], false)];
+    let mut bad_overhead = pod("bad-overhead");
+    bad_overhead.overhead = list(&[("cpu", -5000)]);
+    snapshot.pending_pods = vec![bad_init, bad_overhead];
+    let parsed = parse(&snapshot);
+    assert!(parsed.cluster.pending.is_empty(), "neither pod is planned");
+    let fields: Vec<&str> = parsed
+        .invalid_pods
+        .iter()
+        .map(|(_, e)| e.field.as_str())
+        .collect();
+    assert_eq!(
+        fields,
+        vec![
+            "cluster.pending_pods[0].init_containers[0].requests.quantities[cpu]",
+            "cluster.pending_pods[1].overhead.quantities[cpu]",
+        ]
+    );
+}
