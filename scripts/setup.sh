@@ -34,7 +34,7 @@ ensure_python_packages() {
     fi
 }
 
-# The official Python `kubernetes` client, for kube-test-server's client
+# The official Python `kubernetes` client, for local-apiserver's client
 # tests. It lives in its own virtualenv (target/kube-python): its pins of
 # python-dateutil and pydantic conflict with moto's.
 ensure_kube_python() {

@@ -8,6 +8,6 @@ use prost::Message as _;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = pb::PlanDisruptionRequest::decode(data) {
-        let _ = karpenter_scheduler::plan_disruption_request(&request);
+        let _ = karpenter_planner_wire::plan_disruption_request(&request);
     }
 });

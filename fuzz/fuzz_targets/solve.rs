@@ -8,6 +8,6 @@ use prost::Message as _;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = pb::SolveRequest::decode(data) {
-        let _ = karpenter_scheduler::solve_request(&request);
+        let _ = karpenter_planner_wire::solve_request(&request);
     }
 });

@@ -1,4 +1,4 @@
-"""The official Python `kubernetes` client against kube-test-server.
+"""The official Python `kubernetes` client against local-apiserver.
 
 Usage: kube_client.py KUBECONFIG
 

@@ -215,7 +215,7 @@ impl ApiFaultProxy {
 
     /// Writes a kubeconfig that reaches the API server through the proxy.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        std::fs::write(path, kube_test_server::kubeconfig_yaml(&self.url()))
+        std::fs::write(path, local_apiserver::kubeconfig_yaml(&self.url()))
     }
 
     /// Every connection open now stops answering for good; new ones work.

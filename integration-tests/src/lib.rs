@@ -7,7 +7,7 @@
 //!        ──stop───▶ graceful shutdown
 //! ```
 //!
-//! The Kubernetes API those tests run against is the `kube-test-server`
+//! The Kubernetes API those tests run against is the `local-apiserver`
 //! crate.
 
 #![forbid(unsafe_code)]
@@ -129,7 +129,7 @@ pub fn adapter_calls_dir() -> PathBuf {
 /// into [`adapter_calls_dir`], in a file of its own. `provider` names the
 /// provider the adapter ran with (`kwok`, `aws`), whose node class kind it
 /// used.
-pub fn record_adapter_calls(server: &kube_test_server::KubeTestServer, provider: &str) {
+pub fn record_adapter_calls(server: &local_apiserver::LocalApiServer, provider: &str) {
     let calls: Vec<String> = server
         .api_calls()
         .into_iter()

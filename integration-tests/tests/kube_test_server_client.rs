@@ -9,12 +9,12 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use kube_test_server::{Config, KubeTestServer};
+use local_apiserver::{Config, LocalApiServer};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
-async fn start(config: Config) -> (KubeTestServer, kube::Client) {
-    let server = KubeTestServer::start(config).await.expect("server starts");
+async fn start(config: Config) -> (LocalApiServer, kube::Client) {
+    let server = LocalApiServer::start(config).await.expect("server starts");
     let cfg = kube::Config::new(server.url().parse().expect("url"));
     let client = karpenter_kube::client(cfg).expect("client");
     (server, client)

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use integration_tests::repo_root;
-use kube_test_server::{Config, KubeTestServer};
+use local_apiserver::{Config, LocalApiServer};
 
 struct Cluster {
-    server: KubeTestServer,
+    server: LocalApiServer,
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
 }
@@ -16,7 +16,7 @@ struct Cluster {
 async fn cluster() -> Cluster {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let server = KubeTestServer::start(Config {
+    let server = LocalApiServer::start(Config {
         kubeconfig: Some(kubeconfig.clone()),
         ..Config::default()
     })
@@ -391,7 +391,7 @@ async fn kubectl_get_watch_receives_events() {
 async fn cluster_with_controllers() -> Cluster {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let server = KubeTestServer::start(Config {
+    let server = LocalApiServer::start(Config {
         kubeconfig: Some(kubeconfig.clone()),
         controllers: true,
         ..Config::default()
@@ -703,7 +703,7 @@ async fn kubectl_create_namespace_configmap_and_secret_over_protobuf() {
 async fn kubectl_verifies_the_self_signed_https_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let server = KubeTestServer::start(Config {
+    let server = LocalApiServer::start(Config {
         kubeconfig: Some(kubeconfig.clone()),
         tls: true,
         ..Config::default()

@@ -1,5 +1,5 @@
 //! The official Python `kubernetes` client (PyPI, installed by
-//! scripts/setup.sh into `target/kube-python`) against kube-test-server:
+//! scripts/setup.sh into `target/kube-python`) against local-apiserver:
 //! list, watch, create and read back into its typed models, the scale
 //! subresource, eviction, custom objects.
 
@@ -8,7 +8,7 @@ use std::process::Command;
 use integration_tests::repo_root;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
-use kube_test_server::{Config, KubeTestServer};
+use local_apiserver::{Config, LocalApiServer};
 
 fn kube_python() -> std::path::PathBuf {
     std::env::var_os("KUBE_PYTHON")
@@ -20,7 +20,7 @@ fn kube_python() -> std::path::PathBuf {
 async fn the_official_python_client_reads_writes_watches_scales_and_evicts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let _server = KubeTestServer::start(Config {
+    let _server = LocalApiServer::start(Config {
         kubeconfig: Some(kubeconfig.clone()),
         ..Config::default()
     })

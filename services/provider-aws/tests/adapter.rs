@@ -1,4 +1,4 @@
-//! The whole product on AWS's API: a pending pod in kube-test-server, the
+//! The whole product on AWS's API: a pending pod in local-apiserver, the
 //! adapter batching it, the scheduler planning a node, provider-aws
 //! launching an EC2 instance in moto. The test plays the kubelet (it
 //! creates the Node with the instance's providerID, as a real node joining
@@ -20,7 +20,7 @@ use karpenter_adapter::run::Options;
 use karpenter_adapter::settings::Settings;
 use karpenter_api::NodeClaim;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube_test_server::{Config, KubeTestServer};
+use local_apiserver::{Config, LocalApiServer};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -76,7 +76,7 @@ fn joining_node(claim: &NodeClaim) -> Node {
     .expect("node")
 }
 
-/// moto, kube-test-server, the scheduler and the adapter, wired as a
+/// moto, local-apiserver, the scheduler and the adapter, wired as a
 /// cluster would be, with seed 003's node class and one pool.
 struct Product {
     world: World,
@@ -84,7 +84,7 @@ struct Product {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     adapter: tokio::task::JoinHandle<anyhow::Result<()>>,
     _scheduler: integration_tests::RunningService,
-    server: KubeTestServer,
+    server: LocalApiServer,
     _dir: tempfile::TempDir,
 }
 
@@ -101,13 +101,13 @@ impl Product {
         let world = World::start().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
-        let server = KubeTestServer::start(Config {
+        let server = LocalApiServer::start(Config {
             controllers: true,
             kubeconfig: Some(kubeconfig.clone()),
             ..Config::default()
         })
         .await
-        .expect("kube-test-server");
+        .expect("local-apiserver");
         let config = karpenter_kube::from_kubeconfig(&kubeconfig)
             .await
             .expect("kubeconfig");

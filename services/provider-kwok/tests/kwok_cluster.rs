@@ -1,4 +1,4 @@
-//! The local cluster end to end: kube-test-server with its workload
+//! The local cluster end to end: local-apiserver with its workload
 //! controller and scheduler stand-in, provider-kwok over gRPC creating
 //! Nodes through `kube::Client`, and a Deployment whose pods wait as
 //! Unschedulable until provider-kwok's Nodes appear, then bind.
@@ -12,7 +12,7 @@ use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::types::v1 as types;
 use kube::api::{Api, ListParams, PostParams};
-use kube_test_server::{Config, KubeTestServer};
+use local_apiserver::{Config, LocalApiServer};
 use prost::Message;
 use provider_kwok::{InterruptionRequest, KwokProvider, OfferingPattern, Options};
 use serde_json::json;
@@ -20,7 +20,7 @@ use tokio_stream::StreamExt;
 
 struct Env {
     _dir: tempfile::TempDir,
-    _server: KubeTestServer,
+    _server: LocalApiServer,
     client: kube::Client,
     provider: KwokProvider,
     grpc: CloudProviderClient<tonic::transport::Channel>,
@@ -36,7 +36,7 @@ async fn env() -> Env {
 async fn env_with(tls: bool) -> Env {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let server = KubeTestServer::start(Config {
+    let server = LocalApiServer::start(Config {
         controllers: true,
         tls,
         kubeconfig: Some(kubeconfig.clone()),

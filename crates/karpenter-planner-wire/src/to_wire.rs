@@ -1,0 +1,232 @@
+//! From the planner's decisions back to the wire types: a Solve answer and
+//! a PlanDisruption answer, pods named by UID.
+
+use std::collections::HashMap;
+
+use karpenter_proto::convert::{
+    requirement_list as requirements, resource_list, taint_list as taints,
+};
+use karpenter_proto::scheduler::v1 as sched;
+
+use karpenter_planner::disruption::{DisruptionPlan, Method, Reason};
+use karpenter_planner::model::PodKey;
+
+use crate::from_wire::Parsed;
+use karpenter_planner::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
+
+pub fn options(options: Option<&sched::SchedulingOptions>) -> Options {
+    let Some(options) = options else {
+        return Options::default();
+    };
+    Options {
+        min_values_policy: if options.min_values_policy
+            == sched::scheduling_options::MinValuesPolicy::BestEffort as i32
+        {
+            MinValuesPolicy::BestEffort
+        } else {
+            MinValuesPolicy::Strict
+        },
+        ignore_preferences: options.preference_policy
+            == sched::scheduling_options::PreferencePolicy::Ignore as i32,
+        well_known_labels: options.well_known_labels.clone(),
+        interrupt: None,
+    }
+}
+
+fn pod_ref(key: &PodKey, uids: &HashMap<&PodKey, &str>) -> sched::PodRef {
+    sched::PodRef {
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        uid: uids.get(key).map(|u| (*u).to_owned()).unwrap_or_default(),
+    }
+}
+
+pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> sched::NodeClaimPlan {
+    sched::NodeClaimPlan {
+        node_pool: claim.node_pool.clone(),
+        instance_types: claim.instance_types.clone(),
+        cheapest: claim.cheapest.as_ref().map(|c| sched::OfferingChoice {
+            instance_type: c.instance_type.clone(),
+            zone: c.zone.clone(),
+            capacity_type: c.capacity_type.clone(),
+            price: c.price,
+        }),
+        requirements: requirements(&claim.requirements),
+        labels: claim.labels.clone(),
+        taints: taints(&claim.taints),
+        startup_taints: taints(&claim.startup_taints),
+        pods: claim.pods.iter().map(|p| pod_ref(p, uids)).collect(),
+        requests: Some(resource_list(&claim.requests)),
+        node_class_ref: None,
+        min_values_relaxed: claim.min_values_relaxed,
+    }
+}
+
+/// A planned claim on the wire, with its pool's node class.
+fn node_claim_with_class(
+    claim: &PlannedClaim,
+    uids: &HashMap<&PodKey, &str>,
+    node_class_refs: &HashMap<&str, &sched::NodeClassReference>,
+) -> sched::NodeClaimPlan {
+    let mut plan = node_claim(claim, uids);
+    plan.node_class_ref = node_class_refs
+        .get(claim.node_pool.as_str())
+        .map(|r| (*r).clone());
+    plan
+}
+
+/// Each pool's node class, as the request gave it, for the claims planned
+/// from the pool.
+fn node_class_refs(snapshot: &sched::ClusterSnapshot) -> HashMap<&str, &sched::NodeClassReference> {
+    snapshot
+        .node_pools
+        .iter()
+        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
+        .collect()
+}
+
+pub fn solve_response(
+    solution: &Solution,
+    parsed: &Parsed,
+    snapshot: &sched::ClusterSnapshot,
+) -> sched::SolveResponse {
+    let cluster = &parsed.cluster;
+    let uids: HashMap<&PodKey, &str> = cluster
+        .pending
+        .iter()
+        .map(|p| (&p.key, p.uid.as_str()))
+        .collect();
+    let node_class_refs = node_class_refs(snapshot);
+    sched::SolveResponse {
+        node_claims: solution
+            .new_claims
+            .iter()
+            .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
+            .collect(),
+        existing_nodes: solution
+            .existing
+            .iter()
+            .map(|(node, pods)| sched::NodePlacement {
+                node: node.clone(),
+                pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
+            })
+            .collect(),
+        unschedulable: solution
+            .unschedulable
+            .iter()
+            .map(|(pod, reason)| sched::UnschedulablePod {
+                pod: Some(pod_ref(pod, &uids)),
+                reason: reason.clone(),
+                invalid_field: String::new(),
+            })
+            .chain(
+                parsed
+                    .invalid_pods
+                    .iter()
+                    .map(|(pod, error)| sched::UnschedulablePod {
+                        pod: Some(pod.clone()),
+                        reason: format!("the pod could not be understood: {error}"),
+                        invalid_field: error.field.clone(),
+                    }),
+            )
+            .collect(),
+        cost_per_hour: solution.cost_per_hour(),
+        rejected: parsed.rejected.clone(),
+    }
+}
+
+fn disruption_reason(reason: Reason) -> sched::DisruptionReason {
+    match reason {
+        Reason::Empty => sched::DisruptionReason::Empty,
+        Reason::Underutilized => sched::DisruptionReason::Underutilized,
+        Reason::Drifted => sched::DisruptionReason::Drifted,
+        Reason::Expired => sched::DisruptionReason::Expired,
+    }
+}
+
+fn disruption_method(method: Method) -> sched::DisruptionMethod {
+    match method {
+        Method::Emptiness => sched::DisruptionMethod::Emptiness,
+        Method::Drift => sched::DisruptionMethod::Drift,
+        Method::Expiration => sched::DisruptionMethod::Expiration,
+        Method::MultiNodeConsolidation => sched::DisruptionMethod::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation => sched::DisruptionMethod::SingleNodeConsolidation,
+    }
+}
+
+/// The wire answer to a disruption request: `plan` for the cluster
+/// `parsed` from `snapshot`, pods named by UID, replacements with their
+/// pool's node class, and what could not be read reported as rejected.
+pub fn plan_response(
+    plan: &DisruptionPlan,
+    parsed: &Parsed,
+    snapshot: &sched::ClusterSnapshot,
+) -> sched::PlanDisruptionResponse {
+    let cluster = &parsed.cluster;
+    let uids: HashMap<&PodKey, &str> = cluster
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .chain(cluster.pending.iter())
+        .map(|p| (&p.key, p.uid.as_str()))
+        .collect();
+    let node_class_refs = node_class_refs(snapshot);
+    sched::PlanDisruptionResponse {
+        commands: plan
+            .commands
+            .iter()
+            .map(|command| sched::DisruptionCommand {
+                reason: disruption_reason(command.reason) as i32,
+                method: disruption_method(command.method) as i32,
+                candidates: command.candidates.clone(),
+                replacements: command
+                    .replacements
+                    .iter()
+                    .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
+                    .collect(),
+                savings_per_hour: command.savings_per_hour,
+                placements: command
+                    .placements
+                    .iter()
+                    .map(|(node, pods)| sched::NodePlacement {
+                        node: node.clone(),
+                        pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        blocked: plan
+            .blocked
+            .iter()
+            .map(|(node, reason)| sched::BlockedCandidate {
+                node: node.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        cost: Some(sched::ClusterCost {
+            before: plan.cost_before,
+            after: plan.cost_after,
+            lower_bound: plan.lower_bound,
+        }),
+        candidates_evaluated: i32::try_from(plan.candidates_evaluated).unwrap_or(i32::MAX),
+        // Pending pods only matter to disruption as pods to place; one that
+        // could not be understood is reported like any other object.
+        rejected: parsed
+            .rejected
+            .iter()
+            .cloned()
+            .chain(
+                parsed
+                    .invalid_pods
+                    .iter()
+                    .map(|(pod, error)| sched::RejectedObject {
+                        kind: "Pod".into(),
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        field: error.field.clone(),
+                        message: error.message.clone(),
+                    }),
+            )
+            .collect(),
+    }
+}
