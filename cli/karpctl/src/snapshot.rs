@@ -157,91 +157,111 @@ fn sources<T>(list: &[(usize, T)]) -> Vec<Source<'_, T>> {
         .collect()
 }
 
-/// Builds the snapshot from (already upgraded) documents, at `now`.
-pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, InputError> {
-    let mut built = Built {
-        documents: docs.iter().map(|d| d.origin.to_string()).collect(),
-        ..Built::default()
-    };
-    let mut objects = Typed::default();
-    let mut catalog_types: Vec<types::InstanceType> = Vec::new();
-    let mut catalog_names: BTreeMap<String, String> = BTreeMap::new();
-    let mut classes = NodeClasses {
-        group: karpenter_api::aws::labels::AWS_GROUP.into(),
-        kind: "EC2NodeClass".into(),
-        ready: BTreeMap::new(),
+/// The documents sorted by kind, typed; instance types from catalog
+/// documents; EC2NodeClasses with their readiness.
+struct Read {
+    objects: Typed,
+    catalog_types: Vec<types::InstanceType>,
+    /// Instance type name → the document that defined it.
+    catalog_names: BTreeMap<String, String>,
+    classes: NodeClasses,
+}
+
+impl Read {
+    fn add_catalog(&mut self, doc: &Document) -> Result<(), InputError> {
+        for it in catalog::instance_types(doc)? {
+            if let Some(first) = self
+                .catalog_names
+                .insert(it.name.clone(), doc.origin.to_string())
+            {
+                return Err(doc.error(
+                    "instanceTypes",
+                    format!("instance type {:?} is already defined in {first}", it.name),
+                ));
+            }
+            self.catalog_types.push(it);
+        }
+        Ok(())
+    }
+
+    fn add_node_class(&mut self, doc: &Document, built: &mut Built) -> Result<(), InputError> {
+        let name = doc
+            .value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() {
+            return Err(doc.error("metadata.name", "is required"));
+        }
+        let ready = !not_ready(&doc.value);
+        self.classes.ready.insert(name.clone(), ready);
+        built.node_classes.insert(
+            name,
+            NodeClassDoc {
+                value: doc.value.clone(),
+                ready,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Sorts the documents by kind; a kind no API group serves is an error, a
+/// known kind planning does not use is a warning.
+fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputError> {
+    let mut read = Read {
+        objects: Typed::default(),
+        catalog_types: Vec::new(),
+        catalog_names: BTreeMap::new(),
+        classes: NodeClasses {
+            group: karpenter_api::aws::labels::AWS_GROUP.into(),
+            kind: "EC2NodeClass".into(),
+            ready: BTreeMap::new(),
+        },
     };
     for (id, doc) in docs.into_iter().enumerate() {
         let (group, kind) = (doc.group().to_owned(), doc.kind().to_owned());
         match (group.as_str(), kind.as_str()) {
             (_, catalog::KIND) => {
                 built.has_catalog = true;
-                for it in catalog::instance_types(&doc)? {
-                    if let Some(first) =
-                        catalog_names.insert(it.name.clone(), doc.origin.to_string())
-                    {
-                        return Err(doc.error(
-                            "instanceTypes",
-                            format!("instance type {:?} is already defined in {first}", it.name),
-                        ));
-                    }
-                    catalog_types.push(it);
-                }
+                read.add_catalog(&doc)?;
             }
             ("", "Pod") => {
                 let pod = typed(doc)?;
                 let source = Source { id, object: &pod };
-                objects
+                read.objects
                     .pods
                     .push((id, prepare_object(&source, Mode::Manifests)));
             }
-            ("", "Node") => objects.nodes.push((id, typed(doc)?)),
-            ("", "Namespace") => objects.namespaces.push((id, typed(doc)?)),
-            ("", "PersistentVolumeClaim") => objects.pvcs.push((id, typed(doc)?)),
-            ("", "PersistentVolume") => objects.pvs.push((id, typed(doc)?)),
+            ("", "Node") => read.objects.nodes.push((id, typed(doc)?)),
+            ("", "Namespace") => read.objects.namespaces.push((id, typed(doc)?)),
+            ("", "PersistentVolumeClaim") => read.objects.pvcs.push((id, typed(doc)?)),
+            ("", "PersistentVolume") => read.objects.pvs.push((id, typed(doc)?)),
             ("scheduling.k8s.io", "PriorityClass") => {
-                objects.priority_classes.push((id, typed(doc)?));
+                read.objects.priority_classes.push((id, typed(doc)?));
             }
             ("storage.k8s.io", "StorageClass") => {
-                objects.storage_classes.push((id, typed(doc)?));
+                read.objects.storage_classes.push((id, typed(doc)?));
             }
-            ("apps", "Deployment") => objects.deployments.push((id, typed(doc)?)),
-            ("apps", "ReplicaSet") => objects.replica_sets.push((id, typed(doc)?)),
-            ("apps", "StatefulSet") => objects.stateful_sets.push((id, typed(doc)?)),
-            ("apps", "DaemonSet") => objects.daemon_sets.push((id, typed(doc)?)),
-            ("batch", "Job") => objects.jobs.push((id, typed(doc)?)),
-            ("policy", "PodDisruptionBudget") => objects.pdbs.push((id, typed(doc)?)),
-            ("karpenter.sh", "NodePool") => objects.node_pools.push((id, typed(doc)?)),
+            ("apps", "Deployment") => read.objects.deployments.push((id, typed(doc)?)),
+            ("apps", "ReplicaSet") => read.objects.replica_sets.push((id, typed(doc)?)),
+            ("apps", "StatefulSet") => read.objects.stateful_sets.push((id, typed(doc)?)),
+            ("apps", "DaemonSet") => read.objects.daemon_sets.push((id, typed(doc)?)),
+            ("batch", "Job") => read.objects.jobs.push((id, typed(doc)?)),
+            ("policy", "PodDisruptionBudget") => read.objects.pdbs.push((id, typed(doc)?)),
+            ("karpenter.sh", "NodePool") => read.objects.node_pools.push((id, typed(doc)?)),
             ("karpenter.sh", "NodeClaim") => {
                 if doc
                     .value
                     .pointer("/spec/expireAfter")
                     .is_none_or(Value::is_null)
                 {
-                    objects.claims_expiring_with_pool.insert(id);
+                    read.objects.claims_expiring_with_pool.insert(id);
                 }
-                objects.node_claims.push((id, typed(doc)?));
+                read.objects.node_claims.push((id, typed(doc)?));
             }
-            ("karpenter.k8s.aws", "EC2NodeClass") => {
-                let name = doc
-                    .value
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                if name.is_empty() {
-                    return Err(doc.error("metadata.name", "is required"));
-                }
-                let ready = !not_ready(&doc.value);
-                classes.ready.insert(name.clone(), ready);
-                built.node_classes.insert(
-                    name,
-                    NodeClassDoc {
-                        value: doc.value.clone(),
-                        ready,
-                    },
-                );
-            }
+            ("karpenter.k8s.aws", "EC2NodeClass") => read.add_node_class(&doc, built)?,
             // As `kubectl apply` refuses them: no kind, or a kind its API
             // group does not serve (a typo such as NodePoool).
             (_, "") => return Err(doc.error("kind", "is required")),
@@ -257,6 +277,21 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
             }
         }
     }
+    Ok(read)
+}
+
+/// Builds the snapshot from (already upgraded) documents, at `now`.
+pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, InputError> {
+    let mut built = Built {
+        documents: docs.iter().map(|d| d.origin.to_string()).collect(),
+        ..Built::default()
+    };
+    let Read {
+        objects,
+        catalog_types,
+        classes,
+        ..
+    } = read_documents(docs, &mut built)?;
     let mut catalogs = Vec::new();
     if built.has_catalog {
         catalogs.push(sched::InstanceTypeCatalog {

@@ -171,154 +171,18 @@ pub fn pod(
             "must not be empty",
         ));
     }
-    let containers = p
-        .containers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ("containers", i, c));
-    let init = p.init_containers.iter().enumerate();
-    for (list, i, c) in containers.chain(init.map(|(i, c)| ("init_containers", i, c))) {
-        let at = format!("{field}.{list}[{i}]");
-        checked_resources(&format!("{at}.requests"), c.requests.as_ref())?;
-        checked_resources(&format!("{at}.limits"), c.limits.as_ref())?;
-    }
-    checked_resources(&format!("{field}.overhead"), p.overhead.as_ref())?;
+    check_pod_resources(field, p)?;
     let namespace = if p.namespace.is_empty() {
         "default".to_owned()
     } else {
         p.namespace.clone()
     };
-    let mut required_terms = p
-        .required_node_affinity
-        .iter()
-        .enumerate()
-        .map(|(i, t)| node_selector_term(&format!("{field}.required_node_affinity[{i}]"), t))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Volume topology joins every term (Karpenter's VolumeTopology): the pod
-    // must run where its volumes are.
-    for (i, volume) in p.volumes.iter().enumerate() {
-        if let Some(term) = volume.topology.first() {
-            let volume_requirements =
-                node_selector_term(&format!("{field}.volumes[{i}].topology[0]"), term)?;
-            if required_terms.is_empty() {
-                required_terms.push(volume_requirements);
-            } else {
-                for term in &mut required_terms {
-                    term.add_all(&volume_requirements);
-                }
-            }
-        }
-    }
-    let preferred_terms = p
-        .preferred_node_affinity
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let field = format!("{field}.preferred_node_affinity[{i}]");
-            let term = t.preference.clone().unwrap_or_default();
-            Ok((
-                t.weight,
-                node_selector_term(&format!("{field}.preference"), &term)?,
-            ))
-        })
-        .collect::<Result<Vec<_>, InvalidField>>()?;
-    let affinity =
-        |name: &str, list: &[sched::PodAffinityTerm]| -> Result<Vec<AffinityTerm>, InvalidField> {
-            list.iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    affinity_term(
-                        &format!("{field}.{name}[{i}]"),
-                        t,
-                        &namespace,
-                        &p.labels,
-                        namespaces,
-                    )
-                })
-                .collect()
-        };
-    let weighted = |name: &str,
-                    list: &[sched::WeightedPodAffinityTerm]|
-     -> Result<Vec<(i32, AffinityTerm)>, InvalidField> {
-        list.iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let term = t.term.clone().unwrap_or_default();
-                Ok((
-                    t.weight,
-                    affinity_term(
-                        &format!("{field}.{name}[{i}].term"),
-                        &term,
-                        &namespace,
-                        &p.labels,
-                        namespaces,
-                    )?,
-                ))
-            })
-            .collect()
+    let affinity = PodAffinities {
+        field,
+        pod: p,
+        namespace: &namespace,
+        namespaces,
     };
-    let spread = p
-        .topology_spread_constraints
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let field = format!("{field}.topology_spread_constraints[{i}]");
-            if c.max_skew < 1 {
-                return Err(InvalidField::new(
-                    format!("{field}.max_skew"),
-                    format!("must be at least 1, got {}", c.max_skew),
-                ));
-            }
-            if c.topology_key.is_empty() {
-                return Err(InvalidField::new(
-                    format!("{field}.topology_key"),
-                    "must not be empty",
-                ));
-            }
-            let mut selector = c
-                .label_selector
-                .as_ref()
-                .map(|s| label_selector(&format!("{field}.label_selector"), s))
-                .transpose()?;
-            if let Some(selector) = selector.as_mut() {
-                for key in &c.match_label_keys {
-                    if let Some(value) = p.labels.get(key) {
-                        selector.require(key, value);
-                    }
-                }
-            }
-            use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
-            Ok(SpreadConstraint {
-                max_skew: c.max_skew,
-                topology_key: labels::normalize_label(&c.topology_key).to_owned(),
-                when_unsatisfiable: if c.when_unsatisfiable == W::ScheduleAnyway as i32 {
-                    WhenUnsatisfiable::ScheduleAnyway
-                } else {
-                    WhenUnsatisfiable::DoNotSchedule
-                },
-                selector,
-                min_domains: c.min_domains,
-                honor_node_affinity: c.node_affinity_policy != InclusionPolicy::Ignore as i32,
-                honor_node_taints: c.node_taints_policy == InclusionPolicy::Honor as i32,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut host_ports = Vec::new();
-    for c in p.containers.iter().chain(&p.init_containers) {
-        for port in &c.ports {
-            if port.host_port > 0 {
-                host_ports.push(HostPort {
-                    ip: port.host_ip.clone(),
-                    port: port.host_port,
-                    protocol: if port.protocol.is_empty() {
-                        "TCP".to_owned()
-                    } else {
-                        port.protocol.clone()
-                    },
-                });
-            }
-        }
-    }
     Ok(Pod {
         key: PodKey {
             namespace: namespace.clone(),
@@ -337,18 +201,20 @@ pub fn pod(
             .iter()
             .map(|(k, v)| (labels::normalize_label(k).to_owned(), v.clone()))
             .collect(),
-        required_terms,
-        preferred_terms,
-        pod_affinity: affinity("required_pod_affinity", &p.required_pod_affinity)?,
-        preferred_pod_affinity: weighted("preferred_pod_affinity", &p.preferred_pod_affinity)?,
-        pod_anti_affinity: affinity("required_pod_anti_affinity", &p.required_pod_anti_affinity)?,
-        preferred_pod_anti_affinity: weighted(
+        required_terms: required_terms(field, p)?,
+        preferred_terms: preferred_terms(field, p)?,
+        pod_affinity: affinity.required("required_pod_affinity", &p.required_pod_affinity)?,
+        preferred_pod_affinity: affinity
+            .weighted("preferred_pod_affinity", &p.preferred_pod_affinity)?,
+        pod_anti_affinity: affinity
+            .required("required_pod_anti_affinity", &p.required_pod_anti_affinity)?,
+        preferred_pod_anti_affinity: affinity.weighted(
             "preferred_pod_anti_affinity",
             &p.preferred_pod_anti_affinity,
         )?,
-        spread,
+        spread: spread_constraints(field, p)?,
         tolerations: tolerations(&format!("{field}.tolerations"), &p.tolerations)?,
-        host_ports,
+        host_ports: host_ports(p),
         priority: p.priority,
         do_not_disrupt: p.do_not_disrupt
             || p.do_not_disrupt_until
@@ -360,6 +226,189 @@ pub fn pod(
         terminating: p.terminating,
         not_ready: p.not_ready,
     })
+}
+
+/// Every request, limit and the overhead of a pod are non-negative, each
+/// error naming where it is.
+fn check_pod_resources(field: &str, p: &sched::Pod) -> Result<(), InvalidField> {
+    let containers = p
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ("containers", i, c));
+    let init = p.init_containers.iter().enumerate();
+    for (list, i, c) in containers.chain(init.map(|(i, c)| ("init_containers", i, c))) {
+        let at = format!("{field}.{list}[{i}]");
+        checked_resources(&format!("{at}.requests"), c.requests.as_ref())?;
+        checked_resources(&format!("{at}.limits"), c.limits.as_ref())?;
+    }
+    checked_resources(&format!("{field}.overhead"), p.overhead.as_ref())?;
+    Ok(())
+}
+
+/// The pod's required node-affinity terms, with its volumes' topology
+/// joined to every one (Karpenter's VolumeTopology): the pod must run where
+/// its volumes are.
+fn required_terms(field: &str, p: &sched::Pod) -> Result<Vec<Requirements>, InvalidField> {
+    let mut required_terms = p
+        .required_node_affinity
+        .iter()
+        .enumerate()
+        .map(|(i, t)| node_selector_term(&format!("{field}.required_node_affinity[{i}]"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, volume) in p.volumes.iter().enumerate() {
+        if let Some(term) = volume.topology.first() {
+            let volume_requirements =
+                node_selector_term(&format!("{field}.volumes[{i}].topology[0]"), term)?;
+            if required_terms.is_empty() {
+                required_terms.push(volume_requirements);
+            } else {
+                for term in &mut required_terms {
+                    term.add_all(&volume_requirements);
+                }
+            }
+        }
+    }
+    Ok(required_terms)
+}
+
+fn preferred_terms(field: &str, p: &sched::Pod) -> Result<Vec<(i32, Requirements)>, InvalidField> {
+    p.preferred_node_affinity
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}.preferred_node_affinity[{i}]");
+            let term = t.preference.clone().unwrap_or_default();
+            Ok((
+                t.weight,
+                node_selector_term(&format!("{field}.preference"), &term)?,
+            ))
+        })
+        .collect()
+}
+
+/// What a pod's (anti-)affinity terms are read against: its namespace and
+/// labels, and the cluster's namespaces for namespace selectors.
+struct PodAffinities<'a> {
+    field: &'a str,
+    pod: &'a sched::Pod,
+    namespace: &'a str,
+    namespaces: &'a BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl PodAffinities<'_> {
+    fn term(
+        &self,
+        field: &str,
+        term: &sched::PodAffinityTerm,
+    ) -> Result<AffinityTerm, InvalidField> {
+        affinity_term(
+            field,
+            term,
+            self.namespace,
+            &self.pod.labels,
+            self.namespaces,
+        )
+    }
+
+    fn required(
+        &self,
+        name: &str,
+        list: &[sched::PodAffinityTerm],
+    ) -> Result<Vec<AffinityTerm>, InvalidField> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| self.term(&format!("{}.{name}[{i}]", self.field), t))
+            .collect()
+    }
+
+    fn weighted(
+        &self,
+        name: &str,
+        list: &[sched::WeightedPodAffinityTerm],
+    ) -> Result<Vec<(i32, AffinityTerm)>, InvalidField> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let term = t.term.clone().unwrap_or_default();
+                let field = format!("{}.{name}[{i}].term", self.field);
+                Ok((t.weight, self.term(&field, &term)?))
+            })
+            .collect()
+    }
+}
+
+fn spread_constraints(field: &str, p: &sched::Pod) -> Result<Vec<SpreadConstraint>, InvalidField> {
+    p.topology_spread_constraints
+        .iter()
+        .enumerate()
+        .map(|(i, c)| spread_constraint(&format!("{field}.topology_spread_constraints[{i}]"), c, p))
+        .collect()
+}
+
+fn spread_constraint(
+    field: &str,
+    c: &sched::TopologySpreadConstraint,
+    p: &sched::Pod,
+) -> Result<SpreadConstraint, InvalidField> {
+    if c.max_skew < 1 {
+        return Err(InvalidField::new(
+            format!("{field}.max_skew"),
+            format!("must be at least 1, got {}", c.max_skew),
+        ));
+    }
+    if c.topology_key.is_empty() {
+        return Err(InvalidField::new(
+            format!("{field}.topology_key"),
+            "must not be empty",
+        ));
+    }
+    let mut selector = c
+        .label_selector
+        .as_ref()
+        .map(|s| label_selector(&format!("{field}.label_selector"), s))
+        .transpose()?;
+    if let Some(selector) = selector.as_mut() {
+        for key in &c.match_label_keys {
+            if let Some(value) = p.labels.get(key) {
+                selector.require(key, value);
+            }
+        }
+    }
+    use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
+    Ok(SpreadConstraint {
+        max_skew: c.max_skew,
+        topology_key: labels::normalize_label(&c.topology_key).to_owned(),
+        when_unsatisfiable: if c.when_unsatisfiable == W::ScheduleAnyway as i32 {
+            WhenUnsatisfiable::ScheduleAnyway
+        } else {
+            WhenUnsatisfiable::DoNotSchedule
+        },
+        selector,
+        min_domains: c.min_domains,
+        honor_node_affinity: c.node_affinity_policy != InclusionPolicy::Ignore as i32,
+        honor_node_taints: c.node_taints_policy == InclusionPolicy::Honor as i32,
+    })
+}
+
+fn host_ports(p: &sched::Pod) -> Vec<HostPort> {
+    let mut host_ports = Vec::new();
+    for c in p.containers.iter().chain(&p.init_containers) {
+        for port in &c.ports {
+            if port.host_port > 0 {
+                host_ports.push(HostPort {
+                    ip: port.host_ip.clone(),
+                    port: port.host_port,
+                    protocol: if port.protocol.is_empty() {
+                        "TCP".to_owned()
+                    } else {
+                        port.protocol.clone()
+                    },
+                });
+            }
+        }
+    }
+    host_ports
 }
 
 pub fn instance_type(field: &str, it: &types::InstanceType) -> Result<InstanceType, InvalidField> {
@@ -732,12 +781,65 @@ pub fn cluster(snapshot: &sched::ClusterSnapshot) -> Result<Parsed, InvalidField
         .iter()
         .map(|ns| (ns.name.clone(), ns.labels.clone().into_iter().collect()))
         .collect();
+    let mut catalogs = catalogs(snapshot)?;
+    let offering_space = OfferingSpace::number(&mut catalogs);
     let catalog_names: Vec<String> = snapshot
         .instance_type_catalogs
         .iter()
         .map(|c| c.name.clone())
         .collect();
-    let mut catalogs = snapshot
+    let mut node_pools = Vec::with_capacity(snapshot.node_pools.len());
+    for (i, np) in snapshot.node_pools.iter().enumerate() {
+        match node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names) {
+            Ok(pool) => node_pools.push(pool),
+            Err(e) => rejections.push(rejected("NodePool", "", &np.name, e)),
+        }
+    }
+    let (pending, invalid_pods) = pending_pods(snapshot, &namespaces, now, &mut rejections);
+    let mut nodes = Vec::with_capacity(snapshot.nodes.len());
+    for (i, n) in snapshot.nodes.iter().enumerate() {
+        match state_node(&format!("cluster.nodes[{i}]"), n, &namespaces, now) {
+            Ok(node) => nodes.push(node),
+            Err(e) => rejections.push(rejected("Node", "", &n.name, e)),
+        }
+    }
+    let mut daemon_sets = Vec::with_capacity(snapshot.daemon_sets.len());
+    for (i, ds) in snapshot.daemon_sets.iter().enumerate() {
+        match daemon_set(&format!("cluster.daemon_sets[{i}]"), ds, &namespaces) {
+            Ok(parsed) => daemon_sets.push(parsed),
+            Err(e) => rejections.push(rejected("DaemonSet", &ds.namespace, &ds.name, e)),
+        }
+    }
+    let pdbs = snapshot
+        .pod_disruption_budgets
+        .iter()
+        .enumerate()
+        .map(|(i, pdb)| {
+            let field = format!("cluster.pod_disruption_budgets[{i}]");
+            pod_disruption_budget(&field, pdb, &mut rejections)
+        })
+        .collect();
+    Ok(Parsed {
+        cluster: Cluster {
+            pending,
+            nodes,
+            node_pools,
+            catalogs,
+            offering_space,
+            daemon_sets,
+            pdbs,
+            namespaces,
+            now_seconds: seconds(snapshot.now.as_ref()),
+        },
+        invalid_pods,
+        rejected: rejections,
+    })
+}
+
+/// Every catalog's instance types; a broken one fails the request (pools
+/// refer to catalogs by name, so none could be planned without it).
+fn catalogs(snapshot: &sched::ClusterSnapshot) -> Result<Vec<Vec<InstanceType>>, InvalidField> {
+    let catalogs = snapshot
         .instance_type_catalogs
         .iter()
         .enumerate()
@@ -762,20 +864,23 @@ pub fn cluster(snapshot: &sched::ClusterSnapshot) -> Result<Parsed, InvalidField
             "node pools are given but no instance type catalog",
         ));
     }
-    let offering_space = OfferingSpace::number(&mut catalogs);
-    let mut node_pools = Vec::with_capacity(snapshot.node_pools.len());
-    for (i, np) in snapshot.node_pools.iter().enumerate() {
-        match node_pool(&format!("cluster.node_pools[{i}]"), np, &catalog_names) {
-            Ok(pool) => node_pools.push(pool),
-            Err(e) => rejections.push(rejected("NodePool", "", &np.name, e)),
-        }
-    }
+    Ok(catalogs)
+}
+
+/// The pending pods the planner can read; an invalid one is reported as
+/// unschedulable with its field, one given twice is rejected.
+fn pending_pods(
+    snapshot: &sched::ClusterSnapshot,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    now: (i64, i32),
+    rejections: &mut Vec<sched::RejectedObject>,
+) -> (Vec<Pod>, Vec<(sched::PodRef, InvalidField)>) {
     let mut seen = BTreeSet::new();
     let mut pending = Vec::with_capacity(snapshot.pending_pods.len());
     let mut invalid_pods = Vec::new();
     for (i, p) in snapshot.pending_pods.iter().enumerate() {
         let field = format!("cluster.pending_pods[{i}]");
-        match pod(&field, p, &namespaces, now) {
+        match pod(&field, p, namespaces, now) {
             Ok(parsed) if !seen.insert(parsed.key.clone()) => rejections.push(rejected(
                 "Pod",
                 &p.namespace,
@@ -796,75 +901,51 @@ pub fn cluster(snapshot: &sched::ClusterSnapshot) -> Result<Parsed, InvalidField
             )),
         }
     }
-    let mut nodes = Vec::with_capacity(snapshot.nodes.len());
-    for (i, n) in snapshot.nodes.iter().enumerate() {
-        match state_node(&format!("cluster.nodes[{i}]"), n, &namespaces, now) {
-            Ok(node) => nodes.push(node),
-            Err(e) => rejections.push(rejected("Node", "", &n.name, e)),
-        }
-    }
-    let mut daemon_sets = Vec::with_capacity(snapshot.daemon_sets.len());
-    for (i, ds) in snapshot.daemon_sets.iter().enumerate() {
-        match daemon_set(&format!("cluster.daemon_sets[{i}]"), ds, &namespaces) {
-            Ok(parsed) => daemon_sets.push(parsed),
-            Err(e) => rejections.push(rejected("DaemonSet", &ds.namespace, &ds.name, e)),
-        }
-    }
-    let mut pdbs = Vec::with_capacity(snapshot.pod_disruption_budgets.len());
-    for (i, pdb) in snapshot.pod_disruption_budgets.iter().enumerate() {
-        let field = format!("cluster.pod_disruption_budgets[{i}]");
-        let key = PodKey {
-            namespace: pdb.namespace.clone(),
-            name: pdb.name.clone(),
-        };
-        let selector = pdb
-            .selector
-            .as_ref()
-            .map(|s| label_selector(&format!("{field}.selector"), s))
-            .transpose();
-        match selector {
-            Ok(selector) => pdbs.push(Pdb {
+    (pending, invalid_pods)
+}
+
+/// A PodDisruptionBudget; one whose selector cannot be read is rejected and
+/// protects every pod of its namespace, so nothing it might cover is
+/// evicted.
+fn pod_disruption_budget(
+    field: &str,
+    pdb: &sched::PodDisruptionBudget,
+    rejections: &mut Vec<sched::RejectedObject>,
+) -> Pdb {
+    let key = PodKey {
+        namespace: pdb.namespace.clone(),
+        name: pdb.name.clone(),
+    };
+    let selector = pdb
+        .selector
+        .as_ref()
+        .map(|s| label_selector(&format!("{field}.selector"), s))
+        .transpose();
+    match selector {
+        Ok(selector) => Pdb {
+            key,
+            selector,
+            disruptions_allowed: pdb.disruptions_allowed,
+            always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
+            fully_blocking: matches!(pdb.max_unavailable.trim(), "0" | "0%")
+                || pdb.min_available.trim() == "100%",
+        },
+        Err(e) => {
+            rejections.push(rejected(
+                "PodDisruptionBudget",
+                &pdb.namespace,
+                &pdb.name,
+                e,
+            ));
+            Pdb {
                 key,
-                selector,
-                disruptions_allowed: pdb.disruptions_allowed,
-                always_allow_unhealthy: pdb.unhealthy_pod_eviction_policy == "AlwaysAllow",
-                fully_blocking: matches!(pdb.max_unavailable.trim(), "0" | "0%")
-                    || pdb.min_available.trim() == "100%",
-            }),
-            Err(e) => {
-                // Which pods it protects is unknown: it protects every pod of
-                // its namespace, so nothing it might cover is evicted.
-                pdbs.push(Pdb {
-                    key,
-                    selector: Some(LabelSelector::default()),
-                    disruptions_allowed: 0,
-                    always_allow_unhealthy: false,
-                    fully_blocking: true,
-                });
-                rejections.push(rejected(
-                    "PodDisruptionBudget",
-                    &pdb.namespace,
-                    &pdb.name,
-                    e,
-                ));
+                selector: Some(LabelSelector::default()),
+                disruptions_allowed: 0,
+                always_allow_unhealthy: false,
+                fully_blocking: true,
             }
         }
     }
-    Ok(Parsed {
-        cluster: Cluster {
-            pending,
-            nodes,
-            node_pools,
-            catalogs,
-            offering_space,
-            daemon_sets,
-            pdbs,
-            namespaces,
-            now_seconds: seconds(snapshot.now.as_ref()),
-        },
-        invalid_pods,
-        rejected: rejections,
-    })
 }
 
 fn daemon_set(

@@ -240,41 +240,15 @@ pub(crate) fn node_claim(
         .unwrap_or_default();
     if let Some(i) = existing {
         let node = &mut built.snapshot.nodes[i];
-        node.node_claim_name = name;
-        if node.node_pool.is_empty() {
-            node.node_pool = label(&claim_labels, labels::NODE_POOL);
-        }
-        if creation.is_some() {
-            node.creation_timestamp = creation;
-        }
-        let labelled = node.labels.get(labels::INITIALIZED).map(String::as_str);
-        node.initialized = match (labelled, claim_initialized) {
-            (Some("true"), _) | (_, Some(true)) => true,
-            (None, None) => node.initialized,
-            _ => false,
+        let claimed = Claimed {
+            claim,
+            labels: &claim_labels,
+            creation,
+            initialized: claim_initialized,
+            expected_allocatable: &expected_allocatable,
+            disruption,
         };
-        if !node.initialized {
-            let startup = fields::karpenter_taints(&claim.spec.startup_taints);
-            node.taints.retain(|t| !ignored_while_starting(t, &startup));
-            // The kubelet reports extended resources late (zero, or not at
-            // all, until its device plugins register): until then the
-            // claim's expectation stands in.
-            let allocatable = node.allocatable.get_or_insert_with(Default::default);
-            for (name, value) in &expected_allocatable {
-                let reported = allocatable.quantities.entry(name.clone()).or_insert(0);
-                if *reported == 0 {
-                    *reported = *value;
-                }
-            }
-        }
-        node.marked_for_deletion |= meta.deletion_timestamp.is_some();
-        let from_node = node.disruption.take().unwrap_or_default();
-        node.disruption = Some(sched::NodeClaimDisruptionState {
-            do_not_disrupt: disruption.do_not_disrupt || from_node.do_not_disrupt,
-            disrupting: from_node.disrupting,
-            node_not_ready: from_node.node_not_ready,
-            ..disruption
-        });
+        merge_claim(node, claimed);
         let pool = node.node_pool.clone();
         return Ok(pool_expiry(i, &pool));
     }
@@ -284,30 +258,104 @@ pub(crate) fn node_claim(
             format!("a node named {name:?} already exists"),
         )));
     }
+    let node_pool = label(&claim_labels, labels::NODE_POOL);
+    let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
+    let claimed = Claimed {
+        claim,
+        labels: &claim_labels,
+        creation,
+        initialized: claim_initialized,
+        expected_allocatable: &expected_allocatable,
+        disruption,
+    };
+    let state = in_flight_node(name.clone(), provider_id, claimed).map_err(error)?;
+    nodes.add(built, source.id, state)?;
+    Ok(expiry)
+}
+
+/// What a NodeClaim says about its node, read once.
+struct Claimed<'a> {
+    claim: &'a NodeClaim,
+    labels: &'a BTreeMap<String, String>,
+    creation: Option<prost_types::Timestamp>,
+    initialized: Option<bool>,
+    expected_allocatable: &'a BTreeMap<String, i64>,
+    disruption: sched::NodeClaimDisruptionState,
+}
+
+/// A claim's Node already in the snapshot takes the claim's name, pool,
+/// creation, initialization and disruption state; until it is initialized
+/// its startup taints are ignored and the claim's expected allocatable
+/// stands in for extended resources the kubelet has not reported.
+fn merge_claim(node: &mut sched::StateNode, claimed: Claimed<'_>) {
+    let claim = claimed.claim;
+    node.node_claim_name = claim.metadata.name.clone().unwrap_or_default();
+    if node.node_pool.is_empty() {
+        node.node_pool = label(claimed.labels, labels::NODE_POOL);
+    }
+    if claimed.creation.is_some() {
+        node.creation_timestamp = claimed.creation;
+    }
+    let labelled = node.labels.get(labels::INITIALIZED).map(String::as_str);
+    node.initialized = match (labelled, claimed.initialized) {
+        (Some("true"), _) | (_, Some(true)) => true,
+        (None, None) => node.initialized,
+        _ => false,
+    };
+    if !node.initialized {
+        let startup = fields::karpenter_taints(&claim.spec.startup_taints);
+        node.taints.retain(|t| !ignored_while_starting(t, &startup));
+        // The kubelet reports extended resources late (zero, or not at
+        // all, until its device plugins register): until then the
+        // claim's expectation stands in.
+        let allocatable = node.allocatable.get_or_insert_with(Default::default);
+        for (name, value) in claimed.expected_allocatable {
+            let reported = allocatable.quantities.entry(name.clone()).or_insert(0);
+            if *reported == 0 {
+                *reported = *value;
+            }
+        }
+    }
+    node.marked_for_deletion |= claim.metadata.deletion_timestamp.is_some();
+    let from_node = node.disruption.take().unwrap_or_default();
+    node.disruption = Some(sched::NodeClaimDisruptionState {
+        do_not_disrupt: claimed.disruption.do_not_disrupt || from_node.do_not_disrupt,
+        disrupting: from_node.disrupting,
+        node_not_ready: from_node.node_not_ready,
+        ..claimed.disruption
+    });
+}
+
+/// A claim without a Node yet: in-flight capacity, from the claim's labels,
+/// taints (startup ones and the unregistered taint included) and status.
+fn in_flight_node(
+    name: String,
+    provider_id: String,
+    claimed: Claimed<'_>,
+) -> Result<sched::StateNode, FieldError> {
+    let claim = claimed.claim;
+    let status = claim.status.clone().unwrap_or_default();
     let mut startup_taints = fields::karpenter_taints(&claim.spec.startup_taints);
     startup_taints.push(types::Taint {
         key: labels::UNREGISTERED_TAINT_KEY.to_string(),
         value: String::new(),
         effect: types::TaintEffect::NoExecute as i32,
     });
-    let capacity = fields::resources(Some(&status.capacity), "status.capacity")
-        .map_err(error)?
+    let capacity = fields::resources(Some(&status.capacity), "status.capacity")?
         .filter(|c| !c.quantities.is_empty());
-    let allocatable = fields::resources(Some(&status.allocatable), "status.allocatable")
-        .map_err(error)?
+    let allocatable = fields::resources(Some(&status.allocatable), "status.allocatable")?
         .filter(|a| !a.quantities.is_empty())
         .or_else(|| capacity.clone());
-    let node_pool = label(&claim_labels, labels::NODE_POOL);
-    let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
-    let state = sched::StateNode {
+    let labels_of = claimed.labels;
+    Ok(sched::StateNode {
         name: name.clone(),
-        node_claim_name: name.clone(),
+        node_claim_name: name,
         provider_id,
-        node_pool,
-        capacity_type: label(&claim_labels, labels::CAPACITY_TYPE),
-        zone: label(&claim_labels, labels::TOPOLOGY_ZONE),
-        instance_type: label(&claim_labels, labels::INSTANCE_TYPE),
-        labels: claim_labels,
+        node_pool: label(labels_of, labels::NODE_POOL),
+        capacity_type: label(labels_of, labels::CAPACITY_TYPE),
+        zone: label(labels_of, labels::TOPOLOGY_ZONE),
+        instance_type: label(labels_of, labels::INSTANCE_TYPE),
+        labels: labels_of.clone(),
         taints: fields::karpenter_taints(&claim.spec.taints),
         startup_taints,
         capacity,
@@ -315,15 +363,13 @@ pub(crate) fn node_claim(
         pods: Vec::new(),
         has_node: false,
         registered: false,
-        initialized: claim_initialized == Some(true),
-        marked_for_deletion: meta.deletion_timestamp.is_some(),
+        initialized: claimed.initialized == Some(true),
+        marked_for_deletion: claim.metadata.deletion_timestamp.is_some(),
         unschedulable: false,
         price: 0.0,
-        creation_timestamp: creation,
-        disruption: Some(disruption),
-    };
-    nodes.add(built, source.id, state)?;
-    Ok(expiry)
+        creation_timestamp: claimed.creation,
+        disruption: Some(claimed.disruption),
+    })
 }
 
 fn disruption_state(

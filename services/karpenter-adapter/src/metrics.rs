@@ -8,6 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CreatedLabels {
@@ -197,138 +198,173 @@ impl AdapterMetrics {
             peer_up: Family::default(),
         };
         metrics.with_registry(|r| {
-            r.register(
-                "nodeclaims_created",
-                "NodeClaims created, by reason and node pool",
-                m.nodeclaims_created.clone(),
-            );
-            r.register(
-                "nodeclaims_launched",
-                "NodeClaims whose instance launched",
-                m.nodeclaims_launched.clone(),
-            );
-            r.register(
-                "nodeclaims_registered",
-                "NodeClaims whose node registered",
-                m.nodeclaims_registered.clone(),
-            );
-            r.register(
-                "nodeclaims_initialized",
-                "NodeClaims whose node initialized",
-                m.nodeclaims_initialized.clone(),
-            );
-            r.register(
-                "nodeclaims_terminated",
-                "NodeClaims terminated",
-                m.nodeclaims_terminated.clone(),
-            );
-            r.register(
-                "nodeclaims_disrupted",
-                "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
-                m.nodeclaims_disrupted.clone(),
-            );
-            r.register(
-                "nodeclaims_unhealthy_disrupted",
-                "NodeClaims repaired because a node condition matched a repair policy too long, by condition",
-                m.nodeclaims_unhealthy_disrupted.clone(),
-            );
-            r.register(
-                "voluntary_disruption_decisions",
-                "Disruption commands started, by decision (delete or replace), reason and consolidation type",
-                m.disruption_decisions.clone(),
-            );
-            r.register(
-                "disruption_cluster_cost_per_hour",
-                "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods",
-                m.disruption_cost.clone(),
-            );
-            r.register(
-                "interruption_received_messages",
-                "Interruption messages received from the provider, by message type",
-                m.interruption_received.clone(),
-            );
-            r.register(
-                "interruption_deleted_messages",
-                "Interruption messages acknowledged after acting on them",
-                m.interruption_deleted.clone(),
-            );
-            r.register(
-                "interruption_message_queue_duration_seconds",
-                "Time from the cloud's event to the adapter acting on it",
-                m.interruption_latency.clone(),
-            );
-            r.register(
-                "nodes_created",
-                "Nodes that registered",
-                m.nodes_created.clone(),
-            );
-            r.register(
-                "nodes_terminated",
-                "Nodes terminated",
-                m.nodes_terminated.clone(),
-            );
-            r.register("nodes_drained", "Nodes drained", m.nodes_drained.clone());
-            r.register(
-                "pods_state",
-                "Pods, one series each with its node, node pool and phase",
-                m.pods_state.clone(),
-            );
-            r.register(
-                "pods_startup_duration_seconds",
-                "Time from a pod's creation to it being Ready",
-                m.pods_startup_duration.clone(),
-            );
-            r.register(
-                "pods_drained",
-                "Pods evicted or deleted by a drain",
-                m.pods_drained.clone(),
-            );
-            r.register(
-                "pods_eviction_requests",
-                "Eviction requests, by response code",
-                m.pods_eviction_requests.clone(),
-            );
-            r.register(
-                "scheduler_scheduling_duration_seconds",
-                "Time to plan a provisioning batch, Solve included",
-                m.scheduling_duration.clone(),
-            );
-            r.register(
-                "scheduler_unschedulable_pods_count",
-                "Pending pods the last plan could not place",
-                m.unschedulable_pods.clone(),
-            );
-            r.register(
-                "cluster_state_synced",
-                "1 when the cluster state is synced (every NodeClaim launched and every object listed)",
-                m.cluster_state_synced.clone(),
-            );
-            r.register(
-                "cluster_state_node_count",
-                "Nodes and in-flight NodeClaims the adapter knows",
-                m.cluster_state_node_count.clone(),
-            );
-            r.register(
-                "nodepools_usage",
-                "Resources the node pool's nodes have",
-                m.nodepool_usage.clone(),
-            );
-            r.register(
-                "nodepools_limit",
-                "The node pool's limits",
-                m.nodepool_limit.clone(),
-            );
-            r.register(
-                "leader",
-                "1 while this replica holds the leader lease",
-                m.leader.clone(),
-            );
-            r.register(
-                "peer_up",
-                "1 while the peer (scheduler, provider) answers its gRPC health check (ours)",
-                m.peer_up.clone(),
-            );
+            m.register_nodeclaims(r);
+            m.register_disruption(r);
+            m.register_interruption(r);
+            m.register_nodes(r);
+            m.register_pods(r);
+            m.register_scheduling(r);
+            m.register_cluster(r);
         });
         Arc::new(m)
+    }
+
+    /// NodeClaims through their lifecycle.
+    fn register_nodeclaims(&self, r: &mut Registry) {
+        r.register(
+            "nodeclaims_created",
+            "NodeClaims created, by reason and node pool",
+            self.nodeclaims_created.clone(),
+        );
+        r.register(
+            "nodeclaims_launched",
+            "NodeClaims whose instance launched",
+            self.nodeclaims_launched.clone(),
+        );
+        r.register(
+            "nodeclaims_registered",
+            "NodeClaims whose node registered",
+            self.nodeclaims_registered.clone(),
+        );
+        r.register(
+            "nodeclaims_initialized",
+            "NodeClaims whose node initialized",
+            self.nodeclaims_initialized.clone(),
+        );
+        r.register(
+            "nodeclaims_terminated",
+            "NodeClaims terminated",
+            self.nodeclaims_terminated.clone(),
+        );
+        r.register(
+            "nodeclaims_disrupted",
+            "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
+            self.nodeclaims_disrupted.clone(),
+        );
+        r.register(
+            "nodeclaims_unhealthy_disrupted",
+            "NodeClaims repaired because a node condition matched a repair policy too long, by condition",
+            self.nodeclaims_unhealthy_disrupted.clone(),
+        );
+    }
+
+    /// Disruption decisions and the cluster's cost.
+    fn register_disruption(&self, r: &mut Registry) {
+        r.register(
+            "voluntary_disruption_decisions",
+            "Disruption commands started, by decision (delete or replace), reason and consolidation type",
+            self.disruption_decisions.clone(),
+        );
+        r.register(
+            "disruption_cluster_cost_per_hour",
+            "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods",
+            self.disruption_cost.clone(),
+        );
+    }
+
+    /// Interruption messages from the provider.
+    fn register_interruption(&self, r: &mut Registry) {
+        r.register(
+            "interruption_received_messages",
+            "Interruption messages received from the provider, by message type",
+            self.interruption_received.clone(),
+        );
+        r.register(
+            "interruption_deleted_messages",
+            "Interruption messages acknowledged after acting on them",
+            self.interruption_deleted.clone(),
+        );
+        r.register(
+            "interruption_message_queue_duration_seconds",
+            "Time from the cloud's event to the adapter acting on it",
+            self.interruption_latency.clone(),
+        );
+    }
+
+    /// Nodes created, terminated and drained.
+    fn register_nodes(&self, r: &mut Registry) {
+        r.register(
+            "nodes_created",
+            "Nodes that registered",
+            self.nodes_created.clone(),
+        );
+        r.register(
+            "nodes_terminated",
+            "Nodes terminated",
+            self.nodes_terminated.clone(),
+        );
+        r.register("nodes_drained", "Nodes drained", self.nodes_drained.clone());
+    }
+
+    /// Pods: state, startup, drains and evictions.
+    fn register_pods(&self, r: &mut Registry) {
+        r.register(
+            "pods_state",
+            "Pods, one series each with its node, node pool and phase",
+            self.pods_state.clone(),
+        );
+        r.register(
+            "pods_startup_duration_seconds",
+            "Time from a pod's creation to it being Ready",
+            self.pods_startup_duration.clone(),
+        );
+        r.register(
+            "pods_drained",
+            "Pods evicted or deleted by a drain",
+            self.pods_drained.clone(),
+        );
+        r.register(
+            "pods_eviction_requests",
+            "Eviction requests, by response code",
+            self.pods_eviction_requests.clone(),
+        );
+    }
+
+    /// Provisioning batches.
+    fn register_scheduling(&self, r: &mut Registry) {
+        r.register(
+            "scheduler_scheduling_duration_seconds",
+            "Time to plan a provisioning batch, Solve included",
+            self.scheduling_duration.clone(),
+        );
+        r.register(
+            "scheduler_unschedulable_pods_count",
+            "Pending pods the last plan could not place",
+            self.unschedulable_pods.clone(),
+        );
+    }
+
+    /// Cluster state, node pools, leadership and peers.
+    fn register_cluster(&self, r: &mut Registry) {
+        r.register(
+            "cluster_state_synced",
+            "1 when the cluster state is synced (every NodeClaim launched and every object listed)",
+            self.cluster_state_synced.clone(),
+        );
+        r.register(
+            "cluster_state_node_count",
+            "Nodes and in-flight NodeClaims the adapter knows",
+            self.cluster_state_node_count.clone(),
+        );
+        r.register(
+            "nodepools_usage",
+            "Resources the node pool's nodes have",
+            self.nodepool_usage.clone(),
+        );
+        r.register(
+            "nodepools_limit",
+            "The node pool's limits",
+            self.nodepool_limit.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            self.leader.clone(),
+        );
+        r.register(
+            "peer_up",
+            "1 while the peer (scheduler, provider) answers its gRPC health check (ours)",
+            self.peer_up.clone(),
+        );
     }
 }

@@ -55,47 +55,41 @@ pub fn parse(body: &str) -> Result<Option<Parsed>, ParseError> {
         .and_then(Value::as_str)
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map(|t| t.with_timezone(&chrono::Utc));
-    let instance_id = || {
+    let instance_ids = || {
         detail
             .get("instance-id")
             .and_then(Value::as_str)
             .map(|s| vec![s.to_string()])
             .ok_or(ParseError::Missing("detail.instance-id"))
     };
-    match (source, detail_type) {
-        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => Ok(Some(Parsed {
-            kind: Kind::SpotInterruption,
-            instance_ids: instance_id()?,
+    let warning = |kind: Kind, what: &str| -> Result<Option<Parsed>, ParseError> {
+        let action = detail
+            .get("instance-action")
+            .and_then(Value::as_str)
+            .unwrap_or("terminate");
+        Ok(Some(Parsed {
+            kind,
+            instance_ids: instance_ids()?,
             state: String::new(),
             time,
-            detail: format!(
-                "spot interruption warning: instance-action {}",
-                detail
-                    .get("instance-action")
-                    .and_then(Value::as_str)
-                    .unwrap_or("terminate")
-            ),
-        })),
+            detail: format!("{what}: instance-action {action}"),
+        }))
+    };
+    match (source, detail_type) {
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => {
+            warning(Kind::SpotInterruption, "spot interruption warning")
+        }
         ("aws.ec2", "EC2 Instance Rebalance Recommendation") => Ok(Some(Parsed {
             kind: Kind::RebalanceRecommendation,
-            instance_ids: instance_id()?,
+            instance_ids: instance_ids()?,
             state: String::new(),
             time,
             detail: "rebalance recommendation".into(),
         })),
-        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning") => Ok(Some(Parsed {
-            kind: Kind::CapacityReservationInterruption,
-            instance_ids: instance_id()?,
-            state: String::new(),
-            time,
-            detail: format!(
-                "capacity reservation interruption warning: instance-action {}",
-                detail
-                    .get("instance-action")
-                    .and_then(Value::as_str)
-                    .unwrap_or("terminate")
-            ),
-        })),
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning") => warning(
+            Kind::CapacityReservationInterruption,
+            "capacity reservation interruption warning",
+        ),
         ("aws.ec2", "EC2 Instance State-change Notification") => {
             let state = detail
                 .get("state")
@@ -107,58 +101,55 @@ pub fn parse(body: &str) -> Result<Option<Parsed>, ParseError> {
             }
             Ok(Some(Parsed {
                 kind: Kind::StateChange,
-                instance_ids: instance_id()?,
+                instance_ids: instance_ids()?,
                 detail: format!("instance state changed to {state}"),
                 state,
                 time,
             }))
         }
-        ("aws.health", "AWS Health Event") => {
-            let service = detail
-                .get("service")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let category = detail
-                .get("eventTypeCategory")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if service != "EC2" || category != "scheduledChange" {
-                return Ok(None);
-            }
-            let ids: Vec<String> = detail
-                .get("affectedEntities")
-                .and_then(Value::as_array)
-                .ok_or(ParseError::Missing("detail.affectedEntities"))?
-                .iter()
-                .filter_map(|e| e.get("entityValue").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect();
-            if ids.is_empty() {
-                return Ok(None);
-            }
-            let description = detail
-                .get("eventDescription")
-                .and_then(Value::as_array)
-                .and_then(|d| d.first())
-                .and_then(|d| d.get("latestDescription"))
-                .and_then(Value::as_str)
-                .unwrap_or("scheduled change");
-            Ok(Some(Parsed {
-                kind: Kind::ScheduledChange,
-                instance_ids: ids,
-                state: String::new(),
-                time,
-                detail: format!(
-                    "{}: {description}",
-                    detail
-                        .get("eventTypeCode")
-                        .and_then(Value::as_str)
-                        .unwrap_or("AWS Health")
-                ),
-            }))
-        }
+        ("aws.health", "AWS Health Event") => scheduled_change(detail, time),
         _ => Ok(None),
     }
+}
+
+/// An AWS Health scheduled change for EC2 instances; other services' and
+/// categories' events are not Karpenter's.
+fn scheduled_change(
+    detail: &Value,
+    time: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<Option<Parsed>, ParseError> {
+    let text = |key: &str| detail.get(key).and_then(Value::as_str);
+    if text("service") != Some("EC2") || text("eventTypeCategory") != Some("scheduledChange") {
+        return Ok(None);
+    }
+    let ids: Vec<String> = detail
+        .get("affectedEntities")
+        .and_then(Value::as_array)
+        .ok_or(ParseError::Missing("detail.affectedEntities"))?
+        .iter()
+        .filter_map(|e| e.get("entityValue").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let description = detail
+        .get("eventDescription")
+        .and_then(Value::as_array)
+        .and_then(|d| d.first())
+        .and_then(|d| d.get("latestDescription"))
+        .and_then(Value::as_str)
+        .unwrap_or("scheduled change");
+    Ok(Some(Parsed {
+        kind: Kind::ScheduledChange,
+        instance_ids: ids,
+        state: String::new(),
+        time,
+        detail: format!(
+            "{}: {description}",
+            text("eventTypeCode").unwrap_or("AWS Health")
+        ),
+    }))
 }
 
 #[cfg(test)]

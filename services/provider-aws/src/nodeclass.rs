@@ -244,123 +244,16 @@ impl Variant {
     }
 }
 
+/// One AMI an alias resolves to: its SSM parameter, architecture and
+/// variant.
+pub type AliasParameter = (String, &'static str, Variant);
+
 /// The public SSM parameters of an alias: `(parameter, arch, variant)`.
-pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'static str, Variant)> {
-    let latest = alias.is_latest();
-    let version = alias.version.trim_start_matches('v');
+pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<AliasParameter> {
     match alias.family {
-        AMIFamily::AL2023 => {
-            let mut out = Vec::new();
-            for (arch, ssm_arch, variants) in [
-                (
-                    "amd64",
-                    "x86_64",
-                    &[Variant::Standard, Variant::Nvidia, Variant::Neuron][..],
-                ),
-                ("arm64", "arm64", &[Variant::Standard, Variant::Nvidia][..]),
-            ] {
-                for variant in variants {
-                    let v = match variant {
-                        Variant::Standard => "standard",
-                        Variant::Nvidia => "nvidia",
-                        Variant::Neuron => "neuron",
-                    };
-                    let leaf = if latest {
-                        "recommended".to_string()
-                    } else {
-                        format!(
-                            "amazon-eks-node-al2023-{ssm_arch}-{v}-{k8s}-{}",
-                            alias.version
-                        )
-                    };
-                    out.push((
-                        format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ssm_arch}/{v}/{leaf}/image_id"),
-                        arch,
-                        *variant,
-                    ));
-                }
-            }
-            out
-        }
-        AMIFamily::AL2 => {
-            let leaf = |kind: &str| {
-                if latest {
-                    "recommended".to_string()
-                } else {
-                    format!("amazon-eks-{kind}node-{k8s}-{}", alias.version)
-                }
-            };
-            vec![
-                (
-                    format!(
-                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/{}/image_id",
-                        leaf("")
-                    ),
-                    "amd64",
-                    Variant::Standard,
-                ),
-                (
-                    format!(
-                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
-                        leaf("gpu-")
-                    ),
-                    "amd64",
-                    Variant::Nvidia,
-                ),
-                (
-                    format!(
-                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
-                        leaf("gpu-")
-                    ),
-                    "amd64",
-                    Variant::Neuron,
-                ),
-                (
-                    format!(
-                        "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-arm64/{}/image_id",
-                        leaf("arm64-")
-                    ),
-                    "arm64",
-                    Variant::Standard,
-                ),
-            ]
-        }
-        AMIFamily::Bottlerocket => {
-            let v = if latest {
-                "latest".to_string()
-            } else {
-                version.to_string()
-            };
-            vec![
-                (
-                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
-                    "amd64",
-                    Variant::Standard,
-                ),
-                // Bottlerocket's standard x86_64 image carries the Neuron
-                // drivers too.
-                (
-                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
-                    "amd64",
-                    Variant::Neuron,
-                ),
-                (
-                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"),
-                    "arm64",
-                    Variant::Standard,
-                ),
-                (
-                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/x86_64/{v}/image_id"),
-                    "amd64",
-                    Variant::Nvidia,
-                ),
-                (
-                    format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/arm64/{v}/image_id"),
-                    "arm64",
-                    Variant::Nvidia,
-                ),
-            ]
-        }
+        AMIFamily::AL2023 => al2023_parameters(alias, k8s),
+        AMIFamily::AL2 => al2_parameters(alias, k8s),
+        AMIFamily::Bottlerocket => bottlerocket_parameters(alias, k8s),
         AMIFamily::Windows2019 | AMIFamily::Windows2022 => {
             let year = if alias.family == AMIFamily::Windows2019 {
                 "2019"
@@ -377,6 +270,128 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<(String, &'stati
         }
         AMIFamily::Custom => Vec::new(),
     }
+}
+
+/// AL2023: a parameter per architecture and variant (no Neuron on arm64).
+fn al2023_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<AliasParameter> {
+    let latest = alias.is_latest();
+    let mut out = Vec::new();
+    for (arch, ssm_arch, variants) in [
+        (
+            "amd64",
+            "x86_64",
+            &[Variant::Standard, Variant::Nvidia, Variant::Neuron][..],
+        ),
+        ("arm64", "arm64", &[Variant::Standard, Variant::Nvidia][..]),
+    ] {
+        for variant in variants {
+            let v = match variant {
+                Variant::Standard => "standard",
+                Variant::Nvidia => "nvidia",
+                Variant::Neuron => "neuron",
+            };
+            let leaf = if latest {
+                "recommended".to_string()
+            } else {
+                format!(
+                    "amazon-eks-node-al2023-{ssm_arch}-{v}-{k8s}-{}",
+                    alias.version
+                )
+            };
+            out.push((
+                    format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ssm_arch}/{v}/{leaf}/image_id"),
+                    arch,
+                    *variant,
+                ));
+        }
+    }
+    out
+}
+
+/// AL2: the standard, GPU (NVIDIA and Neuron) and arm64 images.
+fn al2_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<AliasParameter> {
+    let latest = alias.is_latest();
+    let leaf = |kind: &str| {
+        if latest {
+            "recommended".to_string()
+        } else {
+            format!("amazon-eks-{kind}node-{k8s}-{}", alias.version)
+        }
+    };
+    vec![
+        (
+            format!(
+                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/{}/image_id",
+                leaf("")
+            ),
+            "amd64",
+            Variant::Standard,
+        ),
+        (
+            format!(
+                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
+                leaf("gpu-")
+            ),
+            "amd64",
+            Variant::Nvidia,
+        ),
+        (
+            format!(
+                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-gpu/{}/image_id",
+                leaf("gpu-")
+            ),
+            "amd64",
+            Variant::Neuron,
+        ),
+        (
+            format!(
+                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2-arm64/{}/image_id",
+                leaf("arm64-")
+            ),
+            "arm64",
+            Variant::Standard,
+        ),
+    ]
+}
+
+/// Bottlerocket: by architecture, with NVIDIA images apart.
+fn bottlerocket_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<AliasParameter> {
+    let latest = alias.is_latest();
+    let version = alias.version.trim_start_matches('v');
+    let v = if latest {
+        "latest".to_string()
+    } else {
+        version.to_string()
+    };
+    vec![
+        (
+            format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
+            "amd64",
+            Variant::Standard,
+        ),
+        // Bottlerocket's standard x86_64 image carries the Neuron
+        // drivers too.
+        (
+            format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/{v}/image_id"),
+            "amd64",
+            Variant::Neuron,
+        ),
+        (
+            format!("/aws/service/bottlerocket/aws-k8s-{k8s}/arm64/{v}/image_id"),
+            "arm64",
+            Variant::Standard,
+        ),
+        (
+            format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/x86_64/{v}/image_id"),
+            "amd64",
+            Variant::Nvidia,
+        ),
+        (
+            format!("/aws/service/bottlerocket/aws-k8s-{k8s}-nvidia/arm64/{v}/image_id"),
+            "arm64",
+            Variant::Nvidia,
+        ),
+    ]
 }
 
 async fn ssm_parameter(clients: &Clients, name: &str) -> Result<Option<String>, Error> {
