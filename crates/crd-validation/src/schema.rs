@@ -155,179 +155,20 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
         message: "must be an object".to_string(),
     })?;
     let mut s = Schema::default();
-    let invalid = |field: &str, value: &Json, message: &str| CompileError::InvalidSchema {
-        path: format!("{path}.{field}"),
-        value: crate::error::go_value(value),
-        message: message.to_string(),
-    };
     for (key, value) in obj {
+        let k = Keyword { path, key, value };
         match key.as_str() {
-            "type" => {
-                let t = value
-                    .as_str()
-                    .ok_or_else(|| invalid("type", value, "must be a string"))?;
-                s.ty = Some(SchemaType::parse(t).ok_or_else(|| {
-                    invalid(
-                        "type",
-                        value,
-                        "must be one of \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\"",
-                    )
-                })?);
+            "type" | "nullable" | "format" | "enum" | "pattern" | "default" => {
+                parse_value_keyword(&mut s, &k)?
             }
-            "nullable" => s.nullable = value.as_bool().unwrap_or(false),
-            "format" => s.format = value.as_str().map(str::to_string),
-            "properties" => {
-                let props = value
-                    .as_object()
-                    .ok_or_else(|| invalid("properties", value, "must be an object"))?;
-                for (name, p) in props {
-                    let child = parse(p, &format!("{path}.properties[{name}]"))?;
-                    s.properties.push((name.clone(), child));
-                }
+            "properties" | "additionalProperties" | "items" | "required" => {
+                parse_structure_keyword(&mut s, &k)?
             }
-            "additionalProperties" => {
-                s.additional = match value {
-                    Json::Bool(b) => Additional::Bool(*b),
-                    Json::Object(_) => Additional::Schema(Box::new(parse(
-                        value,
-                        &format!("{path}.additionalProperties"),
-                    )?)),
-                    _ => {
-                        return Err(invalid(
-                            "additionalProperties",
-                            value,
-                            "must be a boolean or a schema",
-                        ));
-                    }
-                }
-            }
-            "items" => {
-                s.items = Some(Box::new(parse(value, &format!("{path}.items"))?));
-            }
-            "required" => {
-                s.required = string_list(value)
-                    .ok_or_else(|| invalid("required", value, "must be a list of strings"))?;
-            }
-            "enum" => {
-                s.enum_values = Some(
-                    value
-                        .as_array()
-                        .ok_or_else(|| invalid("enum", value, "must be a list"))?
-                        .clone(),
-                );
-            }
-            "pattern" => {
-                let src = value
-                    .as_str()
-                    .ok_or_else(|| invalid("pattern", value, "must be a string"))?;
-                let regex = re2::compile_uncached(src).map_err(|e| {
-                    invalid(
-                        "pattern",
-                        value,
-                        &format!("must be a valid regular expression, but isn't: {e}"),
-                    )
-                })?;
-                s.pattern = Some(Pattern {
-                    source: src.to_string(),
-                    regex,
-                });
-            }
-            "maxLength" => {
-                s.max_length = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "minLength" => {
-                s.min_length = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "maxItems" => {
-                s.max_items = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "minItems" => {
-                s.min_items = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "maxProperties" => {
-                s.max_properties = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "minProperties" => {
-                s.min_properties = Some(count(value, || {
-                    invalid(key, value, "must be a non-negative integer")
-                })?)
-            }
-            "maximum" => {
-                s.maximum = Some(number(value, || invalid(key, value, "must be a number"))?)
-            }
-            "minimum" => {
-                s.minimum = Some(number(value, || invalid(key, value, "must be a number"))?)
-            }
-            "multipleOf" => {
-                let m = number(value, || invalid(key, value, "must be a number"))?;
-                if m <= 0.0 {
-                    return Err(invalid(key, value, "must be greater than zero"));
-                }
-                s.multiple_of = Some(m);
-            }
-            "exclusiveMaximum" => s.exclusive_maximum = value.as_bool().unwrap_or(false),
-            "exclusiveMinimum" => s.exclusive_minimum = value.as_bool().unwrap_or(false),
-            "allOf" | "anyOf" | "oneOf" => {
-                let list = value
-                    .as_array()
-                    .ok_or_else(|| invalid(key, value, "must be a list of schemas"))?;
-                let mut parsed = Vec::with_capacity(list.len());
-                for (i, sub) in list.iter().enumerate() {
-                    parsed.push(parse(sub, &format!("{path}.{key}[{i}]"))?);
-                }
-                match key.as_str() {
-                    "allOf" => s.all_of = parsed,
-                    "anyOf" => s.any_of = parsed,
-                    _ => s.one_of = parsed,
-                }
-            }
-            "not" => s.not = Some(Box::new(parse(value, &format!("{path}.not"))?)),
-            "default" => s.default = Some(value.clone()),
-            "x-kubernetes-preserve-unknown-fields" => {
-                s.preserve_unknown = value.as_bool().unwrap_or(false)
-            }
-            "x-kubernetes-int-or-string" => s.int_or_string = value.as_bool().unwrap_or(false),
-            "x-kubernetes-embedded-resource" => s.embedded = value.as_bool().unwrap_or(false),
-            "x-kubernetes-list-type" => {
-                s.list_type = Some(match value.as_str() {
-                    Some("atomic") => ListType::Atomic,
-                    Some("set") => ListType::Set,
-                    Some("map") => ListType::Map,
-                    _ => {
-                        return Err(CompileError::InvalidSchema {
-                            path: format!("{path}.x-kubernetes-list-type"),
-                            value: crate::error::go_value(value),
-                            message: "supported values: \"atomic\", \"set\", \"map\"".to_string(),
-                        });
-                    }
-                })
-            }
-            "x-kubernetes-list-map-keys" => {
-                s.list_map_keys = string_list(value)
-                    .ok_or_else(|| invalid(key, value, "must be a list of strings"))?;
-            }
-            "x-kubernetes-map-type" => s.map_type_atomic = value.as_str() == Some("atomic"),
-            "x-kubernetes-validations" => {
-                let list = value
-                    .as_array()
-                    .ok_or_else(|| invalid(key, value, "must be a list"))?;
-                for (i, rule) in list.iter().enumerate() {
-                    s.rule_specs.push(RuleSpec::parse(
-                        rule,
-                        &format!("{path}.x-kubernetes-validations[{i}]"),
-                    )?);
-                }
-            }
+            "maxLength" | "minLength" | "maxItems" | "minItems" | "maxProperties"
+            | "minProperties" | "maximum" | "minimum" | "multipleOf" | "exclusiveMaximum"
+            | "exclusiveMinimum" => parse_bound_keyword(&mut s, &k)?,
+            "allOf" | "anyOf" | "oneOf" | "not" => parse_combinator_keyword(&mut s, &k)?,
+            _ if key.starts_with("x-kubernetes-") => parse_extension_keyword(&mut s, &k)?,
             // Documentation and other extensions do not affect validation.
             _ => {}
         }
@@ -340,6 +181,201 @@ pub(crate) fn parse(v: &Json, path: &str) -> Result<Schema, CompileError> {
         });
     }
     Ok(s)
+}
+
+/// One keyword of a schema node, with what its errors need.
+struct Keyword<'a> {
+    /// The path of the schema node.
+    path: &'a str,
+    key: &'a str,
+    value: &'a Json,
+}
+
+impl Keyword<'_> {
+    /// The keyword's value is not what the keyword takes.
+    fn invalid(&self, message: &str) -> CompileError {
+        CompileError::InvalidSchema {
+            path: format!("{}.{}", self.path, self.key),
+            value: crate::error::go_value(self.value),
+            message: message.to_string(),
+        }
+    }
+
+    /// The path of a subschema under this keyword (`suffix` is e.g. `[0]`).
+    fn sub_path(&self, suffix: &str) -> String {
+        format!("{}.{}{suffix}", self.path, self.key)
+    }
+
+    fn bool(&self) -> bool {
+        self.value.as_bool().unwrap_or(false)
+    }
+
+    fn count(&self) -> Result<u64, CompileError> {
+        count(self.value, || {
+            self.invalid("must be a non-negative integer")
+        })
+    }
+
+    fn number(&self) -> Result<f64, CompileError> {
+        number(self.value, || self.invalid("must be a number"))
+    }
+
+    fn string_list(&self) -> Result<Vec<String>, CompileError> {
+        string_list(self.value).ok_or_else(|| self.invalid("must be a list of strings"))
+    }
+}
+
+/// What a value may be: `type`, `nullable`, `format`, `enum`, `pattern`
+/// and `default`.
+fn parse_value_keyword(s: &mut Schema, k: &Keyword<'_>) -> Result<(), CompileError> {
+    let value = k.value;
+    match k.key {
+        "type" => {
+            let t = value
+                .as_str()
+                .ok_or_else(|| k.invalid("must be a string"))?;
+            s.ty = Some(SchemaType::parse(t).ok_or_else(|| {
+                k.invalid(
+                    "must be one of \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\"",
+                )
+            })?);
+        }
+        "nullable" => s.nullable = k.bool(),
+        "format" => s.format = value.as_str().map(str::to_string),
+        "enum" => {
+            s.enum_values = Some(
+                value
+                    .as_array()
+                    .ok_or_else(|| k.invalid("must be a list"))?
+                    .clone(),
+            );
+        }
+        "pattern" => {
+            let src = value
+                .as_str()
+                .ok_or_else(|| k.invalid("must be a string"))?;
+            let regex = re2::compile_uncached(src).map_err(|e| {
+                k.invalid(&format!(
+                    "must be a valid regular expression, but isn't: {e}"
+                ))
+            })?;
+            s.pattern = Some(Pattern {
+                source: src.to_string(),
+                regex,
+            });
+        }
+        "default" => s.default = Some(value.clone()),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The shape of objects and arrays: `properties`, `additionalProperties`,
+/// `items` and `required`.
+fn parse_structure_keyword(s: &mut Schema, k: &Keyword<'_>) -> Result<(), CompileError> {
+    let value = k.value;
+    match k.key {
+        "properties" => {
+            let props = value
+                .as_object()
+                .ok_or_else(|| k.invalid("must be an object"))?;
+            for (name, p) in props {
+                let child = parse(p, &k.sub_path(&format!("[{name}]")))?;
+                s.properties.push((name.clone(), child));
+            }
+        }
+        "additionalProperties" => {
+            s.additional = match value {
+                Json::Bool(b) => Additional::Bool(*b),
+                Json::Object(_) => Additional::Schema(Box::new(parse(value, &k.sub_path(""))?)),
+                _ => return Err(k.invalid("must be a boolean or a schema")),
+            }
+        }
+        "items" => s.items = Some(Box::new(parse(value, &k.sub_path(""))?)),
+        "required" => s.required = k.string_list()?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Sizes and numeric bounds.
+fn parse_bound_keyword(s: &mut Schema, k: &Keyword<'_>) -> Result<(), CompileError> {
+    match k.key {
+        "maxLength" => s.max_length = Some(k.count()?),
+        "minLength" => s.min_length = Some(k.count()?),
+        "maxItems" => s.max_items = Some(k.count()?),
+        "minItems" => s.min_items = Some(k.count()?),
+        "maxProperties" => s.max_properties = Some(k.count()?),
+        "minProperties" => s.min_properties = Some(k.count()?),
+        "maximum" => s.maximum = Some(k.number()?),
+        "minimum" => s.minimum = Some(k.number()?),
+        "multipleOf" => {
+            let m = k.number()?;
+            if m <= 0.0 {
+                return Err(k.invalid("must be greater than zero"));
+            }
+            s.multiple_of = Some(m);
+        }
+        "exclusiveMaximum" => s.exclusive_maximum = k.bool(),
+        "exclusiveMinimum" => s.exclusive_minimum = k.bool(),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `allOf`, `anyOf`, `oneOf` (lists of subschemas) and `not`.
+fn parse_combinator_keyword(s: &mut Schema, k: &Keyword<'_>) -> Result<(), CompileError> {
+    if k.key == "not" {
+        s.not = Some(Box::new(parse(k.value, &k.sub_path(""))?));
+        return Ok(());
+    }
+    let list = k
+        .value
+        .as_array()
+        .ok_or_else(|| k.invalid("must be a list of schemas"))?;
+    let mut parsed = Vec::with_capacity(list.len());
+    for (i, sub) in list.iter().enumerate() {
+        parsed.push(parse(sub, &k.sub_path(&format!("[{i}]")))?);
+    }
+    match k.key {
+        "allOf" => s.all_of = parsed,
+        "anyOf" => s.any_of = parsed,
+        _ => s.one_of = parsed,
+    }
+    Ok(())
+}
+
+/// The `x-kubernetes-*` extensions: field handling, list and map
+/// semantics, and CEL rules (compiled later, in a second pass).
+fn parse_extension_keyword(s: &mut Schema, k: &Keyword<'_>) -> Result<(), CompileError> {
+    let value = k.value;
+    match k.key {
+        "x-kubernetes-preserve-unknown-fields" => s.preserve_unknown = k.bool(),
+        "x-kubernetes-int-or-string" => s.int_or_string = k.bool(),
+        "x-kubernetes-embedded-resource" => s.embedded = k.bool(),
+        "x-kubernetes-list-type" => {
+            s.list_type = Some(match value.as_str() {
+                Some("atomic") => ListType::Atomic,
+                Some("set") => ListType::Set,
+                Some("map") => ListType::Map,
+                _ => return Err(k.invalid("supported values: \"atomic\", \"set\", \"map\"")),
+            })
+        }
+        "x-kubernetes-list-map-keys" => s.list_map_keys = k.string_list()?,
+        "x-kubernetes-map-type" => s.map_type_atomic = value.as_str() == Some("atomic"),
+        "x-kubernetes-validations" => {
+            let list = value
+                .as_array()
+                .ok_or_else(|| k.invalid("must be a list"))?;
+            for (i, rule) in list.iter().enumerate() {
+                s.rule_specs
+                    .push(RuleSpec::parse(rule, &k.sub_path(&format!("[{i}]")))?);
+            }
+        }
+        // Other extensions do not affect validation.
+        _ => {}
+    }
+    Ok(())
 }
 
 fn string_list(v: &Json) -> Option<Vec<String>> {

@@ -253,44 +253,53 @@ pub(crate) fn validate_value(
     out: &mut Collector,
 ) {
     let unchanged = parent_unchanged || old.is_some_and(|o| o == v);
-    let data_ty = json_type(v);
+    // A value of the wrong type is reported once; nothing else is checked.
+    if !check_type(v, s, path, out) {
+        return;
+    }
+    validate_composites(v, s, path, old, unchanged, out);
+    match v {
+        Json::String(st) => validate_string(st, s, path, unchanged, out),
+        Json::Number(n) => validate_number(v, n, s, path, unchanged, out),
+        Json::Array(items) => validate_array(items, s, path, old, unchanged, out),
+        _ => {}
+    }
+    validate_enum(v, s, path, unchanged, out);
+    if let Json::Object(map) = v {
+        validate_object(map, s, path, old, unchanged, resource_root, out);
+    }
+}
 
-    // type
+/// `type` (with `nullable` and `x-kubernetes-int-or-string`). Returns
+/// whether the value's type is acceptable and validation goes on; a `null`
+/// that is allowed stops it too.
+fn check_type(v: &Json, s: &Schema, path: &str, out: &mut Collector) -> bool {
+    let data_ty = json_type(v);
+    let type_invalid = |bad: &str, expected: &str, got: &str| {
+        schema_violation(
+            path,
+            ViolationKind::TypeInvalid,
+            BadValue::string(bad),
+            format!("{path} in body must be of type {expected}: {got}"),
+        )
+    };
     if v.is_null() {
         if s.nullable || (s.ty.is_none() && !s.int_or_string) {
-            return;
+            return false;
         }
         let t = if s.int_or_string {
             "integer,string"
         } else {
             s.type_name()
         };
-        out.push(
-            schema_violation(
-                path,
-                ViolationKind::TypeInvalid,
-                BadValue::string("null"),
-                format!("{path} in body must be of type {t}: \"null\""),
-            ),
-            false,
-        );
-        return;
+        out.push(type_invalid("null", t, "\"null\""), false);
+        return false;
     }
     if s.int_or_string {
         if data_ty != "integer" && data_ty != "string" {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TypeInvalid,
-                    BadValue::string(data_ty),
-                    format!(
-                        "{path} in body must be of type integer,string: {}",
-                        go_quote(data_ty)
-                    ),
-                ),
-                false,
-            );
-            return;
+            let v = type_invalid(data_ty, "integer,string", &go_quote(data_ty));
+            out.push(v, false);
+            return false;
         }
     } else if let Some(t) = s.ty {
         let ok = t.as_str() == data_ty
@@ -299,24 +308,22 @@ pub(crate) fn validate_value(
                 && v.as_f64().is_some_and(is_json_integer))
             || (t == SchemaType::Number && data_ty == "integer");
         if !ok {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TypeInvalid,
-                    BadValue::string(data_ty),
-                    format!(
-                        "{path} in body must be of type {}: {}",
-                        t.as_str(),
-                        go_quote(data_ty)
-                    ),
-                ),
-                false,
-            );
-            return;
+            out.push(type_invalid(data_ty, t.as_str(), &go_quote(data_ty)), false);
+            return false;
         }
     }
+    true
+}
 
-    // allOf / anyOf / oneOf / not
+/// `allOf`, `anyOf`, `oneOf` and `not`.
+fn validate_composites(
+    v: &Json,
+    s: &Schema,
+    path: &str,
+    old: Option<&Json>,
+    unchanged: bool,
+    out: &mut Collector,
+) {
     for sub in &s.all_of {
         validate_value(v, sub, path, old, unchanged, false, out);
     }
@@ -354,83 +361,103 @@ pub(crate) fn validate_value(
             unchanged,
         );
     }
+}
 
-    match v {
-        Json::String(st) => validate_string(st, s, path, unchanged, out),
-        Json::Number(n) => validate_number(v, n, s, path, unchanged, out),
-        _ => {}
-    }
-
-    if let Json::Array(items) = v {
-        let size = items.len() as u64;
-        if let Some(min) = s.min_items
-            && size < min
-        {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::Invalid,
-                    BadValue::Json(Json::from(size)),
-                    format!("{path} in body should have at least {min} items"),
-                ),
+/// `minItems`, `maxItems`, then each item against `items` (correlated with
+/// the old list's item, for ratcheting).
+fn validate_array(
+    items: &[Json],
+    s: &Schema,
+    path: &str,
+    old: Option<&Json>,
+    unchanged: bool,
+    out: &mut Collector,
+) {
+    let size = items.len() as u64;
+    check_min_count(path, size, s.min_items, "items", unchanged, out);
+    check_max_count(path, size, s.max_items, unchanged, out);
+    if let Some(is) = s.items.as_deref() {
+        let old_items = old.and_then(Json::as_array);
+        for (i, item) in items.iter().enumerate() {
+            let old_item = correlate_item(s, is, item, old_items);
+            validate_value(
+                item,
+                is,
+                &index(path, i),
+                old_item,
                 unchanged,
+                is.embedded,
+                out,
             );
         }
-        if let Some(max) = s.max_items
-            && size > max
-        {
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::TooMany,
-                    BadValue::Json(Json::from(size)),
-                    format!("must have at most {max} items"),
-                ),
-                unchanged,
-            );
-        }
-        if let Some(is) = s.items.as_deref() {
-            let old_items = old.and_then(Json::as_array);
-            for (i, item) in items.iter().enumerate() {
-                let old_item = correlate_item(s, is, item, old_items);
-                validate_value(
-                    item,
-                    is,
-                    &index(path, i),
-                    old_item,
-                    unchanged,
-                    is.embedded,
-                    out,
-                );
-            }
-        }
     }
+}
 
-    // enum
-    if let Some(allowed) = &s.enum_values
-        && !allowed.iter().any(|a| a == v)
+/// `minItems` or `minProperties` (`noun` says which).
+fn check_min_count(
+    path: &str,
+    count: u64,
+    min: Option<u64>,
+    noun: &str,
+    unchanged: bool,
+    out: &mut Collector,
+) {
+    if let Some(min) = min
+        && count < min
     {
-        let supported: Vec<String> = allowed
-            .iter()
-            .map(|a| match a {
-                Json::String(s) => go_quote(s),
-                other => go_quote(&other.to_string()),
-            })
-            .collect();
         out.push(
             schema_violation(
                 path,
-                ViolationKind::NotSupported,
-                BadValue::Json(v.clone()),
-                format!("supported values: {}", supported.join(", ")),
+                ViolationKind::Invalid,
+                BadValue::Json(Json::from(count)),
+                format!("{path} in body should have at least {min} {noun}"),
             ),
             unchanged,
         );
     }
+}
 
-    if let Json::Object(map) = v {
-        validate_object(map, s, path, old, unchanged, resource_root, out);
+/// `maxItems` or `maxProperties`: kube-openapi words both as items.
+fn check_max_count(path: &str, count: u64, max: Option<u64>, unchanged: bool, out: &mut Collector) {
+    if let Some(max) = max
+        && count > max
+    {
+        out.push(
+            schema_violation(
+                path,
+                ViolationKind::TooMany,
+                BadValue::Json(Json::from(count)),
+                format!("must have at most {max} items"),
+            ),
+            unchanged,
+        );
     }
+}
+
+/// `enum`: the value must be one of the listed ones.
+fn validate_enum(v: &Json, s: &Schema, path: &str, unchanged: bool, out: &mut Collector) {
+    let Some(allowed) = &s.enum_values else {
+        return;
+    };
+    if allowed.iter().any(|a| a == v) {
+        return;
+    }
+    let supported: Vec<String> = allowed
+        .iter()
+        .map(|a| match a {
+            Json::String(s) => go_quote(s),
+            other => go_quote(&other.to_string()),
+        })
+        .collect();
+    out.push(
+        schema_violation(
+            path,
+            ViolationKind::NotSupported,
+            BadValue::Json(v.clone()),
+            format!("supported values: {}", supported.join(", ")),
+        ),
+        unchanged,
+    );
 }
 
 fn validate_string(st: &str, s: &Schema, path: &str, unchanged: bool, out: &mut Collector) {
@@ -549,47 +576,28 @@ fn validate_number(
             );
         }
     }
-    if let Some(max) = s.maximum {
-        let fails = if s.exclusive_maximum {
-            f >= max
-        } else {
-            f > max
+    // `maximum` and `minimum`, each maybe exclusive.
+    let bounds = [
+        (s.maximum, s.exclusive_maximum, true, "less than"),
+        (s.minimum, s.exclusive_minimum, false, "greater than"),
+    ];
+    for (bound, exclusive, upper, relation) in bounds {
+        let Some(bound) = bound else {
+            continue;
         };
-        if fails {
-            let rel = if s.exclusive_maximum {
-                "less than"
+        let beyond = if upper { f > bound } else { f < bound };
+        if beyond || (exclusive && f == bound) {
+            let rel = if exclusive {
+                relation.to_string()
             } else {
-                "less than or equal to"
+                format!("{relation} or equal to")
             };
             out.push(
                 schema_violation(
                     path,
                     ViolationKind::Invalid,
                     value(),
-                    format!("{path} in body should be {rel} {}", go_float(max)),
-                ),
-                unchanged,
-            );
-        }
-    }
-    if let Some(min) = s.minimum {
-        let fails = if s.exclusive_minimum {
-            f <= min
-        } else {
-            f < min
-        };
-        if fails {
-            let rel = if s.exclusive_minimum {
-                "greater than"
-            } else {
-                "greater than or equal to"
-            };
-            out.push(
-                schema_violation(
-                    path,
-                    ViolationKind::Invalid,
-                    value(),
-                    format!("{path} in body should be {rel} {}", go_float(min)),
+                    format!("{path} in body should be {rel} {}", go_float(bound)),
                 ),
                 unchanged,
             );
@@ -607,32 +615,8 @@ fn validate_object(
     out: &mut Collector,
 ) {
     let count = map.len() as u64;
-    if let Some(max) = s.max_properties
-        && count > max
-    {
-        out.push(
-            schema_violation(
-                path,
-                ViolationKind::TooMany,
-                BadValue::Json(Json::from(count)),
-                format!("must have at most {max} items"),
-            ),
-            unchanged,
-        );
-    }
-    if let Some(min) = s.min_properties
-        && count < min
-    {
-        out.push(
-            schema_violation(
-                path,
-                ViolationKind::Invalid,
-                BadValue::Json(Json::from(count)),
-                format!("{path} in body should have at least {min} properties"),
-            ),
-            unchanged,
-        );
-    }
+    check_max_count(path, count, s.max_properties, unchanged, out);
+    check_min_count(path, count, s.min_properties, "properties", unchanged, out);
     for r in &s.required {
         if !map.contains_key(r) {
             out.push(

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use crate::ctx::{Ctx, Obj, Result, child_path, index_path};
+use crate::nodeclass::drop_status;
 use crate::note::NoteKind;
 
 use karpenter_api::aws::labels;
@@ -503,6 +504,74 @@ pub(crate) fn convert_limits(
         }
     }
     Ok(out)
+}
+
+/// The top level of a NodePool-like object: `metadata` converted, `spec`
+/// taken out (an empty one, with `missing_spec` noted, when there is none),
+/// `status` dropped and any other field reported.
+pub(crate) fn read_top_level(
+    ctx: &mut Ctx<'_>,
+    mut top: Obj,
+    missing_spec: &str,
+) -> Result<(Map<String, Value>, Obj)> {
+    let metadata = top.take(ctx, "metadata");
+    let metadata = convert_metadata(ctx, metadata, true)?;
+    let spec = match top.take_object(ctx, "spec")? {
+        Some(spec) => spec,
+        None => {
+            ctx.note(NoteKind::ActionRequired, "spec", missing_spec);
+            Obj::new("spec", Map::new())
+        }
+    };
+    drop_status(ctx, &mut top);
+    top.finish(ctx, &["apiVersion", "kind", "metadata", "spec", "status"]);
+    Ok((metadata, spec))
+}
+
+/// A `karpenter.sh/v1` document of `kind`.
+pub(crate) fn v1_document(
+    kind: &str,
+    metadata: Map<String, Value>,
+    spec: Map<String, Value>,
+) -> Value {
+    let mut doc = Map::new();
+    doc.insert("apiVersion".into(), V1_CORE.into());
+    doc.insert("kind".into(), kind.into());
+    doc.insert("metadata".into(), Value::Object(metadata));
+    doc.insert("spec".into(), Value::Object(spec));
+    Value::Object(doc)
+}
+
+/// The converted pieces of a v1 NodePool, whichever version they came from.
+pub(crate) struct NodePoolParts {
+    pub metadata: Map<String, Value>,
+    pub template_meta: Map<String, Value>,
+    pub template_spec: Map<String, Value>,
+    pub disruption: Map<String, Value>,
+    pub limits: Option<Map<String, Value>>,
+    pub weight: Option<Value>,
+}
+
+impl NodePoolParts {
+    /// The NodePool document. The template's `metadata` is left out when
+    /// empty; `limits` and `weight` only appear when set.
+    pub(crate) fn into_document(self) -> Value {
+        let mut template = Map::new();
+        if !self.template_meta.is_empty() {
+            template.insert("metadata".into(), Value::Object(self.template_meta));
+        }
+        template.insert("spec".into(), Value::Object(self.template_spec));
+        let mut spec = Map::new();
+        spec.insert("template".into(), Value::Object(template));
+        spec.insert("disruption".into(), Value::Object(self.disruption));
+        if let Some(limits) = self.limits {
+            spec.insert("limits".into(), Value::Object(limits));
+        }
+        if let Some(weight) = self.weight {
+            spec.insert("weight".into(), weight);
+        }
+        v1_document(KIND_NODEPOOL, self.metadata, spec)
+    }
 }
 
 /// EC2 tags for `EC2NodeClass.spec.tags`, without the keys v1 refuses or

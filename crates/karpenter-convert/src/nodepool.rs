@@ -5,9 +5,9 @@
 use serde_json::{Map, Value};
 
 use crate::common::{
-    ANNOTATION_KUBELET_COMPAT, KIND_NODECLAIM, KIND_NODEPOOL, LABEL_NODEPOOL, RequirementSource,
-    V1_CORE, convert_kubelet, convert_limits, convert_metadata, convert_node_class_ref,
-    convert_requirements, convert_weight,
+    ANNOTATION_KUBELET_COMPAT, KIND_NODECLAIM, LABEL_NODEPOOL, NodePoolParts, RequirementSource,
+    convert_kubelet, convert_limits, convert_metadata, convert_node_class_ref,
+    convert_requirements, convert_weight, read_top_level, v1_document,
 };
 use crate::ctx::{Ctx, Obj, Result, index_path};
 use crate::nodeclass::drop_status;
@@ -29,26 +29,46 @@ const DISRUPTION_FIELDS: &[&str] = &[
     "budgets",
 ];
 
-pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
-    let metadata = top.take(ctx, "metadata");
-    let metadata = convert_metadata(ctx, metadata, true)?;
-    let mut spec = match top.take_object(ctx, "spec")? {
-        Some(spec) => spec,
-        None => {
-            ctx.note(
-                NoteKind::ActionRequired,
-                "spec",
-                "the NodePool has no spec; v1 needs spec.template",
-            );
-            Obj::new("spec", Map::new())
-        }
-    };
-    drop_status(ctx, &mut top);
-    top.finish(ctx, &["apiVersion", "kind", "metadata", "spec", "status"]);
-
+pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, top: Obj) -> Result<Partial> {
+    let (metadata, mut spec) =
+        read_top_level(ctx, top, "the NodePool has no spec; v1 needs spec.template")?;
     let mut partial = Partial::default();
+    let (template_meta, mut template_spec) = convert_template(ctx, &mut spec, &mut partial)?;
+    let (disruption, expire_after) = convert_disruption(ctx, &mut spec)?;
+    if let Some(expire) = &expire_after {
+        ctx.note(
+            NoteKind::Changed,
+            "spec.disruption.expireAfter",
+            format!("expireAfter {expire} moved to spec.template.spec.expireAfter. In v1 expiry is forceful: an expired node drains at once, without waiting for replacement capacity"),
+        );
+        template_spec.insert("expireAfter".into(), Value::String(expire.clone()));
+    }
+    let limits = match spec.take(ctx, "limits") {
+        Some(v) => Some(convert_limits(ctx, &spec.child("limits"), v)?),
+        None => None,
+    };
+    let weight = convert_weight(ctx, &mut spec)?;
+    spec.finish(ctx, NODEPOOL_SPEC_FIELDS);
 
-    // template
+    let parts = NodePoolParts {
+        metadata,
+        template_meta,
+        template_spec,
+        disruption,
+        limits,
+        weight,
+    };
+    partial.main = Some(parts.into_document());
+    Ok(partial)
+}
+
+/// `spec.template`: its metadata (labels and annotations) and its spec.
+/// The kubelet block is deferred to the node class the template references.
+fn convert_template(
+    ctx: &mut Ctx<'_>,
+    spec: &mut Obj,
+    partial: &mut Partial,
+) -> Result<(Map<String, Value>, Map<String, Value>)> {
     let mut template_meta = Map::new();
     let mut template_spec = Map::new();
     if let Some(mut template) = spec.take_object(ctx, "template")? {
@@ -83,9 +103,15 @@ pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partia
         template.finish(ctx, &["metadata", "spec"]);
     }
     ensure_required(ctx, "spec.template.spec", &mut template_spec);
+    Ok((template_meta, template_spec))
+}
 
-    // disruption
-    let mut disruption = Map::new();
+/// `spec.disruption` in v1, and the `expireAfter` v1 moved from it to the
+/// template.
+fn convert_disruption(
+    ctx: &mut Ctx<'_>,
+    spec: &mut Obj,
+) -> Result<(Map<String, Value>, Option<String>)> {
     let mut expire_after = None;
     let (policy, after, budgets) = match spec.take_object(ctx, "disruption")? {
         Some(mut d) => {
@@ -106,16 +132,29 @@ pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partia
         }
         None => (None, None, None),
     };
+    let v1_policy = consolidation_policy(ctx, policy.as_deref())?;
+    let v1_after = consolidate_after(ctx, v1_policy, after);
+    let mut disruption = Map::new();
+    disruption.insert("consolidationPolicy".into(), v1_policy.into());
+    disruption.insert("consolidateAfter".into(), Value::String(v1_after));
+    if let Some(budgets) = budgets {
+        disruption.insert("budgets".into(), Value::Array(budgets));
+    }
+    Ok((disruption, expire_after))
+}
+
+/// `consolidationPolicy` under its v1 name; v1beta1's default,
+/// WhenUnderutilized, is written out.
+fn consolidation_policy(ctx: &mut Ctx<'_>, policy: Option<&str>) -> Result<&'static str> {
     let policy_path = "spec.disruption.consolidationPolicy";
-    let after_path = "spec.disruption.consolidateAfter";
-    let v1_policy = match policy.as_deref() {
+    match policy {
         Some("WhenUnderutilized") => {
             ctx.note(
                 NoteKind::Changed,
                 policy_path,
                 "WhenUnderutilized is called WhenEmptyOrUnderutilized in v1",
             );
-            "WhenEmptyOrUnderutilized"
+            Ok("WhenEmptyOrUnderutilized")
         }
         None => {
             ctx.note(
@@ -123,17 +162,21 @@ pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partia
                 policy_path,
                 "not set: v1beta1 defaulted to WhenUnderutilized, written as its v1 name WhenEmptyOrUnderutilized",
             );
-            "WhenEmptyOrUnderutilized"
+            Ok("WhenEmptyOrUnderutilized")
         }
-        Some("WhenEmpty") => "WhenEmpty",
-        Some(other) => {
-            return Err(ctx.error(
-                policy_path,
-                format!("expected WhenEmpty or WhenUnderutilized, got {other:?}"),
-            ));
-        }
-    };
-    let v1_after = match (v1_policy, after) {
+        Some("WhenEmpty") => Ok("WhenEmpty"),
+        Some(other) => Err(ctx.error(
+            policy_path,
+            format!("expected WhenEmpty or WhenUnderutilized, got {other:?}"),
+        )),
+    }
+}
+
+/// `consolidateAfter`, which v1 requires. Its default keeps what the
+/// v1beta1 policy did.
+fn consolidate_after(ctx: &mut Ctx<'_>, v1_policy: &str, after: Option<String>) -> String {
+    let after_path = "spec.disruption.consolidateAfter";
+    match (v1_policy, after) {
         ("WhenEmptyOrUnderutilized", Some(after)) => {
             ctx.note(
                 NoteKind::Changed,
@@ -159,49 +202,7 @@ pub(crate) fn convert_nodepool(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partia
             );
             "0s".to_string()
         }
-    };
-    disruption.insert("consolidationPolicy".into(), v1_policy.into());
-    disruption.insert("consolidateAfter".into(), Value::String(v1_after));
-    if let Some(budgets) = budgets {
-        disruption.insert("budgets".into(), Value::Array(budgets));
     }
-    if let Some(expire) = &expire_after {
-        ctx.note(
-            NoteKind::Changed,
-            "spec.disruption.expireAfter",
-            format!("expireAfter {expire} moved to spec.template.spec.expireAfter. In v1 expiry is forceful: an expired node drains at once, without waiting for replacement capacity"),
-        );
-        template_spec.insert("expireAfter".into(), Value::String(expire.clone()));
-    }
-
-    let limits = match spec.take(ctx, "limits") {
-        Some(v) => Some(convert_limits(ctx, &spec.child("limits"), v)?),
-        None => None,
-    };
-    let weight = convert_weight(ctx, &mut spec)?;
-    spec.finish(ctx, NODEPOOL_SPEC_FIELDS);
-
-    let mut template = Map::new();
-    if !template_meta.is_empty() {
-        template.insert("metadata".into(), Value::Object(template_meta));
-    }
-    template.insert("spec".into(), Value::Object(template_spec));
-    let mut np_spec = Map::new();
-    np_spec.insert("template".into(), Value::Object(template));
-    np_spec.insert("disruption".into(), Value::Object(disruption));
-    if let Some(limits) = limits {
-        np_spec.insert("limits".into(), Value::Object(limits));
-    }
-    if let Some(weight) = weight {
-        np_spec.insert("weight".into(), weight);
-    }
-    let mut doc = Map::new();
-    doc.insert("apiVersion".into(), V1_CORE.into());
-    doc.insert("kind".into(), KIND_NODEPOOL.into());
-    doc.insert("metadata".into(), Value::Object(metadata));
-    doc.insert("spec".into(), Value::Object(np_spec));
-    partial.main = Some(Value::Object(doc));
-    Ok(partial)
 }
 
 /// v1 requires `requirements` (an empty list will do) and `nodeClassRef`.
@@ -334,11 +335,6 @@ pub(crate) fn convert_nodeclaim(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Parti
     );
     partial.deferred.push(Deferred::ExpireAfter { nodepool });
 
-    let mut doc = Map::new();
-    doc.insert("apiVersion".into(), V1_CORE.into());
-    doc.insert("kind".into(), KIND_NODECLAIM.into());
-    doc.insert("metadata".into(), Value::Object(metadata));
-    doc.insert("spec".into(), Value::Object(spec));
-    partial.main = Some(Value::Object(doc));
+    partial.main = Some(v1_document(KIND_NODECLAIM, metadata, spec));
     Ok(partial)
 }

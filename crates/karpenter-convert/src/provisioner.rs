@@ -4,11 +4,11 @@
 use serde_json::{Map, Value};
 
 use crate::common::{
-    KIND_NODEPOOL, RequirementSource, V1_CORE, convert_kubelet, convert_limits, convert_metadata,
-    convert_node_class_ref, convert_requirements, convert_weight, requirement_keys,
+    NodePoolParts, RequirementSource, convert_kubelet, convert_limits, convert_node_class_ref,
+    convert_requirements, convert_weight, read_top_level, requirement_keys,
 };
 use crate::ctx::{Ctx, Obj, Result, format_seconds};
-use crate::nodeclass::{self, Source, drop_status, ec2nodeclass_ref};
+use crate::nodeclass::{self, Source, ec2nodeclass_ref};
 use crate::note::NoteKind;
 use crate::{Deferred, Partial};
 
@@ -28,27 +28,77 @@ const PROVISIONER_FIELDS: &[&str] = &[
     "consolidation",
 ];
 
-pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
-    let metadata = top.take(ctx, "metadata");
-    let metadata = convert_metadata(ctx, metadata, true)?;
+pub(crate) fn convert(ctx: &mut Ctx<'_>, top: Obj) -> Result<Partial> {
+    let (metadata, spec) = read_top_level(
+        ctx,
+        top,
+        "the Provisioner has no spec; the NodePool needs requirements and a nodeClassRef",
+    )?;
     let name = metadata
         .get("name")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let mut spec = match top.take_object(ctx, "spec")? {
-        Some(spec) => spec,
-        None => {
-            ctx.note(
-                NoteKind::ActionRequired,
-                "spec",
-                "the Provisioner has no spec; the NodePool needs requirements and a nodeClassRef",
-            );
-            Obj::new("spec", Map::new())
-        }
-    };
-    drop_status(ctx, &mut top);
-    top.finish(ctx, &["apiVersion", "kind", "metadata", "spec", "status"]);
+    let mut spec = read_spec(ctx, spec)?;
 
+    let mut partial = Partial::default();
+    let node_class_ref = node_class(ctx, &mut spec, name.as_deref(), &mut partial)?;
+    let disruption = disruption(ctx, spec.consolidation, spec.ttl_empty);
+    let expire_after = expire_after(ctx, spec.ttl_expired);
+
+    let mut template_meta = Map::new();
+    if let Some(labels) = spec.labels.filter(|l| !l.is_empty()) {
+        template_meta.insert("labels".into(), Value::Object(labels));
+    }
+    if let Some(annotations) = spec.annotations.filter(|a| !a.is_empty()) {
+        template_meta.insert("annotations".into(), Value::Object(annotations));
+    }
+    let mut template_spec = Map::new();
+    template_spec.insert("requirements".into(), Value::Array(spec.requirements));
+    if let Some(r) = node_class_ref {
+        template_spec.insert("nodeClassRef".into(), Value::Object(r));
+    }
+    if let Some(t) = spec.taints {
+        template_spec.insert("taints".into(), t);
+    }
+    if let Some(t) = spec.startup_taints {
+        template_spec.insert("startupTaints".into(), t);
+    }
+    template_spec.insert("expireAfter".into(), Value::String(expire_after));
+
+    let parts = NodePoolParts {
+        metadata,
+        template_meta,
+        template_spec,
+        disruption,
+        limits: spec.limits,
+        weight: spec.weight,
+    };
+    partial.main = Some(parts.into_document());
+    Ok(partial)
+}
+
+/// A Provisioner's spec, each field read and converted but not yet placed
+/// in the NodePool (or the EC2NodeClass an inline provider becomes).
+struct ProvisionerSpec {
+    labels: Option<Map<String, Value>>,
+    annotations: Option<Map<String, Value>>,
+    taints: Option<Value>,
+    startup_taints: Option<Value>,
+    requirements: Vec<Value>,
+    kubelet: Option<Map<String, Value>>,
+    kubelet_path: String,
+    provider: Option<Obj>,
+    provider_ref: Option<Obj>,
+    ttl_empty: Option<u64>,
+    ttl_expired: Option<u64>,
+    limits: Option<Map<String, Value>>,
+    weight: Option<Value>,
+    consolidation: Option<bool>,
+}
+
+/// Reads every field of the spec, in the order notes about them are
+/// written, and reports the fields v1alpha5 did not have.
+fn read_spec(ctx: &mut Ctx<'_>, mut spec: Obj) -> Result<ProvisionerSpec> {
     let labels = spec.take_string_map(ctx, "labels", "label value")?;
     let annotations = spec.take_string_map(ctx, "annotations", "annotation value")?;
     let taints = spec.take_list(ctx, "taints")?;
@@ -72,14 +122,8 @@ pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
     };
     let provider = spec.take_object(ctx, "provider")?;
     let provider_ref = spec.take_object(ctx, "providerRef")?;
-    let ttl_empty = match spec.take(ctx, "ttlSecondsAfterEmpty") {
-        Some(v) => Some(ctx.non_negative(&spec.child("ttlSecondsAfterEmpty"), &v)?),
-        None => None,
-    };
-    let ttl_expired = match spec.take(ctx, "ttlSecondsUntilExpired") {
-        Some(v) => Some(ctx.non_negative(&spec.child("ttlSecondsUntilExpired"), &v)?),
-        None => None,
-    };
+    let ttl_empty = take_seconds(ctx, &mut spec, "ttlSecondsAfterEmpty")?;
+    let ttl_expired = take_seconds(ctx, &mut spec, "ttlSecondsUntilExpired")?;
     let limits = match spec.take_object(ctx, "limits")? {
         Some(mut l) => {
             let resources = match l.take(ctx, "resources") {
@@ -101,54 +145,68 @@ pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
         None => None,
     };
     spec.finish(ctx, PROVISIONER_FIELDS);
+    Ok(ProvisionerSpec {
+        labels,
+        annotations,
+        taints,
+        startup_taints,
+        requirements,
+        kubelet,
+        kubelet_path,
+        provider,
+        provider_ref,
+        ttl_empty,
+        ttl_expired,
+        limits,
+        weight,
+        consolidation,
+    })
+}
 
-    let mut partial = Partial::default();
+/// A `ttlSeconds…` field: a non-negative number of seconds.
+fn take_seconds(ctx: &mut Ctx<'_>, spec: &mut Obj, key: &str) -> Result<Option<u64>> {
+    match spec.take(ctx, key) {
+        Some(v) => Ok(Some(ctx.non_negative(&spec.child(key), &v)?)),
+        None => Ok(None),
+    }
+}
 
-    // Node class: an inline provider becomes an EC2NodeClass of the same name.
-    let node_class_ref = match (provider, provider_ref) {
-        (Some(_), Some(_)) => {
-            return Err(ctx.error(
-                "spec.provider",
-                "provider and providerRef are mutually exclusive (v1alpha5 refused both)",
-            ));
+/// The NodePool's `nodeClassRef`. An inline provider becomes an
+/// EC2NodeClass of the same name (pushed to `partial.extra`); with a
+/// `providerRef`, or neither, the kubelet settings are deferred to the node
+/// class once it is known.
+fn node_class(
+    ctx: &mut Ctx<'_>,
+    spec: &mut ProvisionerSpec,
+    name: Option<&str>,
+    partial: &mut Partial,
+) -> Result<Option<Map<String, Value>>> {
+    let (provider, provider_ref) = (spec.provider.take(), spec.provider_ref.take());
+    let spec = &*spec;
+    let defer_kubelet = |partial: &mut Partial, node_class: Option<String>| {
+        if let Some(kubelet) = &spec.kubelet {
+            partial.deferred.push(Deferred::Kubelet {
+                node_class,
+                kubelet: kubelet.clone(),
+                path: spec.kubelet_path.clone(),
+            });
         }
+    };
+    match (provider, provider_ref) {
+        (Some(_), Some(_)) => Err(ctx.error(
+            "spec.provider",
+            "provider and providerRef are mutually exclusive (v1alpha5 refused both)",
+        )),
         (Some(provider), None) => {
-            let mut nc_spec = nodeclass::read_legacy(ctx, provider, Source::Provider)?;
-            if let Some(kubelet) = &kubelet {
-                ctx.note(
-                    NoteKind::Changed,
-                    &kubelet_path,
-                    "kubeletConfiguration moved to the generated EC2NodeClass spec.kubelet (v1 configures kubelet on the node class)",
-                );
-                nc_spec.kubelet = Some(kubelet.clone());
-            }
-            let mut nc_meta = Map::new();
-            if let Some(name) = &name {
-                nc_meta.insert("name".into(), Value::String(name.clone()));
-            }
-            let node_class =
-                nodeclass::build(ctx, nc_meta, nc_spec, Source::Provider, "spec.provider")?;
-            ctx.note(
-                NoteKind::Changed,
-                "spec.provider",
-                format!(
-                    "the inline provider block became EC2NodeClass {:?}, emitted after the NodePool; nodeClassRef points at it",
-                    name.as_deref().unwrap_or("")
-                ),
-            );
+            let node_class = node_class_from_provider(ctx, spec, provider, name)?;
             partial.extra.push(node_class);
-            name.as_deref().map(ec2nodeclass_ref)
+            Ok(name.map(ec2nodeclass_ref))
         }
         (None, Some(r)) => {
             let r = convert_node_class_ref(ctx, r)?;
-            if let Some(kubelet) = &kubelet {
-                partial.deferred.push(Deferred::Kubelet {
-                    node_class: r.get("name").and_then(Value::as_str).map(str::to_string),
-                    kubelet: kubelet.clone(),
-                    path: kubelet_path.clone(),
-                });
-            }
-            Some(r)
+            let node_class = r.get("name").and_then(Value::as_str).map(str::to_string);
+            defer_kubelet(partial, node_class);
+            Ok(Some(r))
         }
         (None, None) => {
             ctx.note(
@@ -156,18 +214,52 @@ pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
                 "spec.providerRef",
                 "neither provider nor providerRef: v1 requires spec.template.spec.nodeClassRef pointing at an EC2NodeClass",
             );
-            if let Some(kubelet) = &kubelet {
-                partial.deferred.push(Deferred::Kubelet {
-                    node_class: None,
-                    kubelet: kubelet.clone(),
-                    path: kubelet_path.clone(),
-                });
-            }
-            None
+            defer_kubelet(partial, None);
+            Ok(None)
         }
-    };
+    }
+}
 
-    // Disruption.
+/// The EC2NodeClass an inline `spec.provider` becomes, named after the
+/// Provisioner and carrying its kubelet settings.
+fn node_class_from_provider(
+    ctx: &mut Ctx<'_>,
+    spec: &ProvisionerSpec,
+    provider: Obj,
+    name: Option<&str>,
+) -> Result<Value> {
+    let mut nc_spec = nodeclass::read_legacy(ctx, provider, Source::Provider)?;
+    if let Some(kubelet) = &spec.kubelet {
+        ctx.note(
+            NoteKind::Changed,
+            &spec.kubelet_path,
+            "kubeletConfiguration moved to the generated EC2NodeClass spec.kubelet (v1 configures kubelet on the node class)",
+        );
+        nc_spec.kubelet = Some(kubelet.clone());
+    }
+    let mut nc_meta = Map::new();
+    if let Some(name) = name {
+        nc_meta.insert("name".into(), Value::String(name.to_string()));
+    }
+    let node_class = nodeclass::build(ctx, nc_meta, nc_spec, Source::Provider, "spec.provider")?;
+    ctx.note(
+        NoteKind::Changed,
+        "spec.provider",
+        format!(
+            "the inline provider block became EC2NodeClass {:?}, emitted after the NodePool; nodeClassRef points at it",
+            name.unwrap_or("")
+        ),
+    );
+    Ok(node_class)
+}
+
+/// `spec.disruption` from `consolidation.enabled` and
+/// `ttlSecondsAfterEmpty`.
+fn disruption(
+    ctx: &mut Ctx<'_>,
+    consolidation: Option<bool>,
+    ttl_empty: Option<u64>,
+) -> Map<String, Value> {
     let (policy, consolidate_after) = match (consolidation, ttl_empty) {
         (Some(true), empty) => {
             if empty.is_some() {
@@ -202,7 +294,15 @@ pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
             ("WhenEmpty", "Never".to_string())
         }
     };
-    let expire_after = match ttl_expired {
+    let mut disruption = Map::new();
+    disruption.insert("consolidationPolicy".into(), policy.into());
+    disruption.insert("consolidateAfter".into(), Value::String(consolidate_after));
+    disruption
+}
+
+/// The template's `expireAfter` from `ttlSecondsUntilExpired`.
+fn expire_after(ctx: &mut Ctx<'_>, ttl_expired: Option<u64>) -> String {
+    match ttl_expired {
         Some(seconds) => {
             let after = format_seconds(seconds);
             ctx.note(
@@ -220,55 +320,7 @@ pub(crate) fn convert(ctx: &mut Ctx<'_>, mut top: Obj) -> Result<Partial> {
             );
             "Never".to_string()
         }
-    };
-
-    let mut template_meta = Map::new();
-    if let Some(labels) = labels.filter(|l| !l.is_empty()) {
-        template_meta.insert("labels".into(), Value::Object(labels));
     }
-    if let Some(annotations) = annotations.filter(|a| !a.is_empty()) {
-        template_meta.insert("annotations".into(), Value::Object(annotations));
-    }
-    let mut template_spec = Map::new();
-    template_spec.insert("requirements".into(), Value::Array(requirements));
-    if let Some(r) = node_class_ref {
-        template_spec.insert("nodeClassRef".into(), Value::Object(r));
-    }
-    if let Some(t) = taints {
-        template_spec.insert("taints".into(), t);
-    }
-    if let Some(t) = startup_taints {
-        template_spec.insert("startupTaints".into(), t);
-    }
-    template_spec.insert("expireAfter".into(), Value::String(expire_after));
-
-    let mut template = Map::new();
-    if !template_meta.is_empty() {
-        template.insert("metadata".into(), Value::Object(template_meta));
-    }
-    template.insert("spec".into(), Value::Object(template_spec));
-
-    let mut disruption = Map::new();
-    disruption.insert("consolidationPolicy".into(), policy.into());
-    disruption.insert("consolidateAfter".into(), Value::String(consolidate_after));
-
-    let mut np_spec = Map::new();
-    np_spec.insert("template".into(), Value::Object(template));
-    np_spec.insert("disruption".into(), Value::Object(disruption));
-    if let Some(limits) = limits {
-        np_spec.insert("limits".into(), Value::Object(limits));
-    }
-    if let Some(weight) = weight {
-        np_spec.insert("weight".into(), weight);
-    }
-
-    let mut doc = Map::new();
-    doc.insert("apiVersion".into(), V1_CORE.into());
-    doc.insert("kind".into(), KIND_NODEPOOL.into());
-    doc.insert("metadata".into(), Value::Object(metadata));
-    doc.insert("spec".into(), Value::Object(np_spec));
-    partial.main = Some(Value::Object(doc));
-    Ok(partial)
 }
 
 /// The requirements the AWS v1alpha5 webhook added to every Provisioner

@@ -4,7 +4,9 @@
 //! (`undefined field 'foo'`), which the apiserver rejects when the CRD is
 //! created.
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue, SelectExpr,
+};
 
 use super::library;
 use crate::schema::{Schema, SchemaType};
@@ -246,114 +248,12 @@ impl<'s> Checker<'s> {
         match &e.expr {
             Expr::Unspecified | Expr::Literal(_) => Ok(Ty::Dyn),
             Expr::Ident(name) => self.ident(name, e.id),
-            Expr::Select(sel) => {
-                // `a.b.c` naming a type, e.g. google.protobuf.Duration.
-                if let Some(segments) = e.expr_qualified()
-                    && !self.is_variable(segments[0])
-                {
-                    let qualified = segments.join(".");
-                    if TYPE_NAMES.contains(&qualified.as_str()) {
-                        return Ok(Ty::Dyn);
-                    }
-                }
-                let operand = self.walk(&sel.operand)?;
-                select(operand, &sel.field, e.id)
-            }
-            Expr::Call(call) => {
-                if is_operator(&call.func_name) {
-                    let mut tys = Vec::with_capacity(call.args.len());
-                    if let Some(t) = &call.target {
-                        self.walk(t)?;
-                    }
-                    for a in &call.args {
-                        tys.push(self.walk(a)?);
-                    }
-                    return Ok(match call.func_name.as_str() {
-                        "_[_]" => tys.first().copied().map_or(Ty::Dyn, index),
-                        "_?._" => {
-                            if let (
-                                Some(t),
-                                Some(IdedExpr {
-                                    expr: Expr::Literal(LiteralValue::String(f)),
-                                    ..
-                                }),
-                            ) = (tys.first(), call.args.get(1))
-                            {
-                                select(*t, f.inner(), e.id)?;
-                            }
-                            Ty::Dyn
-                        }
-                        _ => Ty::Dyn,
-                    });
-                }
-                if let Some(target) = &call.target {
-                    if let Some(segments) = target.expr_qualified()
-                        && !self.is_variable(segments[0])
-                    {
-                        let qualified = format!("{}.{}", segments.join("."), call.func_name);
-                        if !is_global(&qualified) {
-                            return Err(CheckError {
-                                id: e.id,
-                                message: format!(
-                                    "undeclared reference to '{qualified}' (in container '')"
-                                ),
-                            });
-                        }
-                        for a in &call.args {
-                            self.walk(a)?;
-                        }
-                        return Ok(Ty::Dyn);
-                    }
-                    self.walk(target)?;
-                    if !is_member(&call.func_name) {
-                        return Err(CheckError {
-                            id: e.id,
-                            message: format!(
-                                "undeclared reference to '{}' (in container '')",
-                                call.func_name
-                            ),
-                        });
-                    }
-                    for a in &call.args {
-                        self.walk(a)?;
-                    }
-                    return Ok(Ty::Dyn);
-                }
-                if !is_global(&call.func_name) {
-                    return Err(CheckError {
-                        id: e.id,
-                        message: format!(
-                            "undeclared reference to '{}' (in container '')",
-                            call.func_name
-                        ),
-                    });
-                }
-                for a in &call.args {
-                    self.walk(a)?;
-                }
-                Ok(Ty::Dyn)
-            }
-            Expr::Comprehension(c) => {
-                let range = self.walk(&c.iter_range)?;
-                self.walk(&c.accu_init)?;
-                let (t1, t2) = iteration(range, c.iter_var2.is_some());
-                let depth = self.scope.len();
-                self.scope.push((c.accu_var.clone(), Ty::Dyn));
-                self.scope.push((c.iter_var.clone(), t1));
-                if let Some(v2) = &c.iter_var2 {
-                    self.scope.push((v2.clone(), t2));
-                }
-                self.walk(&c.loop_cond)?;
-                self.walk(&c.loop_step)?;
-                self.scope.truncate(depth + 1);
-                self.walk(&c.result)?;
-                self.scope.truncate(depth);
-                Ok(Ty::Dyn)
-            }
+            Expr::Select(sel) => self.select_expr(e, sel),
+            Expr::Call(call) if is_operator(&call.func_name) => self.operator(call, e.id),
+            Expr::Call(call) => self.call(call, e.id),
+            Expr::Comprehension(c) => self.comprehension(c),
             Expr::List(list) => {
-                for el in &list.elements {
-                    self.walk(el)?;
-                }
+                self.walk_all(&list.elements)?;
                 Ok(Ty::Dyn)
             }
             Expr::Map(map) => {
@@ -365,14 +265,106 @@ impl<'s> Checker<'s> {
                 }
                 Ok(Ty::Dyn)
             }
-            Expr::Struct(st) => Err(CheckError {
-                id: e.id,
-                message: format!(
-                    "undeclared reference to '{}' (in container '')",
-                    st.type_name
-                ),
-            }),
+            Expr::Struct(st) => Err(undeclared(e.id, &st.type_name)),
         }
+    }
+
+    fn walk_all(&mut self, exprs: &[IdedExpr]) -> Result<(), CheckError> {
+        for e in exprs {
+            self.walk(e)?;
+        }
+        Ok(())
+    }
+
+    /// `a.b`: a field of the operand's type, unless `a.b` names a type
+    /// (e.g. google.protobuf.Duration).
+    fn select_expr(&mut self, e: &IdedExpr, sel: &SelectExpr) -> Result<Ty<'s>, CheckError> {
+        if let Some(segments) = e.expr_qualified()
+            && !self.is_variable(segments[0])
+        {
+            let qualified = segments.join(".");
+            if TYPE_NAMES.contains(&qualified.as_str()) {
+                return Ok(Ty::Dyn);
+            }
+        }
+        let operand = self.walk(&sel.operand)?;
+        select(operand, &sel.field, e.id)
+    }
+
+    /// An operator. Indexing keeps the element's type, and `a.?b` checks
+    /// that `b` is a field of `a`; anything else is `dyn`.
+    fn operator(&mut self, call: &CallExpr, id: u64) -> Result<Ty<'s>, CheckError> {
+        if let Some(t) = &call.target {
+            self.walk(t)?;
+        }
+        let mut tys = Vec::with_capacity(call.args.len());
+        for a in &call.args {
+            tys.push(self.walk(a)?);
+        }
+        Ok(match call.func_name.as_str() {
+            "_[_]" => tys.first().copied().map_or(Ty::Dyn, index),
+            "_?._" => {
+                if let (
+                    Some(t),
+                    Some(IdedExpr {
+                        expr: Expr::Literal(LiteralValue::String(f)),
+                        ..
+                    }),
+                ) = (tys.first(), call.args.get(1))
+                {
+                    select(*t, f.inner(), id)?;
+                }
+                Ty::Dyn
+            }
+            _ => Ty::Dyn,
+        })
+    }
+
+    /// A function call: a namespaced global (`sets.contains(...)`, whose
+    /// "target" is a qualified name, not a value), a member function, or a
+    /// global function.
+    fn call(&mut self, call: &CallExpr, id: u64) -> Result<Ty<'s>, CheckError> {
+        match &call.target {
+            Some(target) => {
+                if let Some(segments) = target.expr_qualified()
+                    && !self.is_variable(segments[0])
+                {
+                    let qualified = format!("{}.{}", segments.join("."), call.func_name);
+                    if !is_global(&qualified) {
+                        return Err(undeclared(id, &qualified));
+                    }
+                } else {
+                    self.walk(target)?;
+                    if !is_member(&call.func_name) {
+                        return Err(undeclared(id, &call.func_name));
+                    }
+                }
+            }
+            None if !is_global(&call.func_name) => return Err(undeclared(id, &call.func_name)),
+            None => {}
+        }
+        self.walk_all(&call.args)?;
+        Ok(Ty::Dyn)
+    }
+
+    /// A macro's comprehension: the iteration variables are typed from the
+    /// range, and the accumulator stays in scope for the result.
+    fn comprehension(&mut self, c: &ComprehensionExpr) -> Result<Ty<'s>, CheckError> {
+        let range = self.walk(&c.iter_range)?;
+        self.walk(&c.accu_init)?;
+        let (t1, t2) = iteration(range, c.iter_var2.is_some());
+        let depth = self.scope.len();
+        self.scope.push((c.accu_var.clone(), Ty::Dyn));
+        self.scope.push((c.iter_var.clone(), t1));
+        if let Some(v2) = &c.iter_var2 {
+            self.scope.push((v2.clone(), t2));
+        }
+        self.walk(&c.loop_cond)?;
+        self.walk(&c.loop_step)?;
+        self.scope.truncate(depth + 1);
+        self.walk(&c.result)?;
+        self.scope.truncate(depth);
+        Ok(Ty::Dyn)
     }
 
     fn ident(&mut self, name: &str, id: u64) -> Result<Ty<'s>, CheckError> {
@@ -386,11 +378,16 @@ impl<'s> Checker<'s> {
                 Ok(self.old_self_ty)
             }
             _ if TYPE_NAMES.contains(&name) => Ok(Ty::Dyn),
-            _ => Err(CheckError {
-                id,
-                message: format!("undeclared reference to '{name}' (in container '')"),
-            }),
+            _ => Err(undeclared(id, name)),
         }
+    }
+}
+
+/// cel-go's error for a name it does not know.
+fn undeclared(id: u64, name: &str) -> CheckError {
+    CheckError {
+        id,
+        message: format!("undeclared reference to '{name}' (in container '')"),
     }
 }
 

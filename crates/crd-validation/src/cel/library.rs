@@ -128,7 +128,19 @@ opaque_val!(
 
 /// Registers the Kubernetes libraries on `env`.
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    // regex
+    register_regex(env)?;
+    register_lists(env)?;
+    register_sets(env)?;
+    register_quantity(env)?;
+    register_url(env)?;
+    register_ip(env)?;
+    register_cidr(env)?;
+    register_format(env)?;
+    Ok(())
+}
+
+/// The regex library: `find` and `findAll` on strings.
+fn register_regex(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload(
         "find",
         "string_find_string",
@@ -150,8 +162,11 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![STRING_TYPE, INT_TYPE],
         find_all_n,
     )?;
+    Ok(())
+}
 
-    // lists
+/// The lists library: ordering, sums, extremes and searches.
+fn register_lists(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload("isSorted", "list_is_sorted", LIST_TYPE, vec![], is_sorted)?;
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
     env.add_member_overload("min", "list_min", LIST_TYPE, vec![], list_min)?;
@@ -170,8 +185,11 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![DYN_TYPE],
         last_index_of,
     )?;
+    Ok(())
+}
 
-    // sets
+/// The sets library: containment, equivalence and intersection of lists.
+fn register_sets(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload(
         "sets.contains",
         "sets_contains",
@@ -190,8 +208,11 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![LIST_TYPE, LIST_TYPE],
         sets_intersects,
     )?;
+    Ok(())
+}
 
-    // quantity
+/// The quantity library: parsing, comparing and arithmetic on resource quantities.
+fn register_quantity(env: &mut Env) -> Result<(), DeclarationError> {
     let q = || QUANTITY_TYPE.to_owned();
     env.add_type(q())?;
     env.add_overload(
@@ -253,8 +274,11 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![],
         q_as_float,
     )?;
+    Ok(())
+}
 
-    // url
+/// The URL library: parsing and the parts of a URL.
+fn register_url(env: &mut Env) -> Result<(), DeclarationError> {
     let u = || URL_TYPE.to_owned();
     env.add_type(u())?;
     env.add_overload("url", "string_to_url", vec![STRING_TYPE], url)?;
@@ -271,12 +295,13 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         url_path,
     )?;
     env.add_member_overload("getQuery", "url_get_query", u(), vec![], url_query)?;
+    Ok(())
+}
 
-    // ip and cidr
+/// The IP library: parsing and classifying addresses.
+fn register_ip(env: &mut Env) -> Result<(), DeclarationError> {
     let ip_t = || IP_TYPE.to_owned();
-    let cidr_t = || CIDR_TYPE.to_owned();
     env.add_type(ip_t())?;
-    env.add_type(cidr_t())?;
     env.add_overload("ip", "string_to_ip", vec![STRING_TYPE], ip)?;
     env.add_overload("isIP", "is_ip", vec![STRING_TYPE], is_ip)?;
     env.add_overload(
@@ -322,6 +347,15 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![],
         ip_is_global_unicast,
     )?;
+    Ok(())
+}
+
+/// The CIDR library: parsing, containment and the parts of a prefix. Some
+/// overloads take or return the IP type `register_ip` declares.
+fn register_cidr(env: &mut Env) -> Result<(), DeclarationError> {
+    let ip_t = || IP_TYPE.to_owned();
+    let cidr_t = || CIDR_TYPE.to_owned();
+    env.add_type(cidr_t())?;
     env.add_overload("cidr", "string_to_cidr", vec![STRING_TYPE], cidr)?;
     env.add_overload("isCIDR", "is_cidr", vec![STRING_TYPE], is_cidr)?;
     env.add_overload("string", "cidr_to_string", vec![cidr_t()], cidr_to_string)?;
@@ -362,8 +396,12 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
         vec![],
         cidr_prefix_length,
     )?;
+    Ok(())
+}
 
-    // format
+/// The format library: named formats (`format.dns1123Label()`, ...) and
+/// `validate`.
+fn register_format(env: &mut Env) -> Result<(), DeclarationError> {
     let f = || FORMAT_TYPE.to_owned();
     env.add_type(f())?;
     env.add_overload(
@@ -640,10 +678,20 @@ fn q_compare<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
     })
 }
 
-fn q_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    let (a, b) = (q_arg(&args, 0, "add")?, q_arg(&args, 1, "add")?);
-    let r = a.add(&b).ok_or_else(|| err("add", "quantity overflow"))?;
+/// `add` or `sub` (named `f`) of two quantities; an int argument counts
+/// as a quantity.
+fn q_arith<'b, 'v>(
+    args: &[CowVal<'b, 'v>],
+    f: &str,
+    op: fn(&Quantity, &Quantity) -> Option<Quantity>,
+) -> CelResult<'b, 'v> {
+    let (a, b) = (q_arg(args, 0, f)?, q_arg(args, 1, f)?);
+    let r = op(&a, &b).ok_or_else(|| err(f, "quantity overflow"))?;
     Ok(CowVal::owned(QuantityVal(r)))
+}
+
+fn q_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
+    q_arith(&args, "add", Quantity::add)
 }
 
 fn q_add_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
@@ -651,9 +699,7 @@ fn q_add_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
 }
 
 fn q_sub<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {
-    let (a, b) = (q_arg(&args, 0, "sub")?, q_arg(&args, 1, "sub")?);
-    let r = a.sub(&b).ok_or_else(|| err("sub", "quantity overflow"))?;
-    Ok(CowVal::owned(QuantityVal(r)))
+    q_arith(&args, "sub", Quantity::sub)
 }
 
 fn q_sub_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> CelResult<'b, 'v> {

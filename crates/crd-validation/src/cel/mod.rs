@@ -8,6 +8,7 @@ mod value;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::types::CelOptional;
+use cel::common::value::Val;
 use cel::{Context, Env, ExecutionError, Program, Value};
 use serde_json::Value as Json;
 
@@ -374,14 +375,13 @@ pub(crate) fn eval_node(
         return;
     }
     let type_name = node.schema.type_name();
-    let bad_value = || BadValue::string(type_name);
     let env = match env() {
         Ok(e) => e,
         Err(e) => {
             out.violations.push(Violation::new(
                 path,
                 ViolationKind::Invalid,
-                bad_value(),
+                BadValue::string(type_name),
                 format!("rule compiler initialization error: {e}"),
                 Source::RulesSkipped,
             ));
@@ -390,22 +390,18 @@ pub(crate) fn eval_node(
     };
     let self_val = value::to_val(value, Some(node.schema), node.resource_root);
     let old_val = old.map(|o| value::to_val(o, Some(node.schema), node.resource_root));
-
-    let mut ctx = Context::with_env(Arc::clone(env));
-    ctx.add_variable_as_val("self", self_val.clone_as_boxed());
-    if let Some(o) = &old_val {
-        ctx.add_variable_as_val("oldSelf", o.clone_as_boxed());
-    }
-    let needs_optional = node.rules.iter().any(|r| r.optional_old_self);
-    let optional_ctx = needs_optional.then(|| {
-        let mut c = Context::with_env(Arc::clone(env));
-        c.add_variable_as_val("self", self_val.clone_as_boxed());
+    let ctx = rule_context(
+        env,
+        self_val.as_ref(),
+        old_val.as_ref().map(|o| o.clone_as_boxed()),
+    );
+    // Rules with `optionalOldSelf` see `oldSelf` as an optional, set or not.
+    let optional_ctx = node.rules.iter().any(|r| r.optional_old_self).then(|| {
         let opt = match &old_val {
             Some(o) => CelOptional::of(o.clone_as_boxed()),
             None => CelOptional::none(),
         };
-        c.add_variable_as_val("oldSelf", Box::new(opt));
-        c
+        rule_context(env, self_val.as_ref(), Some(Box::new(opt)))
     });
 
     for rule in node.rules {
@@ -417,83 +413,14 @@ pub(crate) fn eval_node(
             (Some(c), true) => c,
             _ => &ctx,
         };
-        let source = Source::Rule(rule.rule.clone());
-        let result = rule.program.execute(run_ctx);
-        match result {
+        let v = match rule.program.execute(run_ctx) {
             Ok(Value::Bool(true)) => continue,
-            Ok(_) => {}
+            Ok(_) => rule_failure(node, rule, value, path, &ctx),
             Err(e) => {
-                let msg = eval_error_string(&e);
-                let detail = if msg.starts_with("no such overload") {
-                    format!(
-                        "'{msg}': call arguments did not match a supported operator, function or macro signature for rule: {}",
-                        rule.error_string()
-                    )
-                } else {
-                    format!("{msg} evaluating rule: {}", rule.error_string())
-                };
-                out.violations.push(Violation::new(
-                    path,
-                    ViolationKind::Invalid,
-                    bad_value(),
-                    detail,
-                    source,
-                ));
+                // Evaluation errors are never ratcheted.
+                out.violations.push(eval_failure(rule, path, type_name, &e));
                 continue;
             }
-        }
-        // The rule evaluated to false: the apiserver reports the value,
-        // except for objects and arrays, whose value it leaves out
-        // (`field.OmitValueType`); evaluation errors above keep the type.
-        let failed_value = || match node.schema.ty {
-            Some(SchemaType::Object | SchemaType::Array) => BadValue::Omitted,
-            _ => BadValue::Json(value.clone()),
-        };
-        let fail_path = match &rule.field_path {
-            Some(fp) => child_path(path, fp),
-            None => path.to_string(),
-        };
-        let detail = rule
-            .message_expression
-            .as_ref()
-            .and_then(|p| match p.execute(&ctx) {
-                Ok(Value::String(s)) => {
-                    let t = s.trim();
-                    (!t.is_empty() && !t.contains('\n') && t.len() <= 5 * 1024)
-                        .then(|| t.to_string())
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| rule.message_or_default());
-        let v = match rule.reason {
-            Reason::Invalid => Violation::new(
-                fail_path,
-                ViolationKind::Invalid,
-                failed_value(),
-                detail,
-                source,
-            ),
-            Reason::Forbidden => Violation::new(
-                fail_path,
-                ViolationKind::Forbidden,
-                BadValue::Omitted,
-                detail,
-                source,
-            ),
-            Reason::Required => Violation::new(
-                fail_path,
-                ViolationKind::Required,
-                BadValue::Omitted,
-                detail,
-                source,
-            ),
-            Reason::Duplicate => Violation::new(
-                fail_path,
-                ViolationKind::Duplicate,
-                failed_value(),
-                String::new(),
-                source,
-            ),
         };
         if !rule.uses_old_self && unchanged {
             out.ratcheted.push(v);
@@ -501,6 +428,87 @@ pub(crate) fn eval_node(
             out.violations.push(v);
         }
     }
+}
+
+/// A context over `env` with `self` bound, and `oldSelf` when given.
+fn rule_context<'p, 'v>(
+    env: &Arc<Env>,
+    self_val: &(dyn Val + 'v),
+    old_self: Option<Box<dyn Val + 'v>>,
+) -> Context<'p, 'v> {
+    let mut ctx = Context::with_env(Arc::clone(env));
+    ctx.add_variable_as_val("self", self_val.clone_as_boxed());
+    if let Some(o) = old_self {
+        ctx.add_variable_as_val("oldSelf", o);
+    }
+    ctx
+}
+
+/// The violation for a rule whose evaluation failed: the value is the
+/// schema type's name, the detail cel-go's error and the rule.
+fn eval_failure(rule: &CompiledRule, path: &str, type_name: &str, e: &ExecutionError) -> Violation {
+    let msg = eval_error_string(e);
+    let detail = if msg.starts_with("no such overload") {
+        format!(
+            "'{msg}': call arguments did not match a supported operator, function or macro signature for rule: {}",
+            rule.error_string()
+        )
+    } else {
+        format!("{msg} evaluating rule: {}", rule.error_string())
+    };
+    Violation::new(
+        path,
+        ViolationKind::Invalid,
+        BadValue::string(type_name),
+        detail,
+        Source::Rule(rule.rule.clone()),
+    )
+}
+
+/// The violation for a rule that evaluated to false, at its `fieldPath`,
+/// with its `reason` and message.
+fn rule_failure(
+    node: &RuleNode<'_>,
+    rule: &CompiledRule,
+    value: &Json,
+    path: &str,
+    ctx: &Context<'_, '_>,
+) -> Violation {
+    // The apiserver reports the value, except for objects and arrays, whose
+    // value it leaves out (`field.OmitValueType`); evaluation errors keep
+    // the type.
+    let failed_value = || match node.schema.ty {
+        Some(SchemaType::Object | SchemaType::Array) => BadValue::Omitted,
+        _ => BadValue::Json(value.clone()),
+    };
+    let fail_path = match &rule.field_path {
+        Some(fp) => child_path(path, fp),
+        None => path.to_string(),
+    };
+    let detail = failure_message(rule, ctx);
+    let source = Source::Rule(rule.rule.clone());
+    let (kind, bad, detail) = match rule.reason {
+        Reason::Invalid => (ViolationKind::Invalid, failed_value(), detail),
+        Reason::Forbidden => (ViolationKind::Forbidden, BadValue::Omitted, detail),
+        Reason::Required => (ViolationKind::Required, BadValue::Omitted, detail),
+        Reason::Duplicate => (ViolationKind::Duplicate, failed_value(), String::new()),
+    };
+    Violation::new(fail_path, kind, bad, detail, source)
+}
+
+/// The `messageExpression`'s result when it is a usable single line (at
+/// most 5 KiB), else the `message` or the default one.
+fn failure_message(rule: &CompiledRule, ctx: &Context<'_, '_>) -> String {
+    rule.message_expression
+        .as_ref()
+        .and_then(|p| match p.execute(ctx) {
+            Ok(Value::String(s)) => {
+                let t = s.trim();
+                (!t.is_empty() && !t.contains('\n') && t.len() <= 5 * 1024).then(|| t.to_string())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| rule.message_or_default())
 }
 
 #[cfg(test)]
