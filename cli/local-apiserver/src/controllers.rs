@@ -279,7 +279,20 @@ fn grace_period_over(pod: &Value) -> bool {
             .is_some_and(|at| at <= chrono::Utc::now())
 }
 
-/// One pass of every controller.
+/// The field manager of the workload controllers' writes.
+const CM: &str = "kube-controller-manager";
+
+/// The kinds the workload controllers read and write.
+struct Workloads {
+    deployments: Arc<ResourceInfo>,
+    replicasets: Arc<ResourceInfo>,
+    pods: Arc<ResourceInfo>,
+}
+
+/// One pass of every controller, in the order a change flows down:
+/// Deployments make ReplicaSets, ReplicaSets make Pods, DaemonSets make
+/// Pods and taints evict them, then bound pods are tended (pod GC and the
+/// kubelet) before pending ones are scheduled.
 pub fn reconcile(store: &Store) {
     let (Some(deploys_r), Some(rs_r), Some(pods_r), Some(nodes_r)) = (
         res(store, "apps", "deployments"),
@@ -289,145 +302,184 @@ pub fn reconcile(store: &Store) {
     ) else {
         return;
     };
-    const CM: &str = "kube-controller-manager";
-    // Deployments → ReplicaSets.
-    let replicasets = all(store, &rs_r);
-    for d in all(store, &deploys_r) {
-        if is_terminating(&d) {
-            continue;
-        }
-        let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
-        let uid = d["metadata"]["uid"].as_str().unwrap_or_default();
-        let mut template = d["spec"]["template"].clone();
-        let hash = template_hash(&template);
-        template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
-        let name = format!(
-            "{}-{hash}",
-            d["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1);
-        let owned = owned_by(&replicasets, uid);
-        let mut ready = 0;
-        let mut total = 0;
-        for rs in &owned {
-            let rs_name = rs["metadata"]["name"].as_str().unwrap_or_default();
-            let want = if rs_name == name { replicas } else { 0 };
-            total += rs["status"]["replicas"].as_i64().unwrap_or(0);
-            ready += rs["status"]["readyReplicas"].as_i64().unwrap_or(0);
-            if rs["spec"]["replicas"].as_i64() != Some(want) {
-                let _ = store.modify(&rs_r, ns, rs_name, None, CM, |old| {
-                    let mut new = old.clone();
-                    new["spec"]["replicas"] = json!(want);
-                    Ok(new)
-                });
-            }
-        }
-        if !owned.iter().any(|rs| rs["metadata"]["name"] == name) {
-            let mut selector = d["spec"]["selector"].clone();
-            selector["matchLabels"]["pod-template-hash"] = json!(hash);
-            let rs = json!({
-                "apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": name, "namespace": ns, "labels": template["metadata"]["labels"], "ownerReferences": owner_ref(&d)},
-                "spec": {"replicas": replicas, "selector": selector, "template": template},
-            });
-            let _ = store.create(&rs_r, ns, rs, CM);
-        }
-        let current = owned.iter().find(|rs| rs["metadata"]["name"] == name);
-        let updated = current.map_or(0, |rs| rs["status"]["replicas"].as_i64().unwrap_or(0));
-        let status = json!({
-            "observedGeneration": d["metadata"]["generation"], "replicas": total, "updatedReplicas": updated,
-            "readyReplicas": ready, "availableReplicas": ready, "unavailableReplicas": (replicas - ready).max(0),
-        });
-        if d["status"]["replicas"] != status["replicas"]
-            || d["status"]["readyReplicas"] != status["readyReplicas"]
-            || d["status"]["observedGeneration"] != status["observedGeneration"]
-            || d["status"]["updatedReplicas"] != status["updatedReplicas"]
-        {
-            let dn = d["metadata"]["name"].as_str().unwrap_or_default();
-            let _ = store.modify(&deploys_r, ns, dn, Some("status"), CM, |old| {
-                let mut new = old.clone();
-                new["status"] = status;
-                Ok(new)
-            });
-        }
+    let kinds = Workloads {
+        deployments: deploys_r,
+        replicasets: rs_r,
+        pods: pods_r.clone(),
+    };
+    let replicasets = all(store, &kinds.replicasets);
+    for d in all(store, &kinds.deployments) {
+        sync_deployment(store, &kinds, &replicasets, &d);
     }
-    // ReplicaSets → Pods.
-    let mut pods = all(store, &pods_r);
-    for rs in all(store, &rs_r) {
-        if is_terminating(&rs) {
-            continue;
-        }
-        let ns = rs["metadata"]["namespace"].as_str().unwrap_or_default();
-        let uid = rs["metadata"]["uid"].as_str().unwrap_or_default();
-        let want = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
-        let mut owned: Vec<&Value> = owned_by(&pods, uid)
-            .into_iter()
-            .filter(|p| !is_terminating(p))
-            .collect();
-        if owned.len() < want {
-            for _ in owned.len()..want {
-                let pod = pod_from_template(&rs, rs["spec"]["template"]["spec"].clone());
-                let _ = store.create(&pods_r, ns, pod, CM);
-            }
-        } else if owned.len() > want {
-            // Unscheduled first, then not ready, then newest.
-            owned.sort_by_key(|p| {
-                (
-                    p["spec"]["nodeName"]
-                        .as_str()
-                        .is_some_and(|n| !n.is_empty()),
-                    is_ready(p),
-                    std::cmp::Reverse(
-                        p["metadata"]["creationTimestamp"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                    ),
-                )
-            });
-            for p in owned.iter().take(owned.len() - want) {
-                let _ = store.delete(
-                    &pods_r,
-                    ns,
-                    p["metadata"]["name"].as_str().unwrap_or_default(),
-                    &DeleteOptions::default(),
-                );
-            }
-        }
-        let owned: Vec<&Value> = owned_by(&pods, uid)
-            .into_iter()
-            .filter(|p| !is_terminating(p))
-            .collect();
-        let ready = owned.iter().filter(|p| is_ready(p)).count();
-        if rs["status"]["replicas"].as_u64() != Some(owned.len() as u64)
-            || rs["status"]["readyReplicas"].as_u64() != Some(ready as u64)
-        {
-            let name = rs["metadata"]["name"].as_str().unwrap_or_default();
-            let _ = store.modify(&rs_r, ns, name, Some("status"), CM, |old| {
-                let mut new = old.clone();
-                new["status"] = json!({"replicas": owned.len(), "readyReplicas": ready, "availableReplicas": ready, "fullyLabeledReplicas": owned.len(), "observedGeneration": old["metadata"]["generation"]});
-                Ok(new)
-            });
-        }
+    // Every ReplicaSet counts its pods from one list taken before any of
+    // them creates or deletes one.
+    let pods = all(store, &pods_r);
+    for rs in all(store, &kinds.replicasets) {
+        sync_replica_set(store, &kinds, &pods, &rs);
     }
-    // DaemonSets and the taint manager, then pod GC, scheduler and kubelet.
     let nodes = all(store, &nodes_r);
-    pods = all(store, &pods_r);
+    let pods = all(store, &pods_r);
     super::daemons::reconcile_daemon_sets(store, &nodes, &pods);
     super::daemons::evict_for_no_execute(store, &nodes, &pods);
-    pods = all(store, &pods_r);
+    let pods = all(store, &pods_r);
+    let mut by_node = tend_bound_pods(store, &pods_r, &nodes, &pods);
+    schedule_pending(store, &pods_r, &nodes, &pods, &mut by_node);
+}
+
+/// The Deployment controller for one Deployment: a ReplicaSet per pod
+/// template (named by its hash), the current one scaled to `replicas` and
+/// the older ones to 0, and the Deployment's status from theirs.
+fn sync_deployment(store: &Store, kinds: &Workloads, replicasets: &[Value], d: &Value) {
+    if is_terminating(d) {
+        return;
+    }
+    let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
+    let uid = d["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut template = d["spec"]["template"].clone();
+    let hash = template_hash(&template);
+    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+    let name = format!(
+        "{}-{hash}",
+        d["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1);
+    let owned = owned_by(replicasets, uid);
+    let mut ready = 0;
+    let mut total = 0;
+    for rs in &owned {
+        let rs_name = rs["metadata"]["name"].as_str().unwrap_or_default();
+        let want = if rs_name == name { replicas } else { 0 };
+        total += rs["status"]["replicas"].as_i64().unwrap_or(0);
+        ready += rs["status"]["readyReplicas"].as_i64().unwrap_or(0);
+        if rs["spec"]["replicas"].as_i64() != Some(want) {
+            let _ = store.modify(&kinds.replicasets, ns, rs_name, None, CM, |old| {
+                let mut new = old.clone();
+                new["spec"]["replicas"] = json!(want);
+                Ok(new)
+            });
+        }
+    }
+    if !owned.iter().any(|rs| rs["metadata"]["name"] == name) {
+        let rs = new_replica_set(d, &name, &hash, template, replicas);
+        let _ = store.create(&kinds.replicasets, ns, rs, CM);
+    }
+    let current = owned.iter().find(|rs| rs["metadata"]["name"] == name);
+    let updated = current.map_or(0, |rs| rs["status"]["replicas"].as_i64().unwrap_or(0));
+    let status = json!({
+        "observedGeneration": d["metadata"]["generation"], "replicas": total, "updatedReplicas": updated,
+        "readyReplicas": ready, "availableReplicas": ready, "unavailableReplicas": (replicas - ready).max(0),
+    });
+    if d["status"]["replicas"] != status["replicas"]
+        || d["status"]["readyReplicas"] != status["readyReplicas"]
+        || d["status"]["observedGeneration"] != status["observedGeneration"]
+        || d["status"]["updatedReplicas"] != status["updatedReplicas"]
+    {
+        let dn = d["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = store.modify(&kinds.deployments, ns, dn, Some("status"), CM, |old| {
+            let mut new = old.clone();
+            new["status"] = status;
+            Ok(new)
+        });
+    }
+}
+
+/// The ReplicaSet of Deployment `d` for its pod template (`template`,
+/// already labelled with `hash`).
+fn new_replica_set(d: &Value, name: &str, hash: &str, template: Value, replicas: i64) -> Value {
+    let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
+    let mut selector = d["spec"]["selector"].clone();
+    selector["matchLabels"]["pod-template-hash"] = json!(hash);
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": ns, "labels": template["metadata"]["labels"], "ownerReferences": owner_ref(d)},
+        "spec": {"replicas": replicas, "selector": selector, "template": template},
+    })
+}
+
+/// The ReplicaSet controller for one ReplicaSet: as many live pods as it
+/// wants (`pods` is the list before this pass), then its status.
+fn sync_replica_set(store: &Store, kinds: &Workloads, pods: &[Value], rs: &Value) {
+    if is_terminating(rs) {
+        return;
+    }
+    let ns = rs["metadata"]["namespace"].as_str().unwrap_or_default();
+    let uid = rs["metadata"]["uid"].as_str().unwrap_or_default();
+    let want = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
+    let live = || -> Vec<&Value> {
+        owned_by(pods, uid)
+            .into_iter()
+            .filter(|p| !is_terminating(p))
+            .collect()
+    };
+    let mut owned = live();
+    if owned.len() < want {
+        for _ in owned.len()..want {
+            let pod = pod_from_template(rs, rs["spec"]["template"]["spec"].clone());
+            let _ = store.create(&kinds.pods, ns, pod, CM);
+        }
+    } else if owned.len() > want {
+        // Unscheduled first, then not ready, then newest.
+        owned.sort_by_key(|p| {
+            (
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty()),
+                is_ready(p),
+                std::cmp::Reverse(
+                    p["metadata"]["creationTimestamp"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            )
+        });
+        for p in owned.iter().take(owned.len() - want) {
+            let _ = store.delete(
+                &kinds.pods,
+                ns,
+                p["metadata"]["name"].as_str().unwrap_or_default(),
+                &DeleteOptions::default(),
+            );
+        }
+    }
+    // The status counts the pods as listed, not the ones just made or
+    // deleted: the next pass sees those.
+    let owned = live();
+    let ready = owned.iter().filter(|p| is_ready(p)).count();
+    if rs["status"]["replicas"].as_u64() != Some(owned.len() as u64)
+        || rs["status"]["readyReplicas"].as_u64() != Some(ready as u64)
+    {
+        let name = rs["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = store.modify(&kinds.replicasets, ns, name, Some("status"), CM, |old| {
+            let mut new = old.clone();
+            new["status"] = json!({"replicas": owned.len(), "readyReplicas": ready, "availableReplicas": ready, "fullyLabeledReplicas": owned.len(), "observedGeneration": old["metadata"]["generation"]});
+            Ok(new)
+        });
+    }
+}
+
+/// Pod GC and the kubelet over the bound pods: a pod whose node is gone
+/// is deleted, one past its grace period is removed, a pending one on a
+/// Ready node starts. Returns the pods that take room on each node (not
+/// Succeeded or Failed), for the scheduler.
+fn tend_bound_pods(
+    store: &Store,
+    pods_r: &ResourceInfo,
+    nodes: &[Value],
+    pods: &[Value],
+) -> BTreeMap<String, Vec<Value>> {
     let node_names: BTreeSet<&str> = nodes
         .iter()
         .filter_map(|n| n["metadata"]["name"].as_str())
         .collect();
     let mut by_node: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for p in &pods {
+    for p in pods {
         let ns = p["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = p["metadata"]["name"].as_str().unwrap_or_default();
         match p["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
             Some(n) if !node_names.contains(n) => {
                 // Its node is gone: nobody will stop it gracefully.
-                let _ = store.delete(&pods_r, ns, name, &DeleteOptions::grace(Some(0)));
+                let _ = store.delete(pods_r, ns, name, &DeleteOptions::grace(Some(0)));
             }
             Some(n) => {
                 let phase = p["status"]["phase"].as_str().unwrap_or("Pending");
@@ -437,16 +489,22 @@ pub fn reconcile(store: &Store) {
                 let node = nodes.iter().find(|x| x["metadata"]["name"] == n);
                 if grace_period_over(p) {
                     // The kubelet: its containers have stopped; it lets the pod go.
-                    let _ = store.delete(&pods_r, ns, name, &DeleteOptions::grace(Some(0)));
+                    let _ = store.delete(pods_r, ns, name, &DeleteOptions::grace(Some(0)));
                     continue;
                 }
                 if phase == "Pending" && !is_terminating(p) && node.is_some_and(is_ready) {
-                    start_pod(store, &pods_r, p, node.cloned().unwrap_or_default());
+                    start_pod(store, pods_r, p, node.cloned().unwrap_or_default());
                 }
             }
             None => {}
         }
     }
+    by_node
+}
+
+/// The pods kube-scheduler would take up: unbound, not gated, live, for
+/// the default scheduler, not finished; highest priority first.
+fn pending_pods(pods: &[Value]) -> Vec<&Value> {
     let mut pending: Vec<&Value> = pods
         .iter()
         .filter(|p| p["spec"]["nodeName"].as_str().is_none_or(str::is_empty))
@@ -470,34 +528,26 @@ pub fn reconcile(store: &Store) {
         })
         .collect();
     pending.sort_by_key(|p| std::cmp::Reverse(p["spec"]["priority"].as_i64().unwrap_or(0)));
-    for p in pending {
+    pending
+}
+
+/// The scheduler stand-in: each pending pod is bound to the first node it
+/// fits (and counted there for the pods after it), or marked
+/// Unschedulable with why no node would do.
+fn schedule_pending(
+    store: &Store,
+    pods_r: &ResourceInfo,
+    nodes: &[Value],
+    pods: &[Value],
+    by_node: &mut BTreeMap<String, Vec<Value>>,
+) {
+    for p in pending_pods(pods) {
         let ns = p["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = p["metadata"]["name"].as_str().unwrap_or_default();
-        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let mut chosen = None;
-        let placement = super::interpod::Placement {
-            nodes: &nodes,
-            pods_by_node: &by_node,
-        };
-        for n in &nodes {
-            let nn = n["metadata"]["name"].as_str().unwrap_or_default();
-            let here: Vec<&Value> = by_node
-                .get(nn)
-                .map(|v| v.iter().collect())
-                .unwrap_or_default();
-            let reason = unfit_reason(p, n, &here).or_else(|| placement.unfit(p, n));
-            match reason {
-                None => {
-                    chosen = Some(nn.to_string());
-                    break;
-                }
-                Some(r) => *reasons.entry(r).or_default() += 1,
-            }
-        }
-        match chosen {
-            Some(node) => {
+        match first_fit(p, nodes, by_node) {
+            Ok(node) => {
                 if store
-                    .bind(&pods_r, ns, name, &node, &serde_json::Map::new())
+                    .bind(pods_r, ns, name, &node, &serde_json::Map::new())
                     .is_ok()
                 {
                     let mut bound = p.clone();
@@ -505,44 +555,77 @@ pub fn reconcile(store: &Store) {
                     by_node.entry(node).or_default().push(bound);
                 }
             }
-            None => {
-                let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
-                let message = format!(
-                    "0/{} nodes are available: {}. preemption: 0/{} nodes are available: {} Preemption is not helpful for scheduling.",
-                    nodes.len(),
-                    if detail.is_empty() {
-                        "no nodes available to schedule pods".to_string()
-                    } else {
-                        detail.join(", ")
-                    },
-                    nodes.len(),
-                    nodes.len()
-                );
-                let current = p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["type"] == "PodScheduled")
-                    .cloned();
-                if current
-                    .as_ref()
-                    .is_none_or(|c| c["status"] != "False" || c["message"] != message.as_str())
-                {
-                    let _ =
-                        store.modify(&pods_r, ns, name, Some("status"), "kube-scheduler", |old| {
-                            let mut new = old.clone();
-                            set_condition(
-                                &mut new,
-                                "PodScheduled",
-                                "False",
-                                "Unschedulable",
-                                &message,
-                            );
-                            Ok(new)
-                        });
-                }
+            Err(reasons) => {
+                let message = unschedulable_message(nodes.len(), &reasons);
+                mark_unschedulable(store, pods_r, p, &message);
             }
         }
+    }
+}
+
+/// The first node, in list order, that `p` fits; otherwise how many nodes
+/// refused it for each reason.
+fn first_fit(
+    p: &Value,
+    nodes: &[Value],
+    by_node: &BTreeMap<String, Vec<Value>>,
+) -> Result<String, BTreeMap<String, usize>> {
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let placement = super::interpod::Placement {
+        nodes,
+        pods_by_node: by_node,
+    };
+    for n in nodes {
+        let nn = n["metadata"]["name"].as_str().unwrap_or_default();
+        let here: Vec<&Value> = by_node
+            .get(nn)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        match unfit_reason(p, n, &here).or_else(|| placement.unfit(p, n)) {
+            None => return Ok(nn.to_string()),
+            Some(r) => *reasons.entry(r).or_default() += 1,
+        }
+    }
+    Err(reasons)
+}
+
+/// kube-scheduler's FitError message (with the preemption postfilter's
+/// note), reasons sorted by name as it sorts them.
+fn unschedulable_message(node_count: usize, reasons: &BTreeMap<String, usize>) -> String {
+    let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    format!(
+        "0/{} nodes are available: {}. preemption: 0/{} nodes are available: {} Preemption is not helpful for scheduling.",
+        node_count,
+        if detail.is_empty() {
+            "no nodes available to schedule pods".to_string()
+        } else {
+            detail.join(", ")
+        },
+        node_count,
+        node_count
+    )
+}
+
+/// Sets PodScheduled=False (Unschedulable) with `message`, unless the pod
+/// already says so (no write, so no event, when nothing changed).
+fn mark_unschedulable(store: &Store, pods_r: &ResourceInfo, p: &Value, message: &str) {
+    let ns = p["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = p["metadata"]["name"].as_str().unwrap_or_default();
+    let current = p["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodScheduled")
+        .cloned();
+    if current
+        .as_ref()
+        .is_none_or(|c| c["status"] != "False" || c["message"] != message)
+    {
+        let _ = store.modify(pods_r, ns, name, Some("status"), "kube-scheduler", |old| {
+            let mut new = old.clone();
+            set_condition(&mut new, "PodScheduled", "False", "Unschedulable", message);
+            Ok(new)
+        });
     }
 }
 

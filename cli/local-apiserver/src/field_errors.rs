@@ -1,6 +1,8 @@
 //! [`FieldError`]s beyond the plain constructors: a bad value printed by
-//! the caller, immutable fields, and label selectors.
+//! the caller (invalid or not supported), immutable fields, and label
+//! selectors.
 
+use crd_validation::go_quote;
 use serde_json::Value;
 
 use crate::validation::FieldError;
@@ -19,6 +21,20 @@ pub fn invalid_printed(field: &str, printed: &str, detail: &str) -> FieldError {
         field: field.to_owned(),
         reason: "FieldValueInvalid",
         body,
+    }
+}
+
+/// `field.NotSupported` with the bad value printed by the caller (a list
+/// as JSON, say), the supported values quoted as Go quotes them.
+pub fn not_supported_printed(field: &str, printed: &str, supported: &[&str]) -> FieldError {
+    let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+    FieldError {
+        field: field.to_owned(),
+        reason: "FieldValueNotSupported",
+        body: format!(
+            "Unsupported value: {printed}: supported values: {}",
+            quoted.join(", ")
+        ),
     }
 }
 

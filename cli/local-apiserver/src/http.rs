@@ -103,7 +103,6 @@ fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
         return Ok(None);
     }
     let lookup = |plural: &str| store.resource(group, version, plural);
-    let not_found = || ApiError::not_found_path("the server could not find the requested resource");
     // /namespaces/NS/PLURAL...
     if rest[0] == "namespaces"
         && rest.len() >= 3
@@ -119,9 +118,9 @@ fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
             }));
         }
     }
-    let res = lookup(rest[0]).ok_or_else(not_found)?;
+    let res = lookup(rest[0]).ok_or_else(no_such_path)?;
     if rest.len() > 3 {
-        return Err(not_found());
+        return Err(no_such_path());
     }
     Ok(Some(Target {
         res,
@@ -182,6 +181,16 @@ fn as_version(res: &ResourceInfo, version: &str, mut obj: Value) -> Value {
     obj
 }
 
+/// The 404 of a path the server has no handler for.
+fn no_such_path() -> ApiError {
+    ApiError::not_found_path("the server could not find the requested resource")
+}
+
+/// The 405 of a method a resource path does not take.
+fn method_refused() -> ApiError {
+    ApiError::method_not_allowed("the server does not allow this method on the requested resource")
+}
+
 async fn route(
     app: &Arc<App>,
     method: &Method,
@@ -190,77 +199,168 @@ async fn route(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let store = &app.store;
+    if let Some(answer) = non_resource(&app.store, path) {
+        return answer;
+    }
+    let target = parse_target(&app.store, path)?.ok_or_else(no_such_path)?;
+    resource_request(app, method, &target, query, headers, body)
+}
+
+/// The paths that are not resources: health checks, `/version`,
+/// discovery and OpenAPI. None for a path that may name a resource.
+fn non_resource(store: &Store, path: &str) -> Option<Result<Response, ApiError>> {
     match path.trim_end_matches('/') {
-        "/healthz" | "/readyz" | "/livez" => return Ok((StatusCode::OK, "ok").into_response()),
-        "/version" => {
-            return Ok(json_response(
-                200,
-                &json!({
-                    "major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "local-apiserver",
-                    "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z", "goVersion": "go1.23.3",
-                    "compiler": "gc", "platform": "linux/amd64"
-                }),
-            ));
+        "/healthz" | "/readyz" | "/livez" => {
+            return Some(Ok((StatusCode::OK, "ok").into_response()));
         }
+        "/version" => return Some(Ok(json_response(200, &version_info()))),
         "/api" => {
-            return Ok(json_response(
+            return Some(Ok(json_response(
                 200,
                 &json!({
                     "kind": "APIVersions", "versions": ["v1"],
                     "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
                 }),
-            ));
+            )));
         }
-        "/apis" => return Ok(json_response(200, &group_list(store))),
+        "/apis" => return Some(Ok(json_response(200, &group_list(store)))),
         "/openapi/v3" => {
-            return Ok(json_response(
+            return Some(Ok(json_response(
                 200,
                 &openapi::index(&store.resources(), store.current_rv()),
-            ));
+            )));
         }
-        "/openapi/v2" | "/swagger-2.0.0.pb-v1" => {
-            return Err(ApiError::not_found_path(
-                "the server could not find the requested resource",
-            ));
-        }
+        // Only OpenAPI v3 is served.
+        "/openapi/v2" | "/swagger-2.0.0.pb-v1" => return Some(Err(no_such_path())),
         _ => {}
     }
     if let Some(gv) = path.strip_prefix("/openapi/v3/") {
         let gvs = openapi::group_versions(&store.resources());
-        let res = gvs.get(gv.trim_end_matches('/')).ok_or_else(|| {
-            ApiError::not_found_path("the server could not find the requested resource")
-        })?;
-        return Ok(json_response(200, &openapi::document(gv, res)));
+        return Some(
+            gvs.get(gv.trim_end_matches('/'))
+                .ok_or_else(no_such_path)
+                .map(|res| json_response(200, &openapi::document(gv, res))),
+        );
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
-        ["api", v] => return resource_list(store, "", v),
-        ["apis", g] => {
-            let list = group_list(store);
-            let group = list["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|x| x["name"] == *g)
-                .cloned();
-            return group.map(|g| json_response(200, &g)).ok_or_else(|| {
-                ApiError::not_found_path("the server could not find the requested resource")
-            });
-        }
-        ["apis", g, v] => return resource_list(store, g, v),
-        _ => {}
+        ["api", v] => Some(resource_list(store, "", v)),
+        ["apis", g] => Some(api_group(store, g)),
+        ["apis", g, v] => Some(resource_list(store, g, v)),
+        _ => None,
     }
-    let target = parse_target(store, path)?.ok_or_else(|| {
-        ApiError::not_found_path("the server could not find the requested resource")
-    })?;
+}
+
+/// `/version`: the kube-apiserver release this server answers as.
+fn version_info() -> Value {
+    json!({
+        "major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "local-apiserver",
+        "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z", "goVersion": "go1.23.3",
+        "compiler": "gc", "platform": "linux/amd64"
+    })
+}
+
+/// `/apis/GROUP`: the group's entry of the group list.
+fn api_group(store: &Store, group: &str) -> Result<Response, ApiError> {
+    let list = group_list(store);
+    let found = list["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["name"] == group)
+        .cloned();
+    found
+        .map(|g| json_response(200, &g))
+        .ok_or_else(no_such_path)
+}
+
+/// A request on a resource path: recorded for RBAC, its dry run settled,
+/// then handed to the handler of its method and path.
+fn resource_request(
+    app: &Arc<App>,
+    method: &Method,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     let res = target.res.clone();
     let ns = if res.namespaced {
         target.namespace.clone().unwrap_or_default()
     } else {
         String::new()
     };
-    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let watching = is_watch(query);
+    record_call(app, method, target, &ns, watching, headers);
+    let mgr = manager(query, headers);
+    // A dry run writes to a scratch copy of the store that is then dropped.
+    let scratch;
+    let dry_run = query
+        .get("dryRun")
+        .cloned()
+        .or_else(|| dry_run_in_body(body));
+    let store = if options::dry_run(method, dry_run.as_deref())? {
+        scratch = app.store.scratch();
+        &scratch
+    } else {
+        &app.store
+    };
+    let object_call = |name| ObjectCall {
+        store,
+        res: &res,
+        version: &target.version,
+        ns: &ns,
+        name,
+        query,
+        body,
+        manager: &mgr,
+    };
+    match (
+        method.clone(),
+        target.name.as_deref(),
+        target.sub.as_deref(),
+    ) {
+        // A watch reads the real store (a GET is never a dry run).
+        (Method::GET, None, _) if watching => watch(app, target, query, headers),
+        (Method::GET, None, _) => list(store, target, query, headers),
+        (method, Some(name), Some("scale")) if res.subresources.iter().any(|s| s == "scale") => {
+            scale(&object_call(name), &method, headers)
+        }
+        (Method::GET, Some(name), sub) => get_object(&object_call(name), headers, sub),
+        (Method::POST, None, _) => create_object(&object_call(""), target),
+        (Method::POST, Some(name), Some("binding")) if res.plural == "pods" => {
+            bind(store, &res, &ns, name, body)
+        }
+        (Method::POST, Some(name), Some("eviction")) if res.plural == "pods" => {
+            let options = super::policy::eviction(&parse_body(body)?, name)?;
+            let status = store.evict(&res, &ns, name, &options)?;
+            Ok(json_response(201, &status))
+        }
+        (Method::PUT, Some(name), sub) => put_object(&object_call(name), sub),
+        (Method::PATCH, Some(name), sub) => {
+            check_sub(&res, sub)?;
+            patch_object(&object_call(name), headers, sub)
+        }
+        (Method::DELETE, Some(name), None) => delete_object(&object_call(name)),
+        (Method::DELETE, None, _) => delete_collection(store, target, query),
+        _ => Err(method_refused()),
+    }
+}
+
+fn is_watch(query: &HashMap<String, String>) -> bool {
+    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+/// Logs the request as RBAC sees it (verb, resource/subresource, object).
+fn record_call(
+    app: &App,
+    method: &Method,
+    target: &Target,
+    ns: &str,
+    watching: bool,
+    headers: &HeaderMap,
+) {
+    let res = &target.res;
     app.calls.record(ApiCall {
         user_agent: headers
             .get(header::USER_AGENT)
@@ -273,139 +373,105 @@ async fn route(
             Some(sub) => format!("{}/{sub}", res.plural),
             None => res.plural.clone(),
         },
-        namespace: ns.clone(),
+        namespace: ns.to_owned(),
         name: target.name.clone().unwrap_or_default(),
     });
-    let mgr = manager(query, headers);
-    // A dry run writes to a scratch copy of the store that is then dropped.
-    let scratch;
-    let dry_run = query
-        .get("dryRun")
-        .cloned()
-        .or_else(|| dry_run_in_body(body));
-    let store = if options::dry_run(method, dry_run.as_deref())? {
-        scratch = store.scratch();
-        &scratch
-    } else {
-        store
-    };
-    let version = target.version.clone();
-    let object_call = |name| ObjectCall {
-        store,
-        res: &res,
-        version: &version,
-        ns: &ns,
-        name,
-        query,
-        body,
-        manager: &mgr,
-    };
-    match (
-        method.clone(),
-        target.name.as_deref(),
-        target.sub.as_deref(),
-    ) {
-        (Method::GET, None, _) => {
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                return watch(app, &target, query, headers);
-            }
-            list(store, &target, query, headers)
-        }
-        (method, Some(name), Some("scale")) if res.subresources.iter().any(|s| s == "scale") => {
-            scale(store, &res, &ns, name, &method, headers, body, &mgr)
-        }
-        (Method::GET, Some(name), sub) => {
-            check_sub(&res, sub)?;
-            let obj = as_version(&res, &version, store.get(&res, &ns, name)?);
-            if wants_table(headers) {
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                return Ok(json_response(
-                    200,
-                    &tables::table(
-                        &res,
-                        &version,
-                        &[obj],
-                        &rv,
-                        None,
-                        query.get("includeObject").is_some_and(|v| v == "Object"),
-                    ),
-                ));
-            }
-            Ok(json_response(200, &obj))
-        }
-        (Method::POST, None, _) => {
-            if res.namespaced && target.namespace.is_none() {
-                // The custom resource handler has no such route at all.
-                if res.crd.is_some() {
-                    return Err(ApiError::not_found_path("404 page not found"));
-                }
-                return Err(ApiError::method_not_allowed(
-                    "the server does not allow this method on the requested resource",
-                ));
-            }
-            let obj = parse_body(body)?;
-            check_kind(&res, &version, &obj)?;
-            strict_fields(&res, &version, &obj, query)?;
-            let created = store.create(&res, &ns, obj, &mgr)?;
-            Ok(json_response(201, &as_version(&res, &version, created)))
-        }
-        (Method::POST, Some(name), Some("binding")) if res.plural == "pods" => {
-            bind(store, &res, &ns, name, body)
-        }
-        (Method::POST, Some(name), Some("eviction")) if res.plural == "pods" => {
-            let options = super::policy::eviction(&parse_body(body)?, name)?;
-            let status = store.evict(&res, &ns, name, &options)?;
-            Ok(json_response(201, &status))
-        }
-        (Method::PUT, Some(name), sub) => {
-            check_sub(&res, sub)?;
-            let obj = parse_body(body)?;
-            check_kind(&res, &version, &obj)?;
-            strict_fields(&res, &version, &obj, query)?;
-            let (updated, created) = store.put(&res, &ns, name, obj, sub, &mgr)?;
-            let code = if created { 201 } else { 200 };
-            Ok(json_response(code, &as_version(&res, &version, updated)))
-        }
-        (Method::PATCH, Some(name), sub) => {
-            check_sub(&res, sub)?;
-            patch_object(&object_call(name), headers, sub)
-        }
-        (Method::DELETE, Some(name), None) => delete_object(&object_call(name)),
-        (Method::DELETE, None, _) => {
-            let opts = ListOptions {
-                labels: LabelSelector::parse(
-                    query.get("labelSelector").map_or("", String::as_str),
-                )?,
-                fields: FieldSelector::parse(
-                    query.get("fieldSelector").map_or("", String::as_str),
-                )?
-                .for_resource(&res)?,
-                ..Default::default()
-            };
-            let (items, _, _) = store.list(&res, target.namespace.as_deref(), &opts)?;
-            let mut deleted = Vec::new();
-            for item in items {
-                let n = item["metadata"]["name"].as_str().unwrap_or_default();
-                let ins = item["metadata"]["namespace"].as_str().unwrap_or_default();
-                if let Ok(d) = store.delete(&res, ins, n, &DeleteOptions::default()) {
-                    deleted.push(as_version(&res, &version, d));
-                }
-            }
-            Ok(json_response(
-                200,
-                &json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(&version), "metadata": {}, "items": deleted}),
-            ))
-        }
-        _ => Err(ApiError::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        )),
-    }
 }
 
-/// One request on one named object.
+/// A `Table` of `items` (`Accept: ...;as=Table`), with the objects when
+/// `includeObject=Object`.
+fn table_response(
+    res: &ResourceInfo,
+    version: &str,
+    items: &[Value],
+    rv: &str,
+    cont: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Response {
+    let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
+    json_response(
+        200,
+        &tables::table(res, version, items, rv, cont, include_object),
+    )
+}
+
+/// GET of one object (or its status), as JSON or as a Table.
+fn get_object(
+    c: &ObjectCall<'_>,
+    headers: &HeaderMap,
+    sub: Option<&str>,
+) -> Result<Response, ApiError> {
+    check_sub(c.res, sub)?;
+    let obj = as_version(c.res, c.version, c.store.get(c.res, c.ns, c.name)?);
+    if wants_table(headers) {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        return Ok(table_response(c.res, c.version, &[obj], &rv, None, c.query));
+    }
+    Ok(json_response(200, &obj))
+}
+
+/// POST to a collection (`c.name` unused).
+fn create_object(c: &ObjectCall<'_>, target: &Target) -> Result<Response, ApiError> {
+    let res = c.res;
+    if res.namespaced && target.namespace.is_none() {
+        // The custom resource handler has no such route at all.
+        if res.crd.is_some() {
+            return Err(ApiError::not_found_path("404 page not found"));
+        }
+        return Err(method_refused());
+    }
+    let obj = parse_body(c.body)?;
+    check_kind(res, c.version, &obj)?;
+    strict_fields(res, c.version, &obj, c.query)?;
+    let created = c.store.create(res, c.ns, obj, c.manager)?;
+    Ok(json_response(201, &as_version(res, c.version, created)))
+}
+
+/// PUT of an object or its status: 201 when it creates the object.
+fn put_object(c: &ObjectCall<'_>, sub: Option<&str>) -> Result<Response, ApiError> {
+    check_sub(c.res, sub)?;
+    let obj = parse_body(c.body)?;
+    check_kind(c.res, c.version, &obj)?;
+    strict_fields(c.res, c.version, &obj, c.query)?;
+    let (updated, created) = c.store.put(c.res, c.ns, c.name, obj, sub, c.manager)?;
+    let code = if created { 201 } else { 200 };
+    Ok(json_response(code, &as_version(c.res, c.version, updated)))
+}
+
+/// DELETE of a collection: each selected object deleted with the default
+/// options, the deleted ones listed.
+fn delete_collection(
+    store: &Store,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let (res, version) = (&target.res, &target.version);
+    let (labels, fields) = selectors(res, query)?;
+    let opts = ListOptions {
+        labels,
+        fields,
+        ..Default::default()
+    };
+    let (items, _, _) = store.list(res, target.namespace.as_deref(), &opts)?;
+    let mut deleted = Vec::new();
+    for item in items {
+        let n = item["metadata"]["name"].as_str().unwrap_or_default();
+        let ins = item["metadata"]["namespace"].as_str().unwrap_or_default();
+        if let Ok(d) = store.delete(res, ins, n, &DeleteOptions::default()) {
+            deleted.push(as_version(res, version, d));
+        }
+    }
+    Ok(json_response(
+        200,
+        &json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(version), "metadata": {}, "items": deleted}),
+    ))
+}
+
+/// One request on one object (on a collection, for a create, with the
+/// name empty).
 struct ObjectCall<'a> {
     store: &'a Store,
     res: &'a ResourceInfo,
@@ -608,17 +674,8 @@ fn bind(
 
 /// The scale subresource (`kubectl scale`): an `autoscaling/v1 Scale` view
 /// of `spec.replicas`.
-#[allow(clippy::too_many_arguments)]
-fn scale(
-    store: &Store,
-    res: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    method: &Method,
-    headers: &HeaderMap,
-    body: &[u8],
-    mgr: &str,
-) -> Result<Response, ApiError> {
+fn scale(c: &ObjectCall<'_>, method: &Method, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let (store, res, ns, name) = (c.store, c.res, c.ns, c.name);
     // A custom resource's scale reads and writes the CRD's paths.
     let custom = |o: &Value| super::custom::scale_paths_of(res, o);
     let to_scale = |o: &Value| -> Value {
@@ -647,14 +704,14 @@ fn scale(
     match *method {
         Method::GET => Ok(json_response(200, &to_scale(&store.get(res, ns, name)?))),
         Method::PUT | Method::PATCH => {
-            let p = parse_body(body)?;
+            let p = parse_body(c.body)?;
             let ct = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_string();
             let is_put = *method == Method::PUT;
-            let updated = store.modify(res, ns, name, None, mgr, |old| {
+            let updated = store.modify(res, ns, name, None, c.manager, |old| {
                 let mut sc = to_scale(old);
                 if is_put {
                     sc = p.clone();
@@ -680,9 +737,7 @@ fn scale(
             })?;
             Ok(json_response(200, &to_scale(&updated)))
         }
-        _ => Err(ApiError::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        )),
+        _ => Err(method_refused()),
     }
 }
 
@@ -722,9 +777,7 @@ fn check_sub(res: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
     match sub {
         None => Ok(()),
         Some(s) if s == "status" && res.has_status() => Ok(()),
-        Some(_) => Err(ApiError::not_found_path(
-            "the server could not find the requested resource",
-        )),
+        Some(_) => Err(no_such_path()),
     }
 }
 
@@ -787,9 +840,7 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Result<Response, 
         .flat_map(|r| r.discovery())
         .collect();
     if resources.is_empty() {
-        return Err(ApiError::not_found_path(
-            "the server could not find the requested resource",
-        ));
+        return Err(no_such_path());
     }
     let gv = if group.is_empty() {
         version.to_string()
@@ -802,6 +853,18 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Result<Response, 
     ))
 }
 
+/// The `labelSelector` and `fieldSelector` of a request on a collection,
+/// parsed and checked against the kind's field labels (400).
+fn selectors(
+    res: &ResourceInfo,
+    query: &HashMap<String, String>,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?
+        .for_resource(res)?;
+    Ok((labels, fields))
+}
+
 /// The ListOptions of a list or watch of `res`: selectors parsed and
 /// checked against the kind's field labels (400), then the options
 /// validated as the list handler does (422).
@@ -810,9 +873,7 @@ fn list_options(
     query: &HashMap<String, String>,
     watch: bool,
 ) -> Result<ListOptions, ApiError> {
-    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?
-        .for_resource(res)?;
+    let (labels, fields) = selectors(res, query)?;
     options::list(query, watch)?;
     Ok(ListOptions {
         labels,
@@ -840,16 +901,13 @@ fn list(
         .map(|o| as_version(&t.res, &t.version, o))
         .collect();
     if wants_table(headers) {
-        return Ok(json_response(
-            200,
-            &tables::table(
-                &t.res,
-                &t.version,
-                &items,
-                &rv.to_string(),
-                cont.as_deref(),
-                query.get("includeObject").is_some_and(|v| v == "Object"),
-            ),
+        return Ok(table_response(
+            &t.res,
+            &t.version,
+            &items,
+            &rv.to_string(),
+            cont.as_deref(),
+            query,
         ));
     }
     let mut meta = json!({"resourceVersion": rv.to_string()});
@@ -912,6 +970,114 @@ fn watch_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// What a watch request asks for, beyond its ListOptions.
+struct WatchParams {
+    /// The version to start after (None: from now, for `0` or none).
+    from: Option<u64>,
+    /// Whether the current objects come first, as ADDED events.
+    initial: bool,
+    /// `sendInitialEvents=true`: the initial events end with a bookmark.
+    send_initial: bool,
+    /// `allowWatchBookmarks=true`: idle periods get bookmarks.
+    bookmarks: bool,
+    timeout: Duration,
+}
+
+impl WatchParams {
+    fn parse(query: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let rv = query
+            .get("resourceVersion")
+            .filter(|s| !s.is_empty())
+            .cloned();
+        let send_initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
+        let bookmarks = query
+            .get("allowWatchBookmarks")
+            .is_some_and(|v| v == "true");
+        let timeout = query
+            .get("timeoutSeconds")
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(Duration::from_secs(1800), Duration::from_secs);
+        let from =
+            match rv.as_deref() {
+                None | Some("0") => None,
+                Some(s) => Some(s.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version {s:?}"))
+                })?),
+            };
+        // Without sendInitialEvents a watch from no version (or 0) starts with
+        // the current objects; with it, exactly when it asks for them.
+        let initial = if query.contains_key("sendInitialEvents") {
+            send_initial
+        } else {
+            from.is_none()
+        };
+        Ok(Self {
+            from,
+            initial,
+            send_initial,
+            bookmarks,
+            timeout,
+        })
+    }
+}
+
+/// The sending end of one watch: encodes events in the requested version
+/// (as one-row Tables when asked), skips what the watcher has seen, and
+/// remembers the last version sent.
+struct WatchSender {
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    filter: WatchFilter,
+    res: Arc<ResourceInfo>,
+    version: String,
+    table: bool,
+    last: u64,
+}
+
+impl WatchSender {
+    fn encode(&self, kind: &str, obj: &Value) -> Bytes {
+        let obj = as_version(&self.res, &self.version, obj.clone());
+        if self.table && kind != "BOOKMARK" && kind != "ERROR" {
+            let rvs = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let table = tables::table(&self.res, &self.version, &[obj], &rvs, None, false);
+            return watch_line(kind, &table);
+        }
+        watch_line(kind, &obj)
+    }
+
+    /// Sends one event; false once the watcher has gone.
+    async fn send(&self, kind: &str, obj: &Value) -> bool {
+        self.tx.send(Ok(self.encode(kind, obj))).await.is_ok()
+    }
+
+    /// A BOOKMARK at `rv`; the one that ends the initial events says so.
+    async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
+        let mut bm = json!({
+            "kind": self.res.kind, "apiVersion": self.res.api_version(&self.version),
+            "metadata": {"resourceVersion": rv.to_string()},
+        });
+        if initial_end {
+            bm["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        self.send("BOOKMARK", &bm).await
+    }
+
+    /// Forwards a stored event newer than the last one sent, as this
+    /// watch's selectors see it; false once the watcher has gone.
+    async fn forward(&mut self, ev: &StoredEvent) -> bool {
+        if ev.rv <= self.last {
+            return true;
+        }
+        self.last = ev.rv;
+        match self.filter.translate(ev) {
+            Some((kind, obj)) => self.send(kind.as_str(), &obj).await,
+            None => true,
+        }
+    }
+}
+
 fn watch(
     app: &Arc<App>,
     t: &Target,
@@ -919,135 +1085,54 @@ fn watch(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let opts = list_options(&t.res, query, true)?;
-    let filter = WatchFilter {
-        resource: super::store::resource_key(&t.res.group, &t.res.plural),
-        namespace: t.namespace.clone(),
-        labels: opts.labels.clone(),
-        fields: opts.fields.clone(),
-    };
-    let rv = query
-        .get("resourceVersion")
-        .filter(|s| !s.is_empty())
-        .cloned();
-    let send_initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
-    let bookmarks = query
-        .get("allowWatchBookmarks")
-        .is_some_and(|v| v == "true");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(Duration::from_secs(1800), Duration::from_secs);
-    let table = wants_table(headers).then(|| (t.res.clone(), t.version.clone()));
-    let from = match rv.as_deref() {
-        None | Some("0") => None,
-        Some(s) => Some(
-            s.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))?,
-        ),
-    };
-    // Without sendInitialEvents a watch from no version (or 0) starts with
-    // the current objects; with it, exactly when it asks for them.
-    let initial = if query.contains_key("sendInitialEvents") {
-        send_initial
-    } else {
-        from.is_none()
-    };
+    let params = WatchParams::parse(query)?;
     let store = app.store.clone();
-    let res = t.res.clone();
-    let version = t.version.clone();
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1024);
-    let sub = store.subscribe(&res, from);
+    let sub = store.subscribe(&t.res, params.from);
+    // The current objects are listed now, while the request can still
+    // fail; a subscription that failed is reported in the stream instead.
     let mut initial_objs = Vec::new();
-    if let Ok((_, _, _)) = &sub
-        && initial
-    {
-        let (items, _, _) = store.list(&res, t.namespace.as_deref(), &opts_without_limit(&opts))?;
+    if sub.is_ok() && params.initial {
+        let (items, _, _) =
+            store.list(&t.res, t.namespace.as_deref(), &opts_without_limit(&opts))?;
         initial_objs = items;
     }
-    let interval = app.bookmark_interval;
-    let encode = move |kind: &str, obj: &Value| -> Bytes {
-        let obj = as_version(&res, &version, obj.clone());
-        match &table {
-            Some((r, v)) if kind != "BOOKMARK" && kind != "ERROR" => {
-                let rvs = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                watch_line(kind, &tables::table(r, v, &[obj], &rvs, None, false))
-            }
-            _ => watch_line(kind, &obj),
-        }
+    let sender = WatchSender {
+        tx,
+        filter: WatchFilter {
+            resource: super::store::resource_key(&t.res.group, &t.res.plural),
+            namespace: t.namespace.clone(),
+            labels: opts.labels.clone(),
+            fields: opts.fields.clone(),
+        },
+        res: t.res.clone(),
+        version: t.version.clone(),
+        table: wants_table(headers),
+        last: 0,
     };
-    let kind_name = t.res.kind.clone();
-    let api_version = t.res.api_version(&t.version);
+    let interval = app.bookmark_interval;
     tokio::spawn(async move {
-        let (replay, mut brx, start_rv) = match sub {
+        let (replay, brx, start_rv) = match sub {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Ok(watch_line("ERROR", &e.status()))).await;
+                let _ = sender.tx.send(Ok(watch_line("ERROR", &e.status()))).await;
                 return;
             }
         };
-        let mut last = from.unwrap_or(start_rv);
-        if initial {
-            last = start_rv;
-            for o in &initial_objs {
-                if tx.send(Ok(encode("ADDED", o))).await.is_err() {
-                    return;
-                }
-            }
-            if send_initial {
-                let bm = json!({"kind": kind_name, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-                if tx.send(Ok(encode("BOOKMARK", &bm))).await.is_err() {
-                    return;
-                }
-            }
-        }
-        for ev in replay {
-            if ev.rv <= last {
-                continue;
-            }
-            last = ev.rv;
-            if let Some((kind, obj)) = filter.translate(&ev)
-                && tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err()
-            {
+        let mut sender = sender;
+        sender.last = params.from.unwrap_or(start_rv);
+        if params.initial {
+            sender.last = start_rv;
+            if !send_initial_events(&sender, &initial_objs, params.send_initial, start_rv).await {
                 return;
             }
         }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut tick = tokio::time::interval(interval);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                _ = tx.closed() => break,
-                _ = tick.tick(), if bookmarks => {
-                    let current = store.current_rv();
-                    if brx.is_empty() {
-                        last = last.max(current);
-                    }
-                    let bm = json!({"kind": kind_name, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}});
-                    if tx.send(Ok(encode("BOOKMARK", &bm))).await.is_err() {
-                        break;
-                    }
-                }
-                ev = brx.recv() => match ev {
-                    Ok(ev) => {
-                        if ev.rv <= last {
-                            continue;
-                        }
-                        last = ev.rv;
-                        if let Some((kind, obj)) = filter.translate(&ev) && tx.send(Ok(encode(kind.as_str(), &obj))).await.is_err() {
-                            break;
-                        }
-                    }
-                    // A watcher too slow for the buffer ends; it resumes from
-                    // its last version out of the history.
-                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => break,
-                },
+        for ev in replay {
+            if !sender.forward(&ev).await {
+                return;
             }
         }
+        stream_events(sender, brx, &store, &params, interval).await;
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     Ok(Response::builder()
@@ -1056,6 +1141,65 @@ fn watch(
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+/// The current objects as ADDED events, then (for `sendInitialEvents`)
+/// the bookmark that ends them; false once the watcher has gone.
+async fn send_initial_events(
+    sender: &WatchSender,
+    objects: &[Value],
+    end_bookmark: bool,
+    start_rv: u64,
+) -> bool {
+    for o in objects {
+        if !sender.send("ADDED", o).await {
+            return false;
+        }
+    }
+    !end_bookmark || sender.bookmark(start_rv, true).await
+}
+
+/// The live part of a watch: events as they are stored, and bookmarks
+/// when asked for, until the timeout, the watcher leaving, or the
+/// watcher lagging behind the buffer.
+async fn stream_events(
+    mut sender: WatchSender,
+    mut brx: broadcast::Receiver<Arc<StoredEvent>>,
+    store: &Store,
+    params: &WatchParams,
+    interval: Duration,
+) {
+    let deadline = tokio::time::sleep(params.timeout);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut deadline => break,
+            _ = sender.tx.closed() => break,
+            _ = tick.tick(), if params.bookmarks => {
+                let current = store.current_rv();
+                // With nothing queued, every version up to now has been
+                // seen (those that did not match were filtered out).
+                if brx.is_empty() {
+                    sender.last = sender.last.max(current);
+                }
+                if !sender.bookmark(sender.last, false).await {
+                    break;
+                }
+            }
+            ev = brx.recv() => match ev {
+                Ok(ev) => {
+                    if !sender.forward(&ev).await {
+                        break;
+                    }
+                }
+                // A watcher too slow for the buffer ends; it resumes from
+                // its last version out of the history.
+                Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
 }
 
 fn opts_without_limit(o: &ListOptions) -> ListOptions {

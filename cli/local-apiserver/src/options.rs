@@ -12,39 +12,11 @@
 use std::collections::HashMap;
 
 use axum::http::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::field_errors::not_supported_printed;
 use super::store::ApiError;
 use super::validation::FieldError;
-
-fn forbidden(field: &str, detail: &str) -> FieldError {
-    FieldError {
-        field: field.to_owned(),
-        reason: "FieldValueForbidden",
-        body: format!("Forbidden: {detail}"),
-    }
-}
-
-fn required(field: &str, detail: &str) -> FieldError {
-    FieldError {
-        field: field.to_owned(),
-        reason: "FieldValueRequired",
-        body: format!("Required value: {detail}"),
-    }
-}
-
-/// `Unsupported value: <value as JSON>: supported values: "a", "b"`.
-fn not_supported(field: &str, value: &Value, supported: &[&str]) -> FieldError {
-    let quoted: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-    FieldError {
-        field: field.to_owned(),
-        reason: "FieldValueNotSupported",
-        body: format!(
-            "Unsupported value: {value}: supported values: {}",
-            quoted.join(", ")
-        ),
-    }
-}
 
 fn check(kind: &str, errors: Vec<FieldError>) -> Result<(), ApiError> {
     if errors.is_empty() {
@@ -73,7 +45,11 @@ pub fn dry_run(method: &Method, value: Option<&str>) -> Result<bool, ApiError> {
         Some(_) if *method == Method::GET => Ok(false),
         Some(other) => Err(ApiError::invalid_options(
             options_kind(method),
-            &[not_supported("dryRun", &json!([other]), &["All"])],
+            &[not_supported_printed(
+                "dryRun",
+                &json!([other]).to_string(),
+                &["All"],
+            )],
         )),
     }
 }
@@ -84,10 +60,13 @@ pub fn patch(query: &HashMap<String, String>, apply: bool) -> Result<(), ApiErro
     let mut errors = Vec::new();
     if apply {
         if query.get("fieldManager").is_none_or(String::is_empty) {
-            errors.push(required("fieldManager", "is required for apply patch"));
+            errors.push(FieldError::required(
+                "fieldManager",
+                "is required for apply patch",
+            ));
         }
     } else if query.contains_key("force") {
-        errors.push(forbidden(
+        errors.push(FieldError::forbidden(
             "force",
             "may not be specified for non-apply patch",
         ));
@@ -109,23 +88,27 @@ pub fn list(query: &HashMap<String, String>, watch: bool) -> Result<(), ApiError
     let field = "resourceVersionMatch";
     if watch {
         if initial_events && matching != "NotOlderThan" {
-            errors.push(forbidden(
+            errors.push(FieldError::forbidden(
                 field,
                 "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             ));
         }
         if !matching.is_empty() {
             if !initial_events {
-                errors.push(forbidden(
+                errors.push(FieldError::forbidden(
                     field,
                     "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
                 ));
             }
             if matching != "NotOlderThan" {
-                errors.push(not_supported(field, &json!(matching), &["NotOlderThan"]));
+                errors.push(not_supported_printed(
+                    field,
+                    &json!(matching).to_string(),
+                    &["NotOlderThan"],
+                ));
             }
             if !cont.is_empty() {
-                errors.push(forbidden(
+                errors.push(FieldError::forbidden(
                     field,
                     "resourceVersionMatch is forbidden when continue is provided",
                 ));
@@ -135,33 +118,33 @@ pub fn list(query: &HashMap<String, String>, watch: bool) -> Result<(), ApiError
     }
     if !matching.is_empty() {
         if rv.is_empty() {
-            errors.push(forbidden(
+            errors.push(FieldError::forbidden(
                 field,
                 "resourceVersionMatch is forbidden unless resourceVersion is provided",
             ));
         }
         if !cont.is_empty() {
-            errors.push(forbidden(
+            errors.push(FieldError::forbidden(
                 field,
                 "resourceVersionMatch is forbidden when continue is provided",
             ));
         }
         if matching != "Exact" && matching != "NotOlderThan" {
-            errors.push(not_supported(
+            errors.push(not_supported_printed(
                 field,
-                &json!(matching),
+                &json!(matching).to_string(),
                 &["Exact", "NotOlderThan", ""],
             ));
         }
         if matching == "Exact" && rv == "0" {
-            errors.push(forbidden(
+            errors.push(FieldError::forbidden(
                 field,
                 "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
             ));
         }
     }
     if initial_events {
-        errors.push(forbidden(
+        errors.push(FieldError::forbidden(
             "sendInitialEvents",
             "sendInitialEvents is forbidden for list",
         ));

@@ -91,13 +91,8 @@ impl FieldError {
 
     /// `field.NotSupported`, listing the supported values.
     pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
-        let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
-        let body = format!(
-            "Unsupported value: {}: supported values: {}",
-            go_quote(value),
-            quoted.join(", ")
-        );
-        Self::new(field, "FieldValueNotSupported", body)
+        let field: String = field.into();
+        crate::field_errors::not_supported_printed(&field, &go_quote(value), supported)
     }
 
     /// `field.TooLong` of a total size in bytes.
