@@ -46,30 +46,31 @@ impl ApiError {
             details: None,
         }
     }
+    /// The details kube-apiserver gives an error about one object.
+    fn about(mut self, res: &ResourceInfo, name: &str) -> Self {
+        self.details = Some(Box::new(
+            json!({"name": name, "group": res.group, "kind": res.plural}),
+        ));
+        self
+    }
     pub fn not_found(res: &ResourceInfo, name: &str) -> Self {
-        let mut e = Self::new(
+        Self::new(
             404,
             "NotFound",
             format!("{} \"{name}\" not found", res.group_resource()),
-        );
-        e.details = Some(Box::new(
-            json!({"name": name, "group": res.group, "kind": res.plural}),
-        ));
-        e
+        )
+        .about(res, name)
     }
     pub fn not_found_path(msg: impl Into<String>) -> Self {
         Self::new(404, "NotFound", msg)
     }
     pub fn already_exists(res: &ResourceInfo, name: &str) -> Self {
-        let mut e = Self::new(
+        Self::new(
             409,
             "AlreadyExists",
             format!("{} \"{name}\" already exists", res.group_resource()),
-        );
-        e.details = Some(Box::new(
-            json!({"name": name, "group": res.group, "kind": res.plural}),
-        ));
-        e
+        )
+        .about(res, name)
     }
     pub fn conflict(res: &ResourceInfo, name: &str) -> Self {
         let mut e = Self::new(
@@ -117,11 +118,7 @@ impl ApiError {
         } else {
             format!("{} \"{name}\" is forbidden: {why}", res.group_resource())
         };
-        let mut e = Self::new(403, "Forbidden", message);
-        e.details = Some(Box::new(
-            json!({"name": name, "group": res.group, "kind": res.plural}),
-        ));
-        e
+        Self::new(403, "Forbidden", message).about(res, name)
     }
     /// 422 for invalid request options (`CreateOptions`, `ListOptions`,
     /// `PatchOptions`...), as the handlers answer them: the kind in group

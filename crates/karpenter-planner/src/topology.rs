@@ -560,14 +560,7 @@ fn count_group(
             continue;
         }
         let node = &cluster.nodes[index];
-        if !id.filter.matches(
-            &node.taints,
-            &base.node_requirements[index],
-            &crate::requirements::NoneWellKnown,
-        ) {
-            continue;
-        }
-        let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
+        let Some(domain) = base.counted_domain(id, index, node) else {
             continue;
         };
         if node.has_node {
@@ -585,6 +578,25 @@ fn count_group(
 impl TopologyBase {
     /// The group counted over every node and pod of the snapshot, kept for
     /// the runs that follow.
+    /// The domain the node at `index` counts in for the group `id`: none
+    /// when the group's node filter (its pods' node affinity and taint
+    /// policies) leaves the node out, or the node lacks the key.
+    fn counted_domain<'a>(
+        &self,
+        id: &GroupId,
+        index: usize,
+        node: &'a crate::model::StateNode,
+    ) -> Option<&'a str> {
+        id.filter
+            .matches(
+                &node.taints,
+                &self.node_requirements[index],
+                &crate::requirements::NoneWellKnown,
+            )
+            .then(|| domain_of(node.labels.get(&id.key), &id.key, &node.name))
+            .flatten()
+    }
+
     fn whole_cluster_group(&self, cluster: &Cluster, id: &GroupId) -> Group {
         if let Some(group) = self.whole_cluster.borrow().get(id) {
             return group.clone();
@@ -798,16 +810,10 @@ impl<'c> Topology<'c> {
             // run places.
             let mut group = base.whole_cluster_group(cluster, &id);
             for (index, node) in cluster.nodes.iter().enumerate() {
-                if !self.is_removed(index)
-                    || !id.filter.matches(
-                        &node.taints,
-                        &base.node_requirements[index],
-                        &crate::requirements::NoneWellKnown,
-                    )
-                {
+                if !self.is_removed(index) {
                     continue;
                 }
-                let Some(domain) = domain_of(node.labels.get(&id.key), &id.key, &node.name) else {
+                let Some(domain) = base.counted_domain(&id, index, node) else {
                     continue;
                 };
                 for pod in &node.pods {

@@ -131,6 +131,26 @@ pub struct ObjectError {
     pub message: String,
 }
 
+impl ObjectError {
+    /// The error `e` of the object `kind` `namespace/name`, source `id`.
+    pub(crate) fn at(
+        id: usize,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+        e: crate::fields::FieldError,
+    ) -> Self {
+        Self {
+            id,
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            field: e.field,
+            message: e.message,
+        }
+    }
+}
+
 fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         name.to_owned()

@@ -61,14 +61,7 @@ pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::State
     let object = source.object;
     let meta = &object.metadata;
     let name = meta.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "Node",
-        namespace: String::new(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(source.id, "Node", "", &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }
@@ -174,14 +167,7 @@ pub(crate) fn node_claim(
     let claim = source.object;
     let meta = &claim.metadata;
     let name = meta.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "NodeClaim",
-        namespace: String::new(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(source.id, "NodeClaim", "", &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }

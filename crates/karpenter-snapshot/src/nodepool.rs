@@ -14,14 +14,7 @@ pub(crate) fn node_pool(
 ) -> Result<sched::NodePool, ObjectError> {
     let pool = source.object;
     let name = pool.metadata.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "NodePool",
-        namespace: String::new(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(source.id, "NodePool", "", &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }

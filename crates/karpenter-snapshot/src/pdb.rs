@@ -29,14 +29,8 @@ pub(crate) fn pdb(
     let object = source.object;
     let name = object.metadata.name.clone().unwrap_or_default();
     let namespace = namespace_of(&object.metadata);
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "PodDisruptionBudget",
-        namespace: namespace.clone(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error =
+        |e: FieldError| ObjectError::at(source.id, "PodDisruptionBudget", &namespace, &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }

@@ -135,14 +135,7 @@ pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObj
     let meta = &object.metadata;
     let name = meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(meta);
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "Pod",
-        namespace: namespace.clone(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(source.id, "Pod", &namespace, &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }

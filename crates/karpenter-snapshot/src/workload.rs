@@ -29,29 +29,37 @@ pub(crate) fn expand(
     context: &PodContext,
 ) -> Result<Vec<(usize, sched::Pod)>, ObjectError> {
     let mut workloads = Vec::new();
+    // A workload counted by `spec.replicas`, without volume claim templates.
+    let replicated = |id, kind, meta, count, template| Workload {
+        id,
+        kind,
+        meta,
+        count_field: "spec.replicas",
+        count,
+        template,
+        claim_templates: BTreeMap::new(),
+    };
     for s in &objects.deployments {
-        let spec = Some(&s.object.spec);
-        workloads.push(Workload {
-            id: s.id,
-            kind: "Deployment",
-            meta: &s.object.metadata,
-            count_field: "spec.replicas",
-            count: spec.and_then(|s| s.replicas),
-            template: spec.map(|s| &s.template),
-            claim_templates: BTreeMap::new(),
-        });
+        let spec = &s.object.spec;
+        let template = Some(&spec.template);
+        workloads.push(replicated(
+            s.id,
+            "Deployment",
+            &s.object.metadata,
+            spec.replicas,
+            template,
+        ));
     }
     for s in &objects.replica_sets {
-        let spec = Some(&s.object.spec);
-        workloads.push(Workload {
-            id: s.id,
-            kind: "ReplicaSet",
-            meta: &s.object.metadata,
-            count_field: "spec.replicas",
-            count: spec.and_then(|s| s.replicas),
-            template: spec.and_then(|s| s.template.as_ref()),
-            claim_templates: BTreeMap::new(),
-        });
+        let spec = &s.object.spec;
+        let template = spec.template.as_ref();
+        workloads.push(replicated(
+            s.id,
+            "ReplicaSet",
+            &s.object.metadata,
+            spec.replicas,
+            template,
+        ));
     }
     for s in &objects.stateful_sets {
         let spec = Some(&s.object.spec);
@@ -103,14 +111,7 @@ pub(crate) fn expand(
 fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<sched::Pod>, ObjectError> {
     let name = w.meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(w.meta);
-    let error = |e: FieldError| ObjectError {
-        id: w.id,
-        kind: w.kind,
-        namespace: namespace.clone(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(w.id, w.kind, &namespace, &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }
@@ -171,14 +172,7 @@ pub(crate) fn daemon_set(
     let meta = &source.object.metadata;
     let name = meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(meta);
-    let error = |e: FieldError| ObjectError {
-        id: source.id,
-        kind: "DaemonSet",
-        namespace: namespace.clone(),
-        name: name.clone(),
-        field: e.field,
-        message: e.message,
-    };
+    let error = |e: FieldError| ObjectError::at(source.id, "DaemonSet", &namespace, &name, e);
     if name.is_empty() {
         return Err(error(FieldError::new("metadata.name", "is required")));
     }

@@ -165,6 +165,29 @@ impl Consolidation<'_> {
     }
 }
 
+/// `claim` kept to the options cheaper than the candidates (and within
+/// `also`); a multi-node replacement may not be one of the candidates'
+/// own types.
+fn cheaper_claim(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    also: Option<Requirement>,
+    candidates: &[&Candidate],
+    candidate_price: f64,
+    method: Method,
+) -> Result<PlannedClaim, String> {
+    let cheaper = |it: &InstanceType, requirements: &Requirements| {
+        worst_launch_price(it, requirements) < candidate_price
+    };
+    let Some(mut replacement) = restrict_claim(cluster, claim, also, cheaper) else {
+        return Err("Can't replace with a cheaper node".to_owned());
+    };
+    if method == Method::MultiNodeConsolidation {
+        replacement = without_candidate_types(cluster, candidates, replacement)?;
+    }
+    Ok(replacement)
+}
+
 /// The replacement of spot candidates by spot: only options cheaper than
 /// the candidates and, for a single node, at least
 /// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many (Karpenter's
@@ -176,16 +199,15 @@ fn spot_to_spot(
     candidate_price: f64,
     method: Method,
 ) -> Result<PlannedClaim, String> {
-    let cheaper = |it: &InstanceType, requirements: &Requirements| {
-        worst_launch_price(it, requirements) < candidate_price
-    };
     let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
-    let Some(mut replacement) = restrict_claim(cluster, claim, Some(spot), cheaper) else {
-        return Err("Can't replace with a cheaper node".to_owned());
-    };
-    if method == Method::MultiNodeConsolidation {
-        replacement = without_candidate_types(cluster, candidates, replacement)?;
-    }
+    let mut replacement = cheaper_claim(
+        cluster,
+        claim,
+        Some(spot),
+        candidates,
+        candidate_price,
+        method,
+    )?;
     if candidates.len() == 1 {
         if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
             return Err(format!(
@@ -218,16 +240,11 @@ fn cheaper_replacement(
     candidate_price: f64,
     method: Method,
 ) -> Result<PlannedClaim, String> {
+    let mut replacement = cheaper_claim(cluster, claim, None, candidates, candidate_price, method)?;
+    // On-demand may become spot, but never a pricier on-demand fallback.
     let cheaper = |it: &InstanceType, requirements: &Requirements| {
         worst_launch_price(it, requirements) < candidate_price
     };
-    let Some(mut replacement) = restrict_claim(cluster, claim, None, cheaper) else {
-        return Err("Can't replace with a cheaper node".to_owned());
-    };
-    if method == Method::MultiNodeConsolidation {
-        replacement = without_candidate_types(cluster, candidates, replacement)?;
-    }
-    // On-demand may become spot, but never a pricier on-demand fallback.
     if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
         && capacity.has(labels::CAPACITY_TYPE_SPOT)
         && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)

@@ -308,16 +308,7 @@ async fn create(
             min_values_relaxed: plan.min_values_relaxed.to_string(),
         })
         .inc();
-    for pod in &plan.pods {
-        if let Some(object) = index.pods.get(&pod.namespace, &pod.name) {
-            ctx.recorder.emit(Event::new(
-                object.as_ref(),
-                Kind::Normal,
-                "Nominated",
-                format!("Pod should schedule on: nodeclaim/{name}"),
-            ));
-        }
-    }
+    nominated(ctx, index, &plan.pods, &format!("nodeclaim/{name}"));
     Ok(Some(name))
 }
 
@@ -334,6 +325,20 @@ pub(crate) async fn create_replacements(
         return Ok(Vec::new());
     }
     create_all(ctx, index, pools, plans, reason).await
+}
+
+/// Karpenter's `Nominated` event on each of `pods`: where it should run.
+fn nominated(ctx: &Context, index: &Index, pods: &[sched::PodRef], target: &str) {
+    for pod in pods {
+        if let Some(object) = index.pods.get(&pod.namespace, &pod.name) {
+            ctx.recorder.emit(Event::new(
+                object.as_ref(),
+                Kind::Normal,
+                "Nominated",
+                format!("Pod should schedule on: {target}"),
+            ));
+        }
+    }
 }
 
 fn describe_types(shown: &[&str], total: usize) -> String {
@@ -368,16 +373,7 @@ fn nominate_existing(ctx: &Context, index: &Index, placements: &[sched::NodePlac
         } else {
             format!("nodeclaim/{}", placement.node)
         };
-        for pod in &placement.pods {
-            if let Some(object) = index.pods.get(&pod.namespace, &pod.name) {
-                ctx.recorder.emit(Event::new(
-                    object.as_ref(),
-                    Kind::Normal,
-                    "Nominated",
-                    format!("Pod should schedule on: {target}"),
-                ));
-            }
-        }
+        nominated(ctx, index, &placement.pods, &target);
     }
 }
 
