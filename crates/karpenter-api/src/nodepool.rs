@@ -157,7 +157,13 @@ impl NodePool {
     /// being deleted, and not static (a static pool's own controller keeps
     /// it at `replicas`; it takes no pending pods).
     pub fn provisions(&self) -> bool {
-        self.is_ready() && self.metadata.deletion_timestamp.is_none() && !self.spec.is_static()
+        self.is_ready() && self.takes_pending_pods()
+    }
+
+    /// Whether the NodePool may take pending pods at all, ready or not: it
+    /// is not being deleted and not static.
+    pub fn takes_pending_pods(&self) -> bool {
+        self.metadata.deletion_timestamp.is_none() && !self.spec.is_static()
     }
 
     /// The dependents of the `Ready` condition, as the nodepool controller

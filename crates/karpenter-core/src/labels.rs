@@ -169,7 +169,7 @@ pub fn in_domain(domain: &str, suffix: &str) -> bool {
 
 /// Whether `key` lies in one of `restricted_domains` (or is [`RESTRICTED_LABELS`]) and not in a
 /// [`LABEL_DOMAIN_EXCEPTIONS`] sub-domain. Well-known labels are the caller's to exempt.
-pub fn in_restricted_domain(key: &str, restricted_domains: &[&str]) -> bool {
+pub fn in_restricted_domain<D: AsRef<str>>(key: &str, restricted_domains: &[D]) -> bool {
     if RESTRICTED_LABELS.contains(&key) {
         return true;
     }
@@ -182,7 +182,7 @@ pub fn in_restricted_domain(key: &str, restricted_domains: &[&str]) -> bool {
     }
     restricted_domains
         .iter()
-        .any(|restricted| in_domain(domain, restricted))
+        .any(|restricted| in_domain(domain, restricted.as_ref()))
 }
 
 /// The label-domain rules of a cluster: Kubernetes' and Karpenter's
@@ -242,8 +242,12 @@ impl LabelRules {
     /// labels (the provider or kubelet sets those), labels in restricted
     /// domains, and [`RESTRICTED_LABELS`].
     pub fn is_restricted_node_label(&self, key: &str) -> bool {
-        let domains: Vec<&str> = self.restricted_domains.iter().map(String::as_str).collect();
-        self.is_well_known(key) || in_restricted_domain(key, &domains)
+        self.is_well_known(key) || self.in_restricted_domain(key)
+    }
+
+    /// [`in_restricted_domain`] over these rules' domains.
+    fn in_restricted_domain(&self, key: &str) -> bool {
+        in_restricted_domain(key, &self.restricted_domains)
     }
 
     /// Checks that a user may use `key` as a NodePool label or requirement key.
@@ -251,7 +255,7 @@ impl LabelRules {
     /// # Errors
     /// Returns [`RestrictedLabelError`] for keys in restricted domains that are not well known.
     pub fn check_allowed(&self, key: &str) -> Result<(), RestrictedLabelError> {
-        if self.is_well_known(key) || !self.is_restricted_node_label(key) {
+        if self.is_well_known(key) || !self.in_restricted_domain(key) {
             Ok(())
         } else {
             Err(RestrictedLabelError {

@@ -224,16 +224,16 @@ pub(crate) fn node_claim(
         .map_err(error)?
         .map(|r| r.quantities)
         .unwrap_or_default();
+    let claimed = Claimed {
+        claim,
+        labels: &claim_labels,
+        creation,
+        initialized: claim_initialized,
+        expected_allocatable: &expected_allocatable,
+        disruption,
+    };
     if let Some(i) = existing {
         let node = &mut built.snapshot.nodes[i];
-        let claimed = Claimed {
-            claim,
-            labels: &claim_labels,
-            creation,
-            initialized: claim_initialized,
-            expected_allocatable: &expected_allocatable,
-            disruption,
-        };
         merge_claim(node, claimed);
         let pool = node.node_pool.clone();
         return Ok(pool_expiry(i, &pool));
@@ -246,14 +246,6 @@ pub(crate) fn node_claim(
     }
     let node_pool = label(&claim_labels, labels::NODE_POOL);
     let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
-    let claimed = Claimed {
-        claim,
-        labels: &claim_labels,
-        creation,
-        initialized: claim_initialized,
-        expected_allocatable: &expected_allocatable,
-        disruption,
-    };
     let state = in_flight_node(name.clone(), provider_id, claimed).map_err(error)?;
     nodes.add(built, source.id, state)?;
     Ok(expiry)

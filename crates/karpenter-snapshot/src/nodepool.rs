@@ -129,10 +129,7 @@ fn provisions(pool: &NodePool, classes: &NodeClasses, mode: Mode) -> bool {
                 .condition(karpenter_api::CONDITION_READY)
                 .is_some_and(|c| c.status == karpenter_api::ConditionStatus::False);
             let class_ready = !served || classes.ready.get(&class.name).copied().unwrap_or(true);
-            !said_not_ready
-                && class_ready
-                && pool.metadata.deletion_timestamp.is_none()
-                && !pool.spec.is_static()
+            !said_not_ready && class_ready && pool.takes_pending_pods()
         }
     }
 }

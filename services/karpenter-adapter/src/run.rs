@@ -292,9 +292,14 @@ async fn lead(
         None
     };
     metrics.leader.set(1);
+    let label_rules = karpenter_core::labels::LabelRules::neutral().with_provider(
+        info.restricted_label_domains.iter().map(String::as_str),
+        info.well_known_labels.iter().map(String::as_str),
+    );
     let ctx = Context {
         client: client.clone(),
         clients,
+        label_rules: Arc::new(label_rules),
         info: Arc::new(info),
         node_class,
         settings: Arc::new(settings.clone()),

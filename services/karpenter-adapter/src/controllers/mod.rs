@@ -36,6 +36,10 @@ pub struct Context {
     pub clients: Clients,
     /// The provider's `Info`: its node-class kind, labels, hash keys.
     pub info: Arc<pv::InfoResponse>,
+    /// The cluster's label-domain rules: Kubernetes' and Karpenter's, with
+    /// the domains and well-known labels the provider announced (built once
+    /// from `info`).
+    pub label_rules: Arc<karpenter_core::labels::LabelRules>,
     pub node_class: ApiResource,
     pub settings: Arc<Settings>,
     pub recorder: Recorder,
@@ -112,18 +116,6 @@ impl Context {
     /// the kind the provider serves).
     pub fn manages_pool(&self, pool: &karpenter_api::NodePool) -> bool {
         self.serves(&pool.spec.template.spec.node_class_ref)
-    }
-
-    /// The cluster's label-domain rules: Kubernetes' and Karpenter's, with
-    /// the domains and well-known labels the provider announced.
-    pub fn label_rules(&self) -> karpenter_core::labels::LabelRules {
-        karpenter_core::labels::LabelRules::neutral().with_provider(
-            self.info
-                .restricted_label_domains
-                .iter()
-                .map(String::as_str),
-            self.info.well_known_labels.iter().map(String::as_str),
-        )
     }
 
     /// Whether the provider serves the node class kind `class` refers to.

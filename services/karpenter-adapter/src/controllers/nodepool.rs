@@ -164,7 +164,7 @@ impl Reconciler for NodePools {
         let status = next.status.get_or_insert_with(Default::default);
         let mut conditions =
             Conditions::new(&mut status.conditions, generation, created, POOL_CONDITIONS);
-        let readiness = stored.readiness(class, &self.ctx.label_rules());
+        let readiness = stored.readiness(class, &self.ctx.label_rules);
         match readiness.validation {
             Ok(()) => conditions.set_true(CONDITION_VALIDATION_SUCCEEDED),
             Err(message) => conditions.set_false(

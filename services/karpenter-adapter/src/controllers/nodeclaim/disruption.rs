@@ -21,7 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use karpenter_api::nodeclaim::{
     CONDITION_CONSOLIDATABLE, CONDITION_DRIFTED, CONDITION_INITIALIZED,
 };
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{ConditionsExt as _, NodeClaim, NodePool};
 use karpenter_core::consolidation::Consolidatable;
 use karpenter_core::labels;
 use karpenter_core::requirements::{NoneWellKnown, Requirements};
@@ -82,10 +82,8 @@ pub fn requirements_drift(pool: &NodePool, claim: &NodeClaim) -> bool {
 pub fn consolidatable(pool: &NodePool, claim: &NodeClaim) -> Consolidatable {
     let initialized_at = claim
         .conditions()
-        .iter()
-        .find(|c| {
-            c.type_ == CONDITION_INITIALIZED && c.status == karpenter_api::ConditionStatus::True
-        })
+        .condition(CONDITION_INITIALIZED)
+        .filter(|c| c.status == karpenter_api::ConditionStatus::True)
         .map(|c| c.last_transition_time.0.as_second());
     let last_pod_event_at = claim
         .status
