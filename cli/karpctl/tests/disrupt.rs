@@ -213,13 +213,20 @@ fn expiration_from_expire_after_or_the_pool() {
 }
 
 #[test]
-fn do_not_disrupt_on_node_claim_or_pod() {
+fn do_not_disrupt_on_node_unregistered_claim_or_pod() {
     let dnd = "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
     let mut yaml = POOL.to_string();
     yaml += &plain_node("on-node", dnd, "");
     yaml += &claim("on-node", "", "", "");
     yaml += &plain_node("on-claim", "", "");
     yaml += &claim("on-claim", "", dnd, "");
+    // Not registered yet: the claim's annotation still decides.
+    yaml += &plain_node(
+        "on-claim-unregistered",
+        "",
+        "spec:\n  taints: [{key: karpenter.sh/unregistered, effect: NoExecute}]",
+    );
+    yaml += &claim("on-claim-unregistered", "", dnd, "");
     yaml += &plain_node("neither", "", "");
     yaml += &claim("neither", "", "", "");
     yaml += &plain_node(
@@ -247,7 +254,11 @@ status: {phase: Running}
 "#;
     let s = snapshot_of(&yaml);
     assert!(disruption(node(&s, "on-node")).do_not_disrupt);
-    assert!(disruption(node(&s, "on-claim")).do_not_disrupt);
+    // Karpenter's StateNode: once the Node is registered its annotations
+    // decide, so a claim's copy of the pool template's annotation does not
+    // keep the node after `kubectl annotate node ... do-not-disrupt-`.
+    assert!(!disruption(node(&s, "on-claim")).do_not_disrupt);
+    assert!(disruption(node(&s, "on-claim-unregistered")).do_not_disrupt);
     assert!(!disruption(node(&s, "neither")).do_not_disrupt);
     assert!(!disruption(node(&s, "false-value")).do_not_disrupt);
     let pod = &node(&s, "neither").pods[0];
@@ -270,7 +281,8 @@ fn conditions_taints_and_deletion() {
         r#"  conditions:
   - {type: Drifted, status: "True", reason: NodePoolDrifted, lastTransitionTime: "2024-05-01T05:00:00Z"}
   - {type: Initialized, status: "True", lastTransitionTime: "2024-05-01T00:02:00Z"}
-  - {type: Consolidatable, status: "False", lastTransitionTime: "2024-05-01T00:02:00Z"}"#,
+  - {type: Consolidatable, status: "False", lastTransitionTime: "2024-05-01T00:02:00Z"}
+  - {type: InstanceTerminating, status: "True", lastTransitionTime: "2024-05-02T00:01:00Z"}"#,
     );
     // Not initialized according to the claim; NotReady; being disrupted.
     yaml += &plain_node(
@@ -316,12 +328,17 @@ status:
         "deletionTimestamp on the claim"
     );
     assert!(drifted.initialized && !d.node_not_ready);
+    assert!(
+        d.instance_terminating,
+        "InstanceTerminating=True on the claim"
+    );
 
     let starting = node(&s, "starting");
     let d = disruption(starting);
     assert!(!starting.initialized, "Initialized=False on the claim");
     assert!(d.node_not_ready && d.disrupting);
     assert!(d.drifted_reason.is_empty() && d.initialized_time.is_none());
+    assert!(!d.instance_terminating);
 
     let labelled = node(&s, "labelled");
     assert!(labelled.initialized && !disruption(labelled).node_not_ready);

@@ -31,6 +31,10 @@ pub const CONDITION_CONSOLIDATABLE: &str = "Consolidatable";
 pub const CONDITION_DRIFTED: &str = "Drifted";
 /// NodeClaim condition: the NodeClaim is being terminated.
 pub const CONDITION_TERMINATING: &str = "Terminating";
+/// NodeClaim condition: the node is drained and the cloud provider was told
+/// to delete its instance; the node no longer counts toward disruption
+/// budgets.
+pub const CONDITION_INSTANCE_TERMINATING: &str = "InstanceTerminating";
 /// NodeClaim condition: the Node and the NodeClaim agree with each other.
 pub const CONDITION_CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
 /// Why a disruption command took the claim (`Underutilized`, `Empty`,

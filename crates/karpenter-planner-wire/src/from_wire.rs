@@ -522,6 +522,7 @@ fn disruption_state(state: Option<&sched::NodeClaimDisruptionState>) -> Disrupti
         termination_grace_period: duration(state.termination_grace_period.as_ref()),
         initialized_seconds: at(&state.initialized_time),
         drifted_seconds: at(&state.drifted_time),
+        instance_terminating: state.instance_terminating,
     }
 }
 

@@ -537,6 +537,7 @@ fn a_nodes_labels_name_its_host_and_pool_and_its_disruption_state_reaches_the_mo
             }),
             initialized_time: at(14),
             drifted_time: at(15),
+            instance_terminating: true,
         }),
         ..Default::default()
     }];
@@ -563,7 +564,12 @@ fn a_nodes_labels_name_its_host_and_pool_and_its_disruption_state_reaches_the_mo
     let d = &node.disruption;
     assert_eq!(d.drifted_reason, "NodePoolDrifted");
     assert!(
-        d.consolidatable && d.do_not_disrupt && d.disrupting && d.node_not_ready && d.nominated
+        d.consolidatable
+            && d.do_not_disrupt
+            && d.disrupting
+            && d.node_not_ready
+            && d.nominated
+            && d.instance_terminating
     );
     assert_eq!(
         (

@@ -298,7 +298,7 @@ pub struct DisruptionState {
     pub consolidatable: bool,
     /// `status.lastPodEventTime`.
     pub last_pod_event_seconds: Option<i64>,
-    /// `karpenter.sh/do-not-disrupt` on the node or its claim.
+    /// `karpenter.sh/do-not-disrupt`: the Node's once registered, the claim's before.
     pub do_not_disrupt: bool,
     /// When the claim expires; `None`: never.
     pub expiration_seconds: Option<i64>,
@@ -316,6 +316,8 @@ pub struct DisruptionState {
     pub initialized_seconds: Option<i64>,
     /// When the Drifted condition became true.
     pub drifted_seconds: Option<i64>,
+    /// The claim's InstanceTerminating condition is True.
+    pub instance_terminating: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -205,6 +205,25 @@ fn nodes_already_disrupting_count_against_the_budget() {
     assert_eq!(disrupted(&plan), vec!["n1", "n2"]);
 }
 
+/// Karpenter: "should not consider nodes that have the terminating status
+/// condition as part of disruption count". A node whose instance is already
+/// being deleted (InstanceTerminating) neither counts toward the pool's
+/// total nor consumes its budget.
+#[test]
+fn nodes_whose_instance_is_terminating_do_not_count_toward_the_budget() {
+    let mut nodes: Vec<_> = (0..5)
+        .map(|i| managed(&format!("n{i}"), "medium", "on-demand", ZONES[i % 3]))
+        .collect();
+    nodes[0].marked_for_deletion = true;
+    nodes[0].disruption.instance_terminating = true;
+    let mut cluster = cluster(nodes);
+    cluster.pool().budgets = vec![budget("1")];
+    assert_eq!(disrupted(&cluster.plan()).len(), 1);
+    // Without the condition, the node being deleted uses the one disruption.
+    cluster.nodes[0].disruption.instance_terminating = false;
+    assert!(cluster.plan().commands.is_empty());
+}
+
 #[test]
 fn budget_windows_and_reasons_apply() {
     let nodes: Vec<_> = (0..4)

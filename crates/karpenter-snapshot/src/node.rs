@@ -296,8 +296,15 @@ fn merge_claim(node: &mut sched::StateNode, claimed: Claimed<'_>) {
     }
     node.marked_for_deletion |= claim.metadata.deletion_timestamp.is_some();
     let from_node = node.disruption.take().unwrap_or_default();
+    // Karpenter reads do-not-disrupt from the NodeClaim only until its Node
+    // registers; after that the Node's annotation decides, so removing it
+    // from the Node unblocks the node even if the claim still carries it.
     node.disruption = Some(sched::NodeClaimDisruptionState {
-        do_not_disrupt: claimed.disruption.do_not_disrupt || from_node.do_not_disrupt,
+        do_not_disrupt: if node.registered {
+            from_node.do_not_disrupt
+        } else {
+            claimed.disruption.do_not_disrupt
+        },
         disrupting: from_node.disrupting,
         node_not_ready: from_node.node_not_ready,
         ..claimed.disruption
@@ -401,6 +408,8 @@ fn disruption_state(
         disrupting: false,
         node_not_ready: false,
         nominated: false,
+        instance_terminating: conditions
+            .is_true(karpenter_api::nodeclaim::CONDITION_INSTANCE_TERMINATING),
         termination_grace_period: claim
             .spec
             .termination_grace_period

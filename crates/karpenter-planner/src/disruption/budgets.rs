@@ -18,10 +18,15 @@ fn budget_active(budget: &crate::model::Budget, now: i64) -> bool {
 pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
     let mut mapping = HashMap::new();
     for (pool_index, pool) in cluster.node_pools.iter().enumerate() {
+        // Only initialized nodes count (a node still starting would round a
+        // percentage up against the nodes already serving), and not those
+        // whose instance is already being deleted.
         let nodes: Vec<&StateNode> = cluster
             .nodes
             .iter()
-            .filter(|n| n.node_pool == pool.name && n.initialized)
+            .filter(|n| {
+                n.node_pool == pool.name && n.initialized && !n.disruption.instance_terminating
+            })
             .collect();
         let total = nodes.len() as i64;
         let disrupting = nodes

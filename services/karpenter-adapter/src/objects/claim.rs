@@ -291,9 +291,6 @@ pub const CLAIM_CONDITIONS: &[&str] = &[
     CONDITION_INITIALIZED,
 ];
 
-/// The condition set while the instance is being terminated.
-pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
-
 /// The time by which every pod of the claim's node is deleted, as written
 /// in the claim's annotation (RFC 3339).
 pub fn termination_deadline(claim: &NodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {

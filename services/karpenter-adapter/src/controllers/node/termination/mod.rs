@@ -208,7 +208,7 @@ async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Resu
         return Ok(None);
     }
     let gone = ctx.clients.terminate_instance(&provider_id).await?;
-    claim_conditions(claim).set_true(crate::objects::claim::INSTANCE_TERMINATING);
+    claim_conditions(claim).set_true(karpenter_api::nodeclaim::CONDITION_INSTANCE_TERMINATING);
     Ok((!gone).then_some(INSTANCE_GONE_POLL))
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use karpenter_api::NodeClaim;
-use karpenter_api::nodeclaim::CONDITION_REGISTERED;
+use karpenter_api::nodeclaim::{CONDITION_INSTANCE_TERMINATING, CONDITION_REGISTERED};
 use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -15,7 +15,7 @@ use crate::controllers::{Context, Requeue};
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
 use crate::metrics::TerminatedLabels;
-use crate::objects::claim::{INSTANCE_TERMINATING, claim_conditions};
+use crate::objects::claim::claim_conditions;
 use crate::objects::finalizers;
 use crate::objects::patch;
 use crate::state::index::Index;
@@ -51,7 +51,7 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
         let gone = ctx.clients.terminate_instance(&provider_id).await?;
         if !gone {
             let before = claim.status.clone();
-            claim_conditions(&mut claim).set_true(INSTANCE_TERMINATING);
+            claim_conditions(&mut claim).set_true(CONDITION_INSTANCE_TERMINATING);
             if claim.status != before {
                 let status = serde_json::to_value(&claim.status)
                     .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
