@@ -9,6 +9,7 @@ mod support;
 use karpenter_planner::cron::Cron;
 use karpenter_planner::disruption::{Command, DisruptionPlan, Method, Reason};
 use karpenter_planner::model::{Budget, InstanceType, NodePool, Pod, StateNode};
+use karpenter_planner::solve::MinValuesPolicy;
 use std::time::Duration;
 use support::*;
 
@@ -222,6 +223,46 @@ fn nodes_whose_instance_is_terminating_do_not_count_toward_the_budget() {
     // Without the condition, the node being deleted uses the one disruption.
     cluster.nodes[0].disruption.instance_terminating = false;
     assert!(cluster.plan().commands.is_empty());
+}
+
+/// Karpenter: "should not consolidate a node by relaxing min values when
+/// policy is set to BestEffort". BestEffort relaxes minValues when
+/// provisioning for pending pods; a consolidation replacement must still
+/// meet them once filtered by price, so the node stays.
+#[test]
+fn best_effort_min_values_are_not_relaxed_for_a_consolidation_replacement() {
+    let mut cluster = cluster(vec![on(
+        managed("n", "xlarge", "on-demand", ZONES[0]),
+        vec![running("p", "n", 1000)],
+    )]);
+    // Two instance types left where the pool asks for three; spot costs
+    // what on-demand does, as in Karpenter's fake cloud provider, so the
+    // node's own type is no cheaper replacement.
+    cluster
+        .instance_types
+        .retain(|it| it.name == "small" || it.name == "xlarge");
+    for it in &mut cluster.instance_types {
+        let on_demand = it
+            .offerings
+            .iter()
+            .find(|o| o.capacity_type == "on-demand")
+            .map_or(0.0, |o| o.price);
+        for offering in &mut it.offerings {
+            offering.price = on_demand;
+        }
+    }
+    let all = ["small", "medium", "large", "xlarge"];
+    *cluster.pool() = np("np").require(min_values(in_(INSTANCE_TYPE, &all), 3));
+    cluster.options.min_values_policy = MinValuesPolicy::BestEffort;
+    // Karpenter: "Filtering by price: minValues requirement is not met";
+    // the planner's consolidation reasons are not in the plan's `blocked`
+    // (that lists what protects a node), so only the outcome is checked.
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+    // Provisioning the same pod on an empty cluster relaxes them.
+    cluster.nodes.clear();
+    let outcome = cluster.solve(vec![pod("q").cpu(1000)]);
+    assert!(outcome.claim_of("q").is_some_and(|c| c.min_values_relaxed));
 }
 
 #[test]
@@ -560,6 +601,112 @@ fn spot_to_spot_needs_the_feature_gate_and_fifteen_cheaper_options() {
     cluster.disruption.spot_to_spot = true;
     // Only three cheaper types exist.
     assert!(cluster.plan().commands.is_empty());
+}
+
+/// Karpenter: "Consolidation should fail if filterByPrice breaks the
+/// minimum requirement from the NodePools", both entries (spot-to-spot and
+/// on-demand): 15 cheaper types are enough for spot-to-spot, but the pool
+/// asks for 16 distinct instance types.
+#[test]
+fn consolidation_fails_when_filtering_by_price_breaks_min_values() {
+    let price = |i: usize| 0.1 + 0.01 * i as f64;
+    // Spot costs what on-demand does, as in Karpenter's fake provider.
+    let types: Vec<InstanceType> = (0..18)
+        .map(|i| {
+            let mut t = it(&format!("t{i:02}"), 4000, 8 * GI, price(i));
+            for offering in &mut t.offerings {
+                offering.price = price(i);
+            }
+            t
+        })
+        .collect();
+    for capacity_type in ["spot", "on-demand"] {
+        let mut candidate = node(
+            "n",
+            &[
+                (INSTANCE_TYPE, "t15"),
+                (ZONE, ZONES[0]),
+                (CAPACITY_TYPE, capacity_type),
+                (ARCH, "amd64"),
+                (OS, "linux"),
+            ],
+            types[15].capacity.clone(),
+        )
+        .in_pool("np");
+        candidate.node_claim_name = "n-claim".into();
+        candidate.price = price(15);
+        candidate.creation_seconds = NOW - 86_400;
+        candidate.disruption.consolidatable = true;
+        let mut cluster = cluster(vec![on(candidate, vec![running("p", "n", 1000)])]);
+        cluster.instance_types = types.clone();
+        cluster.disruption.spot_to_spot = true;
+        let exists = req(INSTANCE_TYPE, Operator::Exists, &[]);
+        *cluster.pool() = np("np").require(min_values(exists.clone(), 16));
+        assert!(
+            cluster.plan().commands.is_empty(),
+            "{capacity_type}: 15 cheaper types cannot meet minValues 16"
+        );
+        // With minValues 15 the same node is replaced.
+        *cluster.pool() = np("np").require(min_values(exists, 15));
+        assert_eq!(
+            disrupted(&cluster.plan()),
+            vec!["n"],
+            "{capacity_type}: minValues 15 is met"
+        );
+    }
+}
+
+/// Karpenter: "spot to spot consolidation should consider the max of
+/// default and minimum number of instanceTypeOptions from minValues in
+/// requirement for truncation if minimum number of instanceTypeOptions from
+/// minValues in requirement is greater than 15".
+#[test]
+fn spot_to_spot_keeps_as_many_cheapest_types_as_min_values_need() {
+    let mut price: Vec<f64> = (0..18).map(|i| 1.0 + 0.1 * i as f64).collect();
+    // A type past the first fifteen is the cheapest of all.
+    price[16] = 0.001;
+    let types: Vec<InstanceType> = (0..18)
+        .map(|i| {
+            let mut t = it(&format!("t{i:02}"), 4000, 8 * GI, price[i]);
+            for offering in &mut t.offerings {
+                offering.price = price[i];
+            }
+            t
+        })
+        .collect();
+    let mut candidate = node(
+        "n",
+        &[
+            (INSTANCE_TYPE, "t17"),
+            (ZONE, ZONES[0]),
+            (CAPACITY_TYPE, "spot"),
+            (ARCH, "amd64"),
+            (OS, "linux"),
+        ],
+        types[17].capacity.clone(),
+    )
+    .in_pool("np");
+    candidate.node_claim_name = "n-claim".into();
+    candidate.price = price[17];
+    candidate.creation_seconds = NOW - 86_400;
+    candidate.disruption.consolidatable = true;
+    let mut cluster = cluster(vec![on(candidate, vec![running("p", "n", 1000)])]);
+    cluster.instance_types = types;
+    cluster.disruption.spot_to_spot = true;
+    let exists = req(INSTANCE_TYPE, Operator::Exists, &[]);
+    *cluster.pool() = np("np").require(min_values(exists, 16));
+    let plan = cluster.plan();
+    assert_eq!(disrupted(&plan), vec!["n"]);
+    let replacement = &plan.commands[0].replacements[0];
+    let mut options = replacement.instance_types.clone();
+    options.sort();
+    let mut cheapest: Vec<String> = (0..16).map(|i| format!("t{i:02}")).collect();
+    cheapest[15] = "t16".into();
+    cheapest.sort();
+    assert_eq!(options, cheapest, "the sixteen cheapest, t16 among them");
+    let launched = replacement.requirements.get(INSTANCE_TYPE).expect("types");
+    assert_eq!(launched.values().len(), 16);
+    assert_eq!(launched.min_values(), Some(16));
 }
 
 // --- multi-node ------------------------------------------------------------------------------

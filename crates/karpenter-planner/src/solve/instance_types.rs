@@ -22,7 +22,7 @@ pub(super) struct Filtered {
 
 /// The keys whose minValues `options` cannot meet, with how many distinct
 /// values they do offer.
-pub(super) fn min_values_shortfall(
+pub(crate) fn min_values_shortfall(
     catalog: &[InstanceType],
     options: &[usize],
     requirements: &Requirements,
@@ -46,6 +46,46 @@ pub(super) fn min_values_shortfall(
         }
     }
     shortfall
+}
+
+/// How many of `options`, taken in order, it takes to meet every minValues
+/// of `requirements`: 0 without minValues, all of them when they never do.
+pub(crate) fn min_values_prefix(
+    catalog: &[InstanceType],
+    options: &[usize],
+    requirements: &Requirements,
+) -> usize {
+    let wanted: Vec<(&str, usize)> = requirements
+        .iter()
+        .filter_map(|r| Some((r.key(), r.min_values()?)))
+        .collect();
+    if wanted.is_empty() {
+        return 0;
+    }
+    let mut seen: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); wanted.len()];
+    for (position, index) in options.iter().enumerate() {
+        for ((key, _), values) in wanted.iter().zip(&mut seen) {
+            if let Some(own) = catalog[*index].requirements.get(key) {
+                values.extend(own.values().iter().map(String::as_str));
+            }
+        }
+        if wanted
+            .iter()
+            .zip(&seen)
+            .all(|((_, min), v)| v.len() >= *min)
+        {
+            return position + 1;
+        }
+    }
+    options.len()
+}
+
+/// Karpenter's words for a minValues shortfall, naming the keys.
+pub(crate) fn min_values_not_met(shortfall: &BTreeMap<String, usize>) -> String {
+    format!(
+        "minValues requirement is not met for label(s) (label(s)=[{}])",
+        shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
+    )
 }
 
 /// What the instance types are checked against.
@@ -130,10 +170,7 @@ pub(super) fn filter_instance_types(
             if input.relax_min_values {
                 relaxed_min_values = shortfall;
             } else {
-                min_values_error = Some(format!(
-                    "minValues requirement is not met for label(s) (label(s)=[{}])",
-                    shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
-                ));
+                min_values_error = Some(min_values_not_met(&shortfall));
                 remaining = Cow::Owned(Vec::new());
             }
         }

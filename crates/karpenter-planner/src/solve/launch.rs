@@ -9,7 +9,7 @@ use crate::model::{InstanceType, OfferingFilter};
 use crate::requirements::Requirement;
 
 use super::claims::Claim;
-use super::instance_types::min_values_shortfall;
+use super::instance_types::{min_values_not_met, min_values_shortfall};
 use super::scheduler::Scheduler;
 use super::{Cheapest, MAX_INSTANCE_TYPES, MinValuesPolicy, Options, PlannedClaim};
 
@@ -156,8 +156,8 @@ pub(super) fn finalize(
         let shortfall = min_values_shortfall(catalog, &chosen, &requirements);
         if !shortfall.is_empty() {
             return Err(format!(
-                "validating minValues, minValues requirement is not met for label(s) (label(s)=[{}])",
-                shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
+                "validating minValues, {}",
+                min_values_not_met(&shortfall)
             ));
         }
     }

@@ -40,6 +40,7 @@ use crate::taints::Taint;
 
 // Disruption simulates many runs on one snapshot through these.
 pub use existing::ClosedNodes;
+pub(crate) use instance_types::{min_values_not_met, min_values_prefix, min_values_shortfall};
 pub use prepared::Prepared;
 
 /// Karpenter's cap on the instance types a launch carries.

@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 use crate::labels;
 use crate::model::{Cluster, InstanceType, OfferingFilter, Reason};
 use crate::requirements::{Requirement, Requirements};
-use crate::solve::{Cheapest, ClosedNodes, PlannedClaim, Prepared};
+use crate::solve::{
+    Cheapest, ClosedNodes, PlannedClaim, Prepared, min_values_not_met, min_values_prefix,
+    min_values_shortfall,
+};
 
 use super::candidates::{Candidate, closed_nodes};
 use super::simulate::{candidate_pods, move_pods};
@@ -182,15 +185,61 @@ fn cheaper_claim(
     let Some(mut replacement) = restrict_claim(cluster, claim, also, cheaper) else {
         return Err("Can't replace with a cheaper node".to_owned());
     };
+    // The cheaper options must still meet the claim's minValues (relaxed
+    // ones included: BestEffort lowers them to what the options offered
+    // when provisioning, never below that for a replacement).
+    let shortfall = shortfall_of(cluster, &replacement, &claim.requirements);
+    if !shortfall.is_empty() {
+        return Err(format!(
+            "Filtering by price: {}",
+            min_values_not_met(&shortfall)
+        ));
+    }
     if method == Method::MultiNodeConsolidation {
         replacement = without_candidate_types(cluster, candidates, replacement)?;
     }
     Ok(replacement)
 }
 
+/// The claim's pool catalog and its options' places in it, in the claim's
+/// order.
+fn claim_options<'c>(
+    cluster: &'c Cluster,
+    claim: &PlannedClaim,
+) -> (&'c [InstanceType], Vec<usize>) {
+    let Some(catalog) = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)
+        .and_then(|pool| cluster.catalogs.get(pool.catalog))
+    else {
+        return (&[], Vec::new());
+    };
+    let options = claim
+        .instance_types
+        .iter()
+        .filter_map(|name| catalog.iter().position(|it| &it.name == name))
+        .collect();
+    (catalog, options)
+}
+
+/// The minValues of `requirements` that `claim`'s options do not meet.
+fn shortfall_of(
+    cluster: &Cluster,
+    claim: &PlannedClaim,
+    requirements: &Requirements,
+) -> BTreeMap<String, usize> {
+    if !requirements.has_min_values() {
+        return BTreeMap::new();
+    }
+    let (catalog, options) = claim_options(cluster, claim);
+    min_values_shortfall(catalog, &options, requirements)
+}
+
 /// The replacement of spot candidates by spot: only options cheaper than
 /// the candidates and, for a single node, at least
-/// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many (Karpenter's
+/// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many, or to as many of
+/// the cheapest as the claim's minValues need when that is more (Karpenter's
 /// guard against churning from one spot type to the next).
 fn spot_to_spot(
     cluster: &Cluster,
@@ -215,9 +264,11 @@ fn spot_to_spot(
                 replacement.instance_types.len()
             ));
         }
+        let (catalog, options) = claim_options(cluster, &replacement);
+        let needed = min_values_prefix(catalog, &options, &claim.requirements);
         replacement
             .instance_types
-            .truncate(MIN_SPOT_TO_SPOT_OPTIONS);
+            .truncate(MIN_SPOT_TO_SPOT_OPTIONS.max(needed));
         let kept: Vec<&str> = replacement
             .instance_types
             .iter()
