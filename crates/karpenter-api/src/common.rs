@@ -18,14 +18,23 @@ use crate::schema::{self, patterns, rule};
 /// Resource name to quantity, e.g. `{"cpu": "2", "memory": "4Gi"}`.
 pub type ResourceList = BTreeMap<String, Quantity>;
 
+// The two helpers below are named short on purpose: together with `default` they fit one
+// `#[serde(...)]` line, which the many optional list and map fields of the API types carry.
+
 /// Deserializes `null` as the type's default, the way Go's JSON decoding treats `null` for
 /// structs, maps and slices (manifests often contain `metadata:` or `labels:` with no value).
-pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Default + Deserialize<'de>,
 {
     Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
+}
+
+/// For `skip_serializing_if`: whether a value is its type's default, i.e. an empty list or map,
+/// which Karpenter's Go types leave out (`omitempty`).
+pub(crate) fn empty<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// The effect of a taint on pods that do not tolerate it.
@@ -219,11 +228,7 @@ pub struct NodeSelectorRequirementWithMinValues {
     pub operator: NodeSelectorOperator,
     /// The values: non-empty for `In`/`NotIn`, empty for `Exists`/`DoesNotExist`, a single
     /// integer for `Gt`/`Lt`.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic", "maxLength" = 63, "pattern" = patterns::LABEL_VALUE))]
     pub values: Vec<String>,
     /// The minimum number of distinct values the scheduler must keep available for this key.
@@ -301,11 +306,7 @@ pub struct NodeSelectorRequirement {
     #[schemars(schema_with = "plain_string")]
     pub operator: NodeSelectorOperator,
     /// The values.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub values: Vec<String>,
 }

@@ -12,7 +12,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::common::{Condition, NodeSelectorRequirement, null_as_default};
+use crate::common::{Condition, NodeSelectorRequirement, empty, nullable};
 use crate::duration::GoDuration;
 use crate::schema::{self, add_rules, patterns, rule};
 
@@ -73,11 +73,7 @@ pub struct EC2NodeClassSpec {
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
     /// Selects the capacity reservations instances may launch into; a reservation matching any
     /// term is eligible.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(length(max = 30), transform = capacity_reservation_terms_rules)]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// Whether instances get a public IP address.
@@ -114,11 +110,7 @@ pub struct EC2NodeClassSpec {
     #[schemars(transform = instance_profile_rules)]
     pub instance_profile: Option<String>,
     /// Tags put on instances, volumes, network interfaces and launch templates.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// Kubelet settings for the nodes (a subset of the kubelet configuration).
@@ -126,11 +118,7 @@ pub struct EC2NodeClassSpec {
     #[schemars(transform = kubelet_rules)]
     pub kubelet: Option<KubeletConfiguration>,
     /// Block devices attached to the instances.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(length(max = 50), transform = block_device_mappings_rules)]
     pub block_device_mappings: Vec<BlockDeviceMapping>,
     /// How instance-store disks are used.
@@ -307,11 +295,7 @@ fn selector_tags_schema(_: &mut SchemaGenerator) -> Schema {
 #[serde(rename_all = "camelCase")]
 pub struct SubnetSelectorTerm {
     /// Tags the subnet must have; `*` matches any value of a key.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The subnet ID.
@@ -328,11 +312,7 @@ pub struct SubnetSelectorTerm {
 #[serde(rename_all = "camelCase")]
 pub struct SecurityGroupSelectorTerm {
     /// Tags the security group must have; `*` matches any value of a key.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The security group ID.
@@ -359,11 +339,7 @@ pub enum InstanceMatchCriteria {
 #[serde(rename_all = "camelCase")]
 pub struct CapacityReservationSelectorTerm {
     /// Tags the reservation must have; `*` matches any value of a key.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The capacity reservation ID.
@@ -390,11 +366,7 @@ pub struct AMISelectorTerm {
     #[schemars(length(max = 30), transform = alias_rules)]
     pub alias: Option<String>,
     /// Tags the AMI must have; `*` matches any value of a key.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The AMI ID.
@@ -528,8 +500,8 @@ pub struct KubeletConfiguration {
     #[serde(
         default,
         rename = "clusterDNS",
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
+        skip_serializing_if = "empty",
+        deserialize_with = "nullable"
     )]
     pub cluster_dns: Vec<String>,
     /// Overrides the maximum number of pods per node.
@@ -541,43 +513,23 @@ pub struct KubeletConfiguration {
     #[schemars(range(min = 0))]
     pub pods_per_core: Option<i32>,
     /// Resources reserved for the OS and system daemons (cpu, memory, ephemeral-storage, pid).
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "system_reserved_schema")]
     pub system_reserved: BTreeMap<String, String>,
     /// Resources reserved for Kubernetes components (cpu, memory, ephemeral-storage, pid).
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "kube_reserved_schema")]
     pub kube_reserved: BTreeMap<String, String>,
     /// Hard eviction thresholds by signal (`memory.available`, `nodefs.available`, ...).
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "eviction_hard_schema")]
     pub eviction_hard: BTreeMap<String, String>,
     /// Soft eviction thresholds by signal; each needs a grace period.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "eviction_soft_schema")]
     pub eviction_soft: BTreeMap<String, String>,
     /// Grace periods of the soft eviction thresholds by signal.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "eviction_soft_grace_period_schema")]
     pub eviction_soft_grace_period: BTreeMap<String, GoDuration>,
     /// The longest grace period (seconds) given to pods evicted for a soft threshold.
@@ -903,42 +855,22 @@ pub enum InstanceStorePolicy {
 #[serde(rename_all = "camelCase")]
 pub struct EC2NodeClassStatus {
     /// The subnets currently selected.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub subnets: Vec<SubnetStatus>,
     /// The security groups currently selected.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub security_groups: Vec<SecurityGroupStatus>,
     /// The capacity reservations currently selected.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub capacity_reservations: Vec<CapacityReservationStatus>,
     /// The AMIs currently selected.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub amis: Vec<AMIStatus>,
     /// The instance profile used for the role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
     /// Health and readiness signals.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub conditions: Vec<Condition>,
 }
 

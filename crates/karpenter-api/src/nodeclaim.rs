@@ -1,7 +1,6 @@
 //! `karpenter.sh/v1` NodeClaim: Karpenter's request for one node, created from a NodePool
 //! template, fulfilled by a cloud provider, and tied to the Node that registers for it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -11,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{
     Condition, ConditionsExt, NodeClassReference, NodeSelectorRequirementWithMinValues,
-    ResourceList, Taint, null_as_default,
+    ResourceList, Taint, empty, nullable,
 };
 use crate::duration::{GoDuration, NillableDuration};
 use crate::nodepool::{default_expire_after, expire_after_or_default};
@@ -122,18 +121,10 @@ pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
 #[schemars(transform = node_claim_spec_rules)]
 pub struct NodeClaimSpec {
     /// Taints put on the node.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub taints: Vec<Taint>,
     /// Taints present when the node starts and expected to be removed soon, usually by a DaemonSet.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub startup_taints: Vec<Taint>,
     /// Constraints on node labels the launched instance must satisfy.
     #[schemars(length(max = 100), transform = node_claim_requirements_rules)]
@@ -242,11 +233,7 @@ impl NodeClaimSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {
     /// The minimum resources the node must have for the NodeClaim's pods.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::resource_list")]
     pub requests: ResourceList,
 }
@@ -276,27 +263,15 @@ pub struct NodeClaimStatus {
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
     /// The estimated full capacity of the node.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::resource_list")]
     pub capacity: ResourceList,
     /// The estimated allocatable capacity of the node.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::resource_list")]
     pub allocatable: ResourceList,
     /// Health and lifecycle signals.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub conditions: Vec<Condition>,
     /// The last time a pod was scheduled to or removed from the node (a pod going terminal or
     /// terminating counts as removed).

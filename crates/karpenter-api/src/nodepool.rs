@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::common::{
     CONDITION_READY, Condition, ConditionsExt, NodeClassReference, NodeSelectorOperator,
-    NodeSelectorRequirementWithMinValues, ResourceList, Taint, null_as_default,
+    NodeSelectorRequirementWithMinValues, ResourceList, Taint, empty, nullable,
 };
 use crate::duration::{GoDuration, NillableDuration};
 use crate::nodeclaim::{NodeClaimSpec, ResourceRequirements, requirements_rules};
@@ -94,16 +94,12 @@ pub struct NodePoolSpec {
     /// narrower than the template, because pod constraints are added to it.
     pub template: NodeClaimTemplate,
     /// When and how fast Karpenter may disrupt (consolidate, expire, replace) this NodePool's nodes.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "nullable")]
     #[schemars(extend("default" = { "consolidateAfter": "0s" }))]
     pub disruption: Disruption,
     /// Upper bounds on the total resources of this NodePool's nodes. On a static NodePool only
     /// `nodes` may be set.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::resource_list")]
     pub limits: ResourceList,
     /// Scheduling priority: NodePools with a higher weight are tried first; an unset weight
@@ -366,7 +362,7 @@ pub struct Disruption {
     #[schemars(extend("pattern" = patterns::DURATION_OR_NEVER))]
     pub consolidate_after: NillableDuration,
     /// Which nodes consolidation may remove or replace. Ignored on static NodePools.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "nullable")]
     pub consolidation_policy: ConsolidationPolicy,
     /// Limits on how many nodes may be disrupted at once. When several budgets are active the
     /// most restrictive one wins; without budgets, one budget of 10% applies.
@@ -484,7 +480,7 @@ pub struct NodeClaimTemplate {
     #[serde(
         default,
         skip_serializing_if = "TemplateMetadata::is_empty",
-        deserialize_with = "null_as_default"
+        deserialize_with = "nullable"
     )]
     pub metadata: TemplateMetadata,
     /// The NodeClaim specification.
@@ -512,19 +508,11 @@ impl NodeClaimTemplate {
 #[serde(rename_all = "camelCase")]
 pub struct TemplateMetadata {
     /// Labels put on every node. Labels in restricted domains are rejected unless well known.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "template_labels_schema")]
     pub labels: BTreeMap<String, String>,
     /// Annotations put on every node.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::string_map")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -550,19 +538,11 @@ fn template_labels_schema(_: &mut SchemaGenerator) -> Schema {
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimTemplateSpec {
     /// Taints put on the nodes.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub taints: Vec<Taint>,
     /// Taints present when a node starts and expected to be removed soon, usually by a DaemonSet.
     /// Pods need not tolerate them for Karpenter to launch nodes for them.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub startup_taints: Vec<Taint>,
     /// Constraints on node labels (instance type, zone, capacity type, ...), combined with the
     /// template labels and the pods' constraints.
@@ -623,11 +603,7 @@ fn node_class_ref_immutability(schema: &mut Schema) {
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolStatus {
     /// The total resources of the nodes this NodePool has launched.
-    #[serde(
-        default,
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "schema::resource_list")]
     pub resources: ResourceList,
     /// The number of nodes of this NodePool.
@@ -639,11 +615,7 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_observed_generation: Option<i64>,
     /// Health and readiness signals.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     pub conditions: Vec<Condition>,
 }
 
