@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod metrics;
+mod middleware;
 mod panics;
 pub mod telemetry;
 mod tls;

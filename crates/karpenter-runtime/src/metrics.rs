@@ -1,10 +1,7 @@
 //! Prometheus metrics: a registry the service adds its own metrics to, and a
 //! tower layer that counts every gRPC call and times it.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::middleware::{Inner, Middleware, ResponseFuture, layer};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
@@ -142,41 +141,17 @@ impl GrpcMetricsLayer {
     }
 }
 
-impl<S> tower::Layer<S> for GrpcMetricsLayer {
-    type Service = GrpcMetricsService<S>;
+layer!(GrpcMetricsLayer);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        GrpcMetricsService {
-            inner,
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct GrpcMetricsService<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S, B, ResBody> tower::Service<http::Request<B>> for GrpcMetricsService<S>
+impl<S, B, ResBody> Middleware<S, B> for GrpcMetricsLayer
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
+    S: Inner<B, Response = http::Response<ResBody>>,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&self, inner: &mut S, request: http::Request<B>) -> ResponseFuture<S, B> {
         let method = request.uri().path().to_owned();
         let metrics = self.metrics.clone();
         let started = Instant::now();
-        let future = self.inner.call(request);
+        let future = inner.call(request);
         Box::pin(async move {
             let result = future.await;
             let code = match &result {

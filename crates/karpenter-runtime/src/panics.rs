@@ -2,15 +2,13 @@
 //! answer for that one call: the panic is logged and counted, the
 //! connection and the server go on serving.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use futures_util::FutureExt as _;
 
 use crate::metrics::Metrics;
+use crate::middleware::{Inner, Middleware, ResponseFuture, layer};
 
 #[derive(Clone)]
 pub struct CatchPanicLayer {
@@ -23,22 +21,7 @@ impl CatchPanicLayer {
     }
 }
 
-impl<S> tower::Layer<S> for CatchPanicLayer {
-    type Service = CatchPanic<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        CatchPanic {
-            inner,
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct CatchPanic<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
+layer!(CatchPanicLayer);
 
 /// The panic's message, when it is text.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
@@ -49,25 +32,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-impl<S, B, ResBody> tower::Service<http::Request<B>> for CatchPanic<S>
+impl<S, B, ResBody> Middleware<S, B> for CatchPanicLayer
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
+    S: Inner<B, Response = http::Response<ResBody>>,
     ResBody: Default,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&self, inner: &mut S, request: http::Request<B>) -> ResponseFuture<S, B> {
         let method = request.uri().path().to_owned();
         let metrics = self.metrics.clone();
         // A handler may panic while building its future, too.
-        let future = match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+        let future = match std::panic::catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
             Ok(future) => future,
             Err(payload) => {
                 let message = panic_message(payload.as_ref()).to_owned();

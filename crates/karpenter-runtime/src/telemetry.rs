@@ -17,10 +17,7 @@
 //! (`OTEL_BSP_SCHEDULE_DELAY`, `OTEL_EXPORTER_OTLP_TIMEOUT`, headers, ...).
 //! Off, nothing is injected or exported and spans cost what logging costs.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use anyhow::Context as _;
 use opentelemetry::propagation::{Extractor, Injector};
@@ -32,6 +29,8 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+
+use crate::middleware::{Inner, Middleware, ResponseFuture, layer};
 
 /// Keeps the trace exporter alive; dropping it sends the spans still
 /// buffered (at the end of `main`).
@@ -263,18 +262,7 @@ impl TraceParent {
 #[derive(Clone, Copy, Default)]
 pub struct TraceContextLayer;
 
-impl<S> tower::Layer<S> for TraceContextLayer {
-    type Service = TraceContextService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        TraceContextService { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct TraceContextService<S> {
-    inner: S,
-}
+layer!(TraceContextLayer);
 
 /// The span of one gRPC request to `path` (`/package.Service/Method`).
 fn server_span(path: &str) -> tracing::Span {
@@ -292,20 +280,8 @@ fn server_span(path: &str) -> tracing::Span {
     )
 }
 
-impl<S, B, ResBody> tower::Service<http::Request<B>> for TraceContextService<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+impl<S: Inner<B>, B> Middleware<S, B> for TraceContextLayer {
+    fn call(&self, inner: &mut S, request: http::Request<B>) -> ResponseFuture<S, B> {
         let span = server_span(request.uri().path());
         let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
             propagator.extract(&HeaderExtractor(request.headers()))
@@ -313,7 +289,7 @@ where
         if parent.span().span_context().is_valid() {
             let _ = span.set_parent(parent);
         }
-        let future = span.in_scope(|| self.inner.call(request));
+        let future = span.in_scope(|| inner.call(request));
         Box::pin(future.instrument(span))
     }
 }

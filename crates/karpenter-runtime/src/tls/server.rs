@@ -2,7 +2,6 @@
 //! one uses the files as they are now, and the client certificate's names
 //! are judged against the allow-list once per connection.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,6 +17,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{PemFiles, Pems, Reloading, crypto};
+use crate::middleware::{Inner, Middleware, ResponseFuture, layer};
 
 /// Handshakes in progress at once; further connections wait to be
 /// accepted, so a flood of clients that never finish costs bounded memory.
@@ -251,34 +251,14 @@ impl AsyncWrite for PeerStream {
 #[derive(Clone, Copy, Default)]
 pub struct AdmitLayer;
 
-impl<S> tower::Layer<S> for AdmitLayer {
-    type Service = Admit<S>;
+layer!(AdmitLayer);
 
-    fn layer(&self, inner: S) -> Admit<S> {
-        Admit { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct Admit<S> {
-    inner: S,
-}
-
-impl<S, B, ResBody> tower::Service<http::Request<B>> for Admit<S>
+impl<S, B, ResBody> Middleware<S, B> for AdmitLayer
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
+    S: Inner<B, Response = http::Response<ResBody>>,
     ResBody: Default,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&self, inner: &mut S, request: http::Request<B>) -> ResponseFuture<S, B> {
         let refusal = request
             .extensions()
             .get::<PeerIdentity>()
@@ -288,7 +268,7 @@ where
             Some(refusal) => Box::pin(async move {
                 Ok(tonic::Status::permission_denied(refusal.to_string()).into_http())
             }),
-            None => Box::pin(self.inner.call(request)),
+            None => Box::pin(inner.call(request)),
         }
     }
 }
