@@ -65,8 +65,7 @@ pub(crate) fn convert_metadata(
         );
         return Ok(out);
     };
-    let map = ctx.object("metadata", metadata)?;
-    let mut meta = Obj::new("metadata", map);
+    let mut meta = ctx.obj("metadata".to_owned(), metadata)?;
     match meta.take_string(ctx, "name")? {
         Some(name) => {
             out.insert("name".into(), Value::String(name));
@@ -175,12 +174,10 @@ pub(crate) fn convert_requirements(
     value: Value,
     source: RequirementSource,
 ) -> Result<Vec<Value>> {
-    let items = ctx.array(path, value)?;
     let mut out = Vec::new();
-    for (i, item) in items.into_iter().enumerate() {
+    for (i, item) in ctx.array(path, value)?.into_iter().enumerate() {
         let item_path = index_path(path, i);
-        let map = ctx.object(&item_path, item)?;
-        let mut req = Obj::new(item_path.clone(), map);
+        let mut req = ctx.obj(item_path.clone(), item)?;
         let key = match req.take(ctx, "key") {
             Some(key) => ctx.string(&req.child("key"), &key)?,
             None => return Err(ctx.error(&item_path, "requirement has no `key`")),
@@ -279,6 +276,25 @@ const KUBELET_FIELDS: &[&str] = &[
     "cpuCFSQuota",
 ];
 
+/// A kubelet string map whose keys v1 limits to `allowed`; every other key is kept but noted,
+/// with `why`, for the user to act on.
+fn keys_within(
+    ctx: &mut Ctx<'_>,
+    path: &str,
+    value: Value,
+    what: &str,
+    allowed: &[&str],
+    why: &str,
+) -> Result<Value> {
+    let map = ctx.string_map(path, value, what)?;
+    for key in map.keys() {
+        if !allowed.contains(&key.as_str()) {
+            ctx.note(NoteKind::ActionRequired, &child_path(path, key), why);
+        }
+    }
+    Ok(Value::Object(map))
+}
+
 /// A v1alpha5 `kubeletConfiguration` or v1beta1 `kubelet` block, as the v1
 /// `EC2NodeClass.spec.kubelet` block.
 pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<String, Value>> {
@@ -306,35 +322,25 @@ pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<Stri
             | "evictionMaxPodGracePeriod"
             | "imageGCHighThresholdPercent"
             | "imageGCLowThresholdPercent" => Value::from(ctx.integer(&path, &value)?),
-            "systemReserved" | "kubeReserved" => {
-                let map = ctx.string_map(&path, value, "resource quantity")?;
-                for key in map.keys() {
-                    if !RESERVED_RESOURCES.contains(&key.as_str()) {
-                        ctx.note(
-                            NoteKind::ActionRequired,
-                            &child_path(&path, key),
-                            format!("v1 only accepts {} here", RESERVED_RESOURCES.join(", ")),
-                        );
-                    }
-                }
-                Value::Object(map)
-            }
-            _ => {
-                let map = ctx.string_map(&path, value, "eviction setting")?;
-                for key in map.keys() {
-                    if !EVICTION_SIGNALS.contains(&key.as_str()) {
-                        ctx.note(
-                            NoteKind::ActionRequired,
-                            &child_path(&path, key),
-                            format!(
-                                "v1 only accepts the signals {}",
-                                EVICTION_SIGNALS.join(", ")
-                            ),
-                        );
-                    }
-                }
-                Value::Object(map)
-            }
+            "systemReserved" | "kubeReserved" => keys_within(
+                ctx,
+                &path,
+                value,
+                "resource quantity",
+                &RESERVED_RESOURCES,
+                &format!("v1 only accepts {} here", RESERVED_RESOURCES.join(", ")),
+            )?,
+            _ => keys_within(
+                ctx,
+                &path,
+                value,
+                "eviction setting",
+                &EVICTION_SIGNALS,
+                &format!(
+                    "v1 only accepts the signals {}",
+                    EVICTION_SIGNALS.join(", ")
+                ),
+            )?,
         };
         out.insert((*field).to_string(), converted);
     }

@@ -49,6 +49,12 @@ impl<'o> Ctx<'o> {
         }
     }
 
+    /// A mapping at `path`, to be read field by field.
+    pub(crate) fn obj(&self, path: String, value: Value) -> Result<Obj> {
+        let map = self.object(&path, value)?;
+        Ok(Obj::new(path, map))
+    }
+
     pub(crate) fn array(&self, path: &str, value: Value) -> Result<Vec<Value>> {
         match value {
             Value::Array(items) => Ok(items),
@@ -99,28 +105,18 @@ impl<'o> Ctx<'o> {
         value: &Value,
         what: &str,
     ) -> Result<String> {
-        match value {
-            Value::String(s) => Ok(s.clone()),
-            Value::Number(n) => {
-                let s = n.to_string();
-                self.note(
-                    NoteKind::Changed,
-                    path,
-                    format!("{what} {s} is a YAML number; written as the string \"{s}\" (Kubernetes only accepts strings here)"),
-                );
-                Ok(s)
-            }
-            Value::Bool(b) => {
-                let s = b.to_string();
-                self.note(
-                    NoteKind::Changed,
-                    path,
-                    format!("{what} {s} is a YAML boolean; written as the string \"{s}\" (Kubernetes only accepts strings here)"),
-                );
-                Ok(s)
-            }
-            other => Err(self.type_error(path, "a string", other)),
-        }
+        let (s, kind) = match value {
+            Value::String(s) => return Ok(s.clone()),
+            Value::Number(n) => (n.to_string(), "number"),
+            Value::Bool(b) => (b.to_string(), "boolean"),
+            other => return Err(self.type_error(path, "a string", other)),
+        };
+        self.note(
+            NoteKind::Changed,
+            path,
+            format!("{what} {s} is a YAML {kind}; written as the string \"{s}\" (Kubernetes only accepts strings here)"),
+        );
+        Ok(s)
     }
 
     /// A `map[string]string` (labels, annotations, tags, selectors).
@@ -218,36 +214,34 @@ impl Obj {
         self.map.remove(key)
     }
 
-    pub(crate) fn take_object(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<Obj>> {
+    /// Removes a field and converts its value with `convert`, which is given the field's path;
+    /// the one shape of the `take_*` readers.
+    pub(crate) fn take_with<T>(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: &str,
+        convert: impl FnOnce(&mut Ctx<'_>, &str, Value) -> Result<T>,
+    ) -> Result<Option<T>> {
         match self.take(ctx, key) {
             None => Ok(None),
-            Some(value) => {
-                let path = self.child(key);
-                let map = ctx.object(&path, value)?;
-                Ok(Some(Obj::new(path, map)))
-            }
+            Some(value) => convert(ctx, &self.child(key), value).map(Some),
         }
+    }
+
+    pub(crate) fn take_object(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<Obj>> {
+        self.take_with(ctx, key, |ctx, path, value| ctx.obj(path.to_owned(), value))
     }
 
     pub(crate) fn take_string(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<String>> {
-        match self.take(ctx, key) {
-            None => Ok(None),
-            Some(value) => ctx.string(&self.child(key), &value).map(Some),
-        }
+        self.take_with(ctx, key, |ctx, path, value| ctx.string(path, &value))
     }
 
     pub(crate) fn take_bool(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<bool>> {
-        match self.take(ctx, key) {
-            None => Ok(None),
-            Some(value) => ctx.boolean(&self.child(key), &value).map(Some),
-        }
+        self.take_with(ctx, key, |ctx, path, value| ctx.boolean(path, &value))
     }
 
     pub(crate) fn take_integer(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<i64>> {
-        match self.take(ctx, key) {
-            None => Ok(None),
-            Some(value) => ctx.integer(&self.child(key), &value).map(Some),
-        }
+        self.take_with(ctx, key, |ctx, path, value| ctx.integer(path, &value))
     }
 
     pub(crate) fn take_string_map(
@@ -256,17 +250,13 @@ impl Obj {
         key: &str,
         what: &str,
     ) -> Result<Option<Map<String, Value>>> {
-        match self.take(ctx, key) {
-            None => Ok(None),
-            Some(value) => ctx.string_map(&self.child(key), value, what).map(Some),
-        }
+        self.take_with(ctx, key, |ctx, path, value| {
+            ctx.string_map(path, value, what)
+        })
     }
 
     pub(crate) fn take_list(&mut self, ctx: &mut Ctx<'_>, key: &str) -> Result<Option<Value>> {
-        match self.take(ctx, key) {
-            None => Ok(None),
-            Some(value) => ctx.list(&self.child(key), value).map(Some),
-        }
+        self.take_with(ctx, key, |ctx, path, value| ctx.list(path, value))
     }
 
     /// Drops a field the output has no place for, with a reason.

@@ -113,18 +113,14 @@ pub(crate) fn read_legacy(ctx: &mut Ctx<'_>, mut p: Obj, source: Source) -> Resu
         instance_profile: p.take_string(ctx, "instanceProfile")?,
         ..Spec::default()
     };
-    if let Some(value) = p.take(ctx, "subnetSelector") {
-        let path = p.child("subnetSelector");
-        spec.subnet_selector_terms = Some(selector_terms(ctx, &path, value, Selector::Subnet)?);
-    }
-    if let Some(value) = p.take(ctx, "securityGroupSelector") {
-        let path = p.child("securityGroupSelector");
-        spec.security_group_selector_terms =
-            Some(selector_terms(ctx, &path, value, Selector::SecurityGroup)?);
-    }
-    if let Some(tags) = p.take_string_map(ctx, "tags", "tag value")? {
-        spec.tags = Some(filter_tags(ctx, &p.child("tags"), tags));
-    }
+    spec.subnet_selector_terms = p.take_with(ctx, "subnetSelector", |ctx, path, value| {
+        selector_terms(ctx, path, value, Selector::Subnet)
+    })?;
+    spec.security_group_selector_terms =
+        p.take_with(ctx, "securityGroupSelector", |ctx, path, value| {
+            selector_terms(ctx, path, value, Selector::SecurityGroup)
+        })?;
+    spec.tags = p.take_with(ctx, "tags", tags)?;
     if let Some(lt) = p.take(ctx, "launchTemplate") {
         ctx.note(
             NoteKind::Dropped,
@@ -135,22 +131,18 @@ pub(crate) fn read_legacy(ctx: &mut Ctx<'_>, mut p: Obj, source: Source) -> Resu
             ),
         );
     }
-    if let Some(mo) = p.take_object(ctx, "metadataOptions")? {
-        spec.metadata_options = Some(metadata_options(ctx, mo)?);
-    }
-    if let Some(value) = p.take(ctx, "blockDeviceMappings") {
-        let path = p.child("blockDeviceMappings");
-        spec.block_device_mappings = Some(block_device_mappings(ctx, &path, value, false)?);
-    }
+    spec.metadata_options = p.take_with(ctx, "metadataOptions", metadata_options)?;
+    spec.block_device_mappings = p.take_with(ctx, "blockDeviceMappings", |ctx, path, value| {
+        block_device_mappings(ctx, path, value, false)
+    })?;
     // The inline provider block may carry its own type header.
     p.take_raw("apiVersion");
     p.take_raw("kind");
     if source == Source::NodeTemplate {
         spec.user_data = p.take_string(ctx, "userData")?;
-        if let Some(value) = p.take(ctx, "amiSelector") {
-            let path = p.child("amiSelector");
-            spec.ami_selector_terms = Some(selector_terms(ctx, &path, value, Selector::Ami)?);
-        }
+        spec.ami_selector_terms = p.take_with(ctx, "amiSelector", |ctx, path, value| {
+            selector_terms(ctx, path, value, Selector::Ami)
+        })?;
         spec.detailed_monitoring = p.take_bool(ctx, "detailedMonitoring")?;
         spec.associate_public_ip_address = p.take_bool(ctx, "associatePublicIpAddress")?;
         p.finish(ctx, NODE_TEMPLATE_FIELDS);
@@ -167,6 +159,12 @@ pub(crate) fn read_legacy(ctx: &mut Ctx<'_>, mut p: Obj, source: Source) -> Resu
     Ok(spec)
 }
 
+/// A node class's `tags`, without the ones Karpenter reserves.
+fn tags(ctx: &mut Ctx<'_>, path: &str, value: Value) -> Result<Map<String, Value>> {
+    let tags = ctx.string_map(path, value, "tag value")?;
+    Ok(filter_tags(ctx, path, tags))
+}
+
 /// Reads a v1beta1 `EC2NodeClass.spec`.
 pub(crate) fn read_v1beta1(ctx: &mut Ctx<'_>, mut p: Obj) -> Result<Spec> {
     let mut spec = Spec {
@@ -180,29 +178,21 @@ pub(crate) fn read_v1beta1(ctx: &mut Ctx<'_>, mut p: Obj) -> Result<Spec> {
         context: p.take_string(ctx, "context")?,
         ..Spec::default()
     };
-    if let Some(value) = p.take(ctx, "subnetSelectorTerms") {
-        let path = p.child("subnetSelectorTerms");
-        spec.subnet_selector_terms = Some(terms(ctx, &path, value, Selector::Subnet)?);
-    }
-    if let Some(value) = p.take(ctx, "securityGroupSelectorTerms") {
-        let path = p.child("securityGroupSelectorTerms");
-        spec.security_group_selector_terms =
-            Some(terms(ctx, &path, value, Selector::SecurityGroup)?);
-    }
-    if let Some(value) = p.take(ctx, "amiSelectorTerms") {
-        let path = p.child("amiSelectorTerms");
-        spec.ami_selector_terms = Some(terms(ctx, &path, value, Selector::Ami)?);
-    }
-    if let Some(tags) = p.take_string_map(ctx, "tags", "tag value")? {
-        spec.tags = Some(filter_tags(ctx, &p.child("tags"), tags));
-    }
-    if let Some(mo) = p.take_object(ctx, "metadataOptions")? {
-        spec.metadata_options = Some(metadata_options(ctx, mo)?);
-    }
-    if let Some(value) = p.take(ctx, "blockDeviceMappings") {
-        let path = p.child("blockDeviceMappings");
-        spec.block_device_mappings = Some(block_device_mappings(ctx, &path, value, true)?);
-    }
+    spec.subnet_selector_terms = p.take_with(ctx, "subnetSelectorTerms", |ctx, path, value| {
+        terms(ctx, path, value, Selector::Subnet)
+    })?;
+    spec.security_group_selector_terms =
+        p.take_with(ctx, "securityGroupSelectorTerms", |ctx, path, value| {
+            terms(ctx, path, value, Selector::SecurityGroup)
+        })?;
+    spec.ami_selector_terms = p.take_with(ctx, "amiSelectorTerms", |ctx, path, value| {
+        terms(ctx, path, value, Selector::Ami)
+    })?;
+    spec.tags = p.take_with(ctx, "tags", tags)?;
+    spec.metadata_options = p.take_with(ctx, "metadataOptions", metadata_options)?;
+    spec.block_device_mappings = p.take_with(ctx, "blockDeviceMappings", |ctx, path, value| {
+        block_device_mappings(ctx, path, value, true)
+    })?;
     p.drop_field(
         ctx,
         "launchTemplate",
@@ -593,12 +583,10 @@ fn selector_terms(
 
 /// v1beta1 selector terms, checked field by field.
 fn terms(ctx: &mut Ctx<'_>, path: &str, value: Value, kind: Selector) -> Result<Vec<Value>> {
-    let items = ctx.array(path, value)?;
     let mut out = Vec::new();
-    for (i, item) in items.into_iter().enumerate() {
+    for (i, item) in ctx.array(path, value)?.into_iter().enumerate() {
         let item_path = index_path(path, i);
-        let map = ctx.object(&item_path, item)?;
-        let mut t = Obj::new(item_path.clone(), map);
+        let mut t = ctx.obj(item_path.clone(), item)?;
         let mut term = Map::new();
         for field in kind.term_fields() {
             if *field == "tags" {
@@ -643,7 +631,8 @@ fn terms(ctx: &mut Ctx<'_>, path: &str, value: Value, kind: Selector) -> Result<
     Ok(out)
 }
 
-fn metadata_options(ctx: &mut Ctx<'_>, mut mo: Obj) -> Result<Map<String, Value>> {
+fn metadata_options(ctx: &mut Ctx<'_>, path: &str, value: Value) -> Result<Map<String, Value>> {
+    let mut mo = ctx.obj(path.to_owned(), value)?;
     let mut out = Map::new();
     for field in ["httpEndpoint", "httpProtocolIPv6"] {
         if let Some(v) = mo.take_string(ctx, field)? {
@@ -706,13 +695,10 @@ fn block_device_mappings(
     value: Value,
     root_volume_known: bool,
 ) -> Result<Vec<Value>> {
-    let items = ctx.array(path, value)?;
     let mut out = Vec::new();
     let mut roots = 0;
-    for (i, item) in items.into_iter().enumerate() {
-        let item_path = index_path(path, i);
-        let map = ctx.object(&item_path, item)?;
-        let mut b = Obj::new(item_path, map);
+    for (i, item) in ctx.array(path, value)?.into_iter().enumerate() {
+        let mut b = ctx.obj(index_path(path, i), item)?;
         let mut bdm = Map::new();
         if let Some(name) = b.take_string(ctx, "deviceName")? {
             bdm.insert("deviceName".into(), Value::String(name));

@@ -257,9 +257,7 @@ fn read_claim_spec(
 fn convert_budgets(ctx: &mut Ctx<'_>, path: &str, value: Value) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for (i, item) in ctx.array(path, value)?.into_iter().enumerate() {
-        let item_path = index_path(path, i);
-        let map = ctx.object(&item_path, item)?;
-        let mut b = Obj::new(item_path, map);
+        let mut b = ctx.obj(index_path(path, i), item)?;
         let mut budget = Map::new();
         if let Some(nodes) = b.take(ctx, "nodes") {
             let s = ctx.scalar_string(&b.child("nodes"), &nodes, "budget")?;
