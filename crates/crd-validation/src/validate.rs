@@ -678,6 +678,36 @@ fn map_key(list: &Schema, items: &Schema, item: &Json) -> Option<Vec<Json>> {
 
 // ------------------------------------------------------ embedded resources
 
+/// Calls `visit` with every child of `v` that `s` has a schema for, that schema and the child's
+/// path (`path.k` for a property, `path[k]` for an additionalProperties entry, `path[i]` for a
+/// list item): the descent of the read-only passes.
+fn for_each_child<'v>(
+    v: &'v Json,
+    s: &'v Schema,
+    path: &str,
+    mut visit: impl FnMut(&'v Json, &'v Schema, &str),
+) {
+    match v {
+        Json::Object(map) => {
+            for (k, c) in map {
+                if let Some(p) = s.prop(k) {
+                    visit(c, p, &child(path, k));
+                } else if let Some(ap) = s.additional_schema() {
+                    visit(c, ap, &key(path, k));
+                }
+            }
+        }
+        Json::Array(items) => {
+            if let Some(is) = s.items.as_deref() {
+                for (i, item) in items.iter().enumerate() {
+                    visit(item, is, &index(path, i));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `schemaobjectmeta.Validate`: embedded resources' type and object meta.
 pub(crate) fn validate_embedded(
     v: &Json,
@@ -686,28 +716,15 @@ pub(crate) fn validate_embedded(
     is_root: bool,
     out: &mut Vec<Violation>,
 ) {
-    match v {
-        Json::Object(map) => {
-            if s.embedded && !is_root {
-                meta::validate_embedded(map, path, out);
-            }
-            for (k, c) in map {
-                if let Some(p) = s.prop(k) {
-                    validate_embedded(c, p, &child(path, k), false, out);
-                } else if let Some(ap) = s.additional_schema() {
-                    validate_embedded(c, ap, &key(path, k), false, out);
-                }
-            }
-        }
-        Json::Array(items) => {
-            if let Some(is) = s.items.as_deref() {
-                for (i, item) in items.iter().enumerate() {
-                    validate_embedded(item, is, &index(path, i), false, out);
-                }
-            }
-        }
-        _ => {}
+    if let Json::Object(map) = v
+        && s.embedded
+        && !is_root
+    {
+        meta::validate_embedded(map, path, out);
     }
+    for_each_child(v, s, path, |c, cs, cpath| {
+        validate_embedded(c, cs, cpath, false, out);
+    });
 }
 
 // ------------------------------------------------------------- list types
@@ -715,34 +732,20 @@ pub(crate) fn validate_embedded(
 /// `ValidateListSetsAndMaps`: items of `set` lists and keys of `map` lists
 /// are unique.
 pub(crate) fn validate_list_types(v: &Json, s: &Schema, path: &str, out: &mut Vec<Violation>) {
-    match v {
-        Json::Object(map) => {
-            for (k, c) in map {
-                if let Some(p) = s.prop(k) {
-                    validate_list_types(c, p, &child(path, k), out);
-                } else if let Some(ap) = s.additional_schema() {
-                    validate_list_types(c, ap, &key(path, k), out);
+    if let Json::Array(items) = v {
+        match s.list_type {
+            Some(ListType::Set) => validate_set(items, path, out),
+            Some(ListType::Map) => {
+                if let Some(is) = s.items.as_deref() {
+                    validate_map_list(items, s, is, path, out);
                 }
             }
+            _ => {}
         }
-        Json::Array(items) => {
-            match s.list_type {
-                Some(ListType::Set) => validate_set(items, path, out),
-                Some(ListType::Map) => {
-                    if let Some(is) = s.items.as_deref() {
-                        validate_map_list(items, s, is, path, out);
-                    }
-                }
-                _ => {}
-            }
-            if let Some(is) = s.items.as_deref() {
-                for (i, item) in items.iter().enumerate() {
-                    validate_list_types(item, is, &index(path, i), out);
-                }
-            }
-        }
-        _ => {}
     }
+    for_each_child(v, s, path, |c, cs, cpath| {
+        validate_list_types(c, cs, cpath, out);
+    });
 }
 
 fn list_violation(path: String, kind: ViolationKind, value: BadValue, detail: &str) -> Violation {
