@@ -81,17 +81,22 @@ impl Resources {
         .chain(self.extended.iter().map(|(n, _)| n.as_str()))
     }
 
-    pub fn add(&mut self, other: &Resources) {
-        self.cpu = self.cpu.saturating_add(other.cpu);
-        self.memory = self.memory.saturating_add(other.memory);
-        self.pods = self.pods.saturating_add(other.pods);
-        self.ephemeral_storage = self
-            .ephemeral_storage
-            .saturating_add(other.ephemeral_storage);
+    /// Combines `other` into `self` resource by resource with `op`; a resource only `other`
+    /// has meets zero. The one walk behind [`add`](Self::add), [`subtract`](Self::subtract)
+    /// and [`max_with`](Self::max_with).
+    fn combine(&mut self, other: &Resources, op: impl Fn(i64, i64) -> i64) {
+        self.cpu = op(self.cpu, other.cpu);
+        self.memory = op(self.memory, other.memory);
+        self.pods = op(self.pods, other.pods);
+        self.ephemeral_storage = op(self.ephemeral_storage, other.ephemeral_storage);
         for (name, quantity) in &other.extended {
             let current = self.get(name);
-            self.set(name, current.saturating_add(*quantity));
+            self.set(name, op(current, *quantity));
         }
+    }
+
+    pub fn add(&mut self, other: &Resources) {
+        self.combine(other, i64::saturating_add);
     }
 
     pub fn plus(&self, other: &Resources) -> Resources {
@@ -101,16 +106,7 @@ impl Resources {
     }
 
     pub fn subtract(&mut self, other: &Resources) {
-        self.cpu = self.cpu.saturating_sub(other.cpu);
-        self.memory = self.memory.saturating_sub(other.memory);
-        self.pods = self.pods.saturating_sub(other.pods);
-        self.ephemeral_storage = self
-            .ephemeral_storage
-            .saturating_sub(other.ephemeral_storage);
-        for (name, quantity) in &other.extended {
-            let current = self.get(name);
-            self.set(name, current.saturating_sub(*quantity));
-        }
+        self.combine(other, i64::saturating_sub);
     }
 
     pub fn minus(&self, other: &Resources) -> Resources {
@@ -121,16 +117,7 @@ impl Resources {
 
     /// Element-wise maximum.
     pub fn max_with(&mut self, other: &Resources) {
-        self.cpu = self.cpu.max(other.cpu);
-        self.memory = self.memory.max(other.memory);
-        self.pods = self.pods.max(other.pods);
-        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
-        for (name, quantity) in &other.extended {
-            let current = self.get(name);
-            if *quantity > current {
-                self.set(name, *quantity);
-            }
-        }
+        self.combine(other, i64::max);
     }
 
     /// Element-wise minimum; a resource only one side has is zero.
