@@ -680,30 +680,14 @@ fn state_node(
         .enumerate()
         .map(|(i, p)| pod(&format!("{field}.pods[{i}]"), p, namespaces, now))
         .collect::<Result<Vec<_>, _>>()?;
-    let capacity_type = if n.capacity_type.is_empty() {
-        node_labels
-            .get(labels::CAPACITY_TYPE)
-            .cloned()
-            .unwrap_or_default()
-    } else {
-        n.capacity_type.clone()
+    // A field the snapshot leaves empty is read from the node's label.
+    let or_label = |field: &str, key: &str| match field {
+        "" => node_labels.get(key).cloned().unwrap_or_default(),
+        set => set.to_owned(),
     };
-    let zone = if n.zone.is_empty() {
-        node_labels
-            .get(labels::TOPOLOGY_ZONE)
-            .cloned()
-            .unwrap_or_default()
-    } else {
-        n.zone.clone()
-    };
-    let instance_type = if n.instance_type.is_empty() {
-        node_labels
-            .get(labels::INSTANCE_TYPE)
-            .cloned()
-            .unwrap_or_default()
-    } else {
-        n.instance_type.clone()
-    };
+    let capacity_type = or_label(&n.capacity_type, labels::CAPACITY_TYPE);
+    let zone = or_label(&n.zone, labels::TOPOLOGY_ZONE);
+    let instance_type = or_label(&n.instance_type, labels::INSTANCE_TYPE);
     Ok(StateNode {
         name: n.name.clone(),
         node_claim_name: n.node_claim_name.clone(),

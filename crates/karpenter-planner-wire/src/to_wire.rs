@@ -1,7 +1,7 @@
 //! From the planner's decisions back to the wire types: a Solve answer and
 //! a PlanDisruption answer, pods named by UID.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use karpenter_proto::convert::{
     requirement_list as requirements, resource_list, taint_list as taints,
@@ -9,7 +9,7 @@ use karpenter_proto::convert::{
 use karpenter_proto::scheduler::v1 as sched;
 
 use karpenter_planner::disruption::{DisruptionPlan, Method, Reason};
-use karpenter_planner::model::PodKey;
+use karpenter_planner::model::{Pod, PodKey};
 
 use crate::from_wire::Parsed;
 use karpenter_planner::solve::{MinValuesPolicy, Options, PlannedClaim, Solution};
@@ -39,6 +39,25 @@ fn pod_ref(key: &PodKey, uids: &HashMap<&PodKey, &str>) -> sched::PodRef {
         name: key.name.clone(),
         uid: uids.get(key).map(|u| (*u).to_owned()).unwrap_or_default(),
     }
+}
+
+/// The UIDs of `pods` by key, to name pods on the wire.
+fn uids<'c>(pods: impl IntoIterator<Item = &'c Pod>) -> HashMap<&'c PodKey, &'c str> {
+    pods.into_iter().map(|p| (&p.key, p.uid.as_str())).collect()
+}
+
+/// The pods placed on each existing node, on the wire.
+fn placements(
+    placements: &BTreeMap<String, Vec<PodKey>>,
+    uids: &HashMap<&PodKey, &str>,
+) -> Vec<sched::NodePlacement> {
+    placements
+        .iter()
+        .map(|(node, pods)| sched::NodePlacement {
+            node: node.clone(),
+            pods: pods.iter().map(|p| pod_ref(p, uids)).collect(),
+        })
+        .collect()
 }
 
 pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> sched::NodeClaimPlan {
@@ -90,12 +109,7 @@ pub fn solve_response(
     parsed: &Parsed,
     snapshot: &sched::ClusterSnapshot,
 ) -> sched::SolveResponse {
-    let cluster = &parsed.cluster;
-    let uids: HashMap<&PodKey, &str> = cluster
-        .pending
-        .iter()
-        .map(|p| (&p.key, p.uid.as_str()))
-        .collect();
+    let uids = uids(&parsed.cluster.pending);
     let node_class_refs = node_class_refs(snapshot);
     sched::SolveResponse {
         node_claims: solution
@@ -103,14 +117,7 @@ pub fn solve_response(
             .iter()
             .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
             .collect(),
-        existing_nodes: solution
-            .existing
-            .iter()
-            .map(|(node, pods)| sched::NodePlacement {
-                node: node.clone(),
-                pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
-            })
-            .collect(),
+        existing_nodes: placements(&solution.existing, &uids),
         unschedulable: solution
             .unschedulable
             .iter()
@@ -163,13 +170,13 @@ pub fn plan_response(
     snapshot: &sched::ClusterSnapshot,
 ) -> sched::PlanDisruptionResponse {
     let cluster = &parsed.cluster;
-    let uids: HashMap<&PodKey, &str> = cluster
-        .nodes
-        .iter()
-        .flat_map(|n| n.pods.iter())
-        .chain(cluster.pending.iter())
-        .map(|p| (&p.key, p.uid.as_str()))
-        .collect();
+    let uids = uids(
+        cluster
+            .nodes
+            .iter()
+            .flat_map(|n| n.pods.iter())
+            .chain(cluster.pending.iter()),
+    );
     let node_class_refs = node_class_refs(snapshot);
     sched::PlanDisruptionResponse {
         commands: plan
@@ -185,14 +192,7 @@ pub fn plan_response(
                     .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
                     .collect(),
                 savings_per_hour: command.savings_per_hour,
-                placements: command
-                    .placements
-                    .iter()
-                    .map(|(node, pods)| sched::NodePlacement {
-                        node: node.clone(),
-                        pods: pods.iter().map(|p| pod_ref(p, &uids)).collect(),
-                    })
-                    .collect(),
+                placements: placements(&command.placements, &uids),
             })
             .collect(),
         blocked: plan
