@@ -1,9 +1,11 @@
 //! Disruption budgets: how many more nodes of each pool may be disrupted
 //! for a reason now, counting the nodes already being disrupted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{Cluster, Reason, StateNode};
+
+use super::candidates::Candidate;
 
 /// Whether a budget applies now: it has no schedule, or its schedule fired
 /// within the last `duration`.
@@ -53,6 +55,26 @@ pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize
         mapping.insert(pool_index, allowed.saturating_sub(disrupting).max(0));
     }
     mapping
+}
+
+/// The budget left for `reason` in `candidate`'s pool (`budgets` from [`budget_mapping`]), for
+/// the caller to spend; `None`, with why recorded in `blocked`, when it is used up.
+pub(super) fn budget_left<'b>(
+    cluster: &Cluster,
+    budgets: &'b mut HashMap<usize, i64>,
+    candidate: &Candidate,
+    reason: Reason,
+    blocked: &mut BTreeMap<String, String>,
+) -> Option<&'b mut i64> {
+    let budget = budgets.entry(candidate.pool).or_insert(0);
+    if *budget == 0 {
+        blocked.insert(
+            cluster.nodes[candidate.node].name.clone(),
+            budget_exhausted(cluster, candidate.pool, reason),
+        );
+        return None;
+    }
+    Some(budget)
 }
 
 /// Why a candidate waits: its pool's budget for `reason` is used up.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::model::{Cluster, Reason};
 use crate::solve::Prepared;
 
-use super::budgets::{budget_exhausted, budget_mapping};
+use super::budgets::{budget_left, budget_mapping};
 use super::candidates::{Candidate, build_candidates};
 use super::simulate::{candidate_pods, move_pods};
 use super::{Command, Method};
@@ -23,13 +23,9 @@ pub(super) fn command(
     blocked: &mut BTreeMap<String, String>,
     evaluated: &mut usize,
 ) -> Option<Command> {
-    let budgets = budget_mapping(state, Reason::Drifted);
+    let mut budgets = budget_mapping(state, Reason::Drifted);
     for candidate in &drifted_candidates(state, blocked) {
-        if budgets.get(&candidate.pool).copied().unwrap_or(0) == 0 {
-            blocked.insert(
-                state.nodes[candidate.node].name.clone(),
-                budget_exhausted(state, candidate.pool, Reason::Drifted),
-            );
+        if budget_left(state, &mut budgets, candidate, Reason::Drifted, blocked).is_none() {
             continue;
         }
         *evaluated += 1;

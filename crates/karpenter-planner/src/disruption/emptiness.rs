@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::model::{Cluster, Reason, StateNode};
 
-use super::budgets::{budget_exhausted, budget_mapping};
+use super::budgets::{budget_left, budget_mapping};
 use super::candidates::{Candidate, pdb_blocks};
 use super::{Command, Method};
 
@@ -23,14 +23,10 @@ pub(super) fn command(
         if !candidate.reschedulable.is_empty() || !candidate.consolidatable {
             continue;
         }
-        let budget = budgets.entry(candidate.pool).or_insert(0);
-        if *budget == 0 {
-            blocked.insert(
-                state.nodes[candidate.node].name.clone(),
-                budget_exhausted(state, candidate.pool, Reason::Empty),
-            );
+        let Some(budget) = budget_left(state, &mut budgets, candidate, Reason::Empty, blocked)
+        else {
             continue;
-        }
+        };
         let with: Vec<&StateNode> = empty
             .iter()
             .chain(std::iter::once(&candidate))

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::disruption::budgets::{budget_exhausted, budget_mapping};
+use crate::disruption::budgets::{budget_left, budget_mapping};
 use crate::disruption::candidates::{Candidate, pdb_blocks};
 use crate::disruption::{Command, Method};
 use crate::model::Reason;
@@ -26,14 +26,15 @@ impl Consolidation<'_> {
         let mut budgets = budget_mapping(state, Reason::Underutilized);
         let mut within_budget = Vec::new();
         for candidate in consolidatable {
-            let budget = budgets.entry(candidate.pool).or_insert(0);
-            if *budget == 0 {
-                blocked.insert(
-                    state.nodes[candidate.node].name.clone(),
-                    budget_exhausted(state, candidate.pool, Reason::Underutilized),
-                );
+            let Some(budget) = budget_left(
+                state,
+                &mut budgets,
+                candidate,
+                Reason::Underutilized,
+                blocked,
+            ) else {
                 continue;
-            }
+            };
             *budget -= 1;
             within_budget.push(*candidate);
         }
