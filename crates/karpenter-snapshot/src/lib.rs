@@ -151,6 +151,28 @@ impl ObjectError {
     }
 }
 
+/// The name every object must have, and the reporter of errors in the object `kind`
+/// `namespace/name` (source `id`): how each object reader starts.
+pub(crate) fn named(
+    id: usize,
+    kind: &'static str,
+    namespace: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<(String, impl Fn(fields::FieldError) -> ObjectError + use<>), ObjectError> {
+    let name = meta.name.clone().unwrap_or_default();
+    let error = {
+        let (namespace, name) = (namespace.to_owned(), name.clone());
+        move |e| ObjectError::at(id, kind, &namespace, &name, e)
+    };
+    if name.is_empty() {
+        return Err(error(fields::FieldError::new(
+            "metadata.name",
+            "is required",
+        )));
+    }
+    Ok((name, error))
+}
+
 fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         name.to_owned()

@@ -60,23 +60,20 @@ fn label(node_labels: &BTreeMap<String, String>, key: &str) -> String {
 pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::StateNode, ObjectError> {
     let object = source.object;
     let meta = &object.metadata;
-    let name = meta.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError::at(source.id, "Node", "", &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(source.id, "Node", "", meta)?;
     let node_labels = meta.labels.clone().unwrap_or_default();
     let annotations = meta.annotations.clone().unwrap_or_default();
     let spec = object.spec.clone().unwrap_or_default();
     let status = object.status.clone().unwrap_or_default();
-    let all_taints = fields::node_taints(spec.taints.as_ref(), "spec.taints").map_err(error)?;
+    let all_taints = fields::node_taints(spec.taints.as_ref(), "spec.taints").map_err(&error)?;
     let (startup_taints, taints): (Vec<_>, Vec<_>) = all_taints
         .into_iter()
         .partition(|t| t.key == labels::UNREGISTERED_TAINT_KEY);
     let registered = startup_taints.is_empty();
-    let capacity = fields::resources(status.capacity.as_ref(), "status.capacity").map_err(error)?;
+    let capacity =
+        fields::resources(status.capacity.as_ref(), "status.capacity").map_err(&error)?;
     let allocatable = fields::resources(status.allocatable.as_ref(), "status.allocatable")
-        .map_err(error)?
+        .map_err(&error)?
         .or_else(|| capacity.clone());
     // In a cluster only the label (or, below, the claim's condition) says a
     // node is initialized; manifests from a repository rarely carry either,
@@ -166,11 +163,7 @@ pub(crate) fn node_claim(
 ) -> Result<Option<PoolExpiry>, ObjectError> {
     let claim = source.object;
     let meta = &claim.metadata;
-    let name = meta.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError::at(source.id, "NodeClaim", "", &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(source.id, "NodeClaim", "", meta)?;
     let status = claim.status.clone().unwrap_or_default();
     let mut claim_labels = meta.labels.clone().unwrap_or_default();
     let requirements = fields::karpenter_requirements(&claim.spec.requirements);
@@ -221,7 +214,7 @@ pub(crate) fn node_claim(
             })
     };
     let expected_allocatable = fields::resources(Some(&status.allocatable), "status.allocatable")
-        .map_err(error)?
+        .map_err(&error)?
         .map(|r| r.quantities)
         .unwrap_or_default();
     let claimed = Claimed {
@@ -246,7 +239,7 @@ pub(crate) fn node_claim(
     }
     let node_pool = label(&claim_labels, labels::NODE_POOL);
     let expiry = pool_expiry(built.snapshot.nodes.len(), &node_pool);
-    let state = in_flight_node(name.clone(), provider_id, claimed).map_err(error)?;
+    let state = in_flight_node(name.clone(), provider_id, claimed).map_err(&error)?;
     nodes.add(built, source.id, state)?;
     Ok(expiry)
 }

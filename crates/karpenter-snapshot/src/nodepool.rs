@@ -13,11 +13,7 @@ pub(crate) fn node_pool(
     mode: Mode,
 ) -> Result<sched::NodePool, ObjectError> {
     let pool = source.object;
-    let name = pool.metadata.name.clone().unwrap_or_default();
-    let error = |e: FieldError| ObjectError::at(source.id, "NodePool", "", &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(source.id, "NodePool", "", &pool.metadata)?;
     let spec = &pool.spec;
     let template = &spec.template.spec;
     let weight = spec.weight.unwrap_or(0);
@@ -66,7 +62,7 @@ pub(crate) fn node_pool(
         .as_ref()
         .map(|s| fields::resources(Some(&s.resources), "status.resources"))
         .transpose()
-        .map_err(error)?
+        .map_err(&error)?
         .flatten();
     Ok(sched::NodePool {
         weight,
@@ -75,7 +71,7 @@ pub(crate) fn node_pool(
         taints: fields::karpenter_taints(&template.taints),
         startup_taints: fields::karpenter_taints(&template.startup_taints),
         limits: fields::resources(Some(&spec.limits), "spec.limits")
-            .map_err(error)?
+            .map_err(&error)?
             .filter(|l| !l.quantities.is_empty()),
         usage,
         disruption: Some(sched::Disruption {

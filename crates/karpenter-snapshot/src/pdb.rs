@@ -27,13 +27,13 @@ pub(crate) fn pdb(
     source: &Source<'_, PodDisruptionBudget>,
 ) -> Result<(sched::PodDisruptionBudget, GivenStatus), ObjectError> {
     let object = source.object;
-    let name = object.metadata.name.clone().unwrap_or_default();
     let namespace = namespace_of(&object.metadata);
-    let error =
-        |e: FieldError| ObjectError::at(source.id, "PodDisruptionBudget", &namespace, &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(
+        source.id,
+        "PodDisruptionBudget",
+        &namespace,
+        &object.metadata,
+    )?;
     let spec = object.spec.clone().unwrap_or_default();
     let min_available = text(&spec.min_available);
     let max_unavailable = text(&spec.max_unavailable);
@@ -58,7 +58,8 @@ pub(crate) fn pdb(
     let budget = sched::PodDisruptionBudget {
         namespace: namespace.clone(),
         name: name.clone(),
-        selector: fields::label_selector(spec.selector.as_ref(), "spec.selector").map_err(error)?,
+        selector: fields::label_selector(spec.selector.as_ref(), "spec.selector")
+            .map_err(&error)?,
         min_available,
         max_unavailable,
         disruptions_allowed: status.disruptions_allowed.unwrap_or(0),

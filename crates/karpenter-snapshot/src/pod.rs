@@ -133,12 +133,8 @@ pub type PreparedObject = Result<Option<PreparedPod>, ObjectError>;
 pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObject {
     let object = source.object;
     let meta = &object.metadata;
-    let name = meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(meta);
-    let error = |e: FieldError| ObjectError::at(source.id, "Pod", &namespace, &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(source.id, "Pod", &namespace, meta)?;
     let status = object.status.as_ref();
     let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
     if matches!(phase.as_str(), "Succeeded" | "Failed") {
@@ -167,7 +163,7 @@ pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObj
         claim_templates: BTreeMap::new(),
         start_time: fields::optional_timestamp(status.and_then(|s| s.start_time.as_ref())),
     })
-    .map_err(error)?;
+    .map_err(&error)?;
     let pod = &mut prepared.pod;
     pod.phase = if !phase.is_empty() {
         phase

@@ -149,7 +149,7 @@ fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<sched::Pod>, Ob
             },
             context,
         )
-        .map_err(error)?;
+        .map_err(&error)?;
         pod.uid = format!("{namespace}/{name}-{i}");
         pod.node_name.clear();
         pod.phase = "Pending".into();
@@ -170,12 +170,8 @@ pub(crate) fn daemon_set(
     running: Option<&sched::Pod>,
 ) -> Result<sched::DaemonSet, ObjectError> {
     let meta = &source.object.metadata;
-    let name = meta.name.clone().unwrap_or_default();
     let namespace = namespace_of(meta);
-    let error = |e: FieldError| ObjectError::at(source.id, "DaemonSet", &namespace, &name, e);
-    if name.is_empty() {
-        return Err(error(FieldError::new("metadata.name", "is required")));
-    }
+    let (name, error) = crate::named(source.id, "DaemonSet", &namespace, meta)?;
     let template = source
         .object
         .spec
@@ -204,7 +200,7 @@ pub(crate) fn daemon_set(
         },
         context,
     )
-    .map_err(error)?;
+    .map_err(&error)?;
     let pod = match running {
         Some(running) => sched::Pod {
             required_node_affinity: pod.required_node_affinity,
