@@ -167,10 +167,19 @@ pub fn instance_types(document: &Value) -> Result<Vec<types::InstanceType>, Cata
         let field = if field == "." { String::new() } else { field };
         CatalogError::new(field, e.into_inner().to_string())
     })?;
-    doc.instance_types
+    each(doc.instance_types, "instanceTypes", instance_type)
+}
+
+/// Converts every item of a list with `convert`, which is given the item's path (`path[i]`).
+fn each<T, U>(
+    items: Vec<T>,
+    path: &str,
+    convert: impl Fn(T, &str) -> Result<U, CatalogError>,
+) -> Result<Vec<U>, CatalogError> {
+    items
         .into_iter()
         .enumerate()
-        .map(|(i, it)| instance_type(it, &format!("instanceTypes[{i}]")))
+        .map(|(i, item)| convert(item, &format!("{path}[{i}]")))
         .collect()
 }
 
@@ -188,12 +197,7 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<types::InstanceType, Catalog
             "an instance type needs at least one offering",
         ));
     }
-    let offerings = it
-        .offerings
-        .into_iter()
-        .enumerate()
-        .map(|(j, o)| offering(o, &format!("{offerings_path}[{j}]")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let offerings = each(it.offerings, &offerings_path, offering)?;
 
     let mut requirements = Vec::new();
     for (key, value) in it.labels {
@@ -279,12 +283,7 @@ fn offering(o: OfferingDoc, path: &str) -> Result<types::Offering, CatalogError>
             format!("must be a non-negative number, got {price}"),
         ));
     }
-    let requirements = o
-        .requirements
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| requirement(r, &format!("{path}.requirements[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let requirements = each(o.requirements, &format!("{path}.requirements"), requirement)?;
     Ok(types::Offering {
         zone: o.zone,
         capacity_type: o.capacity_type,
