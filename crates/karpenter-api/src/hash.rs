@@ -165,16 +165,7 @@ pub fn template_hash(template: &NodeClaimTemplate) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NodePool;
-
-    fn pool(template: serde_json::Value) -> NodePool {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": "default"},
-            "spec": {"template": template}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::nodepool::tests::pool_with as pool;
 
     fn spec(extra: serde_json::Value) -> serde_json::Value {
         let mut spec = serde_json::json!({

@@ -620,10 +620,11 @@ pub struct NodePoolStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pool_with(template: serde_json::Value) -> NodePool {
+    /// A NodePool `default` with `template`, for the tests of this crate.
+    pub(crate) fn pool_with(template: serde_json::Value) -> NodePool {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
             "metadata": {"name": "default"},
