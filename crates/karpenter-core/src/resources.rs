@@ -95,14 +95,19 @@ impl Resources {
         }
     }
 
+    /// [`combine`](Self::combine) into a copy of `self`.
+    fn combined(&self, other: &Resources, op: impl Fn(i64, i64) -> i64) -> Resources {
+        let mut out = self.clone();
+        out.combine(other, op);
+        out
+    }
+
     pub fn add(&mut self, other: &Resources) {
         self.combine(other, i64::saturating_add);
     }
 
     pub fn plus(&self, other: &Resources) -> Resources {
-        let mut sum = self.clone();
-        sum.add(other);
-        sum
+        self.combined(other, i64::saturating_add)
     }
 
     pub fn subtract(&mut self, other: &Resources) {
@@ -110,9 +115,7 @@ impl Resources {
     }
 
     pub fn minus(&self, other: &Resources) -> Resources {
-        let mut difference = self.clone();
-        difference.subtract(other);
-        difference
+        self.combined(other, i64::saturating_sub)
     }
 
     /// Element-wise maximum.
