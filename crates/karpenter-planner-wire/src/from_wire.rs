@@ -17,8 +17,8 @@ use karpenter_planner::model::{
     OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
 };
 use karpenter_proto::convert::{
-    InvalidField, checked_resources, label_selector, requirement, requirements, resources, taints,
-    tolerations,
+    InvalidField, checked_resources, label_selector, non_empty, requirement, requirements,
+    resources, taints, tolerations,
 };
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
@@ -65,34 +65,52 @@ fn affinity_term(
     pod_labels: &BTreeMap<String, String>,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<AffinityTerm, InvalidField> {
-    if term.topology_key.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.topology_key"),
-            "must not be empty",
-        ));
-    }
-    let mut selector = term
-        .label_selector
-        .as_ref()
-        .map(|s| label_selector(&format!("{field}.label_selector"), s))
-        .transpose()?;
-    if let Some(selector) = selector.as_mut() {
-        for key in &term.match_label_keys {
-            if let Some(value) = pod_labels.get(key) {
-                selector.require(key, value);
-            }
-        }
-        for key in &term.mismatch_label_keys {
-            if let Some(value) = pod_labels.get(key) {
-                selector.require_not(key, value);
-            }
-        }
-    }
+    let topology_key = topology_key(field, &term.topology_key)?;
+    let selector = pod_selector(
+        field,
+        term.label_selector.as_ref(),
+        pod_labels,
+        &term.match_label_keys,
+        &term.mismatch_label_keys,
+    )?;
     Ok(AffinityTerm {
         selector,
         namespaces: namespaces_for(field, term, pod_namespace, namespaces)?,
-        topology_key: labels::normalize_label(&term.topology_key).to_owned(),
+        topology_key,
     })
+}
+
+/// The `topology_key` of an affinity term or spread constraint, which must be set.
+fn topology_key(field: &str, key: &str) -> Result<String, InvalidField> {
+    non_empty(field, "topology_key", key)?;
+    Ok(labels::normalize_label(key).to_owned())
+}
+
+/// The `label_selector` of an affinity term or spread constraint, with the pod's own values of
+/// `match_keys` required and of `mismatch_keys` refused (`matchLabelKeys`,
+/// `mismatchLabelKeys`).
+fn pod_selector(
+    field: &str,
+    selector: Option<&sched::LabelSelector>,
+    pod_labels: &BTreeMap<String, String>,
+    match_keys: &[String],
+    mismatch_keys: &[String],
+) -> Result<Option<LabelSelector>, InvalidField> {
+    let Some(selector) = selector else {
+        return Ok(None);
+    };
+    let mut selector = label_selector(&format!("{field}.label_selector"), selector)?;
+    for key in match_keys {
+        if let Some(value) = pod_labels.get(key) {
+            selector.require(key, value);
+        }
+    }
+    for key in mismatch_keys {
+        if let Some(value) = pod_labels.get(key) {
+            selector.require_not(key, value);
+        }
+    }
+    Ok(Some(selector))
 }
 
 fn node_selector_term(
@@ -165,12 +183,7 @@ pub fn pod(
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     now: (i64, i32),
 ) -> Result<Pod, InvalidField> {
-    if p.name.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.name"),
-            "must not be empty",
-        ));
-    }
+    non_empty(field, "name", &p.name)?;
     check_pod_resources(field, p)?;
     let namespace = if p.namespace.is_empty() {
         "default".to_owned()
@@ -357,28 +370,18 @@ fn spread_constraint(
             format!("must be at least 1, got {}", c.max_skew),
         ));
     }
-    if c.topology_key.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.topology_key"),
-            "must not be empty",
-        ));
-    }
-    let mut selector = c
-        .label_selector
-        .as_ref()
-        .map(|s| label_selector(&format!("{field}.label_selector"), s))
-        .transpose()?;
-    if let Some(selector) = selector.as_mut() {
-        for key in &c.match_label_keys {
-            if let Some(value) = p.labels.get(key) {
-                selector.require(key, value);
-            }
-        }
-    }
+    let topology_key = topology_key(field, &c.topology_key)?;
+    let selector = pod_selector(
+        field,
+        c.label_selector.as_ref(),
+        &p.labels,
+        &c.match_label_keys,
+        &[],
+    )?;
     use sched::topology_spread_constraint::{InclusionPolicy, WhenUnsatisfiable as W};
     Ok(SpreadConstraint {
         max_skew: c.max_skew,
-        topology_key: labels::normalize_label(&c.topology_key).to_owned(),
+        topology_key,
         when_unsatisfiable: if c.when_unsatisfiable == W::ScheduleAnyway as i32 {
             WhenUnsatisfiable::ScheduleAnyway
         } else {
@@ -412,12 +415,7 @@ fn host_ports(p: &sched::Pod) -> Vec<HostPort> {
 }
 
 pub fn instance_type(field: &str, it: &types::InstanceType) -> Result<InstanceType, InvalidField> {
-    if it.name.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.name"),
-            "must not be empty",
-        ));
-    }
+    non_empty(field, "name", &it.name)?;
     let mut reqs = requirements(&format!("{field}.requirements"), &it.requirements)?;
     if !reqs.has(labels::INSTANCE_TYPE) {
         reqs.add(Requirement::single(labels::INSTANCE_TYPE, &it.name));
@@ -425,18 +423,8 @@ pub fn instance_type(field: &str, it: &types::InstanceType) -> Result<InstanceTy
     let mut offerings = Vec::with_capacity(it.offerings.len());
     for (i, o) in it.offerings.iter().enumerate() {
         let field = format!("{field}.offerings[{i}]");
-        if o.zone.is_empty() {
-            return Err(InvalidField::new(
-                format!("{field}.zone"),
-                "must not be empty",
-            ));
-        }
-        if o.capacity_type.is_empty() {
-            return Err(InvalidField::new(
-                format!("{field}.capacity_type"),
-                "must not be empty",
-            ));
-        }
+        non_empty(&field, "zone", &o.zone)?;
+        non_empty(&field, "capacity_type", &o.capacity_type)?;
         if !o.price.is_finite() || o.price < 0.0 {
             return Err(InvalidField::new(
                 format!("{field}.price"),
@@ -531,12 +519,7 @@ pub fn node_pool(
     np: &sched::NodePool,
     catalog_names: &[String],
 ) -> Result<NodePool, InvalidField> {
-    if np.name.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.name"),
-            "must not be empty",
-        ));
-    }
+    non_empty(field, "name", &np.name)?;
     if !(0..=100).contains(&np.weight) {
         return Err(InvalidField::new(
             format!("{field}.weight"),
@@ -639,12 +622,7 @@ fn state_node(
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     now: (i64, i32),
 ) -> Result<StateNode, InvalidField> {
-    if n.name.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.name"),
-            "must not be empty",
-        ));
-    }
+    non_empty(field, "name", &n.name)?;
     let mut node_taints = taints(&format!("{field}.taints"), &n.taints)?;
     let startup = taints(&format!("{field}.startup_taints"), &n.startup_taints)?;
     if !n.initialized {

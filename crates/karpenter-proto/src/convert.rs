@@ -38,6 +38,18 @@ impl InvalidField {
     }
 }
 
+/// `Ok` when the string `name` of `field` is set; else the error `{field}.{name}: must not be
+/// empty`.
+pub fn non_empty(field: &str, name: &str, value: &str) -> Result<(), InvalidField> {
+    if value.is_empty() {
+        return Err(InvalidField::new(
+            format!("{field}.{name}"),
+            "must not be empty",
+        ));
+    }
+    Ok(())
+}
+
 pub fn operator(field: &str, value: i32) -> Result<Operator, InvalidField> {
     Ok(match types::Operator::try_from(value) {
         Ok(types::Operator::In) => Operator::In,
@@ -71,12 +83,7 @@ pub fn wire_operator(op: Operator) -> types::Operator {
 }
 
 pub fn requirement(field: &str, r: &types::Requirement) -> Result<Requirement, InvalidField> {
-    if r.key.is_empty() {
-        return Err(InvalidField::new(
-            format!("{field}.key"),
-            "must not be empty",
-        ));
-    }
+    non_empty(field, "key", &r.key)?;
     let op = operator(field, r.operator)?;
     let requirement = Requirement::new(&r.key, op, r.values.iter().cloned())
         .map_err(|e| InvalidField::new(format!("{field}.values"), e.to_string()))?;
@@ -207,12 +214,7 @@ pub fn taints(field: &str, list: &[types::Taint]) -> Result<Vec<Taint>, InvalidF
         .enumerate()
         .map(|(i, t)| {
             let field = format!("{field}[{i}]");
-            if t.key.is_empty() {
-                return Err(InvalidField::new(
-                    format!("{field}.key"),
-                    "must not be empty",
-                ));
-            }
+            non_empty(&field, "key", &t.key)?;
             Ok(Taint {
                 key: t.key.clone(),
                 value: t.value.clone(),
