@@ -11,6 +11,7 @@ use karpenter_planner::solve::Options;
 use karpenter_proto::convert::InvalidField;
 use karpenter_proto::scheduler::v1 as sched;
 
+use crate::from_wire::Parsed;
 use crate::to_wire::{options, plan_response, solve_response};
 
 /// Validates and solves a wire request: what the gRPC service and the
@@ -25,15 +26,15 @@ pub fn solve_request_until(
     request: &sched::SolveRequest,
     interrupt: Option<Arc<AtomicBool>>,
 ) -> Result<sched::SolveResponse, InvalidField> {
-    let empty = sched::ClusterSnapshot::default();
-    let snapshot = request.cluster.as_ref().unwrap_or(&empty);
-    let parsed = crate::from_wire::cluster(snapshot)?;
-    let options = Options {
+    with_cluster(
+        request.cluster.as_ref(),
+        request.options.as_ref(),
         interrupt,
-        ..options(request.options.as_ref())
-    };
-    let solution = karpenter_planner::solve::solve(&parsed.cluster, &options);
-    Ok(solve_response(&solution, &parsed, snapshot))
+        |snapshot, parsed, options| {
+            let solution = karpenter_planner::solve::solve(&parsed.cluster, &options);
+            solve_response(&solution, parsed, snapshot)
+        },
+    )
 }
 
 /// Validates and plans a wire disruption request: what the gRPC service and
@@ -49,14 +50,6 @@ pub fn plan_disruption_request_until(
     request: &sched::PlanDisruptionRequest,
     interrupt: Option<Arc<AtomicBool>>,
 ) -> Result<sched::PlanDisruptionResponse, InvalidField> {
-    let empty = sched::ClusterSnapshot::default();
-    let snapshot = request.cluster.as_ref().unwrap_or(&empty);
-    let parsed = crate::from_wire::cluster(snapshot)?;
-    let cluster = &parsed.cluster;
-    let scheduling = Options {
-        interrupt,
-        ..options(request.options.as_ref())
-    };
     let disruption = DisruptionOptions {
         spot_to_spot: request
             .options
@@ -64,6 +57,32 @@ pub fn plan_disruption_request_until(
             .and_then(|o| o.feature_gates.get("SpotToSpotConsolidation").copied())
             .unwrap_or(false),
     };
-    let plan = karpenter_planner::disruption::plan(cluster, &scheduling, &disruption);
-    Ok(plan_response(&plan, &parsed, snapshot))
+    with_cluster(
+        request.cluster.as_ref(),
+        request.options.as_ref(),
+        interrupt,
+        |snapshot, parsed, scheduling| {
+            let plan =
+                karpenter_planner::disruption::plan(&parsed.cluster, &scheduling, &disruption);
+            plan_response(&plan, parsed, snapshot)
+        },
+    )
+}
+
+/// What both requests do around the planner: read the cluster (an empty one when the request
+/// has none) and the scheduling options with `interrupt`, then `answer` from them.
+fn with_cluster<R>(
+    cluster: Option<&sched::ClusterSnapshot>,
+    scheduling: Option<&sched::SchedulingOptions>,
+    interrupt: Option<Arc<AtomicBool>>,
+    answer: impl FnOnce(&sched::ClusterSnapshot, &Parsed, Options) -> R,
+) -> Result<R, InvalidField> {
+    let empty = sched::ClusterSnapshot::default();
+    let snapshot = cluster.unwrap_or(&empty);
+    let parsed = crate::from_wire::cluster(snapshot)?;
+    let options = Options {
+        interrupt,
+        ..options(scheduling)
+    };
+    Ok(answer(snapshot, &parsed, options))
 }
