@@ -17,6 +17,16 @@ fn meta_violation(path: String, kind: ViolationKind, value: BadValue, detail: St
     Violation::new(path, kind, value, detail, Source::Metadata)
 }
 
+/// A field whose value is not of the type metadata needs there (`detail`: "must be ...").
+fn wrong_type(path: impl Into<String>, value: &Json, detail: &str) -> Violation {
+    meta_violation(
+        path.into(),
+        ViolationKind::Invalid,
+        BadValue::Json(value.clone()),
+        detail.to_string(),
+    )
+}
+
 /// `ValidateObjectMetaAccessor`: name, generateName, namespace, generation,
 /// labels, annotations and finalizers. `namespaced` is the CRD's scope, or
 /// for embedded resources whether a namespace is set.
@@ -32,12 +42,7 @@ pub(crate) fn validate_object_meta(
         None | Some(Json::Null) => &empty,
         Some(Json::Object(m)) => m,
         Some(other) => {
-            out.push(meta_violation(
-                path.to_string(),
-                ViolationKind::Invalid,
-                BadValue::Json(other.clone()),
-                "must be an object".to_string(),
-            ));
+            out.push(wrong_type(path, other, "must be an object"));
             return;
         }
     };
@@ -71,11 +76,10 @@ fn string_field(
         None | Some(Json::Null) => None,
         Some(Json::String(s)) => Some(s.clone()),
         Some(other) => {
-            out.push(meta_violation(
+            out.push(wrong_type(
                 format!("{path}.{key}"),
-                ViolationKind::Invalid,
-                BadValue::Json(other.clone()),
-                "must be a string".to_string(),
+                other,
+                "must be a string",
             ));
             None
         }
@@ -187,23 +191,13 @@ fn validate_finalizers(finalizers: &Json, fpath: &str, out: &mut Vec<Violation>)
         Json::Array(items) => items,
         Json::Null => return,
         other => {
-            out.push(meta_violation(
-                fpath.to_string(),
-                ViolationKind::Invalid,
-                BadValue::Json(other.clone()),
-                "must be a list of strings".to_string(),
-            ));
+            out.push(wrong_type(fpath, other, "must be a list of strings"));
             return;
         }
     };
     for f in items {
         let Some(f) = f.as_str() else {
-            out.push(meta_violation(
-                fpath.to_string(),
-                ViolationKind::Invalid,
-                BadValue::Json(f.clone()),
-                "must be a string".to_string(),
-            ));
+            out.push(wrong_type(fpath, f, "must be a string"));
             continue;
         };
         let errs = qualified_name(f);
@@ -233,21 +227,15 @@ fn validate_string_map(
             for (k, val) in m {
                 match val {
                     Json::String(s) => each(k, s, path, out),
-                    other => out.push(meta_violation(
+                    other => out.push(wrong_type(
                         format!("{path}[{k}]"),
-                        ViolationKind::Invalid,
-                        BadValue::Json(other.clone()),
-                        "must be a string".to_string(),
+                        other,
+                        "must be a string",
                     )),
                 }
             }
         }
-        Some(other) => out.push(meta_violation(
-            path.to_string(),
-            ViolationKind::Invalid,
-            BadValue::Json(other.clone()),
-            "must be a map of strings".to_string(),
-        )),
+        Some(other) => out.push(wrong_type(path, other, "must be a map of strings")),
     }
 }
 
