@@ -142,6 +142,13 @@ impl Consolidation<'_> {
             .requirements
             .get(labels::CAPACITY_TYPE)
             .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
+        let replacing = Replacing {
+            cluster,
+            claim,
+            candidates,
+            candidate_price,
+            method,
+        };
         let replacement = if all_spot && allows_spot {
             if !self.options.spot_to_spot {
                 return Err(
@@ -149,9 +156,9 @@ impl Consolidation<'_> {
                         .to_owned(),
                 );
             }
-            spot_to_spot(cluster, claim, candidates, candidate_price, method)?
+            replacing.spot_to_spot()?
         } else {
-            cheaper_replacement(cluster, claim, candidates, candidate_price, method)?
+            replacing.cheaper_replacement()?
         };
         let price = replacement
             .cheapest
@@ -168,37 +175,126 @@ impl Consolidation<'_> {
     }
 }
 
-/// `claim` kept to the options cheaper than the candidates (and within
-/// `also`); a multi-node replacement may not be one of the candidates'
-/// own types.
-fn cheaper_claim(
-    cluster: &Cluster,
-    claim: &PlannedClaim,
-    also: Option<Requirement>,
-    candidates: &[&Candidate],
+/// What a replacement is sought for: the claim the simulation planned for the candidates'
+/// pods, the candidates, what they cost together and the method at work.
+struct Replacing<'a> {
+    cluster: &'a Cluster,
+    claim: &'a PlannedClaim,
+    candidates: &'a [&'a Candidate],
     candidate_price: f64,
     method: Method,
-) -> Result<PlannedClaim, String> {
-    let cheaper = |it: &InstanceType, requirements: &Requirements| {
-        worst_launch_price(it, requirements) < candidate_price
-    };
-    let Some(mut replacement) = restrict_claim(cluster, claim, also, cheaper) else {
-        return Err("Can't replace with a cheaper node".to_owned());
-    };
-    // The cheaper options must still meet the claim's minValues (relaxed
-    // ones included: BestEffort lowers them to what the options offered
-    // when provisioning, never below that for a replacement).
-    let shortfall = shortfall_of(cluster, &replacement, &claim.requirements);
-    if !shortfall.is_empty() {
-        return Err(format!(
-            "Filtering by price: {}",
-            min_values_not_met(&shortfall)
-        ));
+}
+
+impl Replacing<'_> {
+    /// Whether an option of `it` within `requirements` costs less than the candidates, at
+    /// the worst price it could launch at.
+    fn cheaper(&self, it: &InstanceType, requirements: &Requirements) -> bool {
+        worst_launch_price(it, requirements) < self.candidate_price
     }
-    if method == Method::MultiNodeConsolidation {
-        replacement = without_candidate_types(cluster, candidates, replacement)?;
+
+    /// `claim` kept to the options cheaper than the candidates (and within
+    /// `also`); a multi-node replacement may not be one of the candidates'
+    /// own types.
+    fn cheaper_claim(&self, also: Option<Requirement>) -> Result<PlannedClaim, String> {
+        let keep = |it: &InstanceType, requirements: &Requirements| self.cheaper(it, requirements);
+        let Some(mut replacement) = restrict_claim(self.cluster, self.claim, also, keep) else {
+            return Err("Can't replace with a cheaper node".to_owned());
+        };
+        // The cheaper options must still meet the claim's minValues (relaxed
+        // ones included: BestEffort lowers them to what the options offered
+        // when provisioning, never below that for a replacement).
+        let shortfall = shortfall_of(self.cluster, &replacement, &self.claim.requirements);
+        if !shortfall.is_empty() {
+            return Err(format!(
+                "Filtering by price: {}",
+                min_values_not_met(&shortfall)
+            ));
+        }
+        if self.method == Method::MultiNodeConsolidation {
+            replacement = without_candidate_types(self.cluster, self.candidates, replacement)?;
+        }
+        Ok(replacement)
     }
-    Ok(replacement)
+
+    /// The replacement of spot candidates by spot: only options cheaper than
+    /// the candidates and, for a single node, at least
+    /// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many, or to as many
+    /// of the cheapest as the claim's minValues need when that is more
+    /// (Karpenter's guard against churning from one spot type to the next).
+    fn spot_to_spot(&self) -> Result<PlannedClaim, String> {
+        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+        let mut replacement = self.cheaper_claim(Some(spot))?;
+        if self.candidates.len() == 1 {
+            if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
+                return Err(format!(
+                    "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
+                    replacement.instance_types.len()
+                ));
+            }
+            let (catalog, options) = claim_options(self.cluster, &replacement);
+            let needed = min_values_prefix(catalog, &options, &self.claim.requirements);
+            replacement
+                .instance_types
+                .truncate(MIN_SPOT_TO_SPOT_OPTIONS.max(needed));
+            let kept: Vec<&str> = replacement
+                .instance_types
+                .iter()
+                .map(String::as_str)
+                .collect();
+            replacement
+                .requirements
+                .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
+        }
+        Ok(replacement)
+    }
+
+    /// The replacement of candidates that are not all spot: only options
+    /// cheaper than the candidates; on-demand may become spot, but never a
+    /// pricier on-demand fallback.
+    fn cheaper_replacement(&self) -> Result<PlannedClaim, String> {
+        let mut replacement = self.cheaper_claim(None)?;
+        // On-demand may become spot, but never a pricier on-demand fallback.
+        let keep = |it: &InstanceType, requirements: &Requirements| self.cheaper(it, requirements);
+        if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
+            && capacity.has(labels::CAPACITY_TYPE_SPOT)
+            && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
+        {
+            let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
+            if let Some(spot_only) = restrict_claim(self.cluster, &replacement, Some(spot), keep) {
+                replacement = spot_only;
+            }
+        }
+        Ok(replacement)
+    }
+}
+
+/// The most a claim could cost to launch: the priciest compatible offering
+/// of the first capacity type it could get (reserved, then spot, then
+/// on-demand), as Karpenter prices a replacement.
+fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
+    for capacity_type in [
+        labels::CAPACITY_TYPE_RESERVED,
+        labels::CAPACITY_TYPE_SPOT,
+        labels::CAPACITY_TYPE_ON_DEMAND,
+    ] {
+        if requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_some_and(|r| !r.has(capacity_type))
+        {
+            continue;
+        }
+        let prices = it.offerings.iter().filter(|o| {
+            o.available
+                && o.capacity_type == capacity_type
+                && requirements
+                    .get(labels::TOPOLOGY_ZONE)
+                    .is_none_or(|z| z.has(&o.zone))
+        });
+        if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
+            return max;
+        }
+    }
+    f64::INFINITY
 }
 
 /// The claim's pool catalog and its options' places in it, in the claim's
@@ -234,107 +330,6 @@ fn shortfall_of(
     }
     let (catalog, options) = claim_options(cluster, claim);
     min_values_shortfall(catalog, &options, requirements)
-}
-
-/// The replacement of spot candidates by spot: only options cheaper than
-/// the candidates and, for a single node, at least
-/// [`MIN_SPOT_TO_SPOT_OPTIONS`] of them, cut to that many, or to as many of
-/// the cheapest as the claim's minValues need when that is more (Karpenter's
-/// guard against churning from one spot type to the next).
-fn spot_to_spot(
-    cluster: &Cluster,
-    claim: &PlannedClaim,
-    candidates: &[&Candidate],
-    candidate_price: f64,
-    method: Method,
-) -> Result<PlannedClaim, String> {
-    let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
-    let mut replacement = cheaper_claim(
-        cluster,
-        claim,
-        Some(spot),
-        candidates,
-        candidate_price,
-        method,
-    )?;
-    if candidates.len() == 1 {
-        if replacement.instance_types.len() < MIN_SPOT_TO_SPOT_OPTIONS {
-            return Err(format!(
-                "SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options than the current candidate to consolidate, got {}",
-                replacement.instance_types.len()
-            ));
-        }
-        let (catalog, options) = claim_options(cluster, &replacement);
-        let needed = min_values_prefix(catalog, &options, &claim.requirements);
-        replacement
-            .instance_types
-            .truncate(MIN_SPOT_TO_SPOT_OPTIONS.max(needed));
-        let kept: Vec<&str> = replacement
-            .instance_types
-            .iter()
-            .map(String::as_str)
-            .collect();
-        replacement
-            .requirements
-            .add(Requirement::in_values(labels::INSTANCE_TYPE, kept));
-    }
-    Ok(replacement)
-}
-
-/// The replacement of candidates that are not all spot: only options
-/// cheaper than the candidates; on-demand may become spot, but never a
-/// pricier on-demand fallback.
-fn cheaper_replacement(
-    cluster: &Cluster,
-    claim: &PlannedClaim,
-    candidates: &[&Candidate],
-    candidate_price: f64,
-    method: Method,
-) -> Result<PlannedClaim, String> {
-    let mut replacement = cheaper_claim(cluster, claim, None, candidates, candidate_price, method)?;
-    // On-demand may become spot, but never a pricier on-demand fallback.
-    let cheaper = |it: &InstanceType, requirements: &Requirements| {
-        worst_launch_price(it, requirements) < candidate_price
-    };
-    if let Some(capacity) = replacement.requirements.get(labels::CAPACITY_TYPE)
-        && capacity.has(labels::CAPACITY_TYPE_SPOT)
-        && capacity.has(labels::CAPACITY_TYPE_ON_DEMAND)
-    {
-        let spot = Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_SPOT]);
-        if let Some(spot_only) = restrict_claim(cluster, &replacement, Some(spot), cheaper) {
-            replacement = spot_only;
-        }
-    }
-    Ok(replacement)
-}
-
-/// The most a claim could cost to launch: the priciest compatible offering
-/// of the first capacity type it could get (reserved, then spot, then
-/// on-demand), as Karpenter prices a replacement.
-fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
-    for capacity_type in [
-        labels::CAPACITY_TYPE_RESERVED,
-        labels::CAPACITY_TYPE_SPOT,
-        labels::CAPACITY_TYPE_ON_DEMAND,
-    ] {
-        if requirements
-            .get(labels::CAPACITY_TYPE)
-            .is_some_and(|r| !r.has(capacity_type))
-        {
-            continue;
-        }
-        let prices = it.offerings.iter().filter(|o| {
-            o.available
-                && o.capacity_type == capacity_type
-                && requirements
-                    .get(labels::TOPOLOGY_ZONE)
-                    .is_none_or(|z| z.has(&o.zone))
-        });
-        if let Some(max) = prices.map(|o| o.price).max_by(f64::total_cmp) {
-            return max;
-        }
-    }
-    f64::INFINITY
 }
 
 /// Keeps the claim's options that pass `keep` and recomputes its cheapest
