@@ -260,6 +260,30 @@ impl Requirement {
         self.len() == 0
     }
 
+    /// A value a node could carry to meet the requirement, as Karpenter
+    /// labels a node for a custom key: the first allowed value of an `In`;
+    /// for `NotIn`, `Exists`, `Gt` and `Lt` the smallest integer from 0 (from
+    /// just above the lower bound when there is one, from below a negative
+    /// upper bound) that is below the upper bound and not excluded. None for
+    /// `DoesNotExist` or when no value is left.
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().find(|v| self.within_bounds(v)).cloned();
+        }
+        let below = self.less_than.unwrap_or(i64::MAX);
+        // Each excluded value can push the answer up by one at most.
+        let tries = i64::try_from(self.values.len()).unwrap_or(i64::MAX);
+        let lowest = match self.greater_than {
+            Some(gt) => gt.saturating_add(1),
+            None => below.saturating_sub(1).saturating_sub(tries).min(0),
+        };
+        (0..=tries)
+            .map_while(|step| lowest.checked_add(step))
+            .take_while(|candidate| *candidate < below)
+            .map(|candidate| candidate.to_string())
+            .find(|candidate| !self.values.contains(candidate))
+    }
+
     pub fn has(&self, value: &str) -> bool {
         let listed = self.values.contains(value);
         let member = if self.complement { !listed } else { listed };
@@ -611,6 +635,30 @@ mod tests {
 
     fn req(key: &str, op: &str, values: &[&str]) -> Requirement {
         Requirement::new(key, Operator::parse(op).unwrap(), values.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn any_value_meets_the_requirement() {
+        for (requirement, expected) in [
+            (req("k", "In", &["b", "a"]), Some("a")),
+            (req("k", "NotIn", &["0", "1", "3"]), Some("2")),
+            (req("k", "Exists", &[]), Some("0")),
+            (req("k", "Gt", &["5"]), Some("6")),
+            (req("k", "Lt", &["4"]), Some("0")),
+            (req("k", "Lt", &["-3"]), Some("-4")),
+            (req("k", "Gte", &["7"]), Some("7")),
+            (req("k", "DoesNotExist", &[]), None),
+        ] {
+            let value = requirement.any_value();
+            assert_eq!(value.as_deref(), expected, "{requirement}");
+            if let Some(value) = value {
+                assert!(requirement.has(&value), "{requirement} has {value}");
+            }
+        }
+        let narrow = req("k", "Gt", &["1"]).intersection(&req("k", "Lt", &["3"]));
+        assert_eq!(narrow.any_value().as_deref(), Some("2"));
+        let excluded = narrow.intersection(&req("k", "NotIn", &["2"]));
+        assert_eq!(excluded.any_value(), None);
     }
 
     #[test]

@@ -33,6 +33,37 @@ fn pool_labels_land_on_the_node() {
     assert_eq!(outcome.label("a", "test-key"), Some("test-value"));
 }
 
+/// Karpenter: "should label nodes". Custom keys the pool's requirements
+/// leave open (NotIn, Lt, Gt, Exists) still label the node, with a value
+/// that meets them; DoesNotExist labels nothing.
+#[test]
+fn pool_requirements_on_custom_keys_label_the_node() {
+    let p = default_pool()
+        .label("test-key-1", "test-value-1")
+        .require(in_("test-key-2", &["test-value-2"]))
+        .require(req("test-key-3", NotIn, &["test-value-3"]))
+        .require(req("test-key-4", Lt, &["4"]))
+        .require(req("test-key-5", Gt, &["5"]))
+        .require(req("test-key-6", Exists, &[]))
+        .require(req("test-key-7", DoesNotExist, &[]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "karpenter.sh/nodepool"), Some("default"));
+    assert_eq!(outcome.label("a", "test-key-1"), Some("test-value-1"));
+    assert_eq!(outcome.label("a", "test-key-2"), Some("test-value-2"));
+    let value = |key| {
+        outcome
+            .label("a", key)
+            .unwrap_or_else(|| panic!("{key} labelled"))
+    };
+    assert_ne!(value("test-key-3"), "test-value-3");
+    assert!(value("test-key-4").parse::<i64>().is_ok_and(|v| v < 4));
+    assert!(value("test-key-5").parse::<i64>().is_ok_and(|v| v > 5));
+    value("test-key-6");
+    assert_eq!(outcome.label("a", "test-key-7"), None);
+    // Well-known keys left open are the provider's to set, not labelled.
+    assert_eq!(outcome.label("a", ZONE), None);
+}
+
 #[test]
 fn selector_on_a_different_pool_label_value_is_not_scheduled() {
     let p = default_pool().label("test-key", "test-value");

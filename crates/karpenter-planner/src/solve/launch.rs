@@ -2,11 +2,11 @@
 //! to what a launch carries, minValues checked, and its requirements and
 //! labels narrowed to what the chosen offerings allow.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::{InstanceType, OfferingFilter};
-use crate::requirements::Requirement;
+use crate::requirements::{Requirement, Requirements, WellKnown};
 
 use super::claims::Claim;
 use super::instance_types::{min_values_not_met, min_values_shortfall};
@@ -122,6 +122,30 @@ fn price_order(
     ranked.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Karpenter's resolveCustomLabelsFromRequirements: a custom key the
+/// requirements allow more than one value for (`In` several, `NotIn`,
+/// `Exists`, `Gt`, `Lt`) still labels the node, with a value that meets
+/// them. Well-known and restricted keys are the provider's and the
+/// kubelet's to set.
+fn label_custom_keys(
+    node_labels: &mut BTreeMap<String, String>,
+    requirements: &Requirements,
+    well_known: &dyn WellKnown,
+) {
+    for requirement in requirements.iter() {
+        let key = requirement.key();
+        if node_labels.contains_key(key)
+            || well_known.is_well_known(key)
+            || labels::in_restricted_domain(key, labels::NEUTRAL_RESTRICTED_LABEL_DOMAINS)
+        {
+            continue;
+        }
+        if let Some(value) = requirement.any_value() {
+            node_labels.insert(key.to_owned(), value);
+        }
+    }
+}
+
 /// Orders a claim's options by price, cuts them to the launch maximum and
 /// narrows its requirements to what the launch will carry.
 pub(super) fn finalize(
@@ -184,6 +208,7 @@ pub(super) fn finalize(
     requirements.add(facts.zones.clone());
     let mut node_labels = launch.labels();
     node_labels.remove(labels::HOSTNAME);
+    label_custom_keys(&mut node_labels, &launch, scheduler.well_known);
     Ok(PlannedClaim {
         node_pool: pool.name.clone(),
         instance_types: names.iter().map(|n| (*n).to_owned()).collect(),
