@@ -344,11 +344,22 @@ fn pods_on_nodes_being_deleted_are_rescheduled() {
     stateful.node_name = "leaving".into();
     stateful.terminating = true;
     stateful.owner_kind = "StatefulSet".into();
-    let mut n =
-        node("leaving", &[], four_cpus()).with_pods(vec![running, daemon, terminating, stateful]);
+    // Karpenter's IsCurrentlyReschedulable: a do-not-disrupt pod is not
+    // evicted, so no capacity is launched for it.
+    let mut pinned = pod("pinned-0").cpu(100).on("leaving");
+    pinned.owner_kind = "ReplicaSet".into();
+    pinned.do_not_disrupt = true;
+    let mut n = node("leaving", &[], four_cpus()).with_pods(vec![
+        running,
+        daemon,
+        terminating,
+        stateful,
+        pinned,
+    ]);
     n.marked_for_deletion = true;
     s.nodes = vec![n];
     let outcome = s.solve(vec![]);
+    assert!(!outcome.scheduled("pinned-0") && outcome.reason("pinned-0").is_none());
     assert!(outcome.scheduled("web-0"));
     assert!(outcome.scheduled("db-0"));
     assert!(!outcome.scheduled("ds-leaving") && outcome.reason("ds-leaving").is_none());

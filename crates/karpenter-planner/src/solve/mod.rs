@@ -122,13 +122,19 @@ impl Solution {
 /// Solves one provisioning round.
 pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
     let prepared = Prepared::new(cluster, options);
-    // Pods of nodes on their way out need a place too (unless a PDB forbids
-    // ever evicting them, in which case they stay until it changes).
+    // Pods of nodes on their way out need a place too, when they will be
+    // evicted (Karpenter's IsCurrentlyReschedulable): not a do-not-disrupt
+    // pod, nor one a PDB forbids ever evicting; those stay until that
+    // changes, and capacity launched for them would sit idle.
     let leaving = cluster
         .nodes
         .iter()
         .filter(|n| n.marked_for_deletion)
         .flat_map(|n| n.pods.iter())
-        .filter(|p| p.is_reschedulable() && !cluster.pdbs.iter().any(|pdb| pdb.always_blocks(p)));
+        .filter(|p| {
+            p.is_reschedulable()
+                && !p.do_not_disrupt
+                && !cluster.pdbs.iter().any(|pdb| pdb.always_blocks(p))
+        });
     prepared.run(&[], cluster.pending.iter().chain(leaving))
 }
