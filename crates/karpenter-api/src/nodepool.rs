@@ -671,7 +671,7 @@ pub(crate) mod tests {
                 .is_err_and(|e| e.contains("startupTaints: duplicate taint a:NoSchedule"))
         );
         let restricted = pool_with(json!({"spec": {"nodeClassRef": class,
-            "requirements": [{"key": "kubernetes.io/custom", "operator": "Exists"}]}}));
+            "requirements": [{"key": "karpenter.sh/custom", "operator": "Exists"}]}}));
         assert!(
             restricted
                 .validate_runtime(&LabelRules::neutral())

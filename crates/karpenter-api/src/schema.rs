@@ -158,26 +158,12 @@ pub(crate) enum LabelRuleTarget {
     NodeClaimRequirementKey,
 }
 
-/// The label-domain rules from Karpenter (kubernetes.io, k8s.io, karpenter.sh, hostname,
-/// karpenter.sh/nodepool and, for the AWS provider, karpenter.k8s.aws).
+/// The label-domain rules from Karpenter (karpenter.sh, hostname, karpenter.sh/nodepool and, for
+/// the AWS provider, karpenter.k8s.aws). Since Karpenter v1.9 (sigs PR #2586) the kubernetes.io
+/// and k8s.io domains carry no rule.
 pub(crate) fn label_domain_rules(target: LabelRuleTarget) -> Vec<Value> {
     let is_map = target == LabelRuleTarget::TemplateLabels;
     let v = if is_map { "x" } else { "self" };
-    // Well-known kubernetes.io labels; node.kubernetes.io/instance-type is only listed for
-    // requirement keys (it is covered by the node.kubernetes.io exception anyway).
-    let mut k8s_allowed = vec![
-        labels::BETA_INSTANCE_TYPE,
-        labels::FAILURE_DOMAIN_BETA_REGION,
-        labels::BETA_OS,
-        labels::BETA_ARCH,
-        labels::FAILURE_DOMAIN_BETA_ZONE,
-        labels::TOPOLOGY_ZONE,
-        labels::TOPOLOGY_REGION,
-    ];
-    if !is_map {
-        k8s_allowed.push(labels::INSTANCE_TYPE);
-    }
-    k8s_allowed.extend([labels::ARCH, labels::OS, labels::WINDOWS_BUILD]);
     let d = domain_of(v);
     let wrap = |expr: String| {
         if is_map {
@@ -186,28 +172,13 @@ pub(crate) fn label_domain_rules(target: LabelRuleTarget) -> Vec<Value> {
             expr
         }
     };
-    let mut rules = vec![
-        rule(
-            &wrap(format!(
-                "{v} in {} || {d}.endsWith(\"node.kubernetes.io\") || {d}.endsWith(\"node-restriction.kubernetes.io\") || !{d}.endsWith(\"kubernetes.io\")",
-                quoted_list(&k8s_allowed)
-            )),
-            "label domain \"kubernetes.io\" is restricted",
-        ),
-        rule(
-            &wrap(format!(
-                "{d}.endsWith(\"kops.k8s.io\") || !{d}.endsWith(\"k8s.io\")"
-            )),
-            "label domain \"k8s.io\" is restricted",
-        ),
-        rule(
-            &wrap(format!(
-                "{v} in {} || !{d}.endsWith(\"karpenter.sh\")",
-                quoted_list(&[labels::CAPACITY_TYPE, labels::NODE_POOL])
-            )),
-            "label domain \"karpenter.sh\" is restricted",
-        ),
-    ];
+    let mut rules = vec![rule(
+        &wrap(format!(
+            "{v} in {} || !{d}.endsWith(\"karpenter.sh\")",
+            quoted_list(&[labels::CAPACITY_TYPE, labels::NODE_POOL])
+        )),
+        "label domain \"karpenter.sh\" is restricted",
+    )];
     if target != LabelRuleTarget::NodeClaimRequirementKey {
         rules.push(rule(
             &wrap(format!("{v} != \"{}\"", labels::NODE_POOL)),

@@ -1,11 +1,12 @@
 //! Well-known label, annotation, taint, finalizer and tag keys of Kubernetes and Karpenter, and
 //! the label-domain rules.
 //!
-//! Kubernetes and Karpenter reserve a few label domains (`kubernetes.io`, `k8s.io`,
-//! `karpenter.sh`): users may not set labels in them on a NodePool template or use them as
+//! Karpenter reserves its own label domain (`karpenter.sh` and its sub-domains) and
+//! `kubernetes.io/hostname`: users may not set labels there on a NodePool template or use them as
 //! requirement keys, except for the *well-known* labels, which Karpenter knows how to satisfy
-//! (zone, instance type, capacity type, ...). Sub-domains in [`LABEL_DOMAIN_EXCEPTIONS`]
-//! (`node.kubernetes.io`, `kops.k8s.io`, ...) are allowed because the kubelet does not set them.
+//! (zone, instance type, capacity type, ...). Since Karpenter v1.9 (sigs PR #2586) the
+//! `kubernetes.io` and `k8s.io` domains are no longer restricted: a pool may set
+//! `example.kubernetes.io/team`, and pods may select on it.
 //!
 //! A provider reserves its own domain and adds its own well-known labels (the AWS provider
 //! `karpenter.k8s.aws` and its `instance-*` family): it announces them in its `Info`, and
@@ -109,15 +110,8 @@ pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 
 // --- Label-domain rules -------------------------------------------------------------------------
 
-/// Sub-domains of the restricted domains that are nevertheless allowed.
-pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &[
-    "kops.k8s.io",
-    "node.kubernetes.io",
-    "node-restriction.kubernetes.io",
-];
-
-/// Label domains Kubernetes and Karpenter reserve whatever the provider.
-pub const NEUTRAL_RESTRICTED_LABEL_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", KARPENTER_GROUP];
+/// Label domains Karpenter reserves whatever the provider.
+pub const NEUTRAL_RESTRICTED_LABEL_DOMAINS: &[&str] = &[KARPENTER_GROUP];
 
 /// Labels that may never be set, even though their domain would otherwise allow it.
 pub const RESTRICTED_LABELS: &[&str] = &[HOSTNAME];
@@ -167,19 +161,13 @@ pub fn in_domain(domain: &str, suffix: &str) -> bool {
             .is_some_and(|head| head.ends_with('.'))
 }
 
-/// Whether `key` lies in one of `restricted_domains` (or is [`RESTRICTED_LABELS`]) and not in a
-/// [`LABEL_DOMAIN_EXCEPTIONS`] sub-domain. Well-known labels are the caller's to exempt.
+/// Whether `key` lies in one of `restricted_domains` (or is [`RESTRICTED_LABELS`]). Well-known
+/// labels are the caller's to exempt.
 pub fn in_restricted_domain<D: AsRef<str>>(key: &str, restricted_domains: &[D]) -> bool {
     if RESTRICTED_LABELS.contains(&key) {
         return true;
     }
     let domain = label_domain(key);
-    if LABEL_DOMAIN_EXCEPTIONS
-        .iter()
-        .any(|exception| in_domain(domain, exception))
-    {
-        return false;
-    }
     restricted_domains
         .iter()
         .any(|restricted| in_domain(domain, restricted.as_ref()))
@@ -304,14 +292,18 @@ mod tests {
         );
     }
 
+    /// Karpenter v1.9+ (sigs PR #2586): only Karpenter's and the provider's
+    /// domains (and hostname) are restricted; `kubernetes.io` and `k8s.io`
+    /// keys are custom labels like any other.
     #[test]
-    fn restricted_domains_are_rejected_except_exceptions() {
+    fn only_karpenters_and_the_providers_domains_are_restricted() {
         let rules = aws();
-        assert!(rules.check_allowed("kubernetes.io/custom").is_err());
-        assert!(rules.check_allowed("foo.k8s.io/bar").is_err());
         assert!(rules.check_allowed("karpenter.sh/custom").is_err());
+        assert!(rules.check_allowed("sub.karpenter.sh/custom").is_err());
         assert!(rules.check_allowed("karpenter.k8s.aws/custom").is_err());
         assert!(rules.check_allowed(HOSTNAME).is_err());
+        assert_eq!(rules.check_allowed("kubernetes.io/custom"), Ok(()));
+        assert_eq!(rules.check_allowed("foo.k8s.io/bar"), Ok(()));
         assert_eq!(rules.check_allowed("node.kubernetes.io/custom"), Ok(()));
         assert_eq!(rules.check_allowed("kops.k8s.io/instancegroup"), Ok(()));
         assert_eq!(
@@ -320,7 +312,7 @@ mod tests {
         );
         assert_eq!(rules.check_allowed("example.com/team"), Ok(()));
         assert_eq!(rules.check_allowed("team"), Ok(()));
-        assert_eq!(rules.check_allowed("evilkubernetes.io/x"), Ok(()));
+        assert_eq!(rules.check_allowed("evilkarpenter.sh/x"), Ok(()));
         let message = rules
             .check_allowed("karpenter.sh/custom")
             .err()
@@ -328,7 +320,7 @@ mod tests {
             .unwrap_or_default();
         assert!(
             message.contains("karpenter.sh/custom is restricted")
-                && message.ends_with("kubernetes.io, k8s.io, karpenter.sh, karpenter.k8s.aws"),
+                && message.ends_with("karpenter.sh, karpenter.k8s.aws"),
             "{message}"
         );
     }

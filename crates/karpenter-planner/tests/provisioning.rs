@@ -254,19 +254,50 @@ fn compatible_pods_share_a_node_and_conflicting_ones_do_not() {
     assert_eq!(outcome.claims().len(), 2);
 }
 
+/// Karpenter: "should not schedule pods that have node selectors with
+/// restricted labels" and "... with restricted domains" (karpenter.sh only
+/// since v1.9).
 #[test]
 fn restricted_labels_are_not_scheduled() {
     let outcome = scenario().solve(vec![
         pod("host").selector(HOSTNAME, "red-node"),
-        pod("k8s").required(vec![in_("k8s.io/test", &["x"])]),
         pod("karpenter").required(vec![in_("karpenter.sh/test", &["x"])]),
+        pod("sub-karpenter").required(vec![in_("sub.karpenter.sh/test", &["x"])]),
     ]);
-    for name in ["host", "k8s", "karpenter"] {
+    for name in ["host", "karpenter", "sub-karpenter"] {
         assert!(!outcome.scheduled(name), "{name}");
         assert!(
             outcome.reason(name).unwrap().contains("restricted"),
             "{name}"
         );
+    }
+}
+
+/// Karpenter: "should schedule pods that have node selectors with label in
+/// the kubernetes domains" and "... in subdomain from kubernetes domains"
+/// (v1.9 lifted those domains' restriction).
+#[test]
+fn kubernetes_domain_requirements_are_scheduled_and_label_the_node() {
+    for prefix in ["", "subdomain."] {
+        let keys: Vec<String> = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .map(|domain| format!("{prefix}{domain}/test"))
+            .collect();
+        let mut p = default_pool();
+        for key in &keys {
+            p = p.require(in_(key, &["test-value"]));
+        }
+        let outcome = Scenario::new(vec![p]).solve(vec![
+            pod("a"),
+            pod("b").selector(&keys[0], "test-value"),
+            pod("c").required(vec![in_(&keys[1], &["test-value"])]),
+        ]);
+        for name in ["a", "b", "c"] {
+            assert!(outcome.scheduled(name), "{prefix}: {name}");
+            for key in &keys {
+                assert_eq!(outcome.label(name, key), Some("test-value"), "{key}");
+            }
+        }
     }
 }
 
