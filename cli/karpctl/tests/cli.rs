@@ -244,6 +244,19 @@ fn plan_unknown_kind_is_a_warning() {
     assert_eq!(all_pods(&plan), ["team-a/solo"]);
 }
 
+/// Manifests written for Karpenter v1.15 validate: consolidateAfter left to
+/// its default, kubernetes.io / k8s.io labels and requirement keys.
+#[test]
+fn upstream_v1_15_manifests_validate() {
+    let out = karpctl(&["validate", "-f", &testdata("upstream-v1.15/nodepool.yaml")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("1 document valid, 0 invalid"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// What `kubectl apply` refuses, plan, disrupt and validate refuse: exit
 /// 2, naming the file, the document and the field (each file's first line
 /// says which field).

@@ -358,7 +358,9 @@ pub enum DisruptionReason {
 #[serde(rename_all = "camelCase")]
 pub struct Disruption {
     /// How long a node must have been consolidatable (no pod scheduled or removed) before
-    /// Karpenter consolidates it, or `Never`. Ignored on static NodePools.
+    /// Karpenter consolidates it, or `Never`; `0s` when unset (Karpenter v1.15). Ignored on
+    /// static NodePools.
+    #[serde(default = "no_consolidation_delay")]
     #[schemars(extend("pattern" = patterns::DURATION_OR_NEVER))]
     pub consolidate_after: NillableDuration,
     /// Which nodes consolidation may remove or replace. Ignored on static NodePools.
@@ -371,10 +373,15 @@ pub struct Disruption {
     pub budgets: Vec<Budget>,
 }
 
+/// `consolidateAfter` when a NodePool leaves it out: consolidate at once.
+fn no_consolidation_delay() -> NillableDuration {
+    NillableDuration::after(Duration::ZERO)
+}
+
 impl Default for Disruption {
     fn default() -> Self {
         Self {
-            consolidate_after: NillableDuration::after(Duration::ZERO),
+            consolidate_after: no_consolidation_delay(),
             consolidation_policy: ConsolidationPolicy::default(),
             budgets: default_budgets(),
         }

@@ -255,9 +255,11 @@ fn nodepool_defaults() {
         at(&s, "spec.disruption.budgets[].nodes")["default"],
         json!("10%")
     );
+    // Karpenter v1.15: defaulted to 0s, no longer required.
+    assert_eq!(at(&s, "spec.disruption")["required"], Value::Null);
     assert_eq!(
-        at(&s, "spec.disruption")["required"],
-        json!(["consolidateAfter"])
+        at(&s, "spec.disruption.consolidateAfter")["default"],
+        json!("0s")
     );
     assert_eq!(
         at(&s, "spec.disruption.budgets[].reasons[]")["enum"],

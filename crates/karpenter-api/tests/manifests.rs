@@ -121,10 +121,14 @@ fn explicit_values_are_kept() {
 
 #[test]
 fn errors_name_the_problem() {
+    // Karpenter v1.15: consolidateAfter defaults to 0s instead of being required.
     let no_consolidate_after =
         MINIMAL_NODEPOOL.to_string() + "  disruption:\n    consolidationPolicy: WhenEmpty\n";
-    let e = parse_err::<NodePool>(&no_consolidate_after);
-    assert!(e.contains("consolidateAfter"), "{e}");
+    let pool: NodePool = parse(&no_consolidate_after);
+    assert_eq!(
+        pool.spec.disruption.consolidate_after(),
+        Some(std::time::Duration::ZERO)
+    );
 
     let bad_duration = MINIMAL_NODEPOOL.replace(
         "      requirements:",

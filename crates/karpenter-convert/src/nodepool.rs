@@ -172,8 +172,9 @@ fn consolidation_policy(ctx: &mut Ctx<'_>, policy: Option<&str>) -> Result<&'sta
     }
 }
 
-/// `consolidateAfter`, which v1 requires. Its default keeps what the
-/// v1beta1 policy did.
+/// `consolidateAfter`, written out even where Karpenter v1.15 defaults it
+/// to `0s`: v1.0 to v1.14 require it. Its value keeps what the v1beta1
+/// policy did.
 fn consolidate_after(ctx: &mut Ctx<'_>, v1_policy: &str, after: Option<String>) -> String {
     let after_path = "spec.disruption.consolidateAfter";
     match (v1_policy, after) {
@@ -189,7 +190,7 @@ fn consolidate_after(ctx: &mut Ctx<'_>, v1_policy: &str, after: Option<String>) 
             ctx.note(
                 NoteKind::Defaulted,
                 after_path,
-                "v1 requires consolidateAfter; 0s keeps the v1beta1 behavior of WhenUnderutilized",
+                "v1 before v1.15 requires consolidateAfter; 0s keeps the v1beta1 behavior of WhenUnderutilized",
             );
             "0s".to_string()
         }
