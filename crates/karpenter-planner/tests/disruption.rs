@@ -709,6 +709,64 @@ fn spot_to_spot_keeps_as_many_cheapest_types_as_min_values_need() {
     assert_eq!(launched.min_values(), Some(16));
 }
 
+/// Karpenter: "should handle failing filterOutSameInstanceType correctly
+/// (without a panic) when minValues isn't satisfied". Merging the first two
+/// nodes leaves one replacement type once their own type is filtered out,
+/// below the pool's minValues of 2: the merge is dropped and single-node
+/// consolidation deletes one of the two instead.
+#[test]
+fn a_merge_below_min_values_after_the_same_type_filter_falls_back_to_a_delete() {
+    let types: Vec<InstanceType> = [("current-on-demand", 0.5), ("other-on-demand", 0.4)]
+        .iter()
+        .map(|(name, price)| {
+            let mut t = it(name, 5000, 8 * GI, *price);
+            for offering in &mut t.offerings {
+                offering.price = *price;
+            }
+            t
+        })
+        .collect();
+    let node_of = |name: &str| {
+        let mut n = node(
+            name,
+            &[
+                (INSTANCE_TYPE, "current-on-demand"),
+                (ZONE, ZONES[0]),
+                (CAPACITY_TYPE, "on-demand"),
+                (ARCH, "amd64"),
+                (OS, "linux"),
+            ],
+            types[0].capacity.clone(),
+        )
+        .in_pool("np");
+        n.allocatable.cpu = 4000;
+        n.node_claim_name = format!("{name}-claim");
+        n.price = 0.5;
+        n.creation_seconds = NOW - 86_400;
+        n.disruption.consolidatable = true;
+        n
+    };
+    let mut cluster = cluster(vec![
+        on(node_of("n0"), vec![running("p0", "n0", 2000)]),
+        on(node_of("n1"), vec![running("p1", "n1", 2000)]),
+        on(
+            node_of("n2"),
+            vec![running("p2", "n2", 2000), running("p3", "n2", 2000)],
+        ),
+    ]);
+    cluster.instance_types = types;
+    let exists = req(INSTANCE_TYPE, Operator::Exists, &[]);
+    *cluster.pool() = np("np")
+        .require(min_values(exists, 2))
+        .require(in_(CAPACITY_TYPE, &["on-demand"]));
+    let plan = cluster.plan();
+    assert_eq!(plan.commands.len(), 1, "{:?}", plan.commands);
+    let command = &plan.commands[0];
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    assert!(command.replacements.is_empty(), "a delete");
+    assert!(matches!(command.candidates.as_slice(), [n] if n == "n0" || n == "n1"));
+}
+
 // --- multi-node ------------------------------------------------------------------------------
 
 #[test]

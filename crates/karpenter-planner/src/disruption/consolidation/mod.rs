@@ -200,18 +200,19 @@ impl Replacing<'_> {
         let Some(mut replacement) = restrict_claim(self.cluster, self.claim, also, keep) else {
             return Err("Can't replace with a cheaper node".to_owned());
         };
-        // The cheaper options must still meet the claim's minValues (relaxed
-        // ones included: BestEffort lowers them to what the options offered
-        // when provisioning, never below that for a replacement).
+        if self.method == Method::MultiNodeConsolidation {
+            replacement = without_candidate_types(self.cluster, self.candidates, replacement)?;
+        }
+        // What is left must still meet the claim's minValues (relaxed ones
+        // included: BestEffort lowers them to what the options offered when
+        // provisioning, never below that for a replacement). A merge that
+        // fails here leaves the nodes to single-node consolidation.
         let shortfall = shortfall_of(self.cluster, &replacement, &self.claim.requirements);
         if !shortfall.is_empty() {
             return Err(format!(
                 "Filtering by price: {}",
                 min_values_not_met(&shortfall)
             ));
-        }
-        if self.method == Method::MultiNodeConsolidation {
-            replacement = without_candidate_types(self.cluster, self.candidates, replacement)?;
         }
         Ok(replacement)
     }
