@@ -40,6 +40,11 @@ pub struct DisruptedLabels {
     pub reason: String,
     pub nodepool: String,
     pub capacity_type: String,
+    /// The pool's policy (`when_empty`, `when_empty_or_underutilized`) for
+    /// a consolidation; empty for every other reason.
+    pub consolidation_policy: String,
+    /// `graceful`, `eventual` (a terminationGracePeriod) or `forceful`.
+    pub termination_mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +115,54 @@ pub struct PeerLabels {
     pub peer: String,
 }
 
+/// Why a claim was disrupted, for [`AdapterMetrics::claim_disrupted`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Disrupted<'a> {
+    /// Karpenter's reason in snake case (`underutilized`, `expired`, ...).
+    pub reason: &'a str,
+    /// The pool's consolidation policy in snake case, for consolidation.
+    pub consolidation_policy: &'a str,
+    /// The pods that must move, where Karpenter counts them (disruption
+    /// commands, expiration, repair, garbage collection).
+    pub reschedulable_pods: Option<usize>,
+}
+
+impl<'a> Disrupted<'a> {
+    /// A disruption whose pods are not counted (launch failures, liveness,
+    /// interruption).
+    pub fn because(reason: &'a str) -> Self {
+        Self {
+            reason,
+            ..Self::default()
+        }
+    }
+}
+
+/// A pool's consolidation policy as Karpenter's metrics label it.
+pub fn consolidation_policy_label(policy: karpenter_api::ConsolidationPolicy) -> &'static str {
+    match policy {
+        karpenter_api::ConsolidationPolicy::WhenEmpty => "when_empty",
+        karpenter_api::ConsolidationPolicy::WhenEmptyOrUnderutilized => {
+            "when_empty_or_underutilized"
+        }
+    }
+}
+
+/// Karpenter's termination mode of a claim: `graceful` without a
+/// terminationGracePeriod, `forceful` with a zero one, `eventual` otherwise.
+fn termination_mode(claim: &karpenter_api::NodeClaim) -> &'static str {
+    match claim
+        .spec
+        .termination_grace_period
+        .as_ref()
+        .map(|d| d.as_std())
+    {
+        None => "graceful",
+        Some(d) if d.is_zero() => "forceful",
+        Some(_) => "eventual",
+    }
+}
+
 /// The adapter's metrics, registered on the service's registry.
 #[derive(Clone)]
 pub struct AdapterMetrics {
@@ -119,6 +172,7 @@ pub struct AdapterMetrics {
     pub nodeclaims_initialized: Family<PoolLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    pub pods_disruption_initiated: Family<DisruptedLabels, Counter>,
     pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
     pub disruption_decisions: Family<DecisionLabels, Counter>,
     pub disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -148,23 +202,26 @@ fn duration_buckets() -> Histogram {
 }
 
 impl AdapterMetrics {
-    /// Counts `claim` as disrupted (`karpenter_nodeclaims_disrupted_total`).
-    pub fn claim_disrupted(&self, claim: &karpenter_api::NodeClaim, reason: &str) {
+    /// Counts `claim` as disrupted (`karpenter_nodeclaims_disrupted_total`)
+    /// and, where Karpenter counts them, the pods that must move off its
+    /// node (`karpenter_pods_disruption_initiated_total`).
+    pub fn claim_disrupted(&self, claim: &karpenter_api::NodeClaim, disrupted: Disrupted<'_>) {
         use kube::ResourceExt as _;
         let labels = claim.labels();
-        self.nodeclaims_disrupted
-            .get_or_create(&DisruptedLabels {
-                reason: reason.to_owned(),
-                nodepool: labels
-                    .get(karpenter_core::labels::NODE_POOL)
-                    .cloned()
-                    .unwrap_or_default(),
-                capacity_type: labels
-                    .get(karpenter_core::labels::CAPACITY_TYPE)
-                    .cloned()
-                    .unwrap_or_default(),
-            })
-            .inc();
+        let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+        let labels = DisruptedLabels {
+            reason: disrupted.reason.to_owned(),
+            nodepool: label(karpenter_core::labels::NODE_POOL),
+            capacity_type: label(karpenter_core::labels::CAPACITY_TYPE),
+            consolidation_policy: disrupted.consolidation_policy.to_owned(),
+            termination_mode: termination_mode(claim).to_owned(),
+        };
+        self.nodeclaims_disrupted.get_or_create(&labels).inc();
+        if let Some(pods) = disrupted.reschedulable_pods {
+            self.pods_disruption_initiated
+                .get_or_create(&labels)
+                .inc_by(u64::try_from(pods).unwrap_or(u64::MAX));
+        }
     }
 
     pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {
@@ -175,6 +232,7 @@ impl AdapterMetrics {
             nodeclaims_initialized: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            pods_disruption_initiated: Family::default(),
             nodeclaims_unhealthy_disrupted: Family::default(),
             disruption_decisions: Family::default(),
             disruption_cost: Family::default(),
@@ -240,6 +298,11 @@ impl AdapterMetrics {
             "nodeclaims_disrupted",
             "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
             self.nodeclaims_disrupted.clone(),
+        );
+        r.register(
+            "pods_disruption_initiated",
+            "Pods that must move because Karpenter disrupted their node, counted when the node's NodeClaim is deleted (DaemonSet and static pods excluded)",
+            self.pods_disruption_initiated.clone(),
         );
         r.register(
             "nodeclaims_unhealthy_disrupted",

@@ -260,7 +260,19 @@ async fn an_expired_claim_is_drained_deleted_and_replaced() {
         metrics
             .lines()
             .any(|l| l.starts_with("karpenter_nodeclaims_disrupted_total")
-                && l.contains("reason=\"expired\"")),
+                && l.contains("reason=\"expired\"")
+                && l.contains("consolidation_policy=\"\"")
+                && l.contains("termination_mode=\"graceful\"")),
+        "{metrics}"
+    );
+    // Karpenter: "should fire karpenter_pods_disruption_initiated_total by
+    // the count of reschedulable pods on the node when expired".
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("karpenter_pods_disruption_initiated_total{")
+                && l.contains("reason=\"expired\"")
+                && l.ends_with(" 1")),
         "{metrics}"
     );
     adapter.stop().await;

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::controllers::Context;
 use crate::events::{Event, Kind};
-use crate::metrics::MessageTypeLabels;
+use crate::metrics::{Disrupted, MessageTypeLabels};
 use crate::objects::patch;
 use crate::state::index::Index;
 use crate::state::watch::Published;
@@ -282,7 +282,8 @@ async fn act(
         Err(error) => return Err(error),
     }
     tracing::info!(nodeclaim = %claim.name_any(), "initiating delete from interruption message");
-    ctx.metrics.claim_disrupted(claim, message_type(event));
+    ctx.metrics
+        .claim_disrupted(claim, Disrupted::because(message_type(event)));
     if let Some(node) = node {
         ctx.recorder.emit(Event::new(
             node.as_ref(),

@@ -430,6 +430,14 @@ impl Index {
         }
     }
 
+    /// How many of the pods bound to `node` must move when it goes.
+    pub fn reschedulable_pods_on(&self, node: &str) -> usize {
+        self.pods_on(node)
+            .iter()
+            .filter(|p| p.is_reschedulable())
+            .count()
+    }
+
     /// Pods bound to `node`.
     pub fn pods_on(&self, node: &str) -> &[Arc<PodEntry>] {
         let map = self.lookups.pods_by_node.get_or_init(|| {

@@ -85,6 +85,25 @@ impl PodEntry {
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
     }
+
+    /// A pod that must find another node when its node goes (Karpenter's
+    /// IsReschedulable): running, or a StatefulSet's pod still terminating
+    /// (its replacement keeps its name and waits for it); never a
+    /// DaemonSet's or a static (mirror) pod.
+    pub fn is_reschedulable(&self) -> bool {
+        let owned_by = |kind: &str| {
+            self.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == kind)
+        };
+        let terminating = self.metadata.deletion_timestamp.is_some();
+        let active = !self.is_terminal() && !terminating;
+        (active || owned_by("StatefulSet") && terminating)
+            && !owned_by("DaemonSet")
+            && !owned_by("Node")
+    }
 }
 
 /// A Pod for the API's purposes (events, object references, `ResourceExt`).

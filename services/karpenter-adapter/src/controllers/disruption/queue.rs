@@ -27,6 +27,7 @@ use crate::controllers::Context;
 use crate::controllers::provisioning;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
+use crate::metrics::{Disrupted, consolidation_policy_label};
 use crate::objects::claim::claim_conditions;
 use crate::objects::{disrupted, patch};
 use crate::state::index::Index;
@@ -226,8 +227,27 @@ async fn step(
             Err(error) if error.is_not_found() => continue,
             Err(error) => return Err(error),
         }
-        ctx.metrics
-            .claim_disrupted(claim, &command.reason.to_lowercase());
+        // Drift goes through this queue too; only consolidation has a policy.
+        let consolidation_policy = match command.reason {
+            "Drifted" => "",
+            _ => claim
+                .node_pool()
+                .and_then(|pool| index.node_pools.named(pool))
+                .map_or("", |pool| {
+                    consolidation_policy_label(pool.spec.disruption.consolidation_policy)
+                }),
+        };
+        let reschedulable_pods = index
+            .node_of(claim)
+            .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+        ctx.metrics.claim_disrupted(
+            claim,
+            Disrupted {
+                reason: &command.reason.to_lowercase(),
+                consolidation_policy,
+                reschedulable_pods: Some(reschedulable_pods),
+            },
+        );
         if let Some(node) = index.node_of(claim) {
             ctx.recorder.emit(Event::new(
                 node.as_ref(),

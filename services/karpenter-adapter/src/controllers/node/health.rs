@@ -31,6 +31,7 @@ use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
 use crate::error::Result;
 use crate::events::{Event, Kind};
+use crate::metrics::Disrupted;
 use crate::metrics::UnhealthyLabels;
 use crate::objects::patch;
 use crate::state::index::{Index, Key};
@@ -232,7 +233,14 @@ impl Reconciler for NodeHealth {
         };
         tracing::info!(condition = %sick.condition, "deleting unhealthy node");
         patch::delete(&api, &latest).await?;
-        self.ctx.metrics.claim_disrupted(claim, "unhealthy");
+        self.ctx.metrics.claim_disrupted(
+            claim,
+            Disrupted {
+                reason: "unhealthy",
+                reschedulable_pods: Some(index.reschedulable_pods_on(&node.name_any())),
+                ..Disrupted::default()
+            },
+        );
         let node_labels = node.labels();
         let label = |key: &str| node_labels.get(key).cloned().unwrap_or_default();
         self.ctx

@@ -19,6 +19,7 @@ use kube::{Resource, ResourceExt};
 use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
 use crate::error::Result;
+use crate::metrics::Disrupted;
 use crate::objects::claim::elapsed;
 use crate::objects::patch;
 use crate::state::index::{Index, Key};
@@ -90,7 +91,17 @@ impl Reconciler for Expiration {
                     .map_err(|e| crate::error::Error::Invalid(format!("NodeClaim status: {e}")))?;
                 patch::merge_status(&self.ctx.node_claims(), claim.as_ref(), status).await?;
                 patch::delete(&self.ctx.node_claims(), &claim).await?;
-                self.ctx.metrics.claim_disrupted(&claim, "expired");
+                let reschedulable_pods = index
+                    .node_of(&claim)
+                    .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+                self.ctx.metrics.claim_disrupted(
+                    &claim,
+                    Disrupted {
+                        reason: "expired",
+                        reschedulable_pods: Some(reschedulable_pods),
+                        ..Disrupted::default()
+                    },
+                );
                 Ok(None)
             }
         }

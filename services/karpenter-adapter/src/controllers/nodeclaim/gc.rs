@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::controllers::Context;
 use crate::error::{Error, Result};
+use crate::metrics::Disrupted;
 use crate::objects::patch;
 use crate::state::index::Index;
 use crate::state::watch::Published;
@@ -101,7 +102,17 @@ pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
         }
         tracing::info!(nodeclaim = %claim.name_any(), "garbage collecting a NodeClaim whose instance is gone");
         patch::delete(&ctx.node_claims(), claim.as_ref()).await?;
-        ctx.metrics.claim_disrupted(claim, "garbage_collected");
+        let reschedulable_pods = index
+            .node_of(claim)
+            .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+        ctx.metrics.claim_disrupted(
+            claim,
+            Disrupted {
+                reason: "garbage_collected",
+                reschedulable_pods: Some(reschedulable_pods),
+                ..Disrupted::default()
+            },
+        );
     }
 
     let prefix = ctx.info.provider_id_prefix.as_str();

@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::state::index::{Index, PodEntry};
+use crate::state::index::Index;
 use crate::state::watch::Published;
 
 /// How often a pod that stays pending triggers again.
@@ -33,16 +33,6 @@ fn leaving_nodes(index: &Index) -> HashSet<String> {
         })
         .map(|node| node.name_any())
         .collect()
-}
-
-/// A bound pod that needs a place elsewhere when its node goes: not
-/// finished, not a DaemonSet's, not a static (mirror) pod.
-fn reschedulable(pod: &PodEntry) -> bool {
-    !pod.is_terminal()
-        && !pod
-            .owner_references()
-            .iter()
-            .any(|o| o.kind == "DaemonSet" || o.kind == "Node")
 }
 
 /// Waits for batches of pending pods.
@@ -69,7 +59,7 @@ pub fn provisionable(index: &Index) -> impl Iterator<Item = (String, String)> + 
             p.meta().deletion_timestamp.is_none()
                 && match p.node_name.as_deref() {
                     None => p.provisionable,
-                    Some(node) => leaving.contains(node) && reschedulable(p),
+                    Some(node) => leaving.contains(node) && p.is_reschedulable(),
                 }
         })
         .map(|p| {

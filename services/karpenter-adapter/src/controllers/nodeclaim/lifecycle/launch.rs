@@ -19,6 +19,7 @@ use super::Step;
 use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
+use crate::metrics::Disrupted;
 use crate::objects::claim::claim_conditions;
 use crate::objects::claim::{quantities, wire_claim};
 use crate::objects::patch;
@@ -157,7 +158,8 @@ fn populate(claim: &mut NodeClaim, instance: &pv::Instance) {
 /// Deletes a claim that cannot launch, counted as a disruption for `reason`.
 async fn delete_for(ctx: &Context, claim: &NodeClaim, reason: &str) -> Result<()> {
     patch::delete(&ctx.node_claims(), claim).await?;
-    ctx.metrics.claim_disrupted(claim, reason);
+    ctx.metrics
+        .claim_disrupted(claim, Disrupted::because(reason));
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use karpenter_api::nodeclaim::{CONDITION_LAUNCHED, CONDITION_REGISTERED};
 use super::Step;
 use crate::controllers::Context;
 use crate::error::Result;
+use crate::metrics::Disrupted;
 use crate::objects::claim::since_transition;
 use crate::objects::patch;
 
@@ -32,6 +33,7 @@ pub(super) async fn check(ctx: &Context, claim: &NodeClaim) -> Result<Step> {
     }
     tracing::warn!(?waited, reason, "terminating due to timeout");
     patch::delete(&ctx.node_claims(), claim).await?;
-    ctx.metrics.claim_disrupted(claim, reason);
+    ctx.metrics
+        .claim_disrupted(claim, Disrupted::because(reason));
     Ok(Step::Deleted)
 }
