@@ -245,13 +245,14 @@ fn plan_unknown_kind_is_a_warning() {
 }
 
 /// Manifests written for Karpenter v1.15 validate: consolidateAfter left to
-/// its default, kubernetes.io / k8s.io labels and requirement keys.
+/// its default, kubernetes.io / k8s.io labels and requirement keys, Gte and
+/// Lte requirements.
 #[test]
 fn upstream_v1_15_manifests_validate() {
     let out = karpctl(&["validate", "-f", &testdata("upstream-v1.15/nodepool.yaml")]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("1 document valid, 0 invalid"),
+        stdout(&out).contains("2 documents valid, 0 invalid"),
         "{}",
         stdout(&out)
     );

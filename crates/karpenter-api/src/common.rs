@@ -165,6 +165,10 @@ pub enum NodeSelectorOperator {
     Gt,
     /// The label value, as an integer, is less than the single value.
     Lt,
+    /// The label value, as an integer, is at least the single value (Karpenter v1.15).
+    Gte,
+    /// The label value, as an integer, is at most the single value (Karpenter v1.15).
+    Lte,
 }
 
 impl NodeSelectorOperator {
@@ -177,6 +181,8 @@ impl NodeSelectorOperator {
             Self::DoesNotExist => "DoesNotExist",
             Self::Gt => "Gt",
             Self::Lt => "Lt",
+            Self::Gte => "Gte",
+            Self::Lte => "Lte",
         }
     }
 }
@@ -191,13 +197,17 @@ impl From<NodeSelectorOperator> for karpenter_core::requirements::Operator {
             NodeSelectorOperator::DoesNotExist => Operator::DoesNotExist,
             NodeSelectorOperator::Gt => Operator::Gt,
             NodeSelectorOperator::Lt => Operator::Lt,
+            NodeSelectorOperator::Gte => Operator::Gte,
+            NodeSelectorOperator::Lte => Operator::Lte,
         }
     }
 }
 
 /// An operator string that is not a node-selector operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown node selector operator {0:?}; expected In, NotIn, Exists, DoesNotExist, Gt or Lt")]
+#[error(
+    "unknown node selector operator {0:?}; expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte"
+)]
 pub struct UnknownOperator(pub String);
 
 impl std::str::FromStr for NodeSelectorOperator {
@@ -211,6 +221,8 @@ impl std::str::FromStr for NodeSelectorOperator {
             "DoesNotExist" => Self::DoesNotExist,
             "Gt" => Self::Gt,
             "Lt" => Self::Lt,
+            "Gte" => Self::Gte,
+            "Lte" => Self::Lte,
             other => return Err(UnknownOperator(other.to_string())),
         })
     }
@@ -227,7 +239,7 @@ pub struct NodeSelectorRequirementWithMinValues {
     /// How the key relates to the values.
     pub operator: NodeSelectorOperator,
     /// The values: non-empty for `In`/`NotIn`, empty for `Exists`/`DoesNotExist`, a single
-    /// integer for `Gt`/`Lt`.
+    /// integer for `Gt`/`Lt`/`Gte`/`Lte`.
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic", "maxLength" = 63, "pattern" = patterns::LABEL_VALUE))]
     pub values: Vec<String>,
@@ -483,6 +495,10 @@ mod tests {
             "Gt".parse::<NodeSelectorOperator>(),
             Ok(NodeSelectorOperator::Gt)
         );
-        assert!("Gte".parse::<NodeSelectorOperator>().is_err());
+        assert_eq!(
+            "Gte".parse::<NodeSelectorOperator>(),
+            Ok(NodeSelectorOperator::Gte)
+        );
+        assert!("Ge".parse::<NodeSelectorOperator>().is_err());
     }
 }

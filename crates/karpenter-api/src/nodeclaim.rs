@@ -166,8 +166,8 @@ pub(crate) fn requirements_rules(schema: &mut Schema, target: LabelRuleTarget) {
                 "requirements with operator 'In' must have a value defined",
             ),
             rule(
-                "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
-                "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+                "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+                "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
             ),
             rule(
                 "self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)",

@@ -509,7 +509,7 @@ fn nodepool_cel_rules_sit_on_the_right_fields() {
                 "spec.template.spec.requirements",
                 &[
                     "requirements with operator 'In' must have a value defined",
-                    "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+                    "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
                     "requirements with 'minValues' must have at least that many values specified in the 'values' field",
                 ],
             ),

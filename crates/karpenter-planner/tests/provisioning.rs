@@ -109,6 +109,18 @@ fn integer_bounds_select_instance_types() {
     assert_eq!(outcome.instance_type("a"), Some("small-instance-type"));
 }
 
+/// Karpenter v1.15: "should schedule compatible requirements with
+/// Operator=Gte" and "... Operator=Lte", inclusive bounds.
+#[test]
+fn inclusive_integer_bounds_select_instance_types() {
+    let p = default_pool().require(req("integer", Operator::Gte, &["16"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "integer"), Some("16"));
+    let p = default_pool().require(req("integer", Operator::Lte, &["2"]));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(outcome.label("a", "integer"), Some("2"));
+}
+
 fn five_fake_types() -> Vec<karpenter_planner::model::InstanceType> {
     (0..5)
         .map(|i| {

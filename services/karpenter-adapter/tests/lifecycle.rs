@@ -268,11 +268,11 @@ async fn an_expired_claim_is_drained_deleted_and_replaced() {
     // Karpenter: "should fire karpenter_pods_disruption_initiated_total by
     // the count of reschedulable pods on the node when expired".
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("karpenter_pods_disruption_initiated_total{")
+        metrics.lines().any(
+            |l| l.starts_with("karpenter_pods_disruption_initiated_total{")
                 && l.contains("reason=\"expired\"")
-                && l.ends_with(" 1")),
+                && l.ends_with(" 1")
+        ),
         "{metrics}"
     );
     adapter.stop().await;

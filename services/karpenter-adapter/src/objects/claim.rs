@@ -34,40 +34,24 @@ pub fn node_class_label(pool: &NodePool) -> (String, String) {
 }
 
 fn operator(op: i32) -> Option<NodeSelectorOperator> {
-    match karpenter_proto::convert::operator("", op).ok()? {
-        Operator::In => Some(NodeSelectorOperator::In),
-        Operator::NotIn => Some(NodeSelectorOperator::NotIn),
-        Operator::Exists => Some(NodeSelectorOperator::Exists),
-        Operator::DoesNotExist => Some(NodeSelectorOperator::DoesNotExist),
-        Operator::Gt => Some(NodeSelectorOperator::Gt),
-        Operator::Lt => Some(NodeSelectorOperator::Lt),
-        // The CRD knows Gt and Lt only: Gte n is Gt n-1, Lte n is Lt n+1.
-        Operator::Gte | Operator::Lte => None,
-    }
+    Some(match karpenter_proto::convert::operator("", op).ok()? {
+        Operator::In => NodeSelectorOperator::In,
+        Operator::NotIn => NodeSelectorOperator::NotIn,
+        Operator::Exists => NodeSelectorOperator::Exists,
+        Operator::DoesNotExist => NodeSelectorOperator::DoesNotExist,
+        Operator::Gt => NodeSelectorOperator::Gt,
+        Operator::Lt => NodeSelectorOperator::Lt,
+        Operator::Gte => NodeSelectorOperator::Gte,
+        Operator::Lte => NodeSelectorOperator::Lte,
+    })
 }
 
 /// A wire requirement in the CRD's terms.
 fn requirement(r: &types::Requirement) -> Option<NodeSelectorRequirementWithMinValues> {
-    let (op, values) = match operator(r.operator) {
-        Some(op) => (op, r.values.clone()),
-        None => {
-            let bound: i64 = r.values.first()?.parse().ok()?;
-            match karpenter_proto::convert::operator("", r.operator).ok()? {
-                Operator::Gte => (
-                    NodeSelectorOperator::Gt,
-                    vec![bound.checked_sub(1)?.to_string()],
-                ),
-                _ => (
-                    NodeSelectorOperator::Lt,
-                    vec![bound.checked_add(1)?.to_string()],
-                ),
-            }
-        }
-    };
     Some(NodeSelectorRequirementWithMinValues {
         key: r.key.clone(),
-        operator: op,
-        values,
+        operator: operator(r.operator)?,
+        values: r.values.clone(),
         min_values: r.min_values.map(i64::from),
     })
 }
@@ -477,9 +461,10 @@ mod tests {
             .iter()
             .find(|r| r.key == "example.com/size")
             .expect("bound");
+        // The CRD takes Gte as it is since Karpenter v1.15.
         assert_eq!(
             (size.operator, size.values.clone()),
-            (NodeSelectorOperator::Gt, vec!["3".to_owned()])
+            (NodeSelectorOperator::Gte, vec!["4".to_owned()])
         );
         assert_eq!(
             claim.spec.resources.requests.get("cpu"),
