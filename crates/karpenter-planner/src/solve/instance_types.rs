@@ -157,7 +157,33 @@ pub(super) fn filter_instance_types(
     input: &FilterInput<'_>,
 ) -> Result<Filtered, Option<String>> {
     let requirements = input.requirements;
-    let mut tally = tally(catalog, options, input);
+    let checks = Checks::new(input);
+    // The pass over the options stays in this function: it is the
+    // planner's hottest loop, and its tallies stay in registers here.
+    let mut tally = Tally::default();
+    for (position, index) in options.iter().enumerate() {
+        let it = &catalog[*index];
+        let Some(total) = input.totals.for_type(*index) else {
+            // A daemon pod on this type holds one of the pod's host ports.
+            tally.held_ports += 1;
+            if tally.dropped.is_none() {
+                tally.dropped = Some(options[..position].to_vec());
+            }
+            continue;
+        };
+        let fits = total.fits(&it.allocatable);
+        let compatible = checks.compatible(it, *index, requirements);
+        let offering = checks
+            .offering_filter
+            .as_ref()
+            .is_none_or(|filter| it.has_compatible_offering(filter));
+        tally.count(compatible, fits, offering);
+        match (&mut tally.dropped, compatible && fits && offering) {
+            (None, true) | (Some(_), false) => {}
+            (None, false) => tally.dropped = Some(options[..position].to_vec()),
+            (Some(kept), true) => kept.push(*index),
+        }
+    }
     let mut remaining: Cow<'_, [usize]> = match tally.dropped.take() {
         None => Cow::Borrowed(options),
         Some(kept) => Cow::Owned(kept),
@@ -220,81 +246,82 @@ struct Tally {
     held_ports: usize,
 }
 
-/// Checks each option against `input`. With the requirements a claim's
-/// options already passed (`input.previous`), only the keys that changed
-/// since are checked again, and offerings only when zone, capacity type or
-/// an offering's own requirements could be affected.
-fn tally(catalog: &[InstanceType], options: &[usize], input: &FilterInput<'_>) -> Tally {
-    let FilterInput {
-        requirements,
-        previous,
-        space,
-        totals,
-        columns,
-        ..
-    } = *input;
-    let changed: Option<Vec<&Requirement>> = previous.map(|previous| {
-        requirements
-            .iter()
-            .filter(|r| previous.get(r.key()) != Some(*r))
-            .collect()
-    });
-    let offerings_affected = match &changed {
-        None => true,
-        Some(keys) => {
-            keys.iter()
-                .any(|r| r.key() == labels::TOPOLOGY_ZONE || r.key() == labels::CAPACITY_TYPE)
-                || (space.has_offering_requirements && !keys.is_empty())
-        }
-    };
-    let offering_filter = offerings_affected.then(|| OfferingFilter::new(requirements, space));
-    // With columns, each changed key is compared with the options' few
-    // distinct values once; a key no option defines rules none out.
-    let column_checks: Option<Vec<ColumnCheck<'_>>> = match (&changed, columns) {
-        (Some(keys), Some(columns)) => Some(keys.iter().filter_map(|r| columns.check(r)).collect()),
-        _ => None,
-    };
-    let mut tally = Tally::default();
-    for (position, index) in options.iter().enumerate() {
-        let it = &catalog[*index];
-        let Some(total) = totals.for_type(*index) else {
-            // A daemon pod on this type holds one of the pod's host ports.
-            tally.held_ports += 1;
-            if tally.dropped.is_none() {
-                tally.dropped = Some(options[..position].to_vec());
+/// What one pass over a claim's options compares: with the requirements
+/// the options already passed (`input.previous`), only the keys that
+/// changed since, and offerings only when zone, capacity type or an
+/// offering's own requirements could be affected.
+struct Checks<'a> {
+    changed: Option<Vec<&'a Requirement>>,
+    offering_filter: Option<OfferingFilter>,
+    column_checks: Option<Vec<ColumnCheck<'a>>>,
+}
+
+impl<'a> Checks<'a> {
+    fn new(input: &FilterInput<'a>) -> Self {
+        let FilterInput {
+            requirements,
+            previous,
+            space,
+            columns,
+            ..
+        } = *input;
+        let changed: Option<Vec<&Requirement>> = previous.map(|previous| {
+            requirements
+                .iter()
+                .filter(|r| previous.get(r.key()) != Some(*r))
+                .collect()
+        });
+        let offerings_affected = match &changed {
+            None => true,
+            Some(keys) => {
+                keys.iter()
+                    .any(|r| r.key() == labels::TOPOLOGY_ZONE || r.key() == labels::CAPACITY_TYPE)
+                    || (space.has_offering_requirements && !keys.is_empty())
             }
-            continue;
         };
-        let fits = total.fits(&it.allocatable);
-        let compatible = match (&column_checks, &changed) {
-            (Some(checks), _) => checks.iter().all(|check| check.allows(*index)),
+        let offering_filter = offerings_affected.then(|| OfferingFilter::new(requirements, space));
+        // With columns, each changed key is compared with the options' few
+        // distinct values once; a key no option defines rules none out.
+        let column_checks = match (&changed, columns) {
+            (Some(keys), Some(columns)) => {
+                Some(keys.iter().filter_map(|r| columns.check(r)).collect())
+            }
+            _ => None,
+        };
+        Checks {
+            changed,
+            offering_filter,
+            column_checks,
+        }
+    }
+
+    /// Whether `it` (option `index`) meets the requirements.
+    #[inline]
+    fn compatible(&self, it: &InstanceType, index: usize, requirements: &Requirements) -> bool {
+        match (&self.column_checks, &self.changed) {
+            (Some(checks), _) => checks.iter().all(|check| check.allows(index)),
             (None, None) => it.requirements.intersects(requirements).is_ok(),
             (None, Some(keys)) => keys.iter().all(|incoming| {
                 it.requirements
                     .get(incoming.key())
                     .is_none_or(|own| own.compatible_with(incoming))
             }),
-        };
-        let offering = offering_filter
-            .as_ref()
-            .is_none_or(|filter| it.has_compatible_offering(filter));
-        tally.met |= compatible;
-        tally.fits_any |= fits;
-        tally.offered |= offering;
-        tally.met_fits |= compatible && fits && !offering;
-        tally.met_offered |= compatible && offering && !fits;
-        tally.fits_offered |= fits && offering && !compatible;
-        let keep = compatible && fits && offering;
-        match (&mut tally.dropped, keep) {
-            (None, true) | (Some(_), false) => {}
-            (None, false) => tally.dropped = Some(options[..position].to_vec()),
-            (Some(kept), true) => kept.push(*index),
         }
     }
-    tally
 }
 
 impl Tally {
+    /// Notes which of requirements, resources and offering one option met.
+    #[inline]
+    fn count(&mut self, compatible: bool, fits: bool, offering: bool) {
+        self.met |= compatible;
+        self.fits_any |= fits;
+        self.offered |= offering;
+        self.met_fits |= compatible && fits && !offering;
+        self.met_offered |= compatible && offering && !fits;
+        self.fits_offered |= fits && offering && !compatible;
+    }
+
     /// Karpenter's words for why no option is left, most general first.
     fn reason(&self, options: &[usize], totals: &Totals<'_>) -> String {
         let Tally {
