@@ -184,44 +184,48 @@ mod tests {
         let (sender, mut receiver) = watch::channel(Published::default());
         let mut index = Index::default();
         let mut batcher = Batcher::new(Duration::from_secs(5), Duration::from_secs(10));
-        publish(&sender, &mut index, pending("a", "1"));
-        let started = Instant::now();
-        let feeder = {
-            let sender = sender.clone();
-            let mut index = index.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                // The same pod again does not extend the window...
-                publish(&sender, &mut index, pending("a", "2"));
-            })
+        // Waits for the next window while `late` is published 3 s in; how
+        // long the window stayed open.
+        let mut window_with_late_pod = async |index: &Index, late: Pod| {
+            let started = Instant::now();
+            let feeder = {
+                let sender = sender.clone();
+                let mut index = index.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    publish(&sender, &mut index, late);
+                })
+            };
+            batcher.next(&mut receiver).await.expect("a batch");
+            let took = started.elapsed();
+            feeder.await.expect("feeder");
+            took
         };
-        batcher.next(&mut receiver).await.expect("a batch");
-        assert_eq!(started.elapsed(), Duration::from_secs(5));
-        feeder.await.expect("feeder");
+        publish(&sender, &mut index, pending("a", "1"));
+        // The same pod again 3 s in does not extend the window...
+        let took = window_with_late_pod(&index, pending("a", "2")).await;
+        assert_eq!(took, Duration::from_secs(5));
 
         // ...a new pod does: 3 s, new pod, 3 s still open, closes at 3 + 5.
         publish(&sender, &mut index, pending("b", "1"));
-        let started = Instant::now();
-        let feeder = {
-            let sender = sender.clone();
-            let mut index = index.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                publish(&sender, &mut index, pending("c", "1"));
-            })
-        };
-        batcher.next(&mut receiver).await.expect("a batch");
-        assert_eq!(started.elapsed(), Duration::from_secs(8));
-        feeder.await.expect("feeder");
+        let took = window_with_late_pod(&index, pending("c", "1")).await;
+        assert_eq!(took, Duration::from_secs(8));
     }
 
-    #[test]
-    fn a_pod_that_stays_pending_triggers_again_after_a_while() {
+    /// An index with one pending pod, and a batcher whose first scan (at
+    /// the instant returned) it has triggered.
+    fn one_pod_triggered() -> (Index, Batcher, Instant) {
         let mut index = Index::default();
         index.apply(Update::Pod(Event::Apply(PodEntry::new(pending("a", "1")))));
         let mut batcher = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
         let now = Instant::now();
         assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);
+        (index, batcher, now)
+    }
+
+    #[test]
+    fn a_pod_that_stays_pending_triggers_again_after_a_while() {
+        let (index, mut batcher, now) = one_pod_triggered();
         assert_eq!(
             batcher.scan(&index, &mut HashSet::new(), now + Duration::from_secs(5)),
             0
@@ -234,11 +238,7 @@ mod tests {
 
     #[test]
     fn a_pool_that_becomes_ready_triggers_the_pods_waiting_for_it() {
-        let mut index = Index::default();
-        index.apply(Update::Pod(Event::Apply(PodEntry::new(pending("a", "1")))));
-        let mut batcher = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
-        let now = Instant::now();
-        assert_eq!(batcher.scan(&index, &mut HashSet::new(), now), 1);
+        let (mut index, mut batcher, now) = one_pod_triggered();
         let mut pool: karpenter_api::NodePool = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
             "metadata": {"name": "default", "resourceVersion": "1"},
