@@ -293,21 +293,19 @@ macro_rules! watched_kinds {
             $(watched_kinds!(@watch $how, $entry, $variant, client, node_class, updates, tasks);)*
         }
     };
-    (@watch typed, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
+    (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
         crate::state::watch::spawn_watch::<$entry>(
             $tasks,
-            kube::Api::all($client.clone()),
+            watched_kinds!(@api $how, $client, $class),
             $updates.clone(),
             Update::$variant,
         );
     };
-    (@watch node_class, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
-        crate::state::watch::spawn_dynamic_watch(
-            $tasks,
-            kube::Api::all_with($client.clone(), $class),
-            $updates.clone(),
-            Update::$variant,
-        );
+    (@api typed, $client:ident, $class:ident) => {
+        kube::Api::all($client.clone())
+    };
+    (@api node_class, $client:ident, $class:ident) => {
+        kube::Api::all_with($client.clone(), $class)
     };
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use karpenter_api::NodeClaim;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -96,6 +96,8 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }
 
+/// Starts a watcher of `api` (a Kubernetes kind, or the provider's
+/// node-class kind known only at run time) forwarding to `updates`.
 pub(crate) fn spawn_watch<E>(
     tasks: &mut JoinSet<()>,
     api: Api<E::Object>,
@@ -103,27 +105,9 @@ pub(crate) fn spawn_watch<E>(
     wrap: fn(Event<E>) -> Update,
 ) where
     E: Entry + Send + 'static,
-    E::Object: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
+    E::Object:
+        kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    tasks.spawn(forward(
-        watcher::watcher(api, watch_config()),
-        updates,
-        wrap,
-    ));
-}
-
-/// Watches the provider's node-class kind, known only at run time.
-pub(crate) fn spawn_dynamic_watch(
-    tasks: &mut JoinSet<()>,
-    api: Api<DynamicObject>,
-    updates: mpsc::Sender<Update>,
-    wrap: fn(Event<DynamicObject>) -> Update,
-) {
     tasks.spawn(forward(
         watcher::watcher(api, watch_config()),
         updates,
