@@ -110,7 +110,7 @@ impl Queue {
             nodes = ?nodes,
             "disrupting node(s)"
         );
-        let created = provisioning::create_replacements(
+        let created = provisioning::create_all(
             ctx,
             index,
             pools,

@@ -184,9 +184,11 @@ fn report_skipped(ctx: &Context, index: &Index, skipped: &[karpenter_snapshot::O
     }
 }
 
-/// Creates a claim per plan (a few at once); the names of those created.
-/// A failed create is logged and its pods are planned again next batch.
-async fn create_all(
+/// Creates a claim per plan (a few at once), counted under `reason`
+/// (`provisioned`, or a disruption command's `underutilized`, `empty`,
+/// `drifted` for its replacements); the names of those created. A failed
+/// create is logged and its pods are planned again next batch.
+pub(crate) async fn create_all(
     ctx: &Context,
     index: &Arc<Index>,
     pools: &[Arc<NodePool>],
@@ -310,21 +312,6 @@ async fn create(
         .inc();
     nominated(ctx, index, &plan.pods, &format!("nodeclaim/{name}"));
     Ok(Some(name))
-}
-
-/// Creates a disruption command's replacements, counted under `reason`
-/// (`underutilized`, `empty`, `drifted`); the names of those created.
-pub(crate) async fn create_replacements(
-    ctx: &Context,
-    index: &Arc<Index>,
-    pools: &[Arc<NodePool>],
-    plans: &[sched::NodeClaimPlan],
-    reason: &str,
-) -> Result<Vec<String>> {
-    if plans.is_empty() {
-        return Ok(Vec::new());
-    }
-    create_all(ctx, index, pools, plans, reason).await
 }
 
 /// Karpenter's `Nominated` event on each of `pods`: where it should run.
