@@ -163,37 +163,108 @@ fn termination_mode(claim: &karpenter_api::NodeClaim) -> &'static str {
     }
 }
 
-/// The adapter's metrics, registered on the service's registry.
-#[derive(Clone)]
-pub struct AdapterMetrics {
-    pub nodeclaims_created: Family<CreatedLabels, Counter>,
-    pub nodeclaims_launched: Family<PoolLabels, Counter>,
-    pub nodeclaims_registered: Family<PoolLabels, Counter>,
-    pub nodeclaims_initialized: Family<PoolLabels, Counter>,
-    pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
-    pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
-    pub pods_disruption_initiated: Family<DisruptedLabels, Counter>,
-    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
-    pub disruption_decisions: Family<DecisionLabels, Counter>,
-    pub disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub nodes_created: Family<PoolZoneLabels, Counter>,
-    pub interruption_received: Family<MessageTypeLabels, Counter>,
-    pub interruption_deleted: Counter,
-    pub interruption_latency: Histogram,
-    pub nodes_terminated: Family<PoolZoneLabels, Counter>,
-    pub nodes_drained: Family<PoolLabels, Counter>,
-    pub pods_state: Family<PodStateLabels, Gauge>,
-    pub pods_startup_duration: Histogram,
-    pub pods_drained: Family<ReasonLabels, Counter>,
-    pub pods_eviction_requests: Family<CodeLabels, Counter>,
-    pub scheduling_duration: Family<ControllerLabels, Histogram>,
-    pub unschedulable_pods: Family<ControllerLabels, Gauge>,
-    pub cluster_state_synced: Gauge,
-    pub cluster_state_node_count: Gauge,
-    pub nodepool_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub nodepool_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub leader: Gauge,
-    pub peer_up: Family<PeerLabels, Gauge>,
+/// Declares the adapter's metrics once: each entry gives the field, its
+/// type (built with `Default` unless an `= init` follows), and the name and
+/// help it is registered under, in the order they are exposed. From it come
+/// the [`AdapterMetrics`] struct, its constructor and its registration.
+macro_rules! adapter_metrics {
+    ($($field:ident: $ty:ty $(= $init:expr)? => $name:literal, $help:literal;)*) => {
+        /// The adapter's metrics, registered on the service's registry.
+        #[derive(Clone)]
+        pub struct AdapterMetrics {
+            $(pub $field: $ty,)*
+        }
+
+        impl AdapterMetrics {
+            fn new() -> Self {
+                AdapterMetrics {
+                    $($field: adapter_metrics!(@init $($init)?),)*
+                }
+            }
+
+            fn register_all(&self, r: &mut Registry) {
+                $(r.register($name, $help, self.$field.clone());)*
+            }
+        }
+    };
+    (@init) => {
+        Default::default()
+    };
+    (@init $init:expr) => {
+        $init
+    };
+}
+
+adapter_metrics! {
+    // NodeClaims through their lifecycle.
+    nodeclaims_created: Family<CreatedLabels, Counter>
+        => "nodeclaims_created", "NodeClaims created, by reason and node pool";
+    nodeclaims_launched: Family<PoolLabels, Counter>
+        => "nodeclaims_launched", "NodeClaims whose instance launched";
+    nodeclaims_registered: Family<PoolLabels, Counter>
+        => "nodeclaims_registered", "NodeClaims whose node registered";
+    nodeclaims_initialized: Family<PoolLabels, Counter>
+        => "nodeclaims_initialized", "NodeClaims whose node initialized";
+    nodeclaims_terminated: Family<TerminatedLabels, Counter>
+        => "nodeclaims_terminated", "NodeClaims terminated";
+    nodeclaims_disrupted: Family<DisruptedLabels, Counter>
+        => "nodeclaims_disrupted", "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)";
+    pods_disruption_initiated: Family<DisruptedLabels, Counter>
+        => "pods_disruption_initiated", "Pods that must move because Karpenter disrupted their node, counted when the node's NodeClaim is deleted (DaemonSet and static pods excluded)";
+    nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>
+        => "nodeclaims_unhealthy_disrupted", "NodeClaims repaired because a node condition matched a repair policy too long, by condition";
+
+    // Disruption decisions and the cluster's cost.
+    disruption_decisions: Family<DecisionLabels, Counter>
+        => "voluntary_disruption_decisions", "Disruption commands started, by decision (delete or replace), reason and consolidation type";
+    disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+        => "disruption_cluster_cost_per_hour", "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods";
+
+    // Interruption messages from the provider.
+    interruption_received: Family<MessageTypeLabels, Counter>
+        => "interruption_received_messages", "Interruption messages received from the provider, by message type";
+    interruption_deleted: Counter
+        => "interruption_deleted_messages", "Interruption messages acknowledged after acting on them";
+    interruption_latency: Histogram = Histogram::new(exponential_buckets(0.5, 2.0, 14))
+        => "interruption_message_queue_duration_seconds", "Time from the cloud's event to the adapter acting on it";
+
+    // Nodes created, terminated and drained.
+    nodes_created: Family<PoolZoneLabels, Counter>
+        => "nodes_created", "Nodes that registered";
+    nodes_terminated: Family<PoolZoneLabels, Counter>
+        => "nodes_terminated", "Nodes terminated";
+    nodes_drained: Family<PoolLabels, Counter>
+        => "nodes_drained", "Nodes drained";
+
+    // Pods: state, startup, drains and evictions.
+    pods_state: Family<PodStateLabels, Gauge>
+        => "pods_state", "Pods, one series each with its node, node pool and phase";
+    pods_startup_duration: Histogram = Histogram::new(exponential_buckets(0.5, 2.0, 14))
+        => "pods_startup_duration_seconds", "Time from a pod's creation to it being Ready";
+    pods_drained: Family<ReasonLabels, Counter>
+        => "pods_drained", "Pods evicted or deleted by a drain";
+    pods_eviction_requests: Family<CodeLabels, Counter>
+        => "pods_eviction_requests", "Eviction requests, by response code";
+
+    // Provisioning batches.
+    scheduling_duration: Family<ControllerLabels, Histogram> = Family::new_with_constructor(duration_buckets)
+        => "scheduler_scheduling_duration_seconds", "Time to plan a provisioning batch, Solve included";
+    unschedulable_pods: Family<ControllerLabels, Gauge>
+        => "scheduler_unschedulable_pods_count", "Pending pods the last plan could not place";
+
+    // Cluster state, node pools, leadership and peers.
+    cluster_state_synced: Gauge
+        => "cluster_state_synced", "1 when the cluster state is synced (every NodeClaim launched and every object listed)";
+    cluster_state_node_count: Gauge
+        => "cluster_state_node_count", "Nodes and in-flight NodeClaims the adapter knows";
+    nodepool_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+        => "nodepools_usage", "Resources the node pool's nodes have";
+    nodepool_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+        => "nodepools_limit", "The node pool's limits";
+    leader: Gauge
+        => "leader", "1 while this replica holds the leader lease";
+    peer_up: Family<PeerLabels, Gauge>
+        => "peer_up", "1 while the peer (scheduler, provider) answers its gRPC health check (ours)";
 }
 
 fn duration_buckets() -> Histogram {
@@ -225,209 +296,8 @@ impl AdapterMetrics {
     }
 
     pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {
-        let m = AdapterMetrics {
-            nodeclaims_created: Family::default(),
-            nodeclaims_launched: Family::default(),
-            nodeclaims_registered: Family::default(),
-            nodeclaims_initialized: Family::default(),
-            nodeclaims_terminated: Family::default(),
-            nodeclaims_disrupted: Family::default(),
-            pods_disruption_initiated: Family::default(),
-            nodeclaims_unhealthy_disrupted: Family::default(),
-            disruption_decisions: Family::default(),
-            disruption_cost: Family::default(),
-            nodes_created: Family::default(),
-            interruption_received: Family::default(),
-            interruption_deleted: Counter::default(),
-            interruption_latency: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
-            nodes_terminated: Family::default(),
-            nodes_drained: Family::default(),
-            pods_state: Family::default(),
-            pods_startup_duration: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
-            pods_drained: Family::default(),
-            pods_eviction_requests: Family::default(),
-            scheduling_duration: Family::new_with_constructor(duration_buckets),
-            unschedulable_pods: Family::default(),
-            cluster_state_synced: Gauge::default(),
-            cluster_state_node_count: Gauge::default(),
-            nodepool_usage: Family::default(),
-            nodepool_limit: Family::default(),
-            leader: Gauge::default(),
-            peer_up: Family::default(),
-        };
-        metrics.with_registry(|r| {
-            m.register_nodeclaims(r);
-            m.register_disruption(r);
-            m.register_interruption(r);
-            m.register_nodes(r);
-            m.register_pods(r);
-            m.register_scheduling(r);
-            m.register_cluster(r);
-        });
+        let m = AdapterMetrics::new();
+        metrics.with_registry(|r| m.register_all(r));
         Arc::new(m)
-    }
-
-    /// NodeClaims through their lifecycle.
-    fn register_nodeclaims(&self, r: &mut Registry) {
-        r.register(
-            "nodeclaims_created",
-            "NodeClaims created, by reason and node pool",
-            self.nodeclaims_created.clone(),
-        );
-        r.register(
-            "nodeclaims_launched",
-            "NodeClaims whose instance launched",
-            self.nodeclaims_launched.clone(),
-        );
-        r.register(
-            "nodeclaims_registered",
-            "NodeClaims whose node registered",
-            self.nodeclaims_registered.clone(),
-        );
-        r.register(
-            "nodeclaims_initialized",
-            "NodeClaims whose node initialized",
-            self.nodeclaims_initialized.clone(),
-        );
-        r.register(
-            "nodeclaims_terminated",
-            "NodeClaims terminated",
-            self.nodeclaims_terminated.clone(),
-        );
-        r.register(
-            "nodeclaims_disrupted",
-            "NodeClaims removed before their time (insufficient capacity, timeouts, garbage collection)",
-            self.nodeclaims_disrupted.clone(),
-        );
-        r.register(
-            "pods_disruption_initiated",
-            "Pods that must move because Karpenter disrupted their node, counted when the node's NodeClaim is deleted (DaemonSet and static pods excluded)",
-            self.pods_disruption_initiated.clone(),
-        );
-        r.register(
-            "nodeclaims_unhealthy_disrupted",
-            "NodeClaims repaired because a node condition matched a repair policy too long, by condition",
-            self.nodeclaims_unhealthy_disrupted.clone(),
-        );
-    }
-
-    /// Disruption decisions and the cluster's cost.
-    fn register_disruption(&self, r: &mut Registry) {
-        r.register(
-            "voluntary_disruption_decisions",
-            "Disruption commands started, by decision (delete or replace), reason and consolidation type",
-            self.disruption_decisions.clone(),
-        );
-        r.register(
-            "disruption_cluster_cost_per_hour",
-            "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods",
-            self.disruption_cost.clone(),
-        );
-    }
-
-    /// Interruption messages from the provider.
-    fn register_interruption(&self, r: &mut Registry) {
-        r.register(
-            "interruption_received_messages",
-            "Interruption messages received from the provider, by message type",
-            self.interruption_received.clone(),
-        );
-        r.register(
-            "interruption_deleted_messages",
-            "Interruption messages acknowledged after acting on them",
-            self.interruption_deleted.clone(),
-        );
-        r.register(
-            "interruption_message_queue_duration_seconds",
-            "Time from the cloud's event to the adapter acting on it",
-            self.interruption_latency.clone(),
-        );
-    }
-
-    /// Nodes created, terminated and drained.
-    fn register_nodes(&self, r: &mut Registry) {
-        r.register(
-            "nodes_created",
-            "Nodes that registered",
-            self.nodes_created.clone(),
-        );
-        r.register(
-            "nodes_terminated",
-            "Nodes terminated",
-            self.nodes_terminated.clone(),
-        );
-        r.register("nodes_drained", "Nodes drained", self.nodes_drained.clone());
-    }
-
-    /// Pods: state, startup, drains and evictions.
-    fn register_pods(&self, r: &mut Registry) {
-        r.register(
-            "pods_state",
-            "Pods, one series each with its node, node pool and phase",
-            self.pods_state.clone(),
-        );
-        r.register(
-            "pods_startup_duration_seconds",
-            "Time from a pod's creation to it being Ready",
-            self.pods_startup_duration.clone(),
-        );
-        r.register(
-            "pods_drained",
-            "Pods evicted or deleted by a drain",
-            self.pods_drained.clone(),
-        );
-        r.register(
-            "pods_eviction_requests",
-            "Eviction requests, by response code",
-            self.pods_eviction_requests.clone(),
-        );
-    }
-
-    /// Provisioning batches.
-    fn register_scheduling(&self, r: &mut Registry) {
-        r.register(
-            "scheduler_scheduling_duration_seconds",
-            "Time to plan a provisioning batch, Solve included",
-            self.scheduling_duration.clone(),
-        );
-        r.register(
-            "scheduler_unschedulable_pods_count",
-            "Pending pods the last plan could not place",
-            self.unschedulable_pods.clone(),
-        );
-    }
-
-    /// Cluster state, node pools, leadership and peers.
-    fn register_cluster(&self, r: &mut Registry) {
-        r.register(
-            "cluster_state_synced",
-            "1 when the cluster state is synced (every NodeClaim launched and every object listed)",
-            self.cluster_state_synced.clone(),
-        );
-        r.register(
-            "cluster_state_node_count",
-            "Nodes and in-flight NodeClaims the adapter knows",
-            self.cluster_state_node_count.clone(),
-        );
-        r.register(
-            "nodepools_usage",
-            "Resources the node pool's nodes have",
-            self.nodepool_usage.clone(),
-        );
-        r.register(
-            "nodepools_limit",
-            "The node pool's limits",
-            self.nodepool_limit.clone(),
-        );
-        r.register(
-            "leader",
-            "1 while this replica holds the leader lease",
-            self.leader.clone(),
-        );
-        r.register(
-            "peer_up",
-            "1 while the peer (scheduler, provider) answers its gRPC health check (ours)",
-            self.peer_up.clone(),
-        );
     }
 }
