@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use karpenter_api::NodeClaim;
 use karpenter_proto::provider::v1 as pv;
+use kube::Resource as _;
 use kube::api::{Api, ApiResource, DynamicObject};
 
 use crate::clients::Clients;
@@ -27,6 +28,7 @@ use crate::events::Recorder;
 use crate::metrics::AdapterMetrics;
 use crate::settings::Settings;
 use crate::state::claim_traces::ClaimTraces;
+use crate::state::index::Index;
 use crate::state::nominations::Nominations;
 
 /// What every controller shares.
@@ -110,6 +112,23 @@ impl Context {
     /// "managed"): claims of other kinds belong to another Karpenter.
     pub fn manages(&self, claim: &NodeClaim) -> bool {
         self.serves(&claim.spec.node_class_ref)
+    }
+
+    /// Whether the claim controllers (disruption, expiration, pod events,
+    /// repair) act on `claim`: it is this provider's and not being deleted
+    /// (from then on only the lifecycle's finalizer does).
+    pub fn acts_on(&self, claim: &NodeClaim) -> bool {
+        self.manages(claim) && claim.meta().deletion_timestamp.is_none()
+    }
+
+    /// The claim named `name`, if the claim controllers act on it
+    /// ([`Self::acts_on`]).
+    pub fn claim_to_act_on(&self, index: &Index, name: &str) -> Option<Arc<NodeClaim>> {
+        index
+            .node_claims
+            .named(name)
+            .filter(|claim| self.acts_on(claim))
+            .cloned()
     }
 
     /// Whether a NodePool's nodes are this provider's (its node class is of

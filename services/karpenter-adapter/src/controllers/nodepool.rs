@@ -119,12 +119,13 @@ impl Reconciler for NodePools {
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
-        let Some(stored) = index.node_pools.named(&key.1).cloned() else {
+        let pool = index.node_pools.named(&key.1);
+        let Some(stored) = pool
+            .filter(|p| self.ctx.manages_pool(p) && p.meta().deletion_timestamp.is_none())
+            .cloned()
+        else {
             return Ok(None);
         };
-        if !self.ctx.manages_pool(&stored) || stored.meta().deletion_timestamp.is_some() {
-            return Ok(None);
-        }
         let api = self.ctx.node_pools();
         let mut current = (*stored).clone();
         let hash = stored.spec.template_hash();

@@ -247,9 +247,7 @@ async fn release_leftovers(ctx: &Context, index: &Index, queue: &Queue) {
         if held.contains(name) || !crate::objects::disrupted::has_taint(node) {
             continue;
         }
-        let claim = index.claim_of(node);
-        let Some(claim) = claim else { continue };
-        if claim.metadata.deletion_timestamp.is_some() || !ctx.manages(claim) {
+        if !index.claim_of(node).is_some_and(|claim| ctx.acts_on(claim)) {
             continue;
         }
         match queue::release(ctx, index, node).await {

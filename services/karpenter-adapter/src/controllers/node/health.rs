@@ -162,12 +162,9 @@ impl Reconciler for NodeHealth {
         let Some(node) = index.nodes.named(&key.1) else {
             return Ok(None);
         };
-        let Some(claim) = index.claim_of(node) else {
+        let Some(claim) = index.claim_of(node).filter(|c| self.ctx.acts_on(c)) else {
             return Ok(None);
         };
-        if !self.ctx.manages(claim) || claim.meta().deletion_timestamp.is_some() {
-            return Ok(None);
-        }
         let Some(sick) = unhealthy(node, self.policies()) else {
             return Ok(None);
         };

@@ -191,7 +191,7 @@ impl Reconciler for ClaimDisruption {
         index
             .node_claims
             .iter()
-            .filter(|c| self.ctx.manages(c) && c.meta().deletion_timestamp.is_none())
+            .filter(|c| self.ctx.acts_on(c))
             .filter_map(|claim| {
                 let pool = pools.get(claim.node_pool()?)?;
                 let class = index
@@ -205,12 +205,9 @@ impl Reconciler for ClaimDisruption {
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
-        let Some(stored) = index.node_claims.named(&key.1).cloned() else {
+        let Some(stored) = self.ctx.claim_to_act_on(&index, &key.1) else {
             return Ok(None);
         };
-        if !self.ctx.manages(&stored) || stored.meta().deletion_timestamp.is_some() {
-            return Ok(None);
-        }
         let Some(pool) = stored
             .node_pool()
             .and_then(|p| index.node_pools.named(p))

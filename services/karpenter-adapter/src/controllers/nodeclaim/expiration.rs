@@ -56,7 +56,7 @@ impl Reconciler for Expiration {
         index
             .node_claims
             .iter()
-            .filter(|claim| self.ctx.manages(claim) && claim.meta().deletion_timestamp.is_none())
+            .filter(|claim| self.ctx.acts_on(claim))
             .map(|claim| {
                 let version = claim.meta().resource_version.as_deref();
                 ((String::new(), claim.name_any()), fingerprint([version]))
@@ -65,12 +65,9 @@ impl Reconciler for Expiration {
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
-        let Some(claim) = index.node_claims.named(&key.1).cloned() else {
+        let Some(claim) = self.ctx.claim_to_act_on(&index, &key.1) else {
             return Ok(None);
         };
-        if !self.ctx.manages(&claim) || claim.meta().deletion_timestamp.is_some() {
-            return Ok(None);
-        }
         match remaining(&claim) {
             None => Ok(None),
             Some(left) if !left.is_zero() => Ok(Some(left)),

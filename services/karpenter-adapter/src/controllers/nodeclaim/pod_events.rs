@@ -96,7 +96,7 @@ impl Reconciler for PodEvents {
         index
             .node_claims
             .iter()
-            .filter(|c| self.ctx.manages(c) && c.meta().deletion_timestamp.is_none())
+            .filter(|c| self.ctx.acts_on(c))
             .filter_map(|claim| {
                 let node = claim.status.as_ref()?.node_name.as_deref()?;
                 let states: Vec<String> = pod_states(index.pods_on(node))
