@@ -71,34 +71,20 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
             );
             Ok(Step::Continue(None))
         }
-        Err(status) if status.code() == Code::ResourceExhausted => {
+        Err(status) if let Some(refusal) = Refusal::of(status.code()) => {
             ctx.recorder.emit(Event::new(
                 claim,
                 Kind::Warning,
-                "InsufficientCapacityError",
+                refusal.event_reason,
                 format!(
-                    "NodeClaim {} event: {}",
+                    "NodeClaim {} {}: {}",
                     claim.name_any(),
+                    refusal.says,
                     truncate(status.message(), 300)
                 ),
             ));
-            tracing::warn!(error = %status.message(), "failed launching nodeclaim: insufficient capacity");
-            delete_for(ctx, claim, "insufficient_capacity").await?;
-            Ok(Step::Deleted)
-        }
-        Err(status) if status.code() == Code::FailedPrecondition => {
-            ctx.recorder.emit(Event::new(
-                claim,
-                Kind::Warning,
-                "NodeClassNotReady",
-                format!(
-                    "NodeClaim {} cannot launch: {}",
-                    claim.name_any(),
-                    truncate(status.message(), 300)
-                ),
-            ));
-            tracing::warn!(error = %status.message(), "failed launching nodeclaim: node class not ready");
-            delete_for(ctx, claim, "nodeclass_not_ready").await?;
+            tracing::warn!(error = %status.message(), "failed launching nodeclaim: {}", refusal.why);
+            delete_for(ctx, claim, refusal.counted_as).await?;
             Ok(Step::Deleted)
         }
         Err(status) => {
@@ -108,6 +94,40 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
                 &truncate(status.message(), 300),
             );
             Err(Error::peer("Create")(status))
+        }
+    }
+}
+
+/// A launch failure that ends the claim, so the next batch plans its pods
+/// with what is left.
+struct Refusal {
+    /// The Warning event's reason.
+    event_reason: &'static str,
+    /// What the event says after the claim's name.
+    says: &'static str,
+    /// Why, in the log.
+    why: &'static str,
+    /// The reason the claim is counted as disrupted under.
+    counted_as: &'static str,
+}
+
+impl Refusal {
+    /// No capacity for any offering, or a node class that cannot launch.
+    fn of(code: Code) -> Option<Refusal> {
+        match code {
+            Code::ResourceExhausted => Some(Refusal {
+                event_reason: "InsufficientCapacityError",
+                says: "event",
+                why: "insufficient capacity",
+                counted_as: "insufficient_capacity",
+            }),
+            Code::FailedPrecondition => Some(Refusal {
+                event_reason: "NodeClassNotReady",
+                says: "cannot launch",
+                why: "node class not ready",
+                counted_as: "nodeclass_not_ready",
+            }),
+            _ => None,
         }
     }
 }
