@@ -298,16 +298,12 @@ impl Clients {
         let request = pv::DeleteRequest {
             provider_id: provider_id.to_owned(),
         };
-        match self
+        let deleted = self
             .provider_call(request, self.deadlines.provider, |mut c, r| async move {
                 c.delete(r).await
             })
-            .await
-        {
-            Ok(_) => Ok(false),
-            Err(status) if status.code() == Code::NotFound => Ok(true),
-            Err(status) => Err(status),
-        }
+            .await;
+        Ok(unless_gone(deleted)?.is_none())
     }
 
     /// The instance, or `None` when it no longer exists.
@@ -315,16 +311,12 @@ impl Clients {
         let request = pv::GetRequest {
             provider_id: provider_id.to_owned(),
         };
-        match self
+        let got = self
             .provider_call(request, self.deadlines.provider, |mut c, r| async move {
                 c.get(r).await
             })
-            .await
-        {
-            Ok(response) => Ok(response.instance),
-            Err(status) if status.code() == Code::NotFound => Ok(None),
-            Err(status) => Err(status),
-        }
+            .await;
+        Ok(unless_gone(got)?.and_then(|response| response.instance))
     }
 
     /// The provider's interruption stream (no deadline: it stays open).
@@ -390,6 +382,16 @@ impl Clients {
         })
         .await
         .map(|r| r.reason)
+    }
+}
+
+/// A call about one instance, with the provider's NOT_FOUND read as an
+/// answer (`None`: the instance is gone) rather than a failure.
+fn unless_gone<T>(answer: Result<T, Status>) -> Result<Option<T>, Status> {
+    match answer {
+        Ok(answer) => Ok(Some(answer)),
+        Err(status) if status.code() == Code::NotFound => Ok(None),
+        Err(status) => Err(status),
     }
 }
 

@@ -141,21 +141,7 @@ pub fn node_claim(plan: &sched::NodeClaimPlan, template: &Template<'_>) -> NodeC
     }
     requirements.sort_by(|a, b| a.key.cmp(&b.key));
 
-    let requests: BTreeMap<String, Quantity> = plan
-        .requests
-        .as_ref()
-        .map(|r| {
-            r.quantities
-                .iter()
-                .map(|(name, value)| {
-                    (
-                        name.clone(),
-                        Quantity(karpenter_core::quantity::format(name, *value)),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let requests = quantities(plan.requests.as_ref());
 
     let owner = OwnerReference {
         api_version: "karpenter.sh/v1".to_owned(),

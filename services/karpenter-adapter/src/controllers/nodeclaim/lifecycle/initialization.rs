@@ -93,34 +93,23 @@ pub(crate) fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'stati
             .iter()
             .any(|t| t.key == startup.key && t.effect == startup.effect.as_str())
         {
-            let value = startup
-                .value
-                .as_ref()
-                .map(|v| format!("={v}"))
-                .unwrap_or_default();
+            let taint = taint_text(
+                &startup.key,
+                startup.value.as_deref(),
+                startup.effect.as_str(),
+            );
             return Some((
                 "StartupTaintsExist",
-                format!(
-                    "StartupTaint \"{}{value}:{}\" still exists",
-                    startup.key,
-                    startup.effect.as_str()
-                ),
+                format!("StartupTaint \"{taint}\" still exists"),
             ));
         }
     }
     for taint in &taints {
         if effect(&taint.effect).is_some_and(|e| is_known_ephemeral(&taint.key, e)) {
-            let value = taint
-                .value
-                .as_ref()
-                .map(|v| format!("={v}"))
-                .unwrap_or_default();
+            let taint = taint_text(&taint.key, taint.value.as_deref(), &taint.effect);
             return Some((
                 "KnownEphemeralTaintsExist",
-                format!(
-                    "KnownEphemeralTaint \"{}{value}:{}\" still exists",
-                    taint.key, taint.effect
-                ),
+                format!("KnownEphemeralTaint \"{taint}\" still exists"),
             ));
         }
     }
@@ -143,6 +132,15 @@ pub(crate) fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'stati
         }
     }
     None
+}
+
+/// A taint as Karpenter writes it in messages: `key=value:effect`, or
+/// `key:effect` without a value.
+fn taint_text(key: &str, value: Option<&str>, effect: &str) -> String {
+    match value {
+        Some(value) => format!("{key}={value}:{effect}"),
+        None => format!("{key}:{effect}"),
+    }
 }
 
 #[cfg(test)]
