@@ -150,6 +150,32 @@ impl SchedulerService {
         }
     }
 
+    /// A planning call: the size of its `cluster` noted on the call's span
+    /// (`pods` and `nodes`, where the span declares them), then `work` run
+    /// on it as [`Self::compute`] runs it; a bad field is INVALID_ARGUMENT
+    /// naming it.
+    async fn plan<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        cluster: fn(&Req) -> Option<&sched::ClusterSnapshot>,
+        work: fn(&Req, Option<Arc<AtomicBool>>) -> Result<Resp, InvalidField>,
+    ) -> Result<Resp, Status>
+    where
+        Req: Send + 'static,
+        Resp: Send + 'static,
+    {
+        let deadline = self.deadline(&request);
+        let request = request.into_inner();
+        if let Some(cluster) = cluster(&request) {
+            let span = tracing::Span::current();
+            span.record("pods", cluster.pending_pods.len());
+            span.record("nodes", cluster.nodes.len());
+        }
+        self.compute(deadline, move |interrupt| work(&request, Some(interrupt)))
+            .await?
+            .map_err(|error| invalid_argument(&error))
+    }
+
     /// The server's limit, or the client's deadline when it is shorter.
     fn deadline<T>(&self, request: &Request<T>) -> Duration {
         let client = request
@@ -209,19 +235,10 @@ impl Scheduler for SchedulerService {
         &self,
         request: Request<sched::SolveRequest>,
     ) -> Result<Response<sched::SolveResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let request = request.into_inner();
-        let span = tracing::Span::current();
-        if let Some(cluster) = &request.cluster {
-            span.record("pods", cluster.pending_pods.len());
-            span.record("nodes", cluster.nodes.len());
-        }
         let response = self
-            .compute(deadline, move |interrupt| {
-                solve_request_until(&request, Some(interrupt))
-            })
-            .await?
-            .map_err(|error| invalid_argument(&error))?;
+            .plan(request, |r| r.cluster.as_ref(), solve_request_until)
+            .await?;
+        let span = tracing::Span::current();
         span.record("node_claims", response.node_claims.len());
         span.record("unschedulable", response.unschedulable.len());
         let placed: usize = response
@@ -254,18 +271,14 @@ impl Scheduler for SchedulerService {
         &self,
         request: Request<sched::PlanDisruptionRequest>,
     ) -> Result<Response<sched::PlanDisruptionResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let request = request.into_inner();
-        let span = tracing::Span::current();
-        if let Some(cluster) = &request.cluster {
-            span.record("nodes", cluster.nodes.len());
-        }
         let response = self
-            .compute(deadline, move |interrupt| {
-                plan_disruption_request_until(&request, Some(interrupt))
-            })
-            .await?
-            .map_err(|error| invalid_argument(&error))?;
+            .plan(
+                request,
+                |r| r.cluster.as_ref(),
+                plan_disruption_request_until,
+            )
+            .await?;
+        let span = tracing::Span::current();
         span.record("commands", response.commands.len());
         span.record("blocked", response.blocked.len());
         self.metrics
