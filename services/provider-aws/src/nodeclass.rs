@@ -114,6 +114,19 @@ fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
         .collect()
 }
 
+/// A selector term's filters: its tags, then one filter per field it sets
+/// (`(filter name, value)`); empty for a term that selects nothing.
+fn term_filters(
+    tags: &BTreeMap<String, String>,
+    fields: &[(&str, Option<&String>)],
+) -> Vec<Filter> {
+    let mut filters = tag_filters(tags);
+    filters.extend(fields.iter().filter_map(|(name, value)| {
+        value.map(|value| Filter::builder().name(*name).values(value).build())
+    }));
+    filters
+}
+
 /// Subnets of every term, most free IPs first.
 pub async fn resolve_subnets(
     clients: &Clients,
@@ -121,13 +134,13 @@ pub async fn resolve_subnets(
 ) -> Result<Vec<Subnet>, Error> {
     let mut found: BTreeMap<String, Subnet> = BTreeMap::new();
     for term in &spec.subnet_selector_terms {
-        let mut filters = tag_filters(&term.tags);
-        if let Some(id) = &term.id {
-            filters.push(Filter::builder().name("subnet-id").values(id).build());
-        }
-        if let Some(cidr) = &term.cidr {
-            filters.push(Filter::builder().name("cidr-block").values(cidr).build());
-        }
+        let filters = term_filters(
+            &term.tags,
+            &[
+                ("subnet-id", term.id.as_ref()),
+                ("cidr-block", term.cidr.as_ref()),
+            ],
+        );
         if filters.is_empty() {
             continue;
         }
@@ -165,13 +178,13 @@ pub async fn resolve_security_groups(
 ) -> Result<Vec<SecurityGroupStatus>, Error> {
     let mut found: BTreeMap<String, SecurityGroupStatus> = BTreeMap::new();
     for term in &spec.security_group_selector_terms {
-        let mut filters = tag_filters(&term.tags);
-        if let Some(id) = &term.id {
-            filters.push(Filter::builder().name("group-id").values(id).build());
-        }
-        if let Some(name) = &term.name {
-            filters.push(Filter::builder().name("group-name").values(name).build());
-        }
+        let filters = term_filters(
+            &term.tags,
+            &[
+                ("group-id", term.id.as_ref()),
+                ("group-name", term.name.as_ref()),
+            ],
+        );
         if filters.is_empty() {
             continue;
         }
@@ -486,20 +499,22 @@ pub async fn resolve_amis(
             }
             continue;
         }
-        let mut filters = tag_filters(&term.tags);
-        let mut owners = Vec::new();
-        if let Some(parameter) = &term.ssm_parameter {
-            match ssm_parameter(clients, parameter).await? {
-                Some(id) => filters.push(Filter::builder().name("image-id").values(id).build()),
+        let from_parameter = match &term.ssm_parameter {
+            Some(parameter) => match ssm_parameter(clients, parameter).await? {
+                Some(id) => Some(id),
                 None => continue,
-            }
-        }
-        if let Some(id) = &term.id {
-            filters.push(Filter::builder().name("image-id").values(id).build());
-        }
-        if let Some(name) = &term.name {
-            filters.push(Filter::builder().name("name").values(name).build());
-        }
+            },
+            None => None,
+        };
+        let filters = term_filters(
+            &term.tags,
+            &[
+                ("image-id", from_parameter.as_ref()),
+                ("image-id", term.id.as_ref()),
+                ("name", term.name.as_ref()),
+            ],
+        );
+        let mut owners = Vec::new();
         if let Some(owner) = &term.owner {
             owners.push(owner.clone());
         } else if term.name.is_some() && term.id.is_none() {
