@@ -380,19 +380,12 @@ impl Catalog {
 
     /// Refreshes prices every `pricing_refresh` until the catalog is dropped.
     pub fn spawn_price_refresher(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let every = self.settings.pricing_refresh;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(catalog) = weak.upgrade() else {
-                    return;
-                };
-                if let Err(error) = catalog.refresh_prices().await {
-                    tracing::warn!(%error, "refreshing prices failed");
-                }
-            }
-        });
+        crate::spawn_every(
+            self,
+            self.settings.pricing_refresh,
+            "refreshing prices",
+            |catalog| async move { catalog.refresh_prices().await.map(drop) },
+        );
     }
 }
 

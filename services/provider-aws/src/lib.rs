@@ -51,6 +51,33 @@ pub use error::Error;
 use nodeclass::NodeClass;
 use provider::Provider;
 
+/// Runs `work` on `owner` every `every` until the owner is dropped (the
+/// task holds it only weakly, so it never keeps the provider alive); a
+/// failed pass is logged as `what` failed and the next one tries again.
+pub(crate) fn spawn_every<T, F, Fut>(
+    owner: &Arc<T>,
+    every: std::time::Duration,
+    what: &'static str,
+    work: F,
+) where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Error>> + Send,
+{
+    let weak = Arc::downgrade(owner);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(owner) = weak.upgrade() else {
+                return;
+            };
+            if let Err(error) = work(owner).await {
+                tracing::warn!(%error, "{what} failed");
+            }
+        }
+    });
+}
+
 /// Counters the provider adds to the service's registry.
 #[derive(Clone)]
 pub struct ProviderMetrics {

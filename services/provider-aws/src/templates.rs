@@ -473,18 +473,11 @@ impl Provider {
     /// Collects unused launch templates every `janitor_interval` until the
     /// provider is dropped.
     pub fn spawn_launch_template_janitor(self: &std::sync::Arc<Self>) {
-        let weak = std::sync::Arc::downgrade(self);
-        let every = self.settings.janitor_interval;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(provider) = weak.upgrade() else {
-                    return;
-                };
-                if let Err(error) = provider.collect_launch_templates().await {
-                    tracing::warn!(%error, "collecting unused launch templates failed");
-                }
-            }
-        });
+        crate::spawn_every(
+            self,
+            self.settings.janitor_interval,
+            "collecting unused launch templates",
+            |provider| async move { provider.collect_launch_templates().await.map(drop) },
+        );
     }
 }
