@@ -112,34 +112,39 @@ fn kubelet(k: &KubeletConfiguration) -> Result<(), UserDataError> {
             ));
         }
     }
-    for (field, map) in [
+    // Each map: its field, the keys it may have, and how a value is checked.
+    type Check = fn(&str, &str) -> Result<(), UserDataError>;
+    let maps = [
         (
-            "node_claim.node_class.spec.kubelet.systemReserved",
+            "systemReserved",
             &k.system_reserved,
+            &RESERVED_RESOURCES[..],
+            quantity as Check,
         ),
         (
-            "node_claim.node_class.spec.kubelet.kubeReserved",
+            "kubeReserved",
             &k.kube_reserved,
+            &RESERVED_RESOURCES[..],
+            quantity as Check,
         ),
-    ] {
-        keys_in(field, map, &RESERVED_RESOURCES)?;
-        for (key, value) in map {
-            quantity(&format!("{field}[{key}]"), value)?;
-        }
-    }
-    for (field, map) in [
         (
-            "node_claim.node_class.spec.kubelet.evictionHard",
+            "evictionHard",
             &k.eviction_hard,
+            &EVICTION_SIGNALS[..],
+            threshold as Check,
         ),
         (
-            "node_claim.node_class.spec.kubelet.evictionSoft",
+            "evictionSoft",
             &k.eviction_soft,
+            &EVICTION_SIGNALS[..],
+            threshold as Check,
         ),
-    ] {
-        keys_in(field, map, &EVICTION_SIGNALS)?;
+    ];
+    for (name, map, allowed, check) in maps {
+        let field = format!("node_claim.node_class.spec.kubelet.{name}");
+        keys_in(&field, map, allowed)?;
         for (key, value) in map {
-            threshold(&format!("{field}[{key}]"), value)?;
+            check(&format!("{field}[{key}]"), value)?;
         }
     }
     keys_in(
