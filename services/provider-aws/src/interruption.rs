@@ -162,34 +162,43 @@ mod tests {
         )
     }
 
+    /// The event parsed from a message of `detail_type` with `detail`,
+    /// which must be one acted on.
+    fn event(detail_type: &str, detail: &str) -> Parsed {
+        parse(&message(detail_type, detail))
+            .expect("parses")
+            .expect("an event")
+    }
+
     #[test]
     fn spot_and_capacity_reservation_warnings() {
-        let parsed = parse(&message(
-            "EC2 Spot Instance Interruption Warning",
-            r#"{"instance-id":"i-0abc","instance-action":"terminate"}"#,
-        ))
-        .expect("parses")
-        .expect("an event");
-        assert_eq!(parsed.kind, Kind::SpotInterruption);
-        assert_eq!(parsed.instance_ids, vec!["i-0abc".to_string()]);
-        let reservation = parse(&message(
-            "EC2 Capacity Reservation Instance Interruption Warning",
-            r#"{"instance-id":"i-0def","instance-action":"terminate"}"#,
-        ))
-        .expect("parses")
-        .expect("an event");
-        assert_eq!(reservation.kind, Kind::CapacityReservationInterruption);
-        assert_eq!(reservation.instance_ids, vec!["i-0def".to_string()]);
+        for (detail_type, id, kind) in [
+            (
+                "EC2 Spot Instance Interruption Warning",
+                "i-0abc",
+                Kind::SpotInterruption,
+            ),
+            (
+                "EC2 Capacity Reservation Instance Interruption Warning",
+                "i-0def",
+                Kind::CapacityReservationInterruption,
+            ),
+        ] {
+            let parsed = event(
+                detail_type,
+                &format!(r#"{{"instance-id":"{id}","instance-action":"terminate"}}"#),
+            );
+            assert_eq!(parsed.kind, kind);
+            assert_eq!(parsed.instance_ids, vec![id.to_string()]);
+        }
     }
 
     #[test]
     fn states_are_read_whatever_their_case() {
-        let parsed = parse(&message(
+        let parsed = event(
             "EC2 Instance State-change Notification",
             r#"{"instance-id":"i-0abc","state":"STOPPING"}"#,
-        ))
-        .expect("parses")
-        .expect("an event");
+        );
         assert_eq!(
             (parsed.kind, parsed.state.as_str()),
             (Kind::StateChange, "stopping")

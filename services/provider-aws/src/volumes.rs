@@ -199,52 +199,49 @@ mod tests {
 
     #[test]
     fn ephemeral_storage_is_the_kubelets_volume_as_written() {
-        let with = |family: &str, mappings| ephemeral_storage_bytes(&node_class(family, mappings));
-        assert_eq!(
-            with(
+        use serde_json::json;
+        let cases: [(&str, serde_json::Value, i64, &str); 7] = [
+            (
                 "AL2023",
-                serde_json::json!([bdm("/dev/xvda", "100G", false)])
+                json!([bdm("/dev/xvda", "100G", false)]),
+                100_000_000_000,
+                "decimal sizes are not rounded to GiB",
             ),
-            100_000_000_000,
-            "decimal sizes are not rounded to GiB"
-        );
-        assert_eq!(
-            with(
+            (
                 "AL2023",
-                serde_json::json!([
+                json!([
                     bdm("/dev/xvda", "20Gi", false),
                     bdm("/dev/xvdc", "80Gi", true)
-                ])
+                ]),
+                80 << 30,
+                "the mapping marked rootVolume wins",
             ),
-            80 << 30,
-            "the mapping marked rootVolume wins"
-        );
-        assert_eq!(
-            with(
+            (
                 "Custom",
-                serde_json::json!([
+                json!([
                     bdm("/dev/sda1", "30Gi", false),
                     bdm("/dev/sdb", "60Gi", false)
-                ])
+                ]),
+                60 << 30,
+                "Custom: the last mapping",
             ),
-            60 << 30,
-            "Custom: the last mapping"
-        );
-        assert_eq!(with("Custom", serde_json::json!([])), 20 << 30);
-        assert_eq!(
-            with("Bottlerocket", serde_json::json!([])),
-            20 << 30,
-            "the data volume"
-        );
-        assert_eq!(with("Windows2022", serde_json::json!([])), 50 << 30);
-        assert_eq!(
-            with(
+            ("Custom", json!([]), 20 << 30, "Custom without mappings"),
+            ("Bottlerocket", json!([]), 20 << 30, "the data volume"),
+            ("Windows2022", json!([]), 50 << 30, "Windows' root volume"),
+            (
                 "AL2023",
-                serde_json::json!([bdm("/dev/xvda", "9223372036854775806", true)])
+                json!([bdm("/dev/xvda", "9223372036854775806", true)]),
+                9_223_372_036_854_775_806,
+                "a huge size does not overflow",
             ),
-            9_223_372_036_854_775_806,
-            "a huge size does not overflow"
-        );
+        ];
+        for (family, mappings, want, why) in cases {
+            assert_eq!(
+                ephemeral_storage_bytes(&node_class(family, mappings)),
+                want,
+                "{family}: {why}"
+            );
+        }
     }
 
     #[test]
