@@ -500,6 +500,19 @@ fn insufficient_capacity(failed: &[(String, String, String)]) -> Status {
     )
 }
 
+/// The instance a provider ID names (the ID itself without the prefix).
+fn instance_name(provider_id: &str) -> &str {
+    provider_id
+        .strip_prefix(PROVIDER_ID_PREFIX)
+        .unwrap_or(provider_id)
+}
+
+/// NOT_FOUND for a provider ID naming no instance (the adapter reads it as
+/// the instance being gone).
+fn no_instance(provider_id: &str) -> Status {
+    Status::not_found(format!("instance {provider_id} not found"))
+}
+
 type EventStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<pv::InterruptionEvent, Status>> + Send>>;
 
@@ -680,13 +693,10 @@ impl CloudProvider for KwokProvider {
         req: Request<pv::DeleteRequest>,
     ) -> Result<Response<pv::DeleteResponse>, Status> {
         let pid = req.into_inner().provider_id;
-        let name = pid
-            .strip_prefix(PROVIDER_ID_PREFIX)
-            .unwrap_or(&pid)
-            .to_string();
+        let name = instance_name(&pid).to_string();
         let removed = self.state().instances.remove(&name);
         if removed.is_none() {
-            return Err(Status::not_found(format!("instance {pid} not found")));
+            return Err(no_instance(&pid));
         }
         if let Some(client) = &self.inner.kube {
             let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
@@ -704,13 +714,12 @@ impl CloudProvider for KwokProvider {
 
     async fn get(&self, req: Request<pv::GetRequest>) -> Result<Response<pv::GetResponse>, Status> {
         let pid = req.into_inner().provider_id;
-        let name = pid.strip_prefix(PROVIDER_ID_PREFIX).unwrap_or(&pid);
         let instance = self
             .state()
             .instances
-            .get(name)
+            .get(instance_name(&pid))
             .cloned()
-            .ok_or_else(|| Status::not_found(format!("instance {pid} not found")))?;
+            .ok_or_else(|| no_instance(&pid))?;
         Ok(Response::new(pv::GetResponse {
             instance: Some(instance),
         }))
