@@ -88,20 +88,13 @@ async fn seed_001(client: &kube::Client) -> anyhow::Result<()> {
         "seed-001: 1 pod running on the existing nodes; {existing} nodes; scaling {APP} to 5 replicas"
     );
 
-    let before: Vec<String> = Api::<Pod>::default_namespaced(client.clone())
-        .list(&ListParams::default().labels(SELECTOR))
+    let before: Vec<String> = app_pods(client)
         .await?
-        .items
         .iter()
         .map(|p| p.name_any())
         .collect();
     let start = Instant::now();
-    deployments
-        .patch(
-            APP,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 5}})),
-        )
+    scale(&deployments, 5)
         .await
         .context("scaling the deployment")?;
     let timeline = observe(client, start, &before).await?;
@@ -119,40 +112,30 @@ const CONSOLIDATE_AFTER: Duration = Duration::from_secs(30);
 async fn scale_down(client: &kube::Client, deployments: &Api<Deployment>) -> anyhow::Result<()> {
     println!("\nseed-001: scaling {APP} back to 1 replica");
     let start = Instant::now();
-    deployments
-        .patch(
-            APP,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 1}})),
-        )
+    scale(deployments, 1)
         .await
         .context("scaling the deployment down")?;
-    let pods = Api::<Pod>::default_namespaced(client.clone());
-    let claims = Api::<NodeClaim>::all(client.clone());
     let mut down = ScaleDown::default();
-    loop {
-        let at = start.elapsed();
-        let pod_list = pods
-            .list(&ListParams::default().labels(SELECTOR))
-            .await?
-            .items;
-        let claim_list = claims.list(&ListParams::default()).await?.items;
+    let every = Duration::from_millis(100);
+    let done = poll(start, SCALE_DOWN_WITHIN, every, async |at| {
+        let pod_list = app_pods(client).await?;
+        let claim_list = node_claims(client).await?;
         down.observe(&pod_list, &claim_list, at);
-        if pod_list.len() == 1
+        let done = pod_list.len() == 1
             && pod_list.iter().all(running)
-            && down.settled(&pod_list, &claim_list)
-        {
+            && down.settled(&pod_list, &claim_list);
+        if done {
             down.timeline
                 .first("done".into(), at, "every emptied node gone".into());
-            print!("{}", down.render());
-            return Ok(());
         }
-        if at > SCALE_DOWN_WITHIN {
-            print!("{}", down.render());
-            bail!("the emptied nodes were not consolidated within {SCALE_DOWN_WITHIN:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(done)
+    })
+    .await?;
+    print!("{}", down.render());
+    if !done {
+        bail!("the emptied nodes were not consolidated within {SCALE_DOWN_WITHIN:?}");
     }
+    Ok(())
 }
 
 /// What the scale-down did, as offsets from it.
@@ -367,20 +350,59 @@ fn unschedulable(pod: &Pod) -> bool {
 }
 
 async fn wait_running(client: &kube::Client, count: usize, within: Duration) -> anyhow::Result<()> {
+    let every = Duration::from_millis(100);
+    let done = poll(Instant::now(), within, every, async |_| {
+        let list = app_pods(client).await?;
+        Ok(list.len() == count && list.iter().all(running))
+    })
+    .await?;
+    if !done {
+        bail!("{count} pod(s) of {APP} were not running within {within:?}");
+    }
+    Ok(())
+}
+
+/// The scenario's app pods.
+async fn app_pods(client: &kube::Client) -> kube::Result<Vec<Pod>> {
     let pods = Api::<Pod>::default_namespaced(client.clone());
-    let deadline = Instant::now() + within;
+    Ok(pods
+        .list(&ListParams::default().labels(SELECTOR))
+        .await?
+        .items)
+}
+
+/// Every node claim.
+async fn node_claims(client: &kube::Client) -> kube::Result<Vec<NodeClaim>> {
+    let claims = Api::<NodeClaim>::all(client.clone());
+    Ok(claims.list(&ListParams::default()).await?.items)
+}
+
+/// Scales the scenario's deployment to `replicas`.
+async fn scale(deployments: &Api<Deployment>, replicas: i32) -> kube::Result<Deployment> {
+    let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+    deployments
+        .patch(APP, &PatchParams::default(), &patch)
+        .await
+}
+
+/// Looks at the cluster every `every` until `look` (given the time since
+/// `start`) says it is done: `true`, or `false` once `within` has passed
+/// without it.
+async fn poll(
+    start: Instant,
+    within: Duration,
+    every: Duration,
+    mut look: impl AsyncFnMut(Duration) -> anyhow::Result<bool>,
+) -> anyhow::Result<bool> {
     loop {
-        let list = pods
-            .list(&ListParams::default().labels(SELECTOR))
-            .await?
-            .items;
-        if list.len() == count && list.iter().all(running) {
-            return Ok(());
+        let at = start.elapsed();
+        if look(at).await? {
+            return Ok(true);
         }
-        if Instant::now() > deadline {
-            bail!("{count} pod(s) of {APP} were not running within {within:?}");
+        if at > within {
+            return Ok(false);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -551,31 +573,28 @@ async fn observe(
     start: Instant,
     before: &[String],
 ) -> anyhow::Result<Timeline> {
-    let pods = Api::<Pod>::default_namespaced(client.clone());
-    let claims = Api::<NodeClaim>::all(client.clone());
     let mut timeline = Timeline::default();
-    loop {
-        let at = start.elapsed();
-        let pod_list = pods
-            .list(&ListParams::default().labels(SELECTOR))
-            .await?
-            .items;
+    let every = Duration::from_millis(50);
+    let done = poll(start, SCALE_OUT_WITHIN, every, async |at| {
+        let pod_list = app_pods(client).await?;
         for pod in pod_list.iter().filter(|p| !before.contains(&p.name_any())) {
             timeline.pod(pod, at);
         }
-        for claim in claims.list(&ListParams::default()).await?.items {
+        for claim in node_claims(client).await? {
             timeline.claim(&claim, at);
         }
-        if pod_list.len() == 5 && pod_list.iter().all(running) {
+        let done = pod_list.len() == 5 && pod_list.iter().all(running);
+        if done {
             timeline.first("done".into(), at, "all 5 pods running".into());
-            return Ok(timeline);
         }
-        if at > SCALE_OUT_WITHIN {
-            print!("{}", timeline.render());
-            bail!("the scale-out did not finish within {SCALE_OUT_WITHIN:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(done)
+    })
+    .await?;
+    if !done {
+        print!("{}", timeline.render());
+        bail!("the scale-out did not finish within {SCALE_OUT_WITHIN:?}");
     }
+    Ok(timeline)
 }
 
 #[cfg(test)]
