@@ -91,9 +91,35 @@ pub fn run(args: &UpArgs) -> Result<u8, CliError> {
 /// The running services, stopped in reverse order of start.
 struct Cluster {
     processes: Vec<Process>,
+    /// Where the services' logs go.
+    logs: PathBuf,
 }
 
 impl Cluster {
+    /// Starts a service ([`start_ready`], see [`Launch`] for the
+    /// arguments) and keeps it with the cluster's processes, so that it is
+    /// stopped with them; its ports.
+    async fn start<const PORTS: usize>(
+        &mut self,
+        name: &'static str,
+        binary: &Path,
+        env: &[(&str, String)],
+        args: &dyn Fn(&[u16; PORTS]) -> Vec<String>,
+        ready_port: usize,
+    ) -> anyhow::Result<[u16; PORTS]> {
+        let launch = Launch {
+            name,
+            binary,
+            env,
+            logs: &self.logs,
+            args,
+            ready_port,
+        };
+        let (process, ports) = start_ready(&launch, START_WITHIN).await?;
+        self.processes.push(process);
+        Ok(ports)
+    }
+
     async fn stop(mut self) {
         while let Some(process) = self.processes.pop() {
             process.stop(STOP_GRACE).await;
@@ -128,13 +154,14 @@ async fn up(args: &UpArgs) -> anyhow::Result<u8> {
         .kubeconfig
         .clone()
         .unwrap_or_else(|| dir.join("kubeconfig"));
-    eprintln!(
-        "karpctl up: starting a local cluster (logs in {})",
-        dir.join("logs").display()
-    );
     let mut cluster = Cluster {
         processes: Vec::new(),
+        logs: dir.join("logs"),
     };
+    eprintln!(
+        "karpctl up: starting a local cluster (logs in {})",
+        cluster.logs.display()
+    );
     let started = start(args, &binaries, &dir, &kubeconfig, &mut cluster).await;
     let client = match started {
         Ok(client) => client,
@@ -159,7 +186,6 @@ async fn start(
     kubeconfig: &Path,
     cluster: &mut Cluster,
 ) -> anyhow::Result<kube::Client> {
-    let logs = dir.join("logs");
     let tls = if args.tls {
         Some(certificates::issue(&dir.join("tls"))?)
     } else {
@@ -170,7 +196,7 @@ async fn start(
             .map(|files| files[service].flags())
             .unwrap_or_default()
     };
-    let client = start_api(&binaries[0], &logs, kubeconfig, cluster).await?;
+    let client = start_api(&binaries[0], kubeconfig, cluster).await?;
 
     let info = [("LOG_LEVEL", "info".to_owned())];
     let scheduler_args = |ports: &[u16; 2]| {
@@ -178,19 +204,9 @@ async fn start(
         args.extend(tls_flags(1));
         args
     };
-    let (scheduler, [scheduler_grpc, _]) = start_ready(
-        &Launch {
-            name: "scheduler",
-            binary: &binaries[1],
-            env: &info,
-            logs: &logs,
-            args: &scheduler_args,
-            ready_port: 1,
-        },
-        START_WITHIN,
-    )
-    .await?;
-    cluster.processes.push(scheduler);
+    let [scheduler_grpc, _] = cluster
+        .start("scheduler", &binaries[1], &info, &scheduler_args, 1)
+        .await?;
 
     let kwok_args = |ports: &[u16; 3]| {
         let mut kwok_args = listen_args(ports[0], ports[1]);
@@ -206,19 +222,9 @@ async fn start(
         kwok_args.extend(tls_flags(2));
         kwok_args
     };
-    let (kwok, [kwok_grpc, _, kwok_admin]) = start_ready(
-        &Launch {
-            name: "provider-kwok",
-            binary: &binaries[2],
-            env: &info,
-            logs: &logs,
-            args: &kwok_args,
-            ready_port: 1,
-        },
-        START_WITHIN,
-    )
-    .await?;
-    cluster.processes.push(kwok);
+    let [kwok_grpc, _, kwok_admin] = cluster
+        .start("provider-kwok", &binaries[2], &info, &kwok_args, 1)
+        .await?;
     default_node_class(&client).await?;
 
     let adapter_args = |ports: &[u16; 1]| {
@@ -238,19 +244,9 @@ async fn start(
             loopback(kwok_grpc)
         );
     }
-    let (adapter, [adapter_http]) = start_ready(
-        &Launch {
-            name: "adapter",
-            binary: &binaries[3],
-            env: &info,
-            logs: &logs,
-            args: &adapter_args,
-            ready_port: 0,
-        },
-        START_WITHIN,
-    )
-    .await?;
-    cluster.processes.push(adapter);
+    let [adapter_http] = cluster
+        .start("adapter", &binaries[3], &info, &adapter_args, 0)
+        .await?;
     let pool = dir.join("nodepool.yaml");
     std::fs::write(&pool, NODE_POOL_EXAMPLE)
         .with_context(|| format!("writing {}", pool.display()))?;
@@ -267,7 +263,6 @@ async fn start(
 /// Starts the local API server and installs the CRDs; a client of it.
 async fn start_api(
     binary: &Path,
-    logs: &Path,
     kubeconfig: &Path,
     cluster: &mut Cluster,
 ) -> anyhow::Result<kube::Client> {
@@ -282,16 +277,9 @@ async fn start_api(
             "warn".into(),
         ]
     };
-    let launch = Launch {
-        name: "local-apiserver",
-        binary,
-        env: &[],
-        logs,
-        args: &api_args,
-        ready_port: 0,
-    };
-    let (api, _) = start_ready(&launch, START_WITHIN).await?;
-    cluster.processes.push(api);
+    cluster
+        .start("local-apiserver", binary, &[], &api_args, 0)
+        .await?;
     let client = client(kubeconfig).await?;
     install_crds(&client).await?;
     Ok(client)
