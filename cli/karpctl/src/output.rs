@@ -223,64 +223,44 @@ pub fn disrupt_value(response: &sched::PlanDisruptionResponse) -> Value {
 /// A table for people: one row per command, the blocked candidates, and the
 /// cost before, after and at best.
 pub fn disrupt_table(value: &Value) -> String {
-    let empty = Vec::new();
-    let arr = |v: &Value, key: &str| -> Vec<String> {
-        v.get(key)
-            .and_then(Value::as_array)
-            .unwrap_or(&empty)
-            .iter()
-            .map(s)
-            .collect()
-    };
     let mut out = String::new();
-    let commands = value
-        .get("commands")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
+    let commands = items(value, "commands");
     if commands.is_empty() {
         out.push_str("No disruption.\n");
     } else {
-        let mut rows = vec![vec![
-            "REASON".to_string(),
-            "METHOD".to_string(),
-            "CANDIDATES".to_string(),
-            "REPLACEMENTS".to_string(),
-            "SAVINGS/H".to_string(),
-        ]];
-        for c in commands {
-            let replacements: Vec<String> = c
-                .get("replacements")
-                .and_then(Value::as_array)
-                .unwrap_or(&empty)
+        let header = [
+            "REASON",
+            "METHOD",
+            "CANDIDATES",
+            "REPLACEMENTS",
+            "SAVINGS/H",
+        ];
+        let rows = commands.iter().map(|c| {
+            let replacements: Vec<String> = items(c, "replacements")
                 .iter()
                 .map(|r| s(&r["cheapest"]["instanceType"]))
                 .collect();
-            rows.push(vec![
+            let candidates: Vec<String> = items(c, "candidates").iter().map(s).collect();
+            vec![
                 s(&c["reason"]),
                 s(&c["method"]),
-                arr(c, "candidates").join(", "),
+                candidates.join(", "),
                 if replacements.is_empty() {
                     "-".to_string()
                 } else {
                     replacements.join(", ")
                 },
                 format!("{:.4}", c["savingsPerHour"].as_f64().unwrap_or(0.0)),
-            ]);
-        }
-        out.push_str(&columns(&rows));
+            ]
+        });
+        out.push_str(&columns(&header, rows));
     }
-    let blocked = value
-        .get("blocked")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    if !blocked.is_empty() {
-        out.push('\n');
-        let mut rows = vec![vec!["BLOCKED NODE".to_string(), "REASON".to_string()]];
-        for b in blocked {
-            rows.push(vec![s(&b["node"]), s(&b["reason"])]);
-        }
-        out.push_str(&columns(&rows));
-    }
+    section(
+        &mut out,
+        items(value, "blocked"),
+        &["BLOCKED NODE", "REASON"],
+        |b| vec![s(&b["node"]), s(&b["reason"])],
+    );
     let cost = &value["cost"];
     let _ = writeln!(
         out,
@@ -294,9 +274,34 @@ pub fn disrupt_table(value: &Value) -> String {
     out
 }
 
-fn columns(rows: &[Vec<String>]) -> String {
+/// The array under `key` of `v`; empty when there is none.
+fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A blank line, then a row per entry of `entries` under `header`; nothing
+/// when there are no entries.
+fn section(
+    out: &mut String,
+    entries: &[Value],
+    header: &[&str],
+    row: impl Fn(&Value) -> Vec<String>,
+) {
+    if !entries.is_empty() {
+        out.push('\n');
+        out.push_str(&columns(header, entries.iter().map(row)));
+    }
+}
+
+/// `rows` under `header`, each column as wide as its widest cell.
+fn columns(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = std::iter::once(header.iter().map(|h| h.to_string()).collect())
+        .chain(rows)
+        .collect();
     let mut widths = Vec::new();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if widths.len() <= i {
                 widths.push(0);
@@ -305,7 +310,7 @@ fn columns(rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i + 1 == row.len() {
@@ -331,61 +336,49 @@ fn s(v: &Value) -> String {
 /// A table for people: new node claims, placements on existing nodes,
 /// unschedulable pods, and the cost.
 pub fn table(plan: &Value) -> String {
-    let empty = Vec::new();
-    let arr = |key: &str| plan.get(key).and_then(Value::as_array).unwrap_or(&empty);
     let mut out = String::new();
-    let claims = arr("nodeClaims");
+    let claims = items(plan, "nodeClaims");
     if claims.is_empty() {
         out.push_str("No new nodes.\n");
     } else {
-        let mut rows = vec![vec![
-            "NODEPOOL".to_string(),
-            "INSTANCE TYPE".to_string(),
-            "ZONE".to_string(),
-            "CAPACITY".to_string(),
-            "PRICE/H".to_string(),
-            "PODS".to_string(),
-            "OPTIONS".to_string(),
-        ]];
-        for c in claims {
+        let header = [
+            "NODEPOOL",
+            "INSTANCE TYPE",
+            "ZONE",
+            "CAPACITY",
+            "PRICE/H",
+            "PODS",
+            "OPTIONS",
+        ];
+        let rows = claims.iter().map(|c| {
             let cheapest = &c["cheapest"];
-            rows.push(vec![
+            vec![
                 s(&c["nodePool"]),
                 s(&cheapest["instanceType"]),
                 s(&cheapest["zone"]),
                 s(&cheapest["capacityType"]),
                 format!("{:.4}", cheapest["price"].as_f64().unwrap_or(0.0)),
-                c["pods"].as_array().map_or(0, Vec::len).to_string(),
-                c["instanceTypes"]
-                    .as_array()
-                    .map_or(0, Vec::len)
-                    .to_string(),
-            ]);
-        }
-        out.push_str(&columns(&rows));
+                items(c, "pods").len().to_string(),
+                items(c, "instanceTypes").len().to_string(),
+            ]
+        });
+        out.push_str(&columns(&header, rows));
     }
-    let existing = arr("existingNodes");
-    if !existing.is_empty() {
-        out.push('\n');
-        let mut rows = vec![vec!["EXISTING NODE".to_string(), "PODS".to_string()]];
-        for n in existing {
-            let pods: Vec<String> = n["pods"]
-                .as_array()
-                .map(|p| p.iter().map(s).collect())
-                .unwrap_or_default();
-            rows.push(vec![s(&n["name"]), pods.join(", ")]);
-        }
-        out.push_str(&columns(&rows));
-    }
-    let unschedulable = arr("unschedulable");
-    if !unschedulable.is_empty() {
-        out.push('\n');
-        let mut rows = vec![vec!["UNSCHEDULABLE POD".to_string(), "REASON".to_string()]];
-        for u in unschedulable {
-            rows.push(vec![s(&u["pod"]), s(&u["reason"])]);
-        }
-        out.push_str(&columns(&rows));
-    }
+    section(
+        &mut out,
+        items(plan, "existingNodes"),
+        &["EXISTING NODE", "PODS"],
+        |n| {
+            let pods: Vec<String> = items(n, "pods").iter().map(s).collect();
+            vec![s(&n["name"]), pods.join(", ")]
+        },
+    );
+    section(
+        &mut out,
+        items(plan, "unschedulable"),
+        &["UNSCHEDULABLE POD", "REASON"],
+        |u| vec![s(&u["pod"]), s(&u["reason"])],
+    );
     let _ = writeln!(
         out,
         "\nNew nodes: {}   Cost per hour: {:.4}",
