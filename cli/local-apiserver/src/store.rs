@@ -516,9 +516,7 @@ impl Store {
 
     pub fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
         let st = self.lock();
-        st.get(res, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(res, name))
+        st.existing(res, ns, name)
     }
 
     /// Lists objects (all namespaces when `ns` is None). Returns the items,
@@ -624,9 +622,27 @@ impl Store {
         if res.plural == "customresourcedefinitions" {
             st.register_crd(&mut obj)?;
         }
+        let (ns, shared) = self.write(st, res, obj, old);
+        let obj = (*shared).clone();
+        if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
+            self.refresh_pdbs(st, &ns);
+        }
+        Ok(obj)
+    }
+
+    /// Stores `obj` (replacing `old`, when there was one) under the next
+    /// resourceVersion, indexes it and tells the watchers; its namespace
+    /// and the stored object. Without [`Self::insert`]'s hooks, so the PDB
+    /// refresher writes budgets' status with it.
+    fn write(
+        &self,
+        st: &mut State,
+        res: &ResourceInfo,
+        mut obj: Value,
+        old: Option<Value>,
+    ) -> (String, Arc<Value>) {
         st.rv += 1;
-        let rv = st.rv;
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
         let ns = obj["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -655,19 +671,9 @@ impl Store {
         } else {
             EventType::Added
         };
-        self.emit(
-            st,
-            key.resource.clone(),
-            ns.clone(),
-            kind,
-            shared.clone(),
-            previous,
-        );
-        let obj = (*shared).clone();
-        if res.plural == "pods" || res.plural == "poddisruptionbudgets" {
-            self.refresh_pdbs(st, &ns);
-        }
-        Ok(obj)
+        let previous = previous.or_else(|| old.map(Arc::new));
+        self.emit(st, key.resource, ns.clone(), kind, shared.clone(), previous);
+        (ns, shared)
     }
 
     fn emit(
@@ -776,10 +782,7 @@ impl Store {
         f: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
         let mut st = self.lock();
-        let old = st
-            .get(res, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let old = st.existing(res, ns, name)?;
         let new = f(&old)?;
         // The patch handler's checkName: a patch may not rename.
         let patched_name = new["metadata"]["name"].as_str().unwrap_or_default();
@@ -961,10 +964,7 @@ impl Store {
         options: &DeleteOptions,
     ) -> Result<Value, ApiError> {
         let mut st = self.lock();
-        let mut obj = st
-            .get(res, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let mut obj = st.existing(res, ns, name)?;
         check_preconditions(res, name, &obj, options)?;
         if res.group.is_empty() && res.plural == "pods" {
             return Ok(self.delete_pod(&mut st, res, ns, name, obj, options.grace_period));
@@ -1297,10 +1297,7 @@ impl Store {
         annotations: &Map<String, Value>,
     ) -> Result<(), ApiError> {
         let mut st = self.lock();
-        let old = st
-            .get(res, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let old = st.existing(res, ns, name)?;
         let refuse = |why: String| ApiError::conflict_because("", "pods/binding", name, &why);
         if old["metadata"].get("deletionTimestamp").is_some() {
             return Err(refuse(format!(
@@ -1348,10 +1345,7 @@ impl Store {
         options: &DeleteOptions,
     ) -> Result<Value, ApiError> {
         let mut st = self.lock();
-        let pod = st
-            .get(pods, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(pods, name))?;
+        let pod = st.existing(pods, ns, name)?;
         let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
         let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
         let can_ignore_budgets = matches!(phase, "Succeeded" | "Failed" | "Pending")
@@ -1441,45 +1435,9 @@ impl Store {
             if pdb["status"] != status {
                 let mut new = pdb.clone();
                 new["status"] = status;
-                let _ = self.insert_plain(st, &pdb_res, new, pdb);
+                self.write(st, &pdb_res, new, Some(pdb));
             }
         }
-    }
-
-    /// Writes without the PDB refresh hook (used by the refresher itself).
-    fn insert_plain(
-        &self,
-        st: &mut State,
-        res: &ResourceInfo,
-        mut obj: Value,
-        old: Value,
-    ) -> Result<(), ApiError> {
-        st.rv += 1;
-        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
-        let ns = obj["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let name = obj["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let key = resource_key(&res.group, &res.plural);
-        let shared = Arc::new(obj);
-        let previous = st
-            .objects
-            .entry(key.clone())
-            .or_default()
-            .insert((ns.clone(), name), shared.clone());
-        self.emit(
-            st,
-            key,
-            ns,
-            EventType::Modified,
-            shared,
-            previous.or(Some(Arc::new(old))),
-        );
-        Ok(())
     }
 
     /// Every stored object, for saving to a file.
@@ -1949,6 +1907,13 @@ impl State {
         Box::new(view.into_values())
     }
 
+    /// The stored object, or the 404 naming it.
+    fn existing(&self, res: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
+        self.get(res, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))
+    }
+
     fn get(&self, res: &ResourceInfo, ns: &str, name: &str) -> Option<&Value> {
         let ns = if res.namespaced { ns } else { "" };
         self.objects
@@ -2380,7 +2345,7 @@ impl State {
         // disruptionsAllowed included, with the pod counted as disrupted.
         let mut new = pdb.clone();
         new["status"]["disruptedPods"][pod] = json!(now());
-        let _ = store.insert_plain(self, &res, new, pdb.clone());
+        store.write(self, &res, new, Some(pdb.clone()));
     }
 
     /// The summed scale of the controllers of `pods` (each counted once):
