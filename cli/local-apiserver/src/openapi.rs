@@ -111,11 +111,8 @@ pub fn document(gv: &str, resources: &[Arc<ResourceInfo>]) -> Value {
             }
         }
         if let Some(crd) = &r.crd {
-            let schema = crd.definition["spec"]["versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|v| v["name"] == version)
+            let schema = crd
+                .version(version)
                 .map(|v| v["schema"]["openAPIV3Schema"].clone())
                 .unwrap_or_else(|| json!({"type": "object"}));
             let mut schema = if schema.is_object() {

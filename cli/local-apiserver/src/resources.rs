@@ -37,6 +37,17 @@ pub struct CrdResource {
     pub definition: Value,
 }
 
+impl CrdResource {
+    /// The CRD's entry for version `name` (its schema, printer columns).
+    pub fn version(&self, name: &str) -> Option<&Value> {
+        self.definition["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+    }
+}
+
 /// The verbs of a built-in resource, as discovery lists them.
 const BUILTIN_VERBS: [&str; 8] = [
     "create",
@@ -134,327 +145,305 @@ impl ResourceInfo {
     }
 }
 
-struct Builtin {
-    group: &'static str,
-    version: &'static str,
-    plural: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    subs: &'static [&'static str],
-    generation: bool,
-}
-
-const BUILTINS: &[Builtin] = &[
-    b(
-        "",
-        "v1",
-        "namespaces",
-        "Namespace",
-        false,
-        &["ns"],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "pods",
-        "Pod",
-        true,
-        &["po"],
-        &["status", "binding", "eviction"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "nodes",
-        "Node",
-        false,
-        &["no"],
-        &["status"],
-        false,
-    ),
-    b("", "v1", "events", "Event", true, &["ev"], &[], false),
-    b(
-        "",
-        "v1",
-        "configmaps",
-        "ConfigMap",
-        true,
-        &["cm"],
-        &[],
-        false,
-    ),
-    b("", "v1", "secrets", "Secret", true, &[], &[], false),
-    b(
-        "",
-        "v1",
-        "serviceaccounts",
-        "ServiceAccount",
-        true,
-        &["sa"],
-        &[],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "persistentvolumes",
-        "PersistentVolume",
-        false,
-        &["pv"],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "persistentvolumeclaims",
-        "PersistentVolumeClaim",
-        true,
-        &["pvc"],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "services",
-        "Service",
-        true,
-        &["svc"],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "replicationcontrollers",
-        "ReplicationController",
-        true,
-        &["rc"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "apps",
-        "v1",
-        "deployments",
-        "Deployment",
-        true,
-        &["deploy"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "apps",
-        "v1",
-        "replicasets",
-        "ReplicaSet",
-        true,
-        &["rs"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "apps",
-        "v1",
-        "statefulsets",
-        "StatefulSet",
-        true,
-        &["sts"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "apps",
-        "v1",
-        "daemonsets",
-        "DaemonSet",
-        true,
-        &["ds"],
-        &["status"],
-        true,
-    ),
-    b("batch", "v1", "jobs", "Job", true, &[], &["status"], true),
-    b(
-        "policy",
-        "v1",
-        "poddisruptionbudgets",
-        "PodDisruptionBudget",
-        true,
-        &["pdb"],
-        &["status"],
-        true,
-    ),
-    b(
-        "coordination.k8s.io",
-        "v1",
-        "leases",
-        "Lease",
-        true,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "events.k8s.io",
-        "v1",
-        "events",
-        "Event",
-        true,
-        &["ev"],
-        &[],
-        false,
-    ),
-    b(
-        "scheduling.k8s.io",
-        "v1",
-        "priorityclasses",
-        "PriorityClass",
-        false,
-        &["pc"],
-        &[],
-        false,
-    ),
-    b(
-        "storage.k8s.io",
-        "v1",
-        "storageclasses",
-        "StorageClass",
-        false,
-        &["sc"],
-        &[],
-        false,
-    ),
-    b(
-        "storage.k8s.io",
-        "v1",
-        "csinodes",
-        "CSINode",
-        false,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "clusterroles",
-        "ClusterRole",
-        false,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "clusterrolebindings",
-        "ClusterRoleBinding",
-        false,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "roles",
-        "Role",
-        true,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "rolebindings",
-        "RoleBinding",
-        true,
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "networking.k8s.io",
-        "v1",
-        "networkpolicies",
-        "NetworkPolicy",
-        true,
-        &["netpol"],
-        &[],
-        true,
-    ),
-    b(
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-        false,
-        &["crd", "crds"],
-        &["status"],
-        true,
-    ),
-];
-
-#[allow(clippy::too_many_arguments)]
-const fn b(
-    group: &'static str,
-    version: &'static str,
-    plural: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    subs: &'static [&'static str],
-    generation: bool,
-) -> Builtin {
-    Builtin {
-        group,
-        version,
-        plural,
-        kind,
-        namespaced,
-        short,
-        subs,
-        generation,
-    }
-}
-
 /// The built-in resources.
 pub fn builtins() -> Vec<ResourceInfo> {
-    BUILTINS
-        .iter()
-        .map(|b| ResourceInfo {
-            group: b.group.to_string(),
-            versions: vec![b.version.to_string()],
-            plural: b.plural.to_string(),
-            singular: b.kind.to_lowercase(),
-            kind: b.kind.to_string(),
-            namespaced: b.namespaced,
-            short_names: b.short.iter().map(|s| s.to_string()).collect(),
-            categories: if matches!(
-                b.plural,
-                "pods"
-                    | "deployments"
-                    | "replicasets"
-                    | "statefulsets"
-                    | "daemonsets"
-                    | "jobs"
-                    | "services"
-            ) {
-                vec!["all".to_string()]
-            } else {
-                Vec::new()
-            },
-            subresources: b.subs.iter().map(|s| s.to_string()).collect(),
-            has_generation: b.generation,
-            crd: None,
-        })
-        .collect()
+    vec![
+        builtin(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            false,
+            &["ns"],
+            &["status"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "pods",
+            "Pod",
+            true,
+            &["po"],
+            &["status", "binding", "eviction"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            false,
+            &["no"],
+            &["status"],
+            false,
+        ),
+        builtin("", "v1", "events", "Event", true, &["ev"], &[], false),
+        builtin(
+            "",
+            "v1",
+            "configmaps",
+            "ConfigMap",
+            true,
+            &["cm"],
+            &[],
+            false,
+        ),
+        builtin("", "v1", "secrets", "Secret", true, &[], &[], false),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            &[],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "persistentvolumes",
+            "PersistentVolume",
+            false,
+            &["pv"],
+            &["status"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+            &["status"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "services",
+            "Service",
+            true,
+            &["svc"],
+            &["status"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "replicationcontrollers",
+            "ReplicationController",
+            true,
+            &["rc"],
+            &["status", "scale"],
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            &["status", "scale"],
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            true,
+            &["rs"],
+            &["status", "scale"],
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            &["sts"],
+            &["status", "scale"],
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "daemonsets",
+            "DaemonSet",
+            true,
+            &["ds"],
+            &["status"],
+            true,
+        ),
+        builtin("batch", "v1", "jobs", "Job", true, &[], &["status"], true),
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            &["status"],
+            true,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            &[],
+            false,
+        ),
+        builtin(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+            &["pc"],
+            &[],
+            false,
+        ),
+        builtin(
+            "storage.k8s.io",
+            "v1",
+            "storageclasses",
+            "StorageClass",
+            false,
+            &["sc"],
+            &[],
+            false,
+        ),
+        builtin(
+            "storage.k8s.io",
+            "v1",
+            "csinodes",
+            "CSINode",
+            false,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "roles",
+            "Role",
+            true,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            &[],
+            false,
+        ),
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            &[],
+            true,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            &["status"],
+            true,
+        ),
+    ]
+}
+
+/// A built-in resource, served in one version; the workload kinds are in
+/// the `all` category, as kubectl's `get all` expects.
+#[allow(clippy::too_many_arguments)]
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    subs: &[&str],
+    generation: bool,
+) -> ResourceInfo {
+    let workload = matches!(
+        plural,
+        "pods"
+            | "deployments"
+            | "replicasets"
+            | "statefulsets"
+            | "daemonsets"
+            | "jobs"
+            | "services"
+    );
+    ResourceInfo {
+        group: group.to_string(),
+        versions: vec![version.to_string()],
+        plural: plural.to_string(),
+        singular: kind.to_lowercase(),
+        kind: kind.to_string(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: if workload {
+            vec!["all".to_string()]
+        } else {
+            Vec::new()
+        },
+        subresources: subs.iter().map(|s| s.to_string()).collect(),
+        has_generation: generation,
+        crd: None,
+    }
 }
 
 /// The resource a CRD registers (served versions only).

@@ -149,11 +149,8 @@ fn columns(res: &ResourceInfo, version: &str) -> (Vec<Value>, Vec<(String, Strin
     )];
     let mut paths = Vec::new();
     if let Some(crd) = &res.crd {
-        let printer = crd.definition["spec"]["versions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|v| v["name"] == version)
+        let printer = crd
+            .version(version)
             .and_then(|v| v["additionalPrinterColumns"].as_array().cloned());
         match printer {
             Some(cols) => {
