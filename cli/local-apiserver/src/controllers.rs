@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::ResourceInfo;
+use super::json::{list, strings};
 use super::store::{DeleteOptions, ListOptions, Store, is_ready, now, set_condition};
 
 /// A quantity of resource `name` in wire units (millicores for CPU, bytes
@@ -87,12 +88,7 @@ pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
 fn match_expression(labels: &serde_json::Map<String, Value>, e: &Value) -> bool {
     let key = e["key"].as_str().unwrap_or_default();
     let val = labels.get(key).and_then(Value::as_str);
-    let values: Vec<&str> = e["values"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let values: Vec<&str> = strings(&e["values"]).collect();
     match e["operator"].as_str().unwrap_or_default() {
         "In" => val.is_some_and(|v| values.contains(&v)),
         "NotIn" => val.is_none_or(|v| !values.contains(&v)),
@@ -611,10 +607,8 @@ fn unschedulable_message(node_count: usize, reasons: &BTreeMap<String, usize>) -
 fn mark_unschedulable(store: &Store, pods_r: &ResourceInfo, p: &Value, message: &str) {
     let ns = p["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = p["metadata"]["name"].as_str().unwrap_or_default();
-    let current = p["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let current = list(&p["status"]["conditions"])
+        .iter()
         .find(|c| c["type"] == "PodScheduled")
         .cloned();
     if current
@@ -633,10 +627,8 @@ fn mark_unschedulable(store: &Store, pods_r: &ResourceInfo, p: &Value, message: 
 fn start_pod(store: &Store, pods_r: &ResourceInfo, pod: &Value, node: Value) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let host_ip = node["status"]["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let host_ip = list(&node["status"]["addresses"])
+        .iter()
         .find(|a| a["type"] == "InternalIP")
         .map_or(json!("10.0.0.1"), |a| a["address"].clone());
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();

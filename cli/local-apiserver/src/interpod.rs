@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::controllers::node_selected;
+use super::json::strings;
 use super::selectors::LabelSelector;
 
 /// The cluster as the scheduler stand-in sees it in one pass.
@@ -42,12 +43,7 @@ fn terminating(pod: &Value) -> bool {
 /// its label selector (a missing selector selects nothing).
 fn term_selects(term: &Value, owner: &Value, other: &Value) -> bool {
     let namespace = other["metadata"]["namespace"].as_str().unwrap_or_default();
-    let listed: Vec<&str> = term["namespaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let listed: Vec<&str> = strings(&term["namespaces"]).collect();
     let in_namespace = if !listed.is_empty() {
         listed.contains(&namespace)
     } else if term["namespaceSelector"].is_object() {
@@ -65,12 +61,7 @@ fn term_selects(term: &Value, owner: &Value, other: &Value) -> bool {
 fn with_match_label_keys(term: &Value, owner: &Value) -> Value {
     let mut selector = term["labelSelector"].clone();
     let own = labels(owner);
-    for key in term["matchLabelKeys"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    for key in strings(&term["matchLabelKeys"]) {
         if let (Some(value), Some(s)) = (own.get(key), selector.as_object_mut()) {
             let match_labels = s
                 .entry("matchLabels")

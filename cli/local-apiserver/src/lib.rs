@@ -35,6 +35,7 @@ mod field_errors;
 mod group_rules;
 mod http;
 mod interpod;
+mod json;
 mod openapi;
 mod options;
 pub mod patch;

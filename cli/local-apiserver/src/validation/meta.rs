@@ -8,6 +8,7 @@ use karpenter_core::names::{NameRule, label_value, qualified_name};
 use serde_json::Value;
 
 use super::FieldError;
+use crate::json::{list, strings, text};
 
 /// The most bytes all annotations of an object may take, keys included.
 const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
@@ -26,14 +27,6 @@ pub fn name_rule(group: &str, plural: &str) -> NameRule {
         ("", "events") => NameRule::PathSegment,
         _ => NameRule::Dns1123Subdomain,
     }
-}
-
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key].as_str().unwrap_or_default()
-}
-
-fn list(value: &Value) -> &[Value] {
-    value.as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
 /// The metadata of a built-in object on create (the name generated from a
@@ -199,10 +192,7 @@ fn owner_reference(reference: &Value, at: &str) -> Vec<FieldError> {
 }
 
 fn finalizer_names(meta: &Value) -> Vec<&str> {
-    list(&meta["finalizers"])
-        .iter()
-        .filter_map(Value::as_str)
-        .collect()
+    strings(&meta["finalizers"]).collect()
 }
 
 /// `metadata.finalizers`: qualified names, not both orphan and
@@ -352,6 +342,13 @@ mod tests {
             .collect()
     }
 
+    fn update_errors(new: &Value, old: &Value) -> Vec<String> {
+        object_meta_update(new, old)
+            .iter()
+            .map(FieldError::text)
+            .collect()
+    }
+
     #[test]
     fn names_and_generated_names_follow_the_kind_s_rule() {
         assert!(meta_errors(json!({"name": "a.b-c", "generateName": "a-"})).is_empty());
@@ -416,12 +413,8 @@ mod tests {
         let mut new = old.clone();
         new["metadata"]["finalizers"] = json!(["x/a", "z/c", "y/b"]);
         new["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00+00:00");
-        let errors: Vec<String> = object_meta_update(&new, &old)
-            .iter()
-            .map(FieldError::text)
-            .collect();
         assert_eq!(
-            errors,
+            update_errors(&new, &old),
             vec![
                 "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"y/b\", \"z/c\"}"
             ]
@@ -431,12 +424,8 @@ mod tests {
         new["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
         new["metadata"]["deletionGracePeriodSeconds"] = json!(30);
         new["metadata"]["uid"] = json!("v");
-        let errors: Vec<String> = object_meta_update(&new, &alive)
-            .iter()
-            .map(FieldError::text)
-            .collect();
         assert_eq!(
-            errors,
+            update_errors(&new, &alive),
             vec![
                 "metadata.uid: Invalid value: \"v\": field is immutable",
                 "metadata.deletionTimestamp: Invalid value: \"2020-01-01T00:00:00Z\": field is immutable",

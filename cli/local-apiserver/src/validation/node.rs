@@ -9,18 +9,11 @@ use karpenter_core::quantity::Quantity;
 use serde_json::{Value, json};
 
 use super::FieldError;
+use crate::json::{list, strings, text};
 
 const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 const POD_CIDR_CHANGE: &str = "node updates may not change podCIDR except from \"\" to valid";
-
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key].as_str().unwrap_or_default()
-}
-
-fn list(value: &Value) -> &[Value] {
-    value.as_array().map(Vec::as_slice).unwrap_or_default()
-}
 
 /// `ValidateNode`: taints, capacity and allocatable, podCIDRs.
 pub fn create(node: &Value) -> Vec<FieldError> {
@@ -126,10 +119,7 @@ fn resources(node: &Value) -> Vec<FieldError> {
 /// `spec.podCIDRs` as kube-apiserver holds it: the legacy `podCIDR` alone
 /// when the list is empty.
 fn pod_cidrs(node: &Value) -> Vec<&str> {
-    let listed: Vec<&str> = list(&node["spec"]["podCIDRs"])
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let listed: Vec<&str> = strings(&node["spec"]["podCIDRs"]).collect();
     match text(&node["spec"], "podCIDR") {
         single if listed.is_empty() && !single.is_empty() => vec![single],
         _ => listed,

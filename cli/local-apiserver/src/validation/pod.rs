@@ -9,20 +9,13 @@ use karpenter_core::quantity::Quantity;
 use serde_json::Value;
 
 use super::FieldError;
+use crate::json::{list, text};
 
 const POD_UPDATE: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
 
 const DEADLINE_RANGE: &str = "must be between 1 and 2147483647, inclusive";
-
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key].as_str().unwrap_or_default()
-}
-
-fn list(value: &Value) -> &[Value] {
-    value.as_array().map(Vec::as_slice).unwrap_or_default()
-}
 
 /// `ValidatePodCreate`: the spec, and what only an update may bring.
 pub fn create(pod: &Value) -> Vec<FieldError> {
