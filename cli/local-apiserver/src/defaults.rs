@@ -141,9 +141,15 @@ fn pod_spec(spec: &mut Value, path: &str) -> Result<(), ApiError> {
         }
     }
     quantities(&mut spec["overhead"], &format!("{path}.overhead"))?;
+    resources(spec, path)
+}
+
+/// `resources.requests` and `resources.limits` of a pod spec or a
+/// container (at `path`), as quantities are stored.
+fn resources(owner: &mut Value, path: &str) -> Result<(), ApiError> {
     for field in ["requests", "limits"] {
         quantities(
-            &mut spec["resources"][field],
+            &mut owner["resources"][field],
             &format!("{path}.resources.{field}"),
         )?;
     }
@@ -177,13 +183,7 @@ fn container(c: &mut Value, path: &str) -> Result<(), ApiError> {
             default(port, "protocol", json!("TCP"));
         }
     }
-    for field in ["requests", "limits"] {
-        quantities(
-            &mut c["resources"][field],
-            &format!("{path}.resources.{field}"),
-        )?;
-    }
-    Ok(())
+    resources(c, path)
 }
 
 /// `SetDefaults_Pod`: a container's limit without a request requests the
