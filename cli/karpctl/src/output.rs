@@ -223,38 +223,32 @@ pub fn disrupt_value(response: &sched::PlanDisruptionResponse) -> Value {
 /// A table for people: one row per command, the blocked candidates, and the
 /// cost before, after and at best.
 pub fn disrupt_table(value: &Value) -> String {
-    let mut out = String::new();
     let commands = items(value, "commands");
-    if commands.is_empty() {
-        out.push_str("No disruption.\n");
-    } else {
-        let header = [
-            "REASON",
-            "METHOD",
-            "CANDIDATES",
-            "REPLACEMENTS",
-            "SAVINGS/H",
-        ];
-        let rows = commands.iter().map(|c| {
-            let replacements: Vec<String> = items(c, "replacements")
-                .iter()
-                .map(|r| s(&r["cheapest"]["instanceType"]))
-                .collect();
-            let candidates: Vec<String> = items(c, "candidates").iter().map(s).collect();
-            vec![
-                s(&c["reason"]),
-                s(&c["method"]),
-                candidates.join(", "),
-                if replacements.is_empty() {
-                    "-".to_string()
-                } else {
-                    replacements.join(", ")
-                },
-                format!("{:.4}", c["savingsPerHour"].as_f64().unwrap_or(0.0)),
-            ]
-        });
-        out.push_str(&columns(&header, rows));
-    }
+    let header = [
+        "REASON",
+        "METHOD",
+        "CANDIDATES",
+        "REPLACEMENTS",
+        "SAVINGS/H",
+    ];
+    let mut out = rows_or(commands, "No disruption.\n", &header, |c| {
+        let replacements: Vec<String> = items(c, "replacements")
+            .iter()
+            .map(|r| s(&r["cheapest"]["instanceType"]))
+            .collect();
+        let candidates: Vec<String> = items(c, "candidates").iter().map(s).collect();
+        vec![
+            s(&c["reason"]),
+            s(&c["method"]),
+            candidates.join(", "),
+            if replacements.is_empty() {
+                "-".to_string()
+            } else {
+                replacements.join(", ")
+            },
+            format!("{:.4}", c["savingsPerHour"].as_f64().unwrap_or(0.0)),
+        ]
+    });
     section(
         &mut out,
         items(value, "blocked"),
@@ -279,6 +273,21 @@ fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key)
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
+}
+
+/// A row per entry of `entries` under `header`, or `none` when there are
+/// no entries.
+fn rows_or(
+    entries: &[Value],
+    none: &str,
+    header: &[&str],
+    row: impl Fn(&Value) -> Vec<String>,
+) -> String {
+    if entries.is_empty() {
+        none.to_string()
+    } else {
+        columns(header, entries.iter().map(row))
+    }
 }
 
 /// A blank line, then a row per entry of `entries` under `header`; nothing
@@ -336,34 +345,28 @@ fn s(v: &Value) -> String {
 /// A table for people: new node claims, placements on existing nodes,
 /// unschedulable pods, and the cost.
 pub fn table(plan: &Value) -> String {
-    let mut out = String::new();
     let claims = items(plan, "nodeClaims");
-    if claims.is_empty() {
-        out.push_str("No new nodes.\n");
-    } else {
-        let header = [
-            "NODEPOOL",
-            "INSTANCE TYPE",
-            "ZONE",
-            "CAPACITY",
-            "PRICE/H",
-            "PODS",
-            "OPTIONS",
-        ];
-        let rows = claims.iter().map(|c| {
-            let cheapest = &c["cheapest"];
-            vec![
-                s(&c["nodePool"]),
-                s(&cheapest["instanceType"]),
-                s(&cheapest["zone"]),
-                s(&cheapest["capacityType"]),
-                format!("{:.4}", cheapest["price"].as_f64().unwrap_or(0.0)),
-                items(c, "pods").len().to_string(),
-                items(c, "instanceTypes").len().to_string(),
-            ]
-        });
-        out.push_str(&columns(&header, rows));
-    }
+    let header = [
+        "NODEPOOL",
+        "INSTANCE TYPE",
+        "ZONE",
+        "CAPACITY",
+        "PRICE/H",
+        "PODS",
+        "OPTIONS",
+    ];
+    let mut out = rows_or(claims, "No new nodes.\n", &header, |c| {
+        let cheapest = &c["cheapest"];
+        vec![
+            s(&c["nodePool"]),
+            s(&cheapest["instanceType"]),
+            s(&cheapest["zone"]),
+            s(&cheapest["capacityType"]),
+            format!("{:.4}", cheapest["price"].as_f64().unwrap_or(0.0)),
+            items(c, "pods").len().to_string(),
+            items(c, "instanceTypes").len().to_string(),
+        ]
+    });
     section(
         &mut out,
         items(plan, "existingNodes"),
