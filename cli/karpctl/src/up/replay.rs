@@ -614,6 +614,15 @@ mod tests {
         assert!(serde_json::from_value::<Deployment>(deployment()).is_ok());
     }
 
+    /// Asserts that `text` shows each of `expected`, whatever its column
+    /// padding.
+    fn assert_shows(text: &str, expected: &[&str]) {
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for expected in expected {
+            assert!(words.contains(expected), "{expected}:\n{text}");
+        }
+    }
+
     #[test]
     fn the_timeline_reports_each_step() {
         let mut timeline = Timeline::default();
@@ -623,14 +632,14 @@ mod tests {
             .claims
             .insert("c".into(), [Some(s(1)), Some(s(2)), Some(s(4)), Some(s(4))]);
         let text = timeline.render();
-        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        for expected in [
-            "first pod pending -> first nodeclaim created 1.000s",
-            "launched -> node registered 2.000s",
-            "scale-out -> every pod bound 5.000s",
-        ] {
-            assert!(words.contains(expected), "{expected}:\n{text}");
-        }
+        assert_shows(
+            &text,
+            &[
+                "first pod pending -> first nodeclaim created 1.000s",
+                "launched -> node registered 2.000s",
+                "scale-out -> every pod bound 5.000s",
+            ],
+        );
     }
 
     fn claim_on(name: &str, node: &str, deleting: bool) -> NodeClaim {
@@ -682,16 +691,16 @@ mod tests {
         down.observe(&[pod_on("n1")], std::slice::from_ref(&kept), s(51));
         assert!(down.settled(&[pod_on("n1")], std::slice::from_ref(&kept)));
         let text = down.render();
-        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        for expected in [
-            "node n2 has no app pod left",
-            "nodeclaim c deleted (consolidated)",
-            "node empty -> nodeclaim deleted 20.000s",
-            "nodeclaim deleted -> gone 1.000s",
-            "scale-down -> every emptied node gone 51.000s",
-        ] {
-            assert!(words.contains(expected), "{expected}:\n{text}");
-        }
+        assert_shows(
+            &text,
+            &[
+                "node n2 has no app pod left",
+                "nodeclaim c deleted (consolidated)",
+                "node empty -> nodeclaim deleted 20.000s",
+                "nodeclaim deleted -> gone 1.000s",
+                "scale-down -> every emptied node gone 51.000s",
+            ],
+        );
         assert!(
             !text.contains("node n1"),
             "the node keeping the pod stays:\n{text}"
