@@ -436,6 +436,13 @@ impl Index {
             .count()
     }
 
+    /// How many pods must move when `claim`'s node goes (none before it
+    /// has a node).
+    pub fn reschedulable_pods_of(&self, claim: &NodeClaim) -> usize {
+        self.node_of(claim)
+            .map_or(0, |node| self.reschedulable_pods_on(&node.name_any()))
+    }
+
     /// Pods bound to `node`.
     pub fn pods_on(&self, node: &str) -> &[Arc<PodEntry>] {
         let map = self.lookups.pods_by_node.get_or_init(|| {

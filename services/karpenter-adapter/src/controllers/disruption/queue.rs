@@ -237,9 +237,7 @@ async fn step(
                     consolidation_policy_label(pool.spec.disruption.consolidation_policy)
                 }),
         };
-        let reschedulable_pods = index
-            .node_of(claim)
-            .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+        let reschedulable_pods = index.reschedulable_pods_of(claim);
         ctx.metrics.claim_disrupted(
             claim,
             Disrupted {

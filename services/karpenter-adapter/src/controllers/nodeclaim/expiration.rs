@@ -88,9 +88,7 @@ impl Reconciler for Expiration {
                     .map_err(|e| crate::error::Error::Invalid(format!("NodeClaim status: {e}")))?;
                 patch::merge_status(&self.ctx.node_claims(), claim.as_ref(), status).await?;
                 patch::delete(&self.ctx.node_claims(), &claim).await?;
-                let reschedulable_pods = index
-                    .node_of(&claim)
-                    .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+                let reschedulable_pods = index.reschedulable_pods_of(&claim);
                 self.ctx.metrics.claim_disrupted(
                     &claim,
                     Disrupted {

@@ -102,9 +102,7 @@ pub async fn collect(ctx: &Context, index: &Index) -> Result<()> {
         }
         tracing::info!(nodeclaim = %claim.name_any(), "garbage collecting a NodeClaim whose instance is gone");
         patch::delete(&ctx.node_claims(), claim.as_ref()).await?;
-        let reschedulable_pods = index
-            .node_of(claim)
-            .map_or(0, |node| index.reschedulable_pods_on(&node.name_any()));
+        let reschedulable_pods = index.reschedulable_pods_of(claim);
         ctx.metrics.claim_disrupted(
             claim,
             Disrupted {
