@@ -172,4 +172,9 @@ impl Context {
     pub fn pods(&self, namespace: &str) -> Api<k8s_openapi::api::core::v1::Pod> {
         Api::namespaced(self.client.clone(), namespace)
     }
+
+    /// Pods of every namespace (reads only: the drain's confirmation).
+    pub fn all_pods(&self) -> Api<k8s_openapi::api::core::v1::Pod> {
+        Api::all(self.client.clone())
+    }
 }

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_DISRUPTION_REASON;
 use karpenter_core::labels;
+use kube::api::ListParams;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -31,7 +32,7 @@ use crate::metrics::{PoolLabels, PoolZoneLabels};
 use crate::objects::claim::claim_conditions;
 use crate::objects::finalizers;
 use crate::objects::{disrupted, patch};
-use crate::state::index::{Index, Key};
+use crate::state::index::{Index, Key, PodEntry};
 use crate::state::watch::Versions;
 use drain::Drain;
 
@@ -140,21 +141,14 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
     let node = taint(ctx, node).await?;
     let Some(claim) = claim else {
         // A Node without a claim: drain it, then let it go.
-        return match drain::drain(ctx, &node, index.pods_on(&node.name_any()), None, "").await? {
+        return match drain_confirmed(ctx, index, &node, None, "").await? {
             Drain::Done => release(ctx, &node).await,
             Drain::Waiting(_) => Ok(Some(DRAIN_POLL)),
         };
     };
     let reason = disruption_reason(&claim);
     let mut next = (*claim).clone();
-    let outcome = drain::drain(
-        ctx,
-        &node,
-        index.pods_on(&node.name_any()),
-        deadline,
-        &reason,
-    )
-    .await?;
+    let outcome = drain_confirmed(ctx, index, &node, deadline, &reason).await?;
     let requeue = match outcome {
         Drain::Waiting(count) => {
             if claim_conditions(&mut next).get(DRAINED).is_none() {
@@ -179,6 +173,35 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
         Some(after) => Ok(Some(after)),
         None => release(ctx, &node).await,
     }
+}
+
+/// One drain pass over the index's pods of `node`; when that finds none left,
+/// the pass runs again over the pods the API server lists on the node now.
+/// The index can lag behind (a stalled or frozen watch): a node, and the
+/// instance under it, are only let go on what is bound to it now.
+async fn drain_confirmed(
+    ctx: &Context,
+    index: &Index,
+    node: &Node,
+    deadline: Option<k8s_openapi::jiff::Timestamp>,
+    reason: &str,
+) -> Result<Drain> {
+    let name = node.name_any();
+    if let Drain::Waiting(count) =
+        drain::drain(ctx, node, index.pods_on(&name), deadline, reason).await?
+    {
+        return Ok(Drain::Waiting(count));
+    }
+    let listed = ctx
+        .all_pods()
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await?;
+    let live: Vec<Arc<PodEntry>> = listed
+        .items
+        .into_iter()
+        .map(|pod| Arc::new(PodEntry::new(pod)))
+        .collect();
+    drain::drain(ctx, node, &live, deadline, reason).await
 }
 
 /// The drain is done: after the minimum drain time the claim is `Drained`,
