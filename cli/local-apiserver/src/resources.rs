@@ -145,8 +145,16 @@ impl ResourceInfo {
     }
 }
 
-/// The built-in resources.
+/// The built-in resources, in the order discovery lists them.
 pub fn builtins() -> Vec<ResourceInfo> {
+    let mut all = core_builtins();
+    all.extend(workload_builtins());
+    all.extend(cluster_builtins());
+    all
+}
+
+/// The core (`v1`) group's resources.
+fn core_builtins() -> Vec<ResourceInfo> {
     vec![
         builtin(
             "",
@@ -240,6 +248,12 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &["status", "scale"],
             true,
         ),
+    ]
+}
+
+/// Workload, disruption, lease, event and priority resources.
+fn workload_builtins() -> Vec<ResourceInfo> {
+    vec![
         builtin(
             "apps",
             "v1",
@@ -321,6 +335,12 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &[],
             false,
         ),
+    ]
+}
+
+/// Storage, RBAC and CRD resources.
+fn cluster_builtins() -> Vec<ResourceInfo> {
+    vec![
         builtin(
             "storage.k8s.io",
             "v1",

@@ -298,18 +298,22 @@ fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> f64 {
     f64::INFINITY
 }
 
+/// The instance types of the claim's pool.
+fn claim_catalog<'c>(cluster: &'c Cluster, claim: &PlannedClaim) -> Option<&'c [InstanceType]> {
+    let pool = cluster
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)?;
+    cluster.catalogs.get(pool.catalog).map(Vec::as_slice)
+}
+
 /// The claim's pool catalog and its options' places in it, in the claim's
 /// order.
 fn claim_options<'c>(
     cluster: &'c Cluster,
     claim: &PlannedClaim,
 ) -> (&'c [InstanceType], Vec<usize>) {
-    let Some(catalog) = cluster
-        .node_pools
-        .iter()
-        .find(|p| p.name == claim.node_pool)
-        .and_then(|pool| cluster.catalogs.get(pool.catalog))
-    else {
+    let Some(catalog) = claim_catalog(cluster, claim) else {
         return (&[], Vec::new());
     };
     let options = claim
@@ -341,11 +345,7 @@ fn restrict_claim(
     extra: Option<Requirement>,
     keep: impl Fn(&InstanceType, &Requirements) -> bool,
 ) -> Option<PlannedClaim> {
-    let pool = cluster
-        .node_pools
-        .iter()
-        .find(|p| p.name == claim.node_pool)?;
-    let catalog = cluster.catalogs.get(pool.catalog)?;
+    let catalog = claim_catalog(cluster, claim)?;
     let mut requirements = claim.requirements.clone();
     if let Some(extra) = extra {
         requirements.add(extra);
