@@ -13,11 +13,12 @@
 //!   OTEL_EXPORTER_OTLP_ENDPOINT            traces over OTLP ([`telemetry`])
 //! ```
 //!
-//! A service builds its tonic `Routes`, hands them to [`serve`] with its
-//! [`ServiceArgs`], and gets health, reflection, request metrics, logging,
-//! graceful shutdown on SIGTERM / Ctrl-C, and a handler that panics answering
-//! INTERNAL for that call while the server keeps serving, without writing any
-//! of it. Services register their own metrics with [`Metrics::counter`] and
+//! A service binary parses its flags and hands [`run_service`] its name, its
+//! [`ServiceArgs`] and how to build its tonic `Routes`; it gets logs and
+//! traces, a metrics registry named after it, health, reflection, request
+//! metrics, graceful shutdown on SIGTERM / Ctrl-C, and a handler that panics
+//! answering INTERNAL for that call while the server keeps serving, without
+//! writing any of it. Services register their own metrics with [`Metrics::counter`] and
 //! friends.
 
 #![forbid(unsafe_code)]
@@ -281,6 +282,23 @@ pub async fn serve_with_shutdown(
     grpc_result.context("gRPC server failed")?;
     http.await.context("metrics server task failed")??;
     Ok(())
+}
+
+/// A gRPC service binary's life after its flags are parsed: logs and traces
+/// as `args` say (the spans named `name`), the service `build` makes with a
+/// metrics registry prefixed `name` (dashes as underscores, so
+/// `karpenter-scheduler` counts `karpenter_scheduler_*`), served until
+/// SIGTERM or Ctrl-C. The one start-up sequence every service shares;
+/// `build` is where a service checks its own flags.
+pub async fn run_service<F, Fut>(name: &str, args: &ServiceArgs, build: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Arc<Metrics>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Service>>,
+{
+    let _telemetry = init_tracing(name, &args.log_level, args.log_json)?;
+    let metrics = Metrics::new(&name.replace('-', "_"));
+    let service = build(metrics).await?;
+    serve(args, service).await
 }
 
 /// Binds the listeners and serves until SIGTERM or Ctrl-C.

@@ -30,22 +30,18 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = karpenter_runtime::init_tracing(
-        "karpenter-scheduler",
-        &args.service.log_level,
-        args.service.log_json,
-    )?;
-    let metrics = karpenter_runtime::Metrics::new("karpenter_scheduler");
-    anyhow::ensure!(
-        args.max_call_seconds.is_finite() && args.max_call_seconds > 0.0,
-        "--max-call-seconds must be a positive number of seconds"
-    );
-    let defaults = karpenter_scheduler::Limits::default();
-    let limits = karpenter_scheduler::Limits {
-        max_request_bytes: args.max_request_bytes,
-        max_call: std::time::Duration::from_secs_f64(args.max_call_seconds),
-        concurrent_calls: args.concurrent_calls.unwrap_or(defaults.concurrent_calls),
-    };
-    let service = karpenter_scheduler::service(metrics, limits);
-    karpenter_runtime::serve(&args.service, service).await
+    karpenter_runtime::run_service("karpenter-scheduler", &args.service, |metrics| async move {
+        anyhow::ensure!(
+            args.max_call_seconds.is_finite() && args.max_call_seconds > 0.0,
+            "--max-call-seconds must be a positive number of seconds"
+        );
+        let defaults = karpenter_scheduler::Limits::default();
+        let limits = karpenter_scheduler::Limits {
+            max_request_bytes: args.max_request_bytes,
+            max_call: std::time::Duration::from_secs_f64(args.max_call_seconds),
+            concurrent_calls: args.concurrent_calls.unwrap_or(defaults.concurrent_calls),
+        };
+        Ok(karpenter_scheduler::service(metrics, limits))
+    })
+    .await
 }

@@ -57,11 +57,21 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = karpenter_runtime::init_tracing(
+    let service_args = args.service.clone();
+    karpenter_runtime::run_service(
         "karpenter-provider-aws",
-        &args.service.log_level,
-        args.service.log_json,
-    )?;
+        &service_args,
+        |metrics| async move {
+            let settings = settings(args)?;
+            Ok(provider_aws::service(settings, metrics).await)
+        },
+    )
+    .await
+}
+
+/// The provider's settings from its flags, refusing what it cannot run
+/// without.
+fn settings(args: Args) -> anyhow::Result<provider_aws::Settings> {
     // Everything the provider makes is tagged with the cluster's name, and
     // its IAM policy is scoped by it: there is no sensible default.
     anyhow::ensure!(
@@ -88,7 +98,5 @@ async fn main() -> anyhow::Result<()> {
     settings.vm_memory_overhead_percent = args.vm_memory_overhead_percent;
     settings.reserved_enis = args.reserved_enis;
     settings.pricing_refresh = Duration::from_secs(args.pricing_refresh_seconds.max(60));
-    let metrics = karpenter_runtime::Metrics::new("karpenter_provider_aws");
-    let service = provider_aws::service(settings, metrics).await;
-    karpenter_runtime::serve(&args.service, service).await
+    Ok(settings)
 }

@@ -42,11 +42,20 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = karpenter_runtime::init_tracing(
+    let service_args = args.service.clone();
+    karpenter_runtime::run_service(
         "karpenter-provider-kwok",
-        &args.service.log_level,
-        args.service.log_json,
-    )?;
+        &service_args,
+        |metrics| async move {
+            let provider = provider(args).await?;
+            Ok(provider.service(metrics))
+        },
+    )
+    .await
+}
+
+/// The provider its flags describe, with its admin API serving when asked.
+async fn provider(args: Args) -> anyhow::Result<KwokProvider> {
     let catalog =
         provider_kwok::load_catalog(args.catalog.as_deref()).context("loading the catalog")?;
     let node_delay = karpenter_core::duration::parse_go_duration(&args.node_delay)
@@ -62,16 +71,7 @@ async fn main() -> anyhow::Result<()> {
         let client = client
             .clone()
             .context("--install-crd needs a cluster (--kubeconfig or in-cluster)")?;
-        let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
-            serde_yaml::from_str(provider_kwok::NODE_CLASS_CRD).context("parsing the CRD")?;
-        let api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = kube::Api::all(client);
-        api.patch(
-            "kwoknodeclasses.karpenter.kwok.sh",
-            &kube::api::PatchParams::apply("provider-kwok").force(),
-            &kube::api::Patch::Apply(&crd),
-        )
-        .await
-        .context("applying the KWOKNodeClass CRD")?;
+        install_crd(client).await?;
     }
     let provider = KwokProvider::new(
         catalog,
@@ -93,6 +93,20 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
-    let metrics = karpenter_runtime::Metrics::new("karpenter_provider_kwok");
-    karpenter_runtime::serve(&args.service, provider.service(metrics)).await
+    Ok(provider)
+}
+
+async fn install_crd(client: kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(provider_kwok::NODE_CLASS_CRD).context("parsing the CRD")?;
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client);
+    api.patch(
+        "kwoknodeclasses.karpenter.kwok.sh",
+        &kube::api::PatchParams::apply("provider-kwok").force(),
+        &kube::api::Patch::Apply(&crd),
+    )
+    .await
+    .context("applying the KWOKNodeClass CRD")?;
+    Ok(())
 }
