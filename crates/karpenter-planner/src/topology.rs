@@ -115,6 +115,21 @@ struct GroupId {
     filter: NodeFilter,
 }
 
+impl GroupId {
+    /// The group of a pod (anti-)affinity term: no skew limit, no node filter.
+    fn for_term(kind: Kind, term: &AffinityTerm) -> GroupId {
+        GroupId {
+            kind,
+            key: term.topology_key.clone(),
+            namespaces: term.namespaces.clone(),
+            selector: term.selector.clone(),
+            max_skew: i32::MAX,
+            min_domains: None,
+            filter: NodeFilter::default(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Group {
     id: GroupId,
@@ -219,10 +234,41 @@ impl Group {
         pod_domains: &Requirement,
         node_domains: &Requirement,
     ) -> Requirement {
+        let key = &self.id.key;
+        // A hostname group on a node that names its host has one candidate
+        // domain, that host: the only question is whether the pod may go there.
+        if self.is_hostname()
+            && let Some(host) = node_domains.single_value()
+        {
+            let allowed = self.host_allows(pod, pod_domains, host);
+            return Requirement::in_values(key, allowed.then_some(host));
+        }
+        // No domains left is `DoesNotExist`: the node cannot take the pod.
         match self.id.kind {
-            Kind::Spread => self.next_spread(pod, pod_domains, node_domains),
-            Kind::Affinity => self.next_affinity(pod, pod_domains, node_domains),
-            Kind::AntiAffinity => self.next_anti_affinity(pod_domains, node_domains),
+            Kind::Spread => {
+                Requirement::in_values(key, self.spread_domain(pod, pod_domains, node_domains))
+            }
+            Kind::Affinity => {
+                Requirement::in_values(key, self.affinity_domains(pod, pod_domains, node_domains))
+            }
+            Kind::AntiAffinity => {
+                Requirement::in_values(key, self.anti_affinity_domains(pod_domains, node_domains))
+            }
+        }
+    }
+
+    /// Whether the pod may land on `host`, a hostname group's domain.
+    fn host_allows(&self, pod: &Pod, pod_domains: &Requirement, host: &str) -> bool {
+        match self.id.kind {
+            Kind::Spread => self.count(host) + i32::from(self.selects(pod)) <= self.id.max_skew,
+            // Next to a selected pod, or anywhere allowed when this pod is the
+            // first of a self-affine group.
+            Kind::Affinity => {
+                pod_domains.has(host)
+                    && (self.count(host) > 0
+                        || (self.selects(pod) && !self.any_populated(pod_domains)))
+            }
+            Kind::AntiAffinity => self.count(host) == 0,
         }
     }
 
@@ -270,24 +316,14 @@ impl Group {
         min
     }
 
-    fn next_spread(
-        &self,
+    /// The least populated domain within the skew, if any.
+    fn spread_domain<'a>(
+        &'a self,
         pod: &Pod,
         pod_domains: &Requirement,
-        node_domains: &Requirement,
-    ) -> Requirement {
-        let key = &self.id.key;
+        node_domains: &'a Requirement,
+    ) -> Option<&'a str> {
         let self_selecting = i32::from(self.selects(pod));
-        if self.is_hostname()
-            && let Some(host) = node_domains.single_value()
-        {
-            let count = self.count(host) + self_selecting;
-            return if count <= self.id.max_skew {
-                Requirement::single(key, host)
-            } else {
-                Requirement::does_not_exist(key)
-            };
-        }
         let min = self.min_count(pod_domains);
         let mut best: Option<(&str, i32)> = None;
         for domain in self.candidates(node_domains) {
@@ -297,10 +333,7 @@ impl Group {
                 best = Some((domain, count));
             }
         }
-        match best {
-            Some((domain, _)) => Requirement::single(key, domain),
-            None => Requirement::does_not_exist(key),
-        }
+        best.map(|(domain, _)| domain)
     }
 
     fn any_populated(&self, pod_domains: &Requirement) -> bool {
@@ -309,28 +342,14 @@ impl Group {
             .any(|(domain, count)| *count > 0 && pod_domains.has(domain))
     }
 
-    fn next_affinity(
-        &self,
+    /// The domains next to the pods the group selects.
+    fn affinity_domains<'a>(
+        &'a self,
         pod: &Pod,
         pod_domains: &Requirement,
-        node_domains: &Requirement,
-    ) -> Requirement {
-        let key = &self.id.key;
+        node_domains: &'a Requirement,
+    ) -> BTreeSet<&'a str> {
         let self_selecting = self.selects(pod);
-        if self.is_hostname()
-            && let Some(host) = node_domains.single_value()
-        {
-            if !pod_domains.has(host) {
-                return Requirement::does_not_exist(key);
-            }
-            if self.counts.get(host).is_some_and(|c| *c > 0) {
-                return Requirement::single(key, host);
-            }
-            if self_selecting && !self.any_populated(pod_domains) {
-                return Requirement::single(key, host);
-            }
-            return Requirement::does_not_exist(key);
-        }
         let mut options: BTreeSet<&str> = self
             .candidates(node_domains)
             .filter(|d| pod_domains.has(d) && self.counts.get(*d).is_some_and(|c| *c > 0))
@@ -348,25 +367,16 @@ impl Group {
                 options.insert(first);
             }
         }
-        Requirement::in_values(key, options)
+        options
     }
 
-    fn next_anti_affinity(
-        &self,
+    /// The domains with none of the pods the group selects.
+    fn anti_affinity_domains<'a>(
+        &'a self,
         pod_domains: &Requirement,
-        node_domains: &Requirement,
-    ) -> Requirement {
-        let key = &self.id.key;
-        if self.is_hostname()
-            && let Some(host) = node_domains.single_value()
-        {
-            return if self.count(host) == 0 {
-                Requirement::single(key, host)
-            } else {
-                Requirement::does_not_exist(key)
-            };
-        }
-        let options: Vec<&str> = if node_domains.operator() == Operator::In
+        node_domains: &'a Requirement,
+    ) -> Vec<&'a str> {
+        if node_domains.operator() == Operator::In
             && (node_domains.values().len()) < self.empty.len()
         {
             node_domains
@@ -381,8 +391,7 @@ impl Group {
                 .map(String::as_str)
                 .filter(|d| node_domains.has(d) && pod_domains.has(d))
                 .collect()
-        };
-        Requirement::in_values(key, options)
+        }
     }
 
     fn describe_counts(&self) -> String {
@@ -616,15 +625,7 @@ fn inverse_group(
     index: &mut HashMap<GroupId, usize>,
     term: &AffinityTerm,
 ) -> usize {
-    let id = GroupId {
-        kind: Kind::AntiAffinity,
-        key: term.topology_key.clone(),
-        namespaces: term.namespaces.clone(),
-        selector: term.selector.clone(),
-        max_skew: i32::MAX,
-        min_domains: None,
-        filter: NodeFilter::default(),
-    };
+    let id = GroupId::for_term(Kind::AntiAffinity, term);
     if let Some(existing) = index.get(&id) {
         return *existing;
     }
@@ -762,27 +763,18 @@ impl<'c> Topology<'c> {
                 filter: NodeFilter::for_spread(pod, constraint),
             });
         }
-        let affinity_id = |kind: Kind, term: &AffinityTerm| GroupId {
-            kind,
-            key: term.topology_key.clone(),
-            namespaces: term.namespaces.clone(),
-            selector: term.selector.clone(),
-            max_skew: i32::MAX,
-            min_domains: None,
-            filter: NodeFilter::default(),
-        };
         for term in &pod.pod_affinity {
-            ids.push(affinity_id(Kind::Affinity, term));
+            ids.push(GroupId::for_term(Kind::Affinity, term));
         }
         for term in &pod.pod_anti_affinity {
-            ids.push(affinity_id(Kind::AntiAffinity, term));
+            ids.push(GroupId::for_term(Kind::AntiAffinity, term));
         }
         if self.respect_preferences {
             for (_, term) in &pod.preferred_pod_affinity {
-                ids.push(affinity_id(Kind::Affinity, term));
+                ids.push(GroupId::for_term(Kind::Affinity, term));
             }
             for (_, term) in &pod.preferred_pod_anti_affinity {
-                ids.push(affinity_id(Kind::AntiAffinity, term));
+                ids.push(GroupId::for_term(Kind::AntiAffinity, term));
             }
         }
         if ids.is_empty() {
