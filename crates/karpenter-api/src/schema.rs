@@ -24,18 +24,51 @@ use crate::labels;
 
 /// Regular expressions used in the CRDs. They are Go RE2 syntax, copied in meaning from Karpenter.
 pub mod patterns {
+    // The pieces several patterns share, written once. They are macros
+    // because `concat!` joins only literals, and the patterns must stay
+    // `&str` constants.
+    /// A resource quantity, unanchored.
+    macro_rules! quantity {
+        () => {
+            r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
+        };
+    }
+    /// A non-empty label value (the name part of a qualified name), unanchored.
+    macro_rules! label_value {
+        () => {
+            r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+        };
+    }
+    /// A DNS subdomain (the prefix of a qualified name), unanchored.
+    macro_rules! dns_subdomain {
+        () => {
+            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+        };
+    }
+    /// A Go duration made of s/m/h parts, unanchored.
+    macro_rules! go_duration {
+        () => {
+            r"([0-9]+(s|m|h))+"
+        };
+    }
+
     /// A Kubernetes resource quantity (`100m`, `1.5Gi`, `2`).
-    pub const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+    pub const QUANTITY: &str = concat!("^", quantity!(), "$");
     /// A kubelet eviction threshold: a percentage or a quantity.
-    pub const EVICTION_THRESHOLD: &str = r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%||(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$";
+    pub const EVICTION_THRESHOLD: &str = concat!(
+        r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%||",
+        quantity!(),
+        ")$"
+    );
     /// A qualified label key (`prefix/name`), also used for taint keys and values.
-    pub const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+    pub const QUALIFIED_NAME: &str =
+        concat!("^(", dns_subdomain!(), r"(\/))?", label_value!(), "$");
     /// A label value (may be empty).
-    pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+    pub const LABEL_VALUE: &str = concat!("^(", label_value!(), ")?$");
     /// A Go duration made of s/m/h parts, or `Never`.
-    pub const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
+    pub const DURATION_OR_NEVER: &str = concat!("^(", go_duration!(), "|Never)$");
     /// A Go duration made of s/m/h parts.
-    pub const DURATION: &str = r"^([0-9]+(s|m|h))+$";
+    pub const DURATION: &str = concat!("^", go_duration!(), "$");
     /// Budget `nodes`: a percentage up to 100% or an absolute count.
     pub const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
     /// Budget `schedule`: a cron macro or five cron fields.
@@ -47,7 +80,7 @@ pub mod patterns {
     /// A condition reason (CamelCase, may be empty).
     pub const CONDITION_REASON: &str = r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$";
     /// A condition type (`Ready`, `example.com/Foo`).
-    pub const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+    pub const CONDITION_TYPE: &str = concat!("^(", dns_subdomain!(), "/)?(", label_value!(), ")$");
     /// An EC2 subnet ID.
     pub const SUBNET_ID: &str = "subnet-[0-9a-z]+";
     /// An EC2 security-group ID.
