@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{Metadata, Resource};
 use karpenter_proto::scheduler::v1 as sched;
 
 use crate::fields::{FieldError, join};
@@ -23,49 +24,55 @@ struct Workload<'a> {
     claim_templates: BTreeMap<String, core::PersistentVolumeClaimSpec>,
 }
 
+impl<'a> Workload<'a> {
+    /// A workload without volume claim templates; its kind and metadata are the object's.
+    fn new<T: Resource + Metadata<Ty = ObjectMeta>>(
+        source: &Source<'a, T>,
+        count_field: &'static str,
+        count: Option<i32>,
+        template: Option<&'a core::PodTemplateSpec>,
+    ) -> Self {
+        Workload {
+            id: source.id,
+            kind: T::KIND,
+            meta: source.object.metadata(),
+            count_field,
+            count,
+            template,
+            claim_templates: BTreeMap::new(),
+        }
+    }
+}
+
 /// Every workload's pods, in input order of the kinds.
 pub(crate) fn expand(
     objects: &Objects<'_>,
     context: &PodContext,
 ) -> Result<Vec<(usize, sched::Pod)>, ObjectError> {
     let mut workloads = Vec::new();
-    // A workload counted by `spec.replicas`, without volume claim templates.
-    let replicated = |id, kind, meta, count, template| Workload {
-        id,
-        kind,
-        meta,
-        count_field: "spec.replicas",
-        count,
-        template,
-        claim_templates: BTreeMap::new(),
-    };
     for s in &objects.deployments {
         let spec = &s.object.spec;
-        let template = Some(&spec.template);
-        workloads.push(replicated(
-            s.id,
-            "Deployment",
-            &s.object.metadata,
+        workloads.push(Workload::new(
+            s,
+            "spec.replicas",
             spec.replicas,
-            template,
+            Some(&spec.template),
         ));
     }
     for s in &objects.replica_sets {
         let spec = &s.object.spec;
-        let template = spec.template.as_ref();
-        workloads.push(replicated(
-            s.id,
-            "ReplicaSet",
-            &s.object.metadata,
+        workloads.push(Workload::new(
+            s,
+            "spec.replicas",
             spec.replicas,
-            template,
+            spec.template.as_ref(),
         ));
     }
     for s in &objects.stateful_sets {
-        let spec = Some(&s.object.spec);
+        let spec = &s.object.spec;
         let claim_templates = spec
-            .and_then(|s| s.volume_claim_templates.as_ref())
-            .into_iter()
+            .volume_claim_templates
+            .iter()
             .flatten()
             .map(|t| {
                 (
@@ -75,26 +82,18 @@ pub(crate) fn expand(
             })
             .collect();
         workloads.push(Workload {
-            id: s.id,
-            kind: "StatefulSet",
-            meta: &s.object.metadata,
-            count_field: "spec.replicas",
-            count: spec.and_then(|s| s.replicas),
-            template: spec.map(|s| &s.template),
             claim_templates,
+            ..Workload::new(s, "spec.replicas", spec.replicas, Some(&spec.template))
         });
     }
     for s in &objects.jobs {
         let spec = s.object.spec.as_ref();
-        workloads.push(Workload {
-            id: s.id,
-            kind: "Job",
-            meta: &s.object.metadata,
-            count_field: "spec.parallelism",
-            count: spec.and_then(|s| s.parallelism),
-            template: spec.map(|s| &s.template),
-            claim_templates: BTreeMap::new(),
-        });
+        workloads.push(Workload::new(
+            s,
+            "spec.parallelism",
+            spec.and_then(|s| s.parallelism),
+            spec.map(|s| &s.template),
+        ));
     }
     workloads.sort_by_key(|w| w.id);
     let mut pods = Vec::new();
