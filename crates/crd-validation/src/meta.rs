@@ -239,25 +239,6 @@ fn validate_string_map(
     }
 }
 
-/// The fields of `ObjectMeta`; anything else in `metadata` is unknown.
-pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
 /// Checks an `x-kubernetes-embedded-resource` object: `apiVersion` and
 /// `kind` are required, `metadata` is an `ObjectMeta`.
 pub(crate) fn validate_embedded(obj: &Map<String, Json>, path: &str, out: &mut Vec<Violation>) {

@@ -7,6 +7,7 @@
 //! 5. `x-kubernetes-list-type` `set`/`map` uniqueness,
 //! 6. `x-kubernetes-validations` rules.
 
+use karpenter_core::object_meta;
 use serde_json::{Map, Value as Json};
 
 use crate::cel::{self, RuleNode, RuleResults};
@@ -83,7 +84,7 @@ fn prune_metadata(v: &mut Json, path: &str, unknown: &mut Vec<String>) {
     if let Json::Object(map) = v {
         let mut pruned = Vec::new();
         for k in map.keys() {
-            if !meta::OBJECT_META_FIELDS.contains(&k.as_str()) {
+            if !object_meta::is_field(k) {
                 pruned.push(k.clone());
                 unknown.push(child(path, k));
             }

@@ -10,6 +10,7 @@ use crate::note::NoteKind;
 
 use karpenter_api::aws::labels;
 use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
+use karpenter_core::object_meta;
 
 pub(crate) const GROUP_CORE: &str = labels::KARPENTER_GROUP;
 pub(crate) const GROUP_AWS: &str = labels::AWS_GROUP;
@@ -26,17 +27,6 @@ pub(crate) const ANNOTATION_DO_NOT_DISRUPT: &str = labels::DO_NOT_DISRUPT;
 /// (JSON) until it has been moved to the EC2NodeClass.
 pub(crate) const ANNOTATION_KUBELET_COMPAT: &str =
     "compatibility.karpenter.sh/v1beta1-kubelet-conversion";
-
-const SERVER_FIELDS: &[&str] = &[
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "managedFields",
-    "selfLink",
-];
 
 const CONTROLLER_ANNOTATIONS: &[&str] = &[
     "karpenter.sh/provisioner-hash",
@@ -125,9 +115,9 @@ pub(crate) fn convert_metadata(
         out.insert("ownerReferences".into(), owners);
     }
     let mut server = Vec::new();
-    for field in SERVER_FIELDS {
+    for field in object_meta::SERVER_FIELDS {
         if meta.take_raw(field).is_some() {
-            server.push(*field);
+            server.push(field);
         }
     }
     if !server.is_empty() {
@@ -140,18 +130,7 @@ pub(crate) fn convert_metadata(
             ),
         );
     }
-    meta.finish(
-        ctx,
-        &[
-            "name",
-            "generateName",
-            "namespace",
-            "labels",
-            "annotations",
-            "finalizers",
-            "ownerReferences",
-        ],
-    );
+    meta.finish(ctx, &object_meta::CLIENT_FIELDS);
     Ok(out)
 }
 

@@ -10,6 +10,7 @@
 //!   kubelet resource and eviction-signal names ──kubelet──▶ one list each
 //!   well-known keys ──labels──▶ karpenter.sh/nodepool, topology.kubernetes.io/zone, ...
 //!   label keys and values, DNS names ──names──▶ what apimachinery says is wrong with them
+//!   metadata field names ──object_meta──▶ which a client writes, which the API server sets
 //!   bytes ──hash──▶ FNV-1 / FNV-1a (stable across processes); edit distance
 //!   consolidateAfter, initialization, last pod event ──consolidation──▶ consolidatable now, never, or later
 //! ```
@@ -26,6 +27,7 @@ pub mod hash;
 pub mod kubelet;
 pub mod labels;
 pub mod names;
+pub mod object_meta;
 pub mod quantity;
 pub mod rate;
 pub mod requirements;
