@@ -59,6 +59,7 @@ pub(crate) struct Spec {
     context: Option<String>,
 }
 
+/// The fields of a v1alpha1 provider block (inline in a Provisioner).
 const LEGACY_PROVIDER_FIELDS: &[&str] = &[
     "amiFamily",
     "context",
@@ -71,16 +72,8 @@ const LEGACY_PROVIDER_FIELDS: &[&str] = &[
     "blockDeviceMappings",
 ];
 
-const NODE_TEMPLATE_FIELDS: &[&str] = &[
-    "amiFamily",
-    "context",
-    "instanceProfile",
-    "subnetSelector",
-    "securityGroupSelector",
-    "tags",
-    "launchTemplate",
-    "metadataOptions",
-    "blockDeviceMappings",
+/// The fields an AWSNodeTemplate has besides those of an inline provider block.
+const NODE_TEMPLATE_ONLY_FIELDS: &[&str] = &[
     "userData",
     "amiSelector",
     "detailedMonitoring",
@@ -113,13 +106,9 @@ pub(crate) fn read_legacy(ctx: &mut Ctx<'_>, mut p: Obj, source: Source) -> Resu
         instance_profile: p.take_string(ctx, "instanceProfile")?,
         ..Spec::default()
     };
-    spec.subnet_selector_terms = p.take_with(ctx, "subnetSelector", |ctx, path, value| {
-        selector_terms(ctx, path, value, Selector::Subnet)
-    })?;
+    spec.subnet_selector_terms = Selector::Subnet.take_legacy(ctx, &mut p, "subnetSelector")?;
     spec.security_group_selector_terms =
-        p.take_with(ctx, "securityGroupSelector", |ctx, path, value| {
-            selector_terms(ctx, path, value, Selector::SecurityGroup)
-        })?;
+        Selector::SecurityGroup.take_legacy(ctx, &mut p, "securityGroupSelector")?;
     spec.tags = p.take_with(ctx, "tags", tags)?;
     if let Some(lt) = p.take(ctx, "launchTemplate") {
         ctx.note(
@@ -140,12 +129,13 @@ pub(crate) fn read_legacy(ctx: &mut Ctx<'_>, mut p: Obj, source: Source) -> Resu
     p.take_raw("kind");
     if source == Source::NodeTemplate {
         spec.user_data = p.take_string(ctx, "userData")?;
-        spec.ami_selector_terms = p.take_with(ctx, "amiSelector", |ctx, path, value| {
-            selector_terms(ctx, path, value, Selector::Ami)
-        })?;
+        spec.ami_selector_terms = Selector::Ami.take_legacy(ctx, &mut p, "amiSelector")?;
         spec.detailed_monitoring = p.take_bool(ctx, "detailedMonitoring")?;
         spec.associate_public_ip_address = p.take_bool(ctx, "associatePublicIpAddress")?;
-        p.finish(ctx, NODE_TEMPLATE_FIELDS);
+        p.finish(
+            ctx,
+            &[LEGACY_PROVIDER_FIELDS, NODE_TEMPLATE_ONLY_FIELDS].concat(),
+        );
     } else {
         for field in ["userData", "amiSelector", "detailedMonitoring"] {
             p.drop_field(
@@ -178,16 +168,10 @@ pub(crate) fn read_v1beta1(ctx: &mut Ctx<'_>, mut p: Obj) -> Result<Spec> {
         context: p.take_string(ctx, "context")?,
         ..Spec::default()
     };
-    spec.subnet_selector_terms = p.take_with(ctx, "subnetSelectorTerms", |ctx, path, value| {
-        terms(ctx, path, value, Selector::Subnet)
-    })?;
+    spec.subnet_selector_terms = Selector::Subnet.take_terms(ctx, &mut p, "subnetSelectorTerms")?;
     spec.security_group_selector_terms =
-        p.take_with(ctx, "securityGroupSelectorTerms", |ctx, path, value| {
-            terms(ctx, path, value, Selector::SecurityGroup)
-        })?;
-    spec.ami_selector_terms = p.take_with(ctx, "amiSelectorTerms", |ctx, path, value| {
-        terms(ctx, path, value, Selector::Ami)
-    })?;
+        Selector::SecurityGroup.take_terms(ctx, &mut p, "securityGroupSelectorTerms")?;
+    spec.ami_selector_terms = Selector::Ami.take_terms(ctx, &mut p, "amiSelectorTerms")?;
     spec.tags = p.take_with(ctx, "tags", tags)?;
     spec.metadata_options = p.take_with(ctx, "metadataOptions", metadata_options)?;
     spec.block_device_mappings = p.take_with(ctx, "blockDeviceMappings", |ctx, path, value| {
@@ -261,46 +245,29 @@ pub(crate) fn build(
     }
 
     let mut out = Map::new();
-    let opt_str = |out: &mut Map<String, Value>, key: &str, v: Option<String>| {
-        if let Some(v) = v {
-            out.insert(key.to_string(), Value::String(v));
-        }
-    };
-    opt_str(&mut out, "amiFamily", spec.ami_family);
-    if let Some(t) = spec.ami_selector_terms {
-        out.insert("amiSelectorTerms".into(), Value::Array(t));
-    }
-    if let Some(t) = spec.subnet_selector_terms {
-        out.insert("subnetSelectorTerms".into(), Value::Array(t));
-    }
-    if let Some(t) = spec.security_group_selector_terms {
-        out.insert("securityGroupSelectorTerms".into(), Value::Array(t));
-    }
-    opt_str(&mut out, "role", spec.role);
-    opt_str(&mut out, "instanceProfile", spec.instance_profile);
-    if let Some(k) = spec.kubelet {
-        out.insert("kubelet".into(), Value::Object(k));
-    }
-    opt_str(&mut out, "userData", spec.user_data);
-    if let Some(t) = spec.tags
-        && !t.is_empty()
-    {
-        out.insert("tags".into(), Value::Object(t));
-    }
-    if let Some(b) = spec.block_device_mappings {
-        out.insert("blockDeviceMappings".into(), Value::Array(b));
-    }
-    opt_str(&mut out, "instanceStorePolicy", spec.instance_store_policy);
-    if let Some(m) = spec.metadata_options {
-        out.insert("metadataOptions".into(), Value::Object(m));
-    }
-    if let Some(b) = spec.detailed_monitoring {
-        out.insert("detailedMonitoring".into(), Value::Bool(b));
-    }
-    if let Some(b) = spec.associate_public_ip_address {
-        out.insert("associatePublicIPAddress".into(), Value::Bool(b));
-    }
-    opt_str(&mut out, "context", spec.context);
+    insert_set(&mut out, "amiFamily", spec.ami_family);
+    insert_set(&mut out, "amiSelectorTerms", spec.ami_selector_terms);
+    insert_set(&mut out, "subnetSelectorTerms", spec.subnet_selector_terms);
+    insert_set(
+        &mut out,
+        "securityGroupSelectorTerms",
+        spec.security_group_selector_terms,
+    );
+    insert_set(&mut out, "role", spec.role);
+    insert_set(&mut out, "instanceProfile", spec.instance_profile);
+    insert_set(&mut out, "kubelet", spec.kubelet);
+    insert_set(&mut out, "userData", spec.user_data);
+    insert_set(&mut out, "tags", spec.tags.filter(|t| !t.is_empty()));
+    insert_set(&mut out, "blockDeviceMappings", spec.block_device_mappings);
+    insert_set(&mut out, "instanceStorePolicy", spec.instance_store_policy);
+    insert_set(&mut out, "metadataOptions", spec.metadata_options);
+    insert_set(&mut out, "detailedMonitoring", spec.detailed_monitoring);
+    insert_set(
+        &mut out,
+        "associatePublicIPAddress",
+        spec.associate_public_ip_address,
+    );
+    insert_set(&mut out, "context", spec.context);
 
     let mut doc = Map::new();
     doc.insert("apiVersion".into(), V1_AWS.into());
@@ -308,6 +275,13 @@ pub(crate) fn build(
     doc.insert("metadata".into(), Value::Object(metadata));
     doc.insert("spec".into(), Value::Object(out));
     Ok(Value::Object(doc))
+}
+
+/// Writes `value` under `key` when it is set: an unset field is left out of the v1 spec.
+fn insert_set(out: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(value) = value {
+        out.insert(key.to_owned(), value.into());
+    }
 }
 
 /// v1 requires `amiSelectorTerms`; a bare `amiFamily` becomes the alias term
@@ -477,6 +451,23 @@ impl Selector {
             Selector::SecurityGroup => &["tags", "id", "name"],
             Selector::Ami => &["tags", "id", "name", "owner"],
         }
+    }
+
+    /// Takes a v1alpha1 selector map (`subnetSelector`, ...) from `p`, as v1 terms.
+    fn take_legacy(
+        self,
+        ctx: &mut Ctx<'_>,
+        p: &mut Obj,
+        field: &str,
+    ) -> Result<Option<Vec<Value>>> {
+        p.take_with(ctx, field, |ctx, path, value| {
+            selector_terms(ctx, path, value, self)
+        })
+    }
+
+    /// Takes v1beta1 selector terms (`subnetSelectorTerms`, ...) from `p`.
+    fn take_terms(self, ctx: &mut Ctx<'_>, p: &mut Obj, field: &str) -> Result<Option<Vec<Value>>> {
+        p.take_with(ctx, field, |ctx, path, value| terms(ctx, path, value, self))
     }
 }
 
