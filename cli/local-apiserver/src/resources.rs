@@ -156,287 +156,118 @@ pub fn builtins() -> Vec<ResourceInfo> {
 /// The core (`v1`) group's resources.
 fn core_builtins() -> Vec<ResourceInfo> {
     vec![
-        builtin(
-            "",
-            "v1",
-            "namespaces",
-            "Namespace",
-            false,
-            &["ns"],
-            &["status"],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "pods",
-            "Pod",
-            true,
-            &["po"],
-            &["status", "binding", "eviction"],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "nodes",
-            "Node",
-            false,
-            &["no"],
-            &["status"],
-            false,
-        ),
-        builtin("", "v1", "events", "Event", true, &["ev"], &[], false),
-        builtin(
-            "",
-            "v1",
-            "configmaps",
-            "ConfigMap",
-            true,
-            &["cm"],
-            &[],
-            false,
-        ),
-        builtin("", "v1", "secrets", "Secret", true, &[], &[], false),
-        builtin(
-            "",
-            "v1",
-            "serviceaccounts",
-            "ServiceAccount",
-            true,
-            &["sa"],
-            &[],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "persistentvolumes",
-            "PersistentVolume",
-            false,
-            &["pv"],
-            &["status"],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "persistentvolumeclaims",
-            "PersistentVolumeClaim",
-            true,
-            &["pvc"],
-            &["status"],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "services",
-            "Service",
-            true,
-            &["svc"],
-            &["status"],
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "replicationcontrollers",
-            "ReplicationController",
-            true,
-            &["rc"],
-            &["status", "scale"],
-            true,
-        ),
+        builtin("", "namespaces", "Namespace")
+            .with_short_names(&["ns"])
+            .with_subresources(&["status"]),
+        builtin("", "pods", "Pod")
+            .namespace_scoped()
+            .with_short_names(&["po"])
+            .with_subresources(&["status", "binding", "eviction"]),
+        builtin("", "nodes", "Node")
+            .with_short_names(&["no"])
+            .with_subresources(&["status"]),
+        builtin("", "events", "Event")
+            .namespace_scoped()
+            .with_short_names(&["ev"]),
+        builtin("", "configmaps", "ConfigMap")
+            .namespace_scoped()
+            .with_short_names(&["cm"]),
+        builtin("", "secrets", "Secret").namespace_scoped(),
+        builtin("", "serviceaccounts", "ServiceAccount")
+            .namespace_scoped()
+            .with_short_names(&["sa"]),
+        builtin("", "persistentvolumes", "PersistentVolume")
+            .with_short_names(&["pv"])
+            .with_subresources(&["status"]),
+        builtin("", "persistentvolumeclaims", "PersistentVolumeClaim")
+            .namespace_scoped()
+            .with_short_names(&["pvc"])
+            .with_subresources(&["status"]),
+        builtin("", "services", "Service")
+            .namespace_scoped()
+            .with_short_names(&["svc"])
+            .with_subresources(&["status"]),
+        builtin("", "replicationcontrollers", "ReplicationController")
+            .namespace_scoped()
+            .with_short_names(&["rc"])
+            .with_subresources(&["status", "scale"])
+            .with_generation(),
     ]
 }
 
 /// Workload, disruption, lease, event and priority resources.
 fn workload_builtins() -> Vec<ResourceInfo> {
     vec![
-        builtin(
-            "apps",
-            "v1",
-            "deployments",
-            "Deployment",
-            true,
-            &["deploy"],
-            &["status", "scale"],
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "replicasets",
-            "ReplicaSet",
-            true,
-            &["rs"],
-            &["status", "scale"],
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "statefulsets",
-            "StatefulSet",
-            true,
-            &["sts"],
-            &["status", "scale"],
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "daemonsets",
-            "DaemonSet",
-            true,
-            &["ds"],
-            &["status"],
-            true,
-        ),
-        builtin("batch", "v1", "jobs", "Job", true, &[], &["status"], true),
-        builtin(
-            "policy",
-            "v1",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            true,
-            &["pdb"],
-            &["status"],
-            true,
-        ),
-        builtin(
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            "Lease",
-            true,
-            &[],
-            &[],
-            false,
-        ),
-        builtin(
-            "events.k8s.io",
-            "v1",
-            "events",
-            "Event",
-            true,
-            &["ev"],
-            &[],
-            false,
-        ),
-        builtin(
-            "scheduling.k8s.io",
-            "v1",
-            "priorityclasses",
-            "PriorityClass",
-            false,
-            &["pc"],
-            &[],
-            false,
-        ),
+        builtin("apps", "deployments", "Deployment")
+            .namespace_scoped()
+            .with_short_names(&["deploy"])
+            .with_subresources(&["status", "scale"])
+            .with_generation(),
+        builtin("apps", "replicasets", "ReplicaSet")
+            .namespace_scoped()
+            .with_short_names(&["rs"])
+            .with_subresources(&["status", "scale"])
+            .with_generation(),
+        builtin("apps", "statefulsets", "StatefulSet")
+            .namespace_scoped()
+            .with_short_names(&["sts"])
+            .with_subresources(&["status", "scale"])
+            .with_generation(),
+        builtin("apps", "daemonsets", "DaemonSet")
+            .namespace_scoped()
+            .with_short_names(&["ds"])
+            .with_subresources(&["status"])
+            .with_generation(),
+        builtin("batch", "jobs", "Job")
+            .namespace_scoped()
+            .with_subresources(&["status"])
+            .with_generation(),
+        builtin("policy", "poddisruptionbudgets", "PodDisruptionBudget")
+            .namespace_scoped()
+            .with_short_names(&["pdb"])
+            .with_subresources(&["status"])
+            .with_generation(),
+        builtin("coordination.k8s.io", "leases", "Lease").namespace_scoped(),
+        builtin("events.k8s.io", "events", "Event")
+            .namespace_scoped()
+            .with_short_names(&["ev"]),
+        builtin("scheduling.k8s.io", "priorityclasses", "PriorityClass").with_short_names(&["pc"]),
     ]
 }
 
 /// Storage, RBAC and CRD resources.
 fn cluster_builtins() -> Vec<ResourceInfo> {
     vec![
-        builtin(
-            "storage.k8s.io",
-            "v1",
-            "storageclasses",
-            "StorageClass",
-            false,
-            &["sc"],
-            &[],
-            false,
-        ),
-        builtin(
-            "storage.k8s.io",
-            "v1",
-            "csinodes",
-            "CSINode",
-            false,
-            &[],
-            &[],
-            false,
-        ),
+        builtin("storage.k8s.io", "storageclasses", "StorageClass").with_short_names(&["sc"]),
+        builtin("storage.k8s.io", "csinodes", "CSINode"),
+        builtin("rbac.authorization.k8s.io", "clusterroles", "ClusterRole"),
         builtin(
             "rbac.authorization.k8s.io",
-            "v1",
-            "clusterroles",
-            "ClusterRole",
-            false,
-            &[],
-            &[],
-            false,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
             "clusterrolebindings",
             "ClusterRoleBinding",
-            false,
-            &[],
-            &[],
-            false,
         ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "roles",
-            "Role",
-            true,
-            &[],
-            &[],
-            false,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "rolebindings",
-            "RoleBinding",
-            true,
-            &[],
-            &[],
-            false,
-        ),
-        builtin(
-            "networking.k8s.io",
-            "v1",
-            "networkpolicies",
-            "NetworkPolicy",
-            true,
-            &["netpol"],
-            &[],
-            true,
-        ),
+        builtin("rbac.authorization.k8s.io", "roles", "Role").namespace_scoped(),
+        builtin("rbac.authorization.k8s.io", "rolebindings", "RoleBinding").namespace_scoped(),
+        builtin("networking.k8s.io", "networkpolicies", "NetworkPolicy")
+            .namespace_scoped()
+            .with_short_names(&["netpol"])
+            .with_generation(),
         builtin(
             "apiextensions.k8s.io",
-            "v1",
             "customresourcedefinitions",
             "CustomResourceDefinition",
-            false,
-            &["crd", "crds"],
-            &["status"],
-            true,
-        ),
+        )
+        .with_short_names(&["crd", "crds"])
+        .with_subresources(&["status"])
+        .with_generation(),
     ]
 }
 
-/// A built-in resource, served in one version; the workload kinds are in
-/// the `all` category, as kubectl's `get all` expects.
-#[allow(clippy::too_many_arguments)]
-fn builtin(
-    group: &str,
-    version: &str,
-    plural: &str,
-    kind: &str,
-    namespaced: bool,
-    short: &[&str],
-    subs: &[&str],
-    generation: bool,
-) -> ResourceInfo {
+/// A built-in resource of `group`, served at `v1` (as every built-in one
+/// here is), cluster-scoped, without short names, subresources or
+/// `metadata.generation` unless the `with_*` calls below add them; the
+/// workload kinds are in the `all` category, as kubectl's `get all` expects.
+fn builtin(group: &str, plural: &str, kind: &str) -> ResourceInfo {
     let workload = matches!(
         plural,
         "pods"
@@ -449,20 +280,43 @@ fn builtin(
     );
     ResourceInfo {
         group: group.to_string(),
-        versions: vec![version.to_string()],
+        versions: vec!["v1".to_string()],
         plural: plural.to_string(),
         singular: kind.to_lowercase(),
         kind: kind.to_string(),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
+        namespaced: false,
+        short_names: Vec::new(),
         categories: if workload {
             vec!["all".to_string()]
         } else {
             Vec::new()
         },
-        subresources: subs.iter().map(|s| s.to_string()).collect(),
-        has_generation: generation,
+        subresources: Vec::new(),
+        has_generation: false,
         crd: None,
+    }
+}
+
+/// How [`builtin`]'s resources differ from its defaults.
+impl ResourceInfo {
+    fn namespace_scoped(mut self) -> Self {
+        self.namespaced = true;
+        self
+    }
+
+    fn with_short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    fn with_subresources(mut self, subresources: &[&str]) -> Self {
+        self.subresources = subresources.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    fn with_generation(mut self) -> Self {
+        self.has_generation = true;
+        self
     }
 }
 
