@@ -1407,21 +1407,10 @@ impl Store {
 
     /// The disruption controller: recomputes the status of the namespace's PDBs.
     fn refresh_pdbs(&self, st: &mut State, ns: &str) {
-        let Some(pdb_res) = st
-            .resources
-            .get(&resource_key("policy", "poddisruptionbudgets"))
-            .cloned()
-        else {
+        let Some(pdb_res) = st.budget_resource() else {
             return;
         };
-        let pdbs: Vec<Value> = st
-            .objects
-            .get(&resource_key("policy", "poddisruptionbudgets"))
-            .into_iter()
-            .flat_map(|m| m.iter())
-            .filter(|((n, _), _)| n == ns)
-            .map(|(_, v)| (**v).clone())
-            .collect();
+        let pdbs: Vec<Value> = st.budgets_in(ns).cloned().collect();
         for pdb in pdbs {
             let mut status = st.pdb_status(&pdb);
             status["conditions"] = json!([{
@@ -2244,16 +2233,29 @@ impl State {
     /// (`LabelSelectorAsSelector`: none for a null selector, all for an
     /// empty one).
     fn budgets_selecting(&self, pod: &Value, ns: &str) -> Vec<Value> {
+        self.budgets_in(ns)
+            .filter(|pdb| {
+                LabelSelector::from_object(&pdb["spec"]["selector"]).is_some_and(|s| s.matches(pod))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The namespace's PodDisruptionBudgets.
+    fn budgets_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects
             .get(&resource_key("policy", "poddisruptionbudgets"))
             .into_iter()
             .flat_map(|m| m.iter())
-            .filter(|((n, _), _)| n == ns)
-            .map(|(_, v)| (**v).clone())
-            .filter(|pdb| {
-                LabelSelector::from_object(&pdb["spec"]["selector"]).is_some_and(|s| s.matches(pod))
-            })
-            .collect()
+            .filter(move |((n, _), _)| n == ns)
+            .map(|(_, v)| &**v)
+    }
+
+    /// The PodDisruptionBudget resource, unless it is not served.
+    fn budget_resource(&self) -> Option<Arc<ResourceInfo>> {
+        self.resources
+            .get(&resource_key("policy", "poddisruptionbudgets"))
+            .cloned()
     }
 
     /// A PodDisruptionBudget's status as the disruption controller computes
@@ -2334,11 +2336,7 @@ impl State {
     /// Writes `pod` into `pdb`'s `status.disruptedPods`, as the eviction
     /// subresource does before it deletes the pod.
     fn record_disruption(&mut self, pdb: &Value, pod: &str, store: &Store) {
-        let Some(res) = self
-            .resources
-            .get(&resource_key("policy", "poddisruptionbudgets"))
-            .cloned()
-        else {
+        let Some(res) = self.budget_resource() else {
             return;
         };
         // The pod's deletion that follows recomputes the budget's status,
