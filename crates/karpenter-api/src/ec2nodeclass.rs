@@ -76,6 +76,10 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(length(max = 30), transform = capacity_reservation_terms_rules)]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
+    /// The placement group instances launch into, by name or ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = placement_group_selector_rules)]
+    pub placement_group_selector: Option<PlacementGroupSelector>,
     /// Whether instances get a public IP address.
     #[serde(
         default,
@@ -124,6 +128,11 @@ pub struct EC2NodeClassSpec {
     /// How instance-store disks are used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// The network interfaces of the launch template, by network card and device index (for
+    /// EFA-only interfaces beside the primary one). Empty: one primary interface.
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
+    #[schemars(length(max = 150), transform = network_interfaces_rules)]
+    pub network_interfaces: Vec<NetworkInterface>,
     /// Whether detailed (1-minute) CloudWatch monitoring is enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detailed_monitoring: Option<bool>,
@@ -136,9 +145,166 @@ pub struct EC2NodeClassSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub metadata_options: Option<MetadataOptions>,
+    /// Idle connection-tracking timeouts of the interfaces of the launch template (all but
+    /// EFA-only ones). Only Nitro instance types support them, so only those are offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = connection_tracking_rules)]
+    pub connection_tracking: Option<ConnectionTracking>,
     /// The reserved EC2 `Context` field passed to CreateFleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// CPU options of the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CPUOptions>,
+}
+
+/// A placement group, by exactly one of name and ID.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementGroupSelector {
+    /// The placement group's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+    /// The placement group's ID (`pg-...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^pg-[0-9a-z]+$"))]
+    pub id: Option<String>,
+}
+
+fn placement_group_selector_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "has(self.name) || has(self.id)",
+                "expected at least one, got none, ['name', 'id']",
+            ),
+            rule(
+                "!(has(self.name) && has(self.id))",
+                "'name' and 'id' are mutually exclusive",
+            ),
+        ],
+    );
+}
+
+/// The kind of a launch-template network interface.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum InterfaceType {
+    /// A standard ENA interface (pod networking can use it).
+    #[serde(rename = "interface")]
+    Interface,
+    /// An Elastic Fabric Adapter without IP networking.
+    #[serde(rename = "efa-only")]
+    EfaOnly,
+}
+
+impl InterfaceType {
+    /// The value EC2 takes (`interface`, `efa-only`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Interface => "interface",
+            Self::EfaOnly => "efa-only",
+        }
+    }
+}
+
+/// One network interface of the launch template.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// The network card the interface attaches to.
+    #[schemars(range(min = 0))]
+    pub network_card_index: i32,
+    /// The device index of the attachment on that card.
+    #[schemars(range(min = 0))]
+    pub device_index: i32,
+    /// `interface` or `efa-only`.
+    pub interface_type: InterfaceType,
+}
+
+fn network_interfaces_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')",
+                "networkInterfaces must include a primary interface with interfaceType='interface'",
+            ),
+            rule(
+                "self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 && (x.interfaceType != 'efa-only' || self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))",
+                "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
+            ),
+        ],
+    );
+}
+
+/// Idle connection-tracking timeouts, in seconds; EC2's defaults apply to the unset ones.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionTracking {
+    /// Idle established TCP connections (60-432000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 432000))]
+    pub tcp_established_timeout: Option<i32>,
+    /// Idle UDP flows that saw more than one request-response (60-180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    /// Idle UDP flows that saw one direction or one request-response (30-60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 60))]
+    pub udp_timeout: Option<i32>,
+}
+
+fn connection_tracking_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [rule(
+            "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)",
+            "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+        )],
+    );
+}
+
+/// Whether a CPU feature is on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureState {
+    /// The feature is on.
+    Enabled,
+    /// The feature is off.
+    Disabled,
+}
+
+impl FeatureState {
+    /// The value EC2 takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enabled => "enabled",
+            Self::Disabled => "disabled",
+        }
+    }
+}
+
+/// CPU options of the instances.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CPUOptions {
+    /// Nested virtualization. `enabled` offers only the instance types whose processors
+    /// support it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<FeatureState>,
+}
+
+impl EC2NodeClassSpec {
+    /// Whether the node class asks for nested virtualization.
+    pub fn nested_virtualization(&self) -> bool {
+        self.cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization)
+            == Some(FeatureState::Enabled)
+    }
 }
 
 fn alias_family_rule(alias: &str, family: &str, article: &str) -> Value {
@@ -165,6 +331,7 @@ fn ec2_node_class_spec_rules(schema: &mut Schema) {
             alias_family_rule("bottlerocket", "Bottlerocket", "a"),
             alias_family_rule("windows2019", "Windows2019", "a"),
             alias_family_rule("windows2022", "Windows2022", "a"),
+            alias_family_rule("windows2025", "Windows2025", "a"),
             rule(
                 "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)",
                 "must specify amiFamily if amiSelectorTerms does not contain an alias",
@@ -360,7 +527,7 @@ pub struct CapacityReservationSelectorTerm {
 #[serde(rename_all = "camelCase")]
 pub struct AMISelectorTerm {
     /// An EKS-optimized AMI as `family@version`, e.g. `al2023@latest` or `al2023@v20240625`.
-    /// Families: al2, al2023, bottlerocket, windows2019, windows2022 (Windows only with `latest`).
+    /// Families: al2, al2023, bottlerocket, windows2019, windows2022, windows2025 (Windows only with `latest`).
     /// `latest` drifts nodes whenever a new AMI is released, so pin versions in production.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 30), transform = alias_rules)]
@@ -393,11 +560,11 @@ fn alias_rules(schema: &mut Schema) {
                 "'alias' is improperly formatted, must match the format 'family@version'",
             ),
             rule(
-                "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022']",
-                "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'",
+                "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022','windows2025']",
+                "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
             ),
             rule(
-                "self.split('@')[0] in ['windows2019','windows2022'] ? self.split('@')[1] == 'latest' : true",
+                "self.split('@')[0] in ['windows2019','windows2022','windows2025'] ? self.split('@')[1] == 'latest' : true",
                 "windows families may only specify version 'latest'",
             ),
         ],
@@ -419,6 +586,8 @@ pub enum AMIFamily {
     Windows2019,
     /// Windows Server 2022.
     Windows2022,
+    /// Windows Server 2025.
+    Windows2025,
 }
 
 impl AMIFamily {
@@ -431,7 +600,24 @@ impl AMIFamily {
             Self::Custom => "Custom",
             Self::Windows2019 => "Windows2019",
             Self::Windows2022 => "Windows2022",
+            Self::Windows2025 => "Windows2025",
         }
+    }
+
+    /// The Windows Server release of a Windows family: its year (as the EKS AMIs' SSM
+    /// parameters name it) and its build (the `node.kubernetes.io/windows-build` label).
+    pub fn windows_release(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Windows2019 => Some(("2019", "10.0.17763")),
+            Self::Windows2022 => Some(("2022", "10.0.20348")),
+            Self::Windows2025 => Some(("2025", "10.0.26100")),
+            Self::AL2 | Self::AL2023 | Self::Bottlerocket | Self::Custom => None,
+        }
+    }
+
+    /// Whether the family is a Windows Server one.
+    pub fn is_windows(self) -> bool {
+        self.windows_release().is_some()
     }
 
     /// The family of an alias prefix (`al2023` in `al2023@latest`).
@@ -442,6 +628,7 @@ impl AMIFamily {
             "bottlerocket" => Self::Bottlerocket,
             "windows2019" => Self::Windows2019,
             "windows2022" => Self::Windows2022,
+            "windows2025" => Self::Windows2025,
             _ => return None,
         })
     }
@@ -465,7 +652,7 @@ pub struct AMIAlias {
 /// An AMI alias that is not `family@version` with a supported family.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid AMI alias {0:?}: expected 'family@version' with family al2, al2023, bottlerocket, windows2019 or windows2022"
+    "invalid AMI alias {0:?}: expected 'family@version' with family al2, al2023, bottlerocket, windows2019, windows2022 or windows2025"
 )]
 pub struct InvalidAMIAlias(pub String);
 

@@ -401,7 +401,8 @@ fn ec2nodeclass_defaults() {
             "Bottlerocket",
             "Custom",
             "Windows2019",
-            "Windows2022"
+            "Windows2022",
+            "Windows2025"
         ])
     );
     assert_eq!(
@@ -579,6 +580,7 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
                     "if set, amiFamily must be 'Bottlerocket' or 'Custom' when using a Bottlerocket alias",
                     "if set, amiFamily must be 'Windows2019' or 'Custom' when using a Windows2019 alias",
                     "if set, amiFamily must be 'Windows2022' or 'Custom' when using a Windows2022 alias",
+                    "if set, amiFamily must be 'Windows2025' or 'Custom' when using a Windows2025 alias",
                     "must specify amiFamily if amiSelectorTerms does not contain an alias",
                 ],
             ),
@@ -619,7 +621,7 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
                 "spec.amiSelectorTerms[].alias",
                 &[
                     "'alias' is improperly formatted, must match the format 'family@version'",
-                    "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'",
+                    "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
                     "windows families may only specify version 'latest'",
                 ],
             ),
@@ -697,6 +699,26 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
                 &["must have only one blockDeviceMappings with rootVolume"],
             ),
             (
+                "spec.placementGroupSelector",
+                &[
+                    "expected at least one, got none, ['name', 'id']",
+                    "'name' and 'id' are mutually exclusive",
+                ],
+            ),
+            (
+                "spec.networkInterfaces",
+                &[
+                    "networkInterfaces must include a primary interface with interfaceType='interface'",
+                    "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
+                ],
+            ),
+            (
+                "spec.connectionTracking",
+                &[
+                    "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+                ],
+            ),
+            (
                 "spec.blockDeviceMappings[].ebs",
                 &[
                     "snapshotID or volumeSize must be defined",
@@ -710,11 +732,13 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
 #[test]
 fn rule_counts_are_complete() {
     // 20 NodePool and 10 NodeClaim rules, as in Karpenter's CRDs since v1.9
-    // dropped the kubernetes.io and k8s.io domain rules; 48 EC2NodeClass.
+    // dropped the kubernetes.io and k8s.io domain rules; 54 EC2NodeClass
+    // (v1.14 added the Windows2025 alias rule and those of
+    // placementGroupSelector, networkInterfaces and connectionTracking).
     let count = |name| collect_rules(&schema(name)).len();
     assert_eq!(count(NODEPOOLS), 20);
     assert_eq!(count(NODECLAIMS), 10);
-    assert_eq!(count(EC2NODECLASSES), 48);
+    assert_eq!(count(EC2NODECLASSES), 54);
 }
 
 #[test]

@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::aws::labels as l;
-use karpenter_api::ec2nodeclass::{AMIFamily, KubeletConfiguration};
+use karpenter_api::ec2nodeclass::{
+    AMIFamily, InterfaceType, KubeletConfiguration, NetworkInterface,
+};
 use karpenter_proto::types::v1 as types;
 
 use crate::limits::{self, Limits};
@@ -69,6 +71,12 @@ pub struct TypeInfo {
     pub instance_store_gb: Option<i64>,
     pub encryption_in_transit: bool,
     pub efa_interfaces: i64,
+    /// Network interfaces each network card takes, by card index.
+    pub card_enis: BTreeMap<i32, i32>,
+    /// The type's ENA support is not `unsupported`.
+    pub ena: bool,
+    /// The processor supports nested virtualization.
+    pub nested_virtualization: bool,
     pub spot: bool,
     pub on_demand: bool,
     pub limits: Limits,
@@ -177,6 +185,24 @@ impl TypeInfo {
                 .and_then(|n| n.efa_info())
                 .and_then(|e| e.maximum_efa_interfaces())
                 .map_or(0, i64::from),
+            card_enis: network.map_or_else(BTreeMap::new, |n| {
+                n.network_cards()
+                    .iter()
+                    .map(|card| {
+                        (
+                            card.network_card_index().unwrap_or(0),
+                            card.maximum_network_interfaces().unwrap_or(0),
+                        )
+                    })
+                    .collect()
+            }),
+            ena: network
+                .and_then(|n| n.ena_support())
+                .is_some_and(|e| e.as_str() != "unsupported"),
+            nested_virtualization: processor
+                .supported_features()
+                .iter()
+                .any(|f| f.as_str() == "nested-virtualization"),
             spot: usage.contains(&"spot"),
             on_demand: usage.contains(&"on-demand"),
             name,
@@ -268,7 +294,7 @@ fn traits(family: AMIFamily) -> FamilyTraits {
             eni_limited_memory_overhead: false,
             pods_per_core: false,
         },
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => FamilyTraits {
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => FamilyTraits {
             eni_limited_pods: false,
             eni_limited_memory_overhead: false,
             pods_per_core: true,
@@ -279,10 +305,6 @@ fn traits(family: AMIFamily) -> FamilyTraits {
             pods_per_core: true,
         },
     }
-}
-
-fn is_windows(family: AMIFamily) -> bool {
-    matches!(family, AMIFamily::Windows2019 | AMIFamily::Windows2022)
 }
 
 /// Pods a Windows node runs without `maxPods`.
@@ -307,6 +329,44 @@ pub struct Context {
     pub raid0: bool,
     pub vm_memory_overhead_percent: f64,
     pub reserved_enis: i32,
+    /// The node class's launch-template interfaces (empty: one primary).
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// The node class sets connection-tracking timeouts.
+    pub connection_tracking: bool,
+    /// The node class enables nested virtualization.
+    pub nested_virtualization: bool,
+}
+
+/// Whether a type can launch as the node class asks: AL2023 does not run on
+/// the first Graviton generation, connection-tracking timeouts need Nitro,
+/// nested virtualization a processor that supports it, and the node class's
+/// interfaces must exist on the type (its cards, device indices, ENA, EFA
+/// count). An incompatible type stays listed, with nothing to launch.
+pub fn runs_on(info: &TypeInfo, ctx: &Context) -> bool {
+    let family_runs_it = !(ctx.family == AMIFamily::AL2023 && info.name.starts_with("a1."));
+    family_runs_it
+        && (!ctx.connection_tracking || info.hypervisor == "nitro")
+        && (!ctx.nested_virtualization || info.nested_virtualization)
+        && interfaces_fit(info, &ctx.network_interfaces)
+}
+
+fn interfaces_fit(info: &TypeInfo, interfaces: &[NetworkInterface]) -> bool {
+    if interfaces.is_empty() {
+        return true;
+    }
+    if info.card_enis.is_empty() || !info.ena {
+        return false;
+    }
+    let each_fits = interfaces.iter().all(|nic| {
+        info.card_enis
+            .get(&nic.network_card_index)
+            .is_some_and(|&max| nic.device_index < max)
+    });
+    let efa_only = interfaces
+        .iter()
+        .filter(|nic| nic.interface_type == InterfaceType::EfaOnly)
+        .count();
+    each_fits && i64::try_from(efa_only).is_ok_and(|n| n <= info.efa_interfaces)
 }
 
 /// What the offerings of a type depend on besides the type itself.
@@ -450,7 +510,7 @@ pub fn capacity(info: &TypeInfo, ctx: &Context) -> BTreeMap<String, i64> {
     }
     set(l::RESOURCE_EFA, info.efa_interfaces);
     set(l::RESOURCE_AWS_POD_ENI, info.limits.pod_eni);
-    if is_windows(ctx.family) && info.arch == l::ARCH_AMD64 {
+    if ctx.family.is_windows() && info.arch == l::ARCH_AMD64 {
         set(l::RESOURCE_PRIVATE_IPV4_ADDRESS, info.ipv4_per_eni - 1);
     }
     capacity.retain(|_, v| *v > 0);
@@ -506,7 +566,7 @@ pub fn overhead(info: &TypeInfo, ctx: &Context) -> types::InstanceTypeOverhead {
 pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<types::Requirement> {
     // A Windows family runs only on amd64: an arm64 type gets no OS at all,
     // so nothing selects it.
-    let os: Vec<&str> = match (is_windows(ctx.family), info.arch == l::ARCH_AMD64) {
+    let os: Vec<&str> = match (ctx.family.is_windows(), info.arch == l::ARCH_AMD64) {
         (false, _) => vec!["linux"],
         (true, true) => vec!["windows"],
         (true, false) => Vec::new(),
@@ -537,10 +597,8 @@ pub fn type_requirements(info: &TypeInfo, ctx: &Context) -> Vec<types::Requireme
         ),
         req_in(l::AWS_INSTANCE_TENANCY, ["default", "dedicated"]),
     ];
-    match ctx.family {
-        AMIFamily::Windows2019 => out.push(req_in(l::WINDOWS_BUILD, ["10.0.17763"])),
-        AMIFamily::Windows2022 => out.push(req_in(l::WINDOWS_BUILD, ["10.0.20348"])),
-        _ => {}
+    if let Some((_, build)) = ctx.family.windows_release() {
+        out.push(req_in(l::WINDOWS_BUILD, [build]));
     }
     let mut optional = |key: &str, value: Option<String>| {
         out.push(match value {
@@ -628,9 +686,7 @@ pub fn offerings(
             .cloned()
             .collect()
     };
-    // AL2023 does not run on the first Graviton generation: its types stay
-    // listed, with nothing to launch.
-    let family_runs_it = !(ctx.family == AMIFamily::AL2023 && info.name.starts_with("a1."));
+    let launchable = runs_on(info, ctx);
     let mut out = Vec::new();
     for (zone, zone_id) in zones {
         for (capacity_type, supported) in [
@@ -645,7 +701,7 @@ pub fn offerings(
             } else {
                 source.on_demand_price(&info.name)
             };
-            let available = family_runs_it
+            let available = launchable
                 && price.is_some()
                 && !source.is_unavailable(&info.name, &zone, capacity_type);
             let mut requirements = vec![
@@ -726,6 +782,9 @@ mod tests {
             instance_store_gb: None,
             encryption_in_transit: false,
             efa_interfaces: 0,
+            card_enis: BTreeMap::from([(0, 3)]),
+            ena: true,
+            nested_virtualization: false,
             spot: true,
             on_demand: true,
             limits: Limits::default(),
@@ -778,6 +837,9 @@ mod tests {
             raid0: false,
             vm_memory_overhead_percent: 0.075,
             reserved_enis: 0,
+            network_interfaces: Vec::new(),
+            connection_tracking: false,
+            nested_virtualization: false,
         }
     }
 
@@ -890,6 +952,72 @@ mod tests {
         assert!(!available(AMIFamily::AL2023));
         assert!(available(AMIFamily::AL2));
         assert!(available(AMIFamily::Bottlerocket));
+    }
+
+    /// Upstream's compatibility checks (`instancetype/compatibility`): a type
+    /// the node class's launch settings cannot run on offers nothing.
+    #[test]
+    fn node_class_launch_settings_limit_the_launchable_types() {
+        let base = context(AMIFamily::AL2023, serde_json::json!(null));
+        let mut m5 = named("m5.large");
+        m5.card_enis = BTreeMap::from([(0, 3)]);
+        m5.efa_interfaces = 0;
+        let mut p5 = named("p5.48xlarge");
+        p5.card_enis = (0..32).map(|card| (card, 2)).collect();
+        p5.efa_interfaces = 32;
+        p5.nested_virtualization = true;
+        let mut xen = named("m4.large");
+        xen.hypervisor = "xen".into();
+        assert!(runs_on(&m5, &base) && runs_on(&xen, &base));
+
+        let tracked = Context {
+            connection_tracking: true,
+            ..base.clone()
+        };
+        assert!(runs_on(&m5, &tracked), "nitro");
+        assert!(!runs_on(&xen, &tracked), "connection tracking needs Nitro");
+
+        let nested = Context {
+            nested_virtualization: true,
+            ..base.clone()
+        };
+        assert!(runs_on(&p5, &nested));
+        assert!(!runs_on(&m5, &nested), "the processor must support it");
+
+        let nic = |card, device, interface_type| NetworkInterface {
+            network_card_index: card,
+            device_index: device,
+            interface_type,
+        };
+        let efa = Context {
+            network_interfaces: vec![
+                nic(0, 0, InterfaceType::Interface),
+                nic(1, 0, InterfaceType::EfaOnly),
+            ],
+            ..base.clone()
+        };
+        assert!(runs_on(&p5, &efa));
+        assert!(!runs_on(&m5, &efa), "no second network card, no EFA");
+        let third_device = Context {
+            network_interfaces: vec![
+                nic(0, 0, InterfaceType::Interface),
+                nic(0, 2, InterfaceType::Interface),
+            ],
+            ..base.clone()
+        };
+        assert!(!runs_on(&p5, &third_device), "two interfaces per card");
+        assert!(runs_on(&m5, &third_device));
+        let mut no_ena = m5.clone();
+        no_ena.ena = false;
+        assert!(!runs_on(&no_ena, &third_device));
+
+        let zones = BTreeSet::from(["zone-a".to_string()]);
+        assert!(
+            offerings(&xen, &tracked, &zones, &Priced)
+                .iter()
+                .all(|o| !o.available),
+            "listed, with nothing to launch"
+        );
     }
 
     #[test]

@@ -267,11 +267,9 @@ pub fn alias_parameters(alias: &nc::AMIAlias, k8s: &str) -> Vec<AliasParameter> 
         AMIFamily::AL2023 => al2023_parameters(alias, k8s),
         AMIFamily::AL2 => al2_parameters(alias, k8s),
         AMIFamily::Bottlerocket => bottlerocket_parameters(alias, k8s),
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => {
-            let year = if alias.family == AMIFamily::Windows2019 {
-                "2019"
-            } else {
-                "2022"
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => {
+            let Some((year, _)) = alias.family.windows_release() else {
+                return Vec::new();
             };
             vec![(
                 format!(
@@ -463,6 +461,32 @@ async fn describe_images(
         .collect())
 }
 
+/// The first Kubernetes minor EKS publishes Windows Server 2025 images for.
+const WINDOWS_2025_FIRST_MINOR: u32 = 35;
+
+/// Windows Server 2025 images exist from EKS 1.35 on: an alias asking for
+/// them on an older cluster is refused with the reason, not left to find
+/// no image.
+fn windows_2025_supported(alias: &nc::AMIAlias, kubernetes_version: &str) -> Result<(), Error> {
+    if alias.family != AMIFamily::Windows2025 {
+        return Ok(());
+    }
+    let minor = kubernetes_version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_some_and(|m| m >= WINDOWS_2025_FIRST_MINOR) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "node_class.spec_json.amiSelectorTerms",
+        format!(
+            "Windows Server 2025 requires EKS version 1.35 or higher, current version: {kubernetes_version}"
+        ),
+    ))
+}
+
 /// AMIs of every term, the newest per architecture and variant.
 pub async fn resolve_amis(
     clients: &Clients,
@@ -481,6 +505,7 @@ pub async fn resolve_amis(
             if kubernetes_version.is_empty() {
                 continue;
             }
+            windows_2025_supported(&alias, kubernetes_version)?;
             for (parameter, arch, variant) in alias_parameters(&alias, kubernetes_version) {
                 let Some(id) = ssm_parameter(clients, &parameter).await? else {
                     continue;
@@ -932,10 +957,21 @@ fn validation(
     {
         problems.push(format!("spec.userData: {error}"));
     }
-    let reason = if missing.is_empty() {
-        "UserDataInvalid"
-    } else {
+    // Launching outside the placement group the user chose would break
+    // what they chose it for (latency, spread): refuse until it resolves.
+    let unsupported_placement = node_class.spec.placement_group_selector.is_some();
+    if unsupported_placement {
+        problems.push(
+            "spec.placementGroupSelector: provider-aws does not resolve placement groups yet; nodes of this class are not launched while it is set"
+                .to_owned(),
+        );
+    }
+    let reason = if !missing.is_empty() {
         "ClusterDetailsUnresolved"
+    } else if unsupported_placement {
+        "PlacementGroupUnsupported"
+    } else {
+        "UserDataInvalid"
     };
     condition(
         nc::CONDITION_VALIDATION_SUCCEEDED,
@@ -1145,6 +1181,24 @@ mod tests {
         );
         let win = params("windows2022@latest");
         assert_eq!(win, vec!["/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id".to_string()]);
+        let win = params("windows2025@latest");
+        assert_eq!(win, vec!["/aws/service/ami-windows-latest/Windows_Server-2025-English-Core-EKS_Optimized-1.31/image_id".to_string()]);
+    }
+
+    #[test]
+    fn windows_2025_needs_eks_1_35() {
+        let alias: nc::AMIAlias = "windows2025@latest".parse().expect("alias");
+        let refused = windows_2025_supported(&alias, "1.34").expect_err("1.34 has no images");
+        assert!(
+            refused.to_string().contains(
+                "Windows Server 2025 requires EKS version 1.35 or higher, current version: 1.34"
+            ),
+            "{refused}"
+        );
+        assert!(windows_2025_supported(&alias, "1.35").is_ok());
+        assert!(windows_2025_supported(&alias, "v1.36.2").is_ok());
+        let older: nc::AMIAlias = "windows2022@latest".parse().expect("alias");
+        assert!(windows_2025_supported(&older, "1.29").is_ok());
     }
 
     #[test]

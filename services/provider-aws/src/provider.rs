@@ -96,6 +96,11 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
             .is_some_and(|nc| nc.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0)),
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
         reserved_enis: settings.reserved_enis,
+        network_interfaces: nc
+            .map(|nc| nc.spec.network_interfaces.clone())
+            .unwrap_or_default(),
+        connection_tracking: nc.is_some_and(|nc| nc.spec.connection_tracking.is_some()),
+        nested_virtualization: nc.is_some_and(|nc| nc.spec.nested_virtualization()),
     }
 }
 

@@ -17,16 +17,21 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    Filter, LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateCpuOptionsRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag,
+    TagSpecification,
 };
 use base64::Engine as _;
 use karpenter_api::aws::labels as l;
-use karpenter_api::ec2nodeclass::{AMIFamily, EndpointState, HttpTokens, InstanceStorePolicy};
+use karpenter_api::ec2nodeclass::{
+    AMIFamily, ConnectionTracking, EndpointState, FeatureState, HttpTokens, InstanceStorePolicy,
+    InterfaceType, NetworkInterface,
+};
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::types::v1 as types;
 
@@ -145,6 +150,10 @@ pub struct Spec {
     monitoring: bool,
     public_ip: Option<bool>,
     ip_prefix_count: Option<i32>,
+    /// The node class's interfaces; empty: one primary interface.
+    network_interfaces: Vec<NetworkInterface>,
+    connection_tracking: Option<ConnectionTracking>,
+    nested_virtualization: Option<FeatureState>,
     ipv6: bool,
     spot: bool,
 }
@@ -209,6 +218,13 @@ impl Spec {
             monitoring: nc.spec.detailed_monitoring.unwrap_or(false),
             public_ip: nc.spec.associate_public_ip_address,
             ip_prefix_count: nc.spec.ip_prefix_count,
+            network_interfaces: nc.spec.network_interfaces.clone(),
+            connection_tracking: nc.spec.connection_tracking.clone(),
+            nested_virtualization: nc
+                .spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization),
             ipv6: cluster.ipv6(),
             spot: capacity_type == l::CAPACITY_TYPE_SPOT,
         };
@@ -220,13 +236,50 @@ impl Spec {
         Ok(spec)
     }
 
-    /// The one network interface: the node class's security groups, a
-    /// public address if asked, prefix delegation if asked.
-    fn network_interface(&self) -> LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
+    /// The template's network interfaces: the node class's, or one primary
+    /// interface. Every interface but an EFA-only one carries the security
+    /// groups, the public-address choice, prefix delegation and the
+    /// connection-tracking timeouts (EC2 refuses those on EFA-only ones).
+    fn network_interfaces(
+        &self,
+    ) -> Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest> {
+        let primary = NetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: InterfaceType::Interface,
+        };
+        let configured = if self.network_interfaces.is_empty() {
+            std::slice::from_ref(&primary)
+        } else {
+            &self.network_interfaces
+        };
+        configured
+            .iter()
+            .map(|nic| self.network_interface(nic, !self.network_interfaces.is_empty()))
+            .collect()
+    }
+
+    fn network_interface(
+        &self,
+        nic: &NetworkInterface,
+        configured: bool,
+    ) -> LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
         let mut interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-            .device_index(0)
+            .device_index(nic.device_index);
+        if configured {
+            interface = interface
+                .network_card_index(nic.network_card_index)
+                .interface_type(nic.interface_type.as_str());
+        }
+        if nic.interface_type == InterfaceType::EfaOnly {
+            return interface.build();
+        }
+        interface = interface
             .set_groups(Some(self.security_groups.clone()))
-            .set_associate_public_ip_address(self.public_ip);
+            .set_associate_public_ip_address(self.public_ip)
+            .set_connection_tracking_specification(
+                self.connection_tracking.as_ref().map(connection_tracking),
+            );
         interface = if self.ipv6 {
             interface
                 .primary_ipv6(true)
@@ -269,10 +322,23 @@ impl Spec {
                     .enabled(self.monitoring)
                     .build(),
             )
-            .network_interfaces(self.network_interface())
+            .set_network_interfaces(Some(self.network_interfaces()))
+            .set_cpu_options(self.nested_virtualization.map(|state| {
+                LaunchTemplateCpuOptionsRequest::builder()
+                    .nested_virtualization(NestedVirtualizationSpecification::from(state.as_str()))
+                    .build()
+            }))
             .set_tag_specifications(Some(resource_tags))
             .build()
     }
+}
+
+fn connection_tracking(ct: &ConnectionTracking) -> ConnectionTrackingSpecificationRequest {
+    ConnectionTrackingSpecificationRequest::builder()
+        .set_tcp_established_timeout(ct.tcp_established_timeout)
+        .set_udp_stream_timeout(ct.udp_stream_timeout)
+        .set_udp_timeout(ct.udp_timeout)
+        .build()
 }
 
 impl Provider {

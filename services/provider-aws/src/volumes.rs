@@ -45,7 +45,7 @@ fn default_volume(device: &str, gib: i64) -> Volume {
 pub fn ephemeral_device(family: AMIFamily) -> &'static str {
     match family {
         AMIFamily::Bottlerocket => "/dev/xvdb",
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => "/dev/sda1",
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
         _ => "/dev/xvda",
     }
 }
@@ -59,7 +59,9 @@ fn default_volumes(family: AMIFamily) -> Vec<Volume> {
             default_volume("/dev/xvda", 4),
             default_volume("/dev/xvdb", 20),
         ],
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => vec![default_volume("/dev/sda1", 50)],
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => {
+            vec![default_volume("/dev/sda1", 50)]
+        }
         AMIFamily::Custom => Vec::new(),
         AMIFamily::AL2 | AMIFamily::AL2023 => vec![default_volume("/dev/xvda", 20)],
     }

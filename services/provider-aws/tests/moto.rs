@@ -1427,6 +1427,98 @@ async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
     world.assert_least_privilege();
 }
 
+/// Karpenter v1.14's launch settings reach the launch template: the node
+/// class's interfaces (security groups and connection tracking on the ENA
+/// ones), and its CPU options; a placement group selector, which this
+/// provider cannot honour yet, holds the node class instead of being
+/// ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interfaces_connection_tracking_and_cpu_options_reach_the_launch_template() {
+    let mut world = World::start().await;
+    let mut nc = seed_node_class();
+    let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+    spec["networkInterfaces"] = serde_json::json!([
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}
+    ]);
+    spec["connectionTracking"] =
+        serde_json::json!({"tcpEstablishedTimeout": 3600, "udpTimeout": 45});
+    spec["cpuOptions"] = serde_json::json!({"nestedVirtualization": "disabled"});
+    nc.spec_json = spec.to_string();
+    let (nc, response) = resolved(&mut world, nc).await;
+    assert!(
+        response.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        response.conditions
+    );
+    create(&mut world, seed_node_claim("default-nic", &nc))
+        .await
+        .expect("launches");
+    let templates = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap();
+    let versions = world
+        .setup
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(
+            templates.launch_templates()[0]
+                .launch_template_id()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    let interfaces = data.network_interfaces();
+    assert_eq!(interfaces.len(), 1, "{data:?}");
+    let primary = &interfaces[0];
+    assert_eq!(
+        (primary.network_card_index(), primary.device_index()),
+        (Some(0), Some(0))
+    );
+    assert!(!primary.groups().is_empty(), "{primary:?}");
+    let tracking = primary
+        .connection_tracking_specification()
+        .expect("connection tracking on the ENA interface");
+    assert_eq!(
+        (tracking.tcp_established_timeout(), tracking.udp_timeout()),
+        (Some(3600), Some(45))
+    );
+    assert_eq!(
+        data.cpu_options()
+            .and_then(|c| c.nested_virtualization())
+            .map(|n| n.as_str()),
+        Some("disabled")
+    );
+
+    let mut held = nc.clone();
+    let mut spec: serde_json::Value = serde_json::from_str(&held.spec_json).unwrap();
+    spec["placementGroupSelector"] = serde_json::json!({"name": "analytics"});
+    held.spec_json = spec.to_string();
+    let (_, response) = resolved(&mut world, held).await;
+    let validation = response
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "ValidationSucceeded")
+        .expect("validation condition");
+    assert_eq!(
+        (validation.status.as_str(), validation.reason.as_str()),
+        ("False", "PlacementGroupUnsupported"),
+        "{validation:?}"
+    );
+    assert!(
+        validation.message.contains("spec.placementGroupSelector"),
+        "{validation:?}"
+    );
+    world.assert_least_privilege();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalizing_a_node_class_deletes_its_instance_profile_and_launch_templates() {
     let mut world = World::start().await;

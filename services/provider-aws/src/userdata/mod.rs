@@ -149,7 +149,9 @@ pub fn render(family: AMIFamily, b: &Bootstrap<'_>) -> Result<String, UserDataEr
         AMIFamily::AL2023 => nodeadm::render(b),
         AMIFamily::AL2 => eksbootstrap::al2(b),
         AMIFamily::Bottlerocket => bottlerocket::render(b),
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 => Ok(eksbootstrap::windows(b)),
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => {
+            Ok(eksbootstrap::windows(b))
+        }
         AMIFamily::Custom => Ok(b.user_data.unwrap_or_default().to_string()),
     }
 }
@@ -164,7 +166,10 @@ pub fn check(family: AMIFamily, user_data: Option<&str>) -> Result<(), UserDataE
         AMIFamily::AL2023 => nodeadm::user_parts(user).map(|_| ()),
         AMIFamily::AL2 => eksbootstrap::user_parts(user).map(|_| ()),
         AMIFamily::Bottlerocket => bottlerocket::parse(user).map(|_| ()),
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Custom => Ok(()),
+        AMIFamily::Windows2019
+        | AMIFamily::Windows2022
+        | AMIFamily::Windows2025
+        | AMIFamily::Custom => Ok(()),
     }
 }
 
