@@ -338,6 +338,10 @@ pub enum ConsolidationPolicy {
     /// Empty nodes and nodes whose pods fit elsewhere (or on a cheaper replacement) are consolidated.
     #[default]
     WhenEmptyOrUnderutilized,
+    /// As `WhenEmptyOrUnderutilized`, but an underutilized node is consolidated only when
+    /// the move saves enough of the pool's cost for the disruption it causes (its share of the
+    /// pool's cost saved at least half its share of the pool's disruption cost).
+    Balanced,
 }
 
 /// The disruption method a budget applies to.

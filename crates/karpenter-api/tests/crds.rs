@@ -241,7 +241,7 @@ fn nodepool_defaults() {
     );
     assert_eq!(
         at(&s, "spec.disruption.consolidationPolicy")["enum"],
-        json!(["WhenEmpty", "WhenEmptyOrUnderutilized"])
+        json!(["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"])
     );
     assert_eq!(
         at(&s, "spec.disruption.budgets")["default"],

@@ -607,8 +607,7 @@ pub fn node_pool(
         usage: resources(np.usage.as_ref()),
         ready: np.ready,
         catalog,
-        consolidation_when_empty_only: disruption.consolidation_policy
-            == sched::disruption::ConsolidationPolicy::WhenEmpty as i32,
+        consolidation: consolidation_policy(disruption.consolidation_policy),
         consolidate_after: duration(disruption.consolidate_after.as_ref()),
         budgets,
         expire_after: duration(np.expire_after.as_ref()),
@@ -935,8 +934,40 @@ fn daemon_set(
     })
 }
 
+/// The planner's policy of a wire policy; an unknown value is the default,
+/// as the field's comment in the proto says.
+fn consolidation_policy(policy: i32) -> karpenter_planner::model::ConsolidationPolicy {
+    use karpenter_planner::model::ConsolidationPolicy as Policy;
+    use sched::disruption::ConsolidationPolicy as Wire;
+    match Wire::try_from(policy) {
+        Ok(Wire::WhenEmpty) => Policy::WhenEmpty,
+        Ok(Wire::Balanced) => Policy::Balanced,
+        Ok(Wire::WhenEmptyOrUnderutilized | Wire::Unspecified) | Err(_) => {
+            Policy::WhenEmptyOrUnderutilized
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_consolidation_policy_reaches_the_planner() {
+        use karpenter_planner::model::ConsolidationPolicy as Policy;
+        use karpenter_proto::scheduler::v1::disruption::ConsolidationPolicy as Wire;
+        for (wire, policy) in [
+            (Wire::Unspecified as i32, Policy::WhenEmptyOrUnderutilized),
+            (Wire::WhenEmpty as i32, Policy::WhenEmpty),
+            (
+                Wire::WhenEmptyOrUnderutilized as i32,
+                Policy::WhenEmptyOrUnderutilized,
+            ),
+            (Wire::Balanced as i32, Policy::Balanced),
+            (99, Policy::WhenEmptyOrUnderutilized),
+        ] {
+            assert_eq!(super::consolidation_policy(wire), policy, "{wire}");
+        }
+    }
+
     use super::*;
 
     fn list(pairs: &[(&str, i64)]) -> Option<types::ResourceList> {

@@ -14,7 +14,7 @@ use karpenter_core::requirements::{Requirement, Requirements};
 use karpenter_core::selector::LabelSelector;
 use karpenter_core::taints::{Effect, Taint};
 use karpenter_planner::disruption::Reason;
-use karpenter_planner::model::{Cluster, WhenUnsatisfiable};
+use karpenter_planner::model::{Cluster, ConsolidationPolicy, WhenUnsatisfiable};
 use karpenter_planner::solve::MinValuesPolicy;
 use karpenter_planner_wire::from_wire::{self, Parsed};
 use karpenter_planner_wire::{plan_disruption_request, solve_request, to_wire};
@@ -687,7 +687,10 @@ fn a_node_pool_without_a_disruption_block_has_no_budget_and_no_consolidate_after
             .collect::<Vec<_>>(),
         vec![("cpu", 2000), ("nodes", 3)]
     );
-    assert!(!model.consolidation_when_empty_only);
+    assert_eq!(
+        model.consolidation,
+        ConsolidationPolicy::WhenEmptyOrUnderutilized
+    );
     assert_eq!(model.consolidate_after, None);
     assert!(model.budgets.is_empty());
     assert_eq!(model.expire_after, None);
@@ -730,7 +733,7 @@ fn a_node_pools_disruption_block_reaches_the_model() {
     let model = parse(&snapshot).cluster.node_pools.remove(0);
     assert_eq!(model.weight, 20);
     assert_eq!(model.expire_after, Some(Duration::from_secs(3600)));
-    assert!(model.consolidation_when_empty_only);
+    assert_eq!(model.consolidation, ConsolidationPolicy::WhenEmpty);
     assert_eq!(model.consolidate_after, Some(Duration::from_secs(30)));
     assert_eq!(model.budgets.len(), 2);
     assert_eq!(model.budgets[0].nodes, "10%");

@@ -265,6 +265,19 @@ pub struct Budget {
     pub reasons: Vec<Reason>,
 }
 
+/// How a pool's nodes may be consolidated (`spec.disruption.consolidationPolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConsolidationPolicy {
+    /// Only empty nodes.
+    WhenEmpty,
+    /// Empty nodes, and nodes whose pods fit elsewhere or on a cheaper node.
+    #[default]
+    WhenEmptyOrUnderutilized,
+    /// As `WhenEmptyOrUnderutilized`, when the move's savings are worth its
+    /// disruption ([`crate::disruption`]'s Balanced score).
+    Balanced,
+}
+
 #[derive(Clone, Debug)]
 pub struct NodePool {
     pub name: String,
@@ -278,7 +291,7 @@ pub struct NodePool {
     pub usage: Resources,
     pub ready: bool,
     pub catalog: usize,
-    pub consolidation_when_empty_only: bool,
+    pub consolidation: ConsolidationPolicy,
     /// `consolidateAfter`; `None`: `Never`.
     pub consolidate_after: Option<Duration>,
     pub budgets: Vec<Budget>,

@@ -8,6 +8,7 @@ mod support;
 
 use karpenter_planner::cron::Cron;
 use karpenter_planner::disruption::{Command, DisruptionPlan, Method, Reason};
+use karpenter_planner::model::ConsolidationPolicy;
 use karpenter_planner::model::{Budget, InstanceType, NodePool, Pod, StateNode};
 use karpenter_planner::solve::MinValuesPolicy;
 use std::time::Duration;
@@ -44,7 +45,7 @@ fn catalog() -> Vec<InstanceType> {
 /// WhenEmptyOrUnderutilized, `consolidateAfter: 0s`, a budget of 100%.
 fn np(name: &str) -> NodePool {
     let mut p = pool(name);
-    p.consolidation_when_empty_only = false;
+    p.consolidation = ConsolidationPolicy::WhenEmptyOrUnderutilized;
     p.consolidate_after = Some(Duration::from_secs(0));
     p.budgets = vec![budget("100%")];
     p
@@ -309,7 +310,7 @@ fn daemon_pods_do_not_make_a_node_busy_but_a_terminating_statefulset_pod_does() 
             vec![stateful],
         ),
     ]);
-    cluster.pool().consolidation_when_empty_only = true;
+    cluster.pool().consolidation = ConsolidationPolicy::WhenEmpty;
     let plan = cluster.plan();
     assert_eq!(plan.commands.len(), 1);
     assert_eq!(plan.commands[0].candidates, vec!["a"]);
@@ -520,8 +521,120 @@ fn when_empty_policy_leaves_underutilized_nodes() {
             vec![running("p1", "node1", 500)],
         ),
     ]);
-    cluster.pool().consolidation_when_empty_only = true;
+    cluster.pool().consolidation = ConsolidationPolicy::WhenEmpty;
     assert!(cluster.plan().commands.is_empty());
+}
+
+// --- consolidation: the Balanced policy (v1.14) ------------------------------------------
+
+/// Three full `large` nodes (eight 1-CPU pods each) that may not be
+/// disrupted, and a `large` holding thirty 100m pods: moving those to a
+/// `medium` saves 0.2/h of the pool's 1.6/h (12.5%) but disrupts 31 of its
+/// 58 (53%).
+fn many_small_pods_on_a_large_node() -> Scenario {
+    let mut nodes: Vec<StateNode> = (0..3)
+        .map(|n| {
+            let name = format!("full{n}");
+            let pods = (0..8)
+                .map(|p| running(&format!("{name}-p{p}"), &name, 1000))
+                .collect();
+            let mut node = on(managed(&name, "large", "on-demand", "test-zone-1"), pods);
+            node.disruption.do_not_disrupt = true;
+            node
+        })
+        .collect();
+    let pods = (0..30)
+        .map(|p| running(&format!("busy-p{p}"), "busy", 100))
+        .collect();
+    nodes.push(on(
+        managed("busy", "large", "on-demand", "test-zone-1"),
+        pods,
+    ));
+    let mut scenario = cluster(nodes);
+    scenario
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    scenario
+}
+
+/// Upstream's "should reject a marginal move": the same cluster is
+/// consolidated under WhenEmptyOrUnderutilized and left alone under
+/// Balanced.
+#[test]
+fn balanced_rejects_a_move_that_disrupts_more_than_it_saves() {
+    let underutilized = many_small_pods_on_a_large_node();
+    let plan = underutilized.plan();
+    assert_eq!(disrupted(&plan), vec!["busy"], "{plan:?}");
+    assert_eq!(plan.commands[0].replacements.len(), 1);
+
+    let mut balanced = many_small_pods_on_a_large_node();
+    balanced.pool().consolidation = ConsolidationPolicy::Balanced;
+    let plan = balanced.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+}
+
+/// Upstream's "should approve replacing an oversized node": a nearly idle
+/// `xlarge` beside four busy `medium` nodes is worth moving under Balanced
+/// (93% of the pool's cost saved for 11% of its disruption).
+/// Four busy `medium` nodes (three 1-CPU pods each) and a nearly idle
+/// `xlarge`, on-demand only.
+fn an_oversized_node_beside_busy_ones() -> Scenario {
+    let mut nodes: Vec<StateNode> = (0..4)
+        .map(|n| {
+            let name = format!("mid{n}");
+            let pods = (0..3)
+                .map(|p| running(&format!("{name}-p{p}"), &name, 1000))
+                .collect();
+            on(managed(&name, "medium", "on-demand", "test-zone-1"), pods)
+        })
+        .collect();
+    nodes.push(on(
+        managed("big", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("idle", "big", 500)],
+    ));
+    let mut scenario = cluster(nodes);
+    scenario
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    scenario
+}
+
+/// Upstream's "should approve replacing an oversized node": the idle
+/// `xlarge` is worth moving under Balanced (two thirds of the pool's cost
+/// for a ninth of its disruption).
+#[test]
+fn balanced_approves_removing_an_oversized_node() {
+    // Balanced: the xlarge goes (alone or with what merging it saves).
+    let mut balanced = an_oversized_node_beside_busy_ones();
+    balanced.pool().consolidation = ConsolidationPolicy::Balanced;
+    let plan = balanced.plan();
+    assert!(disrupted(&plan).contains(&"big".to_owned()), "{plan:?}");
+    assert!(
+        plan.commands
+            .iter()
+            .all(|c| c.reason == Reason::Underutilized)
+    );
+}
+
+/// Empty nodes go under every policy, Balanced included (upstream deletes
+/// them before scoring anything).
+#[test]
+fn balanced_pools_still_lose_their_empty_nodes() {
+    let mut scenario = many_small_pods_on_a_large_node();
+    scenario
+        .nodes
+        .push(managed("empty", "medium", "on-demand", "test-zone-1"));
+    scenario.pool().consolidation = ConsolidationPolicy::Balanced;
+    let plan = scenario.plan();
+    let emptied = plan
+        .commands
+        .iter()
+        .find(|c| c.reason == Reason::Empty)
+        .expect("the empty node is deleted");
+    assert_eq!(emptied.candidates, vec!["empty"]);
+    assert!(!disrupted(&plan).contains(&"busy".to_owned()), "{plan:?}");
 }
 
 #[test]

@@ -82,6 +82,9 @@ pub(crate) fn node_pool(
                 karpenter_api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized => {
                     ConsolidationPolicy::WhenEmptyOrUnderutilized
                 }
+                karpenter_api::nodepool::ConsolidationPolicy::Balanced => {
+                    ConsolidationPolicy::Balanced
+                }
             } as i32,
             consolidate_after: disruption.consolidate_after().map(fields::std_duration),
             budgets,

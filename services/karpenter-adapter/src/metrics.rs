@@ -145,6 +145,7 @@ pub fn consolidation_policy_label(policy: karpenter_api::ConsolidationPolicy) ->
         karpenter_api::ConsolidationPolicy::WhenEmptyOrUnderutilized => {
             "when_empty_or_underutilized"
         }
+        karpenter_api::ConsolidationPolicy::Balanced => "balanced",
     }
 }
 

@@ -20,6 +20,9 @@ pub(super) struct Candidate {
     /// Indices into the node's pods of those that must move.
     pub(super) reschedulable: Vec<usize>,
     disruption_cost: f64,
+    /// What moving its pods costs, as the Balanced policy weighs it
+    /// ([`reschedule_disruption_cost`]).
+    pub(super) reschedule_cost: f64,
     pub(super) price: f64,
     pub(super) consolidatable: bool,
 }
@@ -31,6 +34,23 @@ fn eviction_cost(pod: &Pod) -> f64 {
         + f64::from(pod.deletion_cost) / 2f64.powi(27)
         + f64::from(pod.priority) / 2f64.powi(25);
     cost.clamp(-10.0, 10.0)
+}
+
+/// Draining any node costs this much before its pods are counted
+/// (cordon, drain, API calls, the replacement's start).
+pub(super) const NODE_BASE_DISRUPTION_COST: f64 = 1.0;
+
+/// Karpenter's RescheduleDisruptionCost of a node: the base cost plus the
+/// positive eviction costs of the pods that must move. Unlike the order of
+/// candidates, it does not shrink as the node nears expiry.
+pub(super) fn reschedule_disruption_cost(node: &StateNode) -> f64 {
+    NODE_BASE_DISRUPTION_COST
+        + node
+            .pods
+            .iter()
+            .filter(|p| p.is_reschedulable())
+            .map(|p| eviction_cost(p).max(0.0))
+            .sum::<f64>()
 }
 
 fn tolerates_disrupted_taint(pod: &Pod) -> bool {
@@ -261,6 +281,7 @@ pub(super) fn build_candidates(
                 .map(|(i, _)| i)
                 .collect(),
             disruption_cost: cost,
+            reschedule_cost: reschedule_disruption_cost(node),
             price: node_price(cluster, node),
             consolidatable: is_consolidatable(cluster, node),
         });

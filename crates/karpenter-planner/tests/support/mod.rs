@@ -32,8 +32,9 @@ use karpenter_core::taints::{Effect, Taint, Toleration};
 use karpenter_planner::disruption::{self, DisruptionOptions, DisruptionPlan};
 use karpenter_planner::hostports::HostPort;
 use karpenter_planner::model::{
-    AffinityTerm, Budget, Cluster, DaemonSet, DisruptionState, InstanceType, NodePool, Offering,
-    OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
+    AffinityTerm, Budget, Cluster, ConsolidationPolicy, DaemonSet, DisruptionState, InstanceType,
+    NodePool, Offering, OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode,
+    WhenUnsatisfiable,
 };
 use karpenter_planner::solve::{self, Options, PlannedClaim, Solution};
 
@@ -325,7 +326,7 @@ pub fn pool(name: &str) -> NodePool {
         usage: Resources::default(),
         ready: true,
         catalog: 0,
-        consolidation_when_empty_only: false,
+        consolidation: ConsolidationPolicy::WhenEmptyOrUnderutilized,
         consolidate_after: None,
         budgets: Vec::new(),
         expire_after: None,

@@ -5,13 +5,14 @@
 //! A round tries multi-node consolidation (`multi`), then single-node
 //! (`single`), then a multi-node set Karpenter's prefix search misses.
 
+mod balanced;
 mod multi;
 mod single;
 
 use std::collections::BTreeMap;
 
 use crate::labels;
-use crate::model::{Cluster, InstanceType, OfferingFilter, Reason};
+use crate::model::{Cluster, ConsolidationPolicy, InstanceType, OfferingFilter, Reason};
 use crate::requirements::{Requirement, Requirements};
 use crate::solve::{
     Cheapest, ClosedNodes, PlannedClaim, Prepared, min_values_not_met, min_values_prefix,
@@ -21,6 +22,7 @@ use crate::solve::{
 use super::candidates::{Candidate, closed_nodes};
 use super::simulate::{candidate_pods, move_pods};
 use super::{Command, DisruptionOptions, Method};
+use balanced::Balanced;
 
 /// Karpenter caps a multi-node command at this many candidates.
 pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
@@ -36,6 +38,8 @@ struct Consolidation<'a> {
     closed: ClosedNodes,
     state: &'a Cluster,
     options: &'a DisruptionOptions,
+    /// The round's Balanced pools and what their scores are relative to.
+    balanced: Balanced,
 }
 
 /// The consolidation commands of a round: Karpenter's multi-node search,
@@ -58,6 +62,7 @@ pub(super) fn commands(
         closed: closed_nodes(state),
         state,
         options,
+        balanced: Balanced::new(state, &consolidatable),
     };
     if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
         return Some(vec![command]);
@@ -81,7 +86,7 @@ fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Can
             let pool = &state.node_pools[c.pool];
             let node = &state.nodes[c.node];
             c.consolidatable
-                && !pool.consolidation_when_empty_only
+                && pool.consolidation != ConsolidationPolicy::WhenEmpty
                 && pool.consolidate_after.is_some()
                 && !c.reschedulable.is_empty()
                 && !node.instance_type.is_empty()
@@ -92,9 +97,22 @@ fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Can
 }
 
 impl Consolidation<'_> {
+    /// A consolidation of `candidates` that saves money and that their
+    /// Balanced pools approve.
+    fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
+        let command = self.compute(candidates, method)?;
+        match self
+            .balanced
+            .refusal(self.state, candidates, command.savings_per_hour)
+        {
+            Some(refused) => Err(refused),
+            None => Ok(command),
+        }
+    }
+
     /// Karpenter's computeConsolidation: delete when everything fits
     /// elsewhere, replace when one strictly cheaper node holds what does not.
-    fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
+    fn compute(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
         let cluster = self.state;
         let names: Vec<String> = candidates
             .iter()

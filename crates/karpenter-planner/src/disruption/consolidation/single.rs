@@ -32,6 +32,7 @@ impl Consolidation<'_> {
             let name = &state.nodes[candidate.node].name;
             if remaining_budget.get(&candidate.pool).copied().unwrap_or(0) == 0
                 || touched.contains(name)
+                || !self.balanced.can_pass(candidate)
             {
                 continue;
             }
