@@ -21,6 +21,9 @@ RUN rm -f rust-toolchain.toml \
     && { test -d vendor || { echo "vendor/ is missing: run scripts/build-image (or cargo vendor --locked vendor)" >&2; exit 1; }; } \
     && mkdir -p .cargo \
     && printf '[source.crates-io]\nreplace-with = "vendored-sources"\n\n[source.vendored-sources]\ndirectory = "vendor"\n' > .cargo/config.toml
+# The commit --version and karpenter_build_info report (scripts/build-image
+# passes it).
+ARG KARPENTER_COMMIT=unknown
 RUN cargo build --release --offline --locked \
         --bin adapter --bin scheduler --bin provider-aws --bin provider-kwok \
     && mkdir /out \

@@ -16,7 +16,7 @@ use crate::{CliError, convert, crds, disrupt, plan, validate};
 #[derive(Debug, Parser)]
 #[command(
     name = "karpctl",
-    version,
+    version = karpenter_runtime::build_info::version(),
     about = "Karpenter's scheduler and APIs from the command line"
 )]
 pub struct Cli {

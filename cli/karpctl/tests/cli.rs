@@ -741,3 +741,17 @@ fn plan_skips_deleting_and_static_node_pools() {
     );
     assert_eq!(plan["unschedulable"][0]["pod"], "default/p", "{plan:#}");
 }
+
+/// `--version` names the version, the commit and the compiler, as every
+/// binary of the project does.
+#[test]
+fn version_names_the_build() {
+    let out = karpctl(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let line = stdout(&out);
+    assert!(
+        line.starts_with(&format!("karpctl {} (commit ", env!("CARGO_PKG_VERSION")))
+            && line.contains("rustc "),
+        "{line}"
+    );
+}

@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod build_info;
 mod metrics;
 mod middleware;
 mod panics;

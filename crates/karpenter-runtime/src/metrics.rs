@@ -50,6 +50,15 @@ impl Metrics {
             "Time to answer a gRPC request, by method",
             durations.clone(),
         );
+        let build_info = Family::<crate::build_info::BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&crate::build_info::BuildLabels::of_this_binary())
+            .set(1);
+        registry.register(
+            "build_info",
+            "A metric with a constant '1' value labeled by version from which the service was built",
+            build_info,
+        );
         let panics = Family::<MethodLabels, Counter>::default();
         registry.register(
             "grpc_handler_panics",

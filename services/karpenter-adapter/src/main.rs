@@ -11,6 +11,7 @@ use karpenter_adapter::settings::Settings;
 #[derive(Parser)]
 #[command(
     name = "adapter",
+    version = karpenter_runtime::build_info::version(),
     about = "Watches the cluster and carries out the scheduler's plans through the cloud provider (Karpenter v1 semantics)"
 )]
 struct Cli {

@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "scheduler",
+    version = karpenter_runtime::build_info::version(),
     about = "Karpenter-compatible scheduling decisions over gRPC (stateless)"
 )]
 struct Args {

@@ -7,6 +7,7 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(
     name = "provider-aws",
+    version = karpenter_runtime::build_info::version(),
     about = "Karpenter's AWS cloud provider over gRPC"
 )]
 struct Args {

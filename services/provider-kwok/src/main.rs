@@ -16,6 +16,7 @@ use provider_kwok::{KwokProvider, Options};
 #[derive(Debug, Parser)]
 #[command(
     name = "provider-kwok",
+    version = karpenter_runtime::build_info::version(),
     about = "A simulated cloud provider: instances become Node objects in a cluster"
 )]
 struct Args {
