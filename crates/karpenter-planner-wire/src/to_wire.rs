@@ -193,6 +193,11 @@ pub fn plan_response(
                     .collect(),
                 savings_per_hour: command.savings_per_hour,
                 placements: placements(&command.placements, &uids),
+                balanced_scores: command
+                    .balanced_scores
+                    .iter()
+                    .map(|(pool, score)| balanced_score(pool, score))
+                    .collect(),
             })
             .collect(),
         blocked: plan
@@ -228,5 +233,23 @@ pub fn plan_response(
                     }),
             )
             .collect(),
+    }
+}
+
+/// A Balanced pool's score as the wire carries it (the threshold and K
+/// written out, as Karpenter's ConsolidationApproved event shows them).
+fn balanced_score(
+    pool: &str,
+    score: &karpenter_planner::disruption::BalancedScore,
+) -> sched::BalancedScore {
+    use karpenter_planner::disruption::BALANCED_K;
+    sched::BalancedScore {
+        node_pool: pool.to_owned(),
+        score: score.value(),
+        threshold: 1.0 / BALANCED_K,
+        // K is a small whole number (2).
+        k: BALANCED_K as i32,
+        savings_fraction: score.savings_fraction,
+        disruption_fraction: score.disruption_fraction,
     }
 }

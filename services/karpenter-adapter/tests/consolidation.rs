@@ -141,6 +141,71 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_and_its_pods_move() 
     adapter.stop().await;
 }
 
+/// The messages of the events of `reason`.
+async fn event_messages(cluster: &Cluster, reason: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone())
+        .list(&Default::default())
+        .await
+        .map(|list| {
+            list.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.message)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Upstream's "should approve replacing an oversized node" under
+/// `consolidationPolicy: Balanced`: the replacement goes ahead (three
+/// quarters of the pool's cost saved for all of its one-pod disruption), and
+/// the node and its claim carry ConsolidationCandidate and
+/// ConsolidationApproved with the score, the threshold and K.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_balanced_pool_replaces_an_oversized_node_and_says_why() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            small_and_large(),
+            json!({"disruption": {"consolidateAfter": "2s", "consolidationPolicy": "Balanced"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 6, "1", json!({})).await;
+    eventually("six pods running", Duration::from_secs(60), || {
+        cluster.running("inflate", 6)
+    })
+    .await;
+    assert_eq!(instance_types(&cluster).await, ["c-8x-amd64-linux"]);
+    cluster.scale("inflate", 1).await;
+    eventually(
+        "the large node replaced by a small one",
+        Duration::from_secs(120),
+        || async {
+            instance_types(&cluster).await == ["c-2x-amd64-linux"]
+                && cluster.nodes().await.len() == 1
+                && cluster.running("inflate", 1).await
+        },
+    )
+    .await;
+    let candidates = event_messages(&cluster, "ConsolidationCandidate").await;
+    assert!(
+        candidates.iter().any(|m| m.starts_with(
+            "Consolidation candidate: Underutilized: replace: nodepools=[default]: ["
+        ) && m.contains("-> [1 replacement]")),
+        "{candidates:?}"
+    );
+    let approved = event_messages(&cluster, "ConsolidationApproved").await;
+    assert!(
+        approved
+            .iter()
+            .any(|m| m.contains(">= threshold 0.50 (k: 2, savings ")),
+        "{approved:?}"
+    );
+    adapter.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_do_not_disrupt_pod_keeps_its_node_until_it_goes() {
     let cluster = Cluster::start().await;

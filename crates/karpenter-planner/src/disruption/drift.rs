@@ -91,5 +91,6 @@ fn drift_command(
         savings_per_hour: candidate.price - moved.replacement_price(),
         replacements: moved.replacements,
         placements: moved.placements,
+        balanced_scores: BTreeMap::new(),
     })
 }

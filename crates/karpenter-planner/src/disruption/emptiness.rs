@@ -53,5 +53,6 @@ pub(super) fn command(
         replacements: Vec::new(),
         savings_per_hour: empty.iter().map(|c| c.price).sum(),
         placements: BTreeMap::new(),
+        balanced_scores: BTreeMap::new(),
     })
 }

@@ -38,6 +38,7 @@ pub(super) fn commands(state: &Cluster, scheduling: &Options) -> Vec<Command> {
             savings_per_hour: node_price(state, node) - moved.replacement_price(),
             replacements: moved.replacements,
             placements: moved.placements,
+            balanced_scores: std::collections::BTreeMap::new(),
         });
     }
     commands

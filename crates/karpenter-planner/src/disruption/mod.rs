@@ -41,6 +41,8 @@ mod apply;
 mod budgets;
 mod candidates;
 mod consolidation;
+
+pub use consolidation::{BALANCED_K, Score as BalancedScore};
 mod drift;
 mod emptiness;
 mod expiration;
@@ -89,6 +91,9 @@ pub struct Command {
     pub savings_per_hour: f64,
     /// Existing node -> the candidates' pods the simulation moved there.
     pub placements: BTreeMap<String, Vec<PodKey>>,
+    /// Pool name -> the Balanced score that approved the command (empty
+    /// when no candidate's pool is Balanced).
+    pub balanced_scores: BTreeMap<String, consolidation::Score>,
 }
 
 /// Every command, in the order they are carried out, why the candidates

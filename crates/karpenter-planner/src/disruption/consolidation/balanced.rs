@@ -13,7 +13,7 @@
 //! candidates' prices), and goes ahead only when every one approves; pools
 //! of other policies are not scored.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::disruption::candidates::{Candidate, node_price, reschedule_disruption_cost};
 use crate::model::{Cluster, ConsolidationPolicy};
@@ -115,14 +115,16 @@ impl Balanced {
         })
     }
 
-    /// Why the move of `candidates` saving `savings` per hour is refused, if
-    /// a Balanced pool among theirs refuses it.
-    pub(super) fn refusal(
+    /// The scores of the Balanced pools among `candidates`' for a move
+    /// saving `savings` per hour, by pool name; why it is refused when one
+    /// of them refuses it.
+    pub(super) fn scores(
         &self,
         cluster: &Cluster,
         candidates: &[&Candidate],
         savings: f64,
-    ) -> Option<String> {
+    ) -> Result<BTreeMap<String, Score>, String> {
+        let mut scores = BTreeMap::new();
         let source_cost: f64 = candidates.iter().map(|c| c.price).sum();
         let mut pools: Vec<usize> = candidates.iter().map(|c| c.pool).collect();
         pools.sort_unstable();
@@ -140,18 +142,19 @@ impl Balanced {
                 savings
             };
             let score = Score::of(pool_savings, disruption, totals);
+            let name = &cluster.node_pools[*pool].name;
             if !score.approved() {
-                return Some(format!(
-                    "Balanced consolidation of NodePool {:?}: score {:.2} is below the threshold {:.2} (saves {:.1}% of the pool's cost, disrupts {:.1}% of its workload)",
-                    cluster.node_pools[*pool].name,
+                return Err(format!(
+                    "Balanced consolidation of NodePool {name:?}: score {:.2} is below the threshold {:.2} (saves {:.1}% of the pool's cost, disrupts {:.1}% of its workload)",
                     score.value(),
                     1.0 / BALANCED_K,
                     score.savings_fraction * 100.0,
                     score.disruption_fraction * 100.0
                 ));
             }
+            scores.insert(name.clone(), score);
         }
-        None
+        Ok(scores)
     }
 }
 

@@ -6,6 +6,8 @@
 //! (`single`), then a multi-node set Karpenter's prefix search misses.
 
 mod balanced;
+
+pub use balanced::{BALANCED_K, Score};
 mod multi;
 mod single;
 
@@ -100,14 +102,11 @@ impl Consolidation<'_> {
     /// A consolidation of `candidates` that saves money and that their
     /// Balanced pools approve.
     fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
-        let command = self.compute(candidates, method)?;
-        match self
-            .balanced
-            .refusal(self.state, candidates, command.savings_per_hour)
-        {
-            Some(refused) => Err(refused),
-            None => Ok(command),
-        }
+        let mut command = self.compute(candidates, method)?;
+        command.balanced_scores =
+            self.balanced
+                .scores(self.state, candidates, command.savings_per_hour)?;
+        Ok(command)
     }
 
     /// Karpenter's computeConsolidation: delete when everything fits
@@ -143,6 +142,7 @@ impl Consolidation<'_> {
                     replacements: Vec::new(),
                     savings_per_hour: candidate_price,
                     placements: moved.placements,
+                    balanced_scores: BTreeMap::new(),
                 });
             }
             [claim] => claim,
@@ -189,6 +189,7 @@ impl Consolidation<'_> {
             savings_per_hour: candidate_price - price,
             placements: moved.placements,
             replacements: vec![replacement],
+            balanced_scores: BTreeMap::new(),
         })
     }
 }

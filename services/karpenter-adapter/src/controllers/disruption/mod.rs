@@ -15,6 +15,7 @@
 //! nodes in flight carry the disrupted taint, so the next plan counts them
 //! against budgets and never picks them again.
 
+mod consolidation_events;
 pub mod queue;
 pub mod validation;
 
@@ -100,7 +101,11 @@ async fn pass(
     release_leftovers(ctx, index, queue).await;
     if let Some(pending) = validating.take_if(|v| v.due <= Instant::now()) {
         let (pools, plan) = plan(ctx, index).await?;
-        for command in validation::still_valid(&pending.commands, &plan.commands) {
+        let validated = validation::validate(&pending.commands, &plan.commands);
+        for (command, why) in &validated.rejected {
+            consolidation_events::rejected(ctx, index, command, why);
+        }
+        for command in validated.valid {
             start(ctx, index, queue, &pools, &command).await;
         }
         *next_plan = Instant::now();
@@ -118,6 +123,9 @@ async fn pass(
         .partition(|c| !validation::needs_validation(c));
     for command in &now {
         start(ctx, index, queue, &pools, command).await;
+    }
+    for command in &later {
+        consolidation_events::candidate(ctx, index, command);
     }
     if !later.is_empty() {
         *validating = Some(Validating {
@@ -140,6 +148,7 @@ async fn start(
         tracing::warn!(%error, nodes = ?command.candidates, "starting a disruption command failed");
         return;
     }
+    consolidation_events::approved(ctx, index, command);
     ctx.metrics
         .disruption_decisions
         .get_or_create(&decision_labels(command))

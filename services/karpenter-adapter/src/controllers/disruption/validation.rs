@@ -35,18 +35,32 @@ fn candidates(command: &sched::DisruptionCommand) -> BTreeSet<&str> {
     command.candidates.iter().map(String::as_str).collect()
 }
 
+/// What validation made of the waited commands.
+#[derive(Debug, Default)]
+pub struct Validated {
+    /// Still supported by the fresh plan (narrowed where Karpenter narrows).
+    pub valid: Vec<sched::DisruptionCommand>,
+    /// Abandoned, with why (Karpenter's wording).
+    pub rejected: Vec<(sched::DisruptionCommand, &'static str)>,
+}
+
+/// Emptiness abandoned: every candidate got a pod.
+pub const POD_CHURN: &str = "pod churn, command is no longer valid";
+/// Consolidation abandoned: the fresh plan does something else.
+pub const NEW_RESULTS: &str = "scheduling simulation produced new results";
+
 /// The commands of `waited` that `fresh` (a plan made after the delay)
-/// still supports, narrowed where Karpenter narrows them.
-pub fn still_valid(
+/// still supports, and those it does not.
+pub fn validate(
     waited: &[sched::DisruptionCommand],
     fresh: &[sched::DisruptionCommand],
-) -> Vec<sched::DisruptionCommand> {
+) -> Validated {
     let fresh_empty: BTreeSet<&str> = fresh
         .iter()
         .filter(|c| c.method() == DisruptionMethod::Emptiness)
         .flat_map(|c| c.candidates.iter().map(String::as_str))
         .collect();
-    let mut valid = Vec::new();
+    let mut out = Validated::default();
     for command in waited {
         if command.method() == DisruptionMethod::Emptiness {
             let kept: Vec<String> = command
@@ -56,9 +70,10 @@ pub fn still_valid(
                 .cloned()
                 .collect();
             if kept.is_empty() {
-                tracing::info!(nodes = ?command.candidates, "abandoning empty node consolidation attempt due to pod churn, command is no longer valid");
+                tracing::info!(nodes = ?command.candidates, "abandoning empty node consolidation attempt due to {POD_CHURN}");
+                out.rejected.push((command.clone(), POD_CHURN));
             } else {
-                valid.push(sched::DisruptionCommand {
+                out.valid.push(sched::DisruptionCommand {
                     candidates: kept,
                     ..command.clone()
                 });
@@ -73,12 +88,22 @@ pub fn still_valid(
                 && (f.replacements.is_empty() == command.replacements.is_empty())
         });
         if same {
-            valid.push(command.clone());
+            out.valid.push(command.clone());
         } else {
-            tracing::info!(nodes = ?command.candidates, "abandoning consolidation attempt: scheduling simulation produced new results");
+            tracing::info!(nodes = ?command.candidates, "abandoning consolidation attempt: {NEW_RESULTS}");
+            out.rejected.push((command.clone(), NEW_RESULTS));
         }
     }
-    valid
+    out
+}
+
+/// The commands of `waited` that `fresh` still supports.
+#[cfg(test)]
+fn still_valid(
+    waited: &[sched::DisruptionCommand],
+    fresh: &[sched::DisruptionCommand],
+) -> Vec<sched::DisruptionCommand> {
+    validate(waited, fresh).valid
 }
 
 #[cfg(test)]
@@ -110,10 +135,10 @@ mod tests {
         let valid = still_valid(&waited, &fresh);
         assert_eq!(valid.len(), 1);
         assert_eq!(valid[0].candidates, ["a", "c"], "b got a pod; d is new");
-        assert!(
-            still_valid(&waited, &[]).is_empty(),
-            "nothing empty any more"
-        );
+        let none = validate(&waited, &[]);
+        assert!(none.valid.is_empty(), "nothing empty any more");
+        assert_eq!(none.rejected.len(), 1);
+        assert_eq!(none.rejected[0].1, POD_CHURN);
     }
 
     #[test]

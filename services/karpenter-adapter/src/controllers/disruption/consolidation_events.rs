@@ -1,0 +1,166 @@
+//! Karpenter's consolidation events, on the Node and NodeClaim of each
+//! candidate:
+//!
+//! ```text
+//!   consolidation planned (single, multi)       ─▶ ConsolidationCandidate "Consolidation candidate: <command> (savings: $x)"
+//!   abandoned after the validation delay        ─▶ ConsolidationRejected  "Consolidation rejected: <command>, reason: <why> (savings: $x)"
+//!   started, approved by a Balanced pool        ─▶ ConsolidationApproved  "score s >= threshold t (k: K, savings a%, disruption b%)"
+//!                                                  (a multi-node command's approval goes on its NodePool)
+//! ```
+
+use karpenter_proto::scheduler::v1 as sched;
+
+use crate::controllers::Context;
+use crate::events::{Event, Kind};
+use crate::state::index::Index;
+
+use super::validation;
+
+/// `delete` or `replace`, as Karpenter names a command's decision.
+fn decision(command: &sched::DisruptionCommand) -> &'static str {
+    if command.replacements.is_empty() {
+        "delete"
+    } else {
+        "replace"
+    }
+}
+
+/// A command as Karpenter describes it: its reason, decision, pools,
+/// candidates, replacements and savings.
+fn describe(index: &Index, command: &sched::DisruptionCommand) -> String {
+    let mut pools: Vec<String> = command
+        .candidates
+        .iter()
+        .filter_map(|name| index.nodes.named(name))
+        .filter_map(|node| {
+            node.metadata
+                .labels
+                .as_ref()?
+                .get(karpenter_core::labels::NODE_POOL)
+                .cloned()
+        })
+        .collect();
+    pools.sort();
+    pools.dedup();
+    let replacements = match command.replacements.len() {
+        0 => String::new(),
+        1 => " -> [1 replacement]".to_owned(),
+        n => format!(" -> [{n} replacements]"),
+    };
+    format!(
+        "{}: {}: nodepools=[{}]: [{}]{replacements} (savings: ${:.2})",
+        validation::reason(command),
+        decision(command),
+        pools.join(","),
+        command.candidates.join(", "),
+        command.savings_per_hour
+    )
+}
+
+/// The description of `command` from one candidate's side: the whole
+/// command for a single node, the node and the command's size otherwise.
+fn describe_for(index: &Index, command: &sched::DisruptionCommand, node: &str) -> String {
+    if command.candidates.len() == 1 {
+        return describe(index, command);
+    }
+    format!(
+        "{}: [{node}] (part of {}-node consolidation)",
+        decision(command),
+        command.candidates.len()
+    )
+}
+
+/// One event of `reason` on each candidate's Node and NodeClaim, with the
+/// message `message` makes for it.
+fn on_candidates(
+    ctx: &Context,
+    index: &Index,
+    command: &sched::DisruptionCommand,
+    reason: &str,
+    message: impl Fn(&str) -> String,
+) {
+    for name in &command.candidates {
+        let Some(node) = index.nodes.named(name) else {
+            continue;
+        };
+        let text = message(name);
+        ctx.recorder
+            .emit(Event::new(node.as_ref(), Kind::Normal, reason, &text).dedupe_on(text.clone()));
+        if let Some(claim) = index.claim_of(node) {
+            ctx.recorder.emit(
+                Event::new(claim.as_ref(), Kind::Normal, reason, &text).dedupe_on(text.clone()),
+            );
+        }
+    }
+}
+
+/// Whether `command` is a consolidation (single- or multi-node): the only
+/// commands with these events (emptiness has none, as upstream's).
+fn is_consolidation(command: &sched::DisruptionCommand) -> bool {
+    matches!(
+        command.method(),
+        sched::DisruptionMethod::SingleNodeConsolidation
+            | sched::DisruptionMethod::MultiNodeConsolidation
+    )
+}
+
+/// `ConsolidationCandidate` for a planned consolidation.
+pub fn candidate(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) {
+    if !is_consolidation(command) {
+        return;
+    }
+    on_candidates(ctx, index, command, "ConsolidationCandidate", |node| {
+        format!(
+            "Consolidation candidate: {} (savings: ${:.2})",
+            describe_for(index, command, node),
+            command.savings_per_hour
+        )
+    });
+}
+
+/// `ConsolidationRejected` for a command validation abandoned.
+pub fn rejected(ctx: &Context, index: &Index, command: &sched::DisruptionCommand, reason: &str) {
+    on_candidates(ctx, index, command, "ConsolidationRejected", |node| {
+        format!(
+            "Consolidation rejected: {}, reason: {reason} (savings: ${:.2})",
+            describe_for(index, command, node),
+            command.savings_per_hour
+        )
+    });
+}
+
+fn score_message(score: &sched::BalancedScore) -> String {
+    format!(
+        "score {:.2} >= threshold {:.2} (k: {}, savings {:.1}%, disruption {:.1}%)",
+        score.score,
+        score.threshold,
+        score.k,
+        score.savings_fraction * 100.0,
+        score.disruption_fraction * 100.0
+    )
+}
+
+/// `ConsolidationApproved` for a started command its Balanced pools
+/// approved: on the candidate of a single-node command, on each Balanced
+/// NodePool of a multi-node one.
+pub fn approved(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) {
+    if command.candidates.len() == 1 {
+        if let Some(score) = command.balanced_scores.first() {
+            let text = score_message(score);
+            on_candidates(ctx, index, command, "ConsolidationApproved", |_| {
+                text.clone()
+            });
+        }
+        return;
+    }
+    for score in &command.balanced_scores {
+        let Some(pool) = index.node_pools.named(&score.node_pool) else {
+            continue;
+        };
+        let text = score_message(score);
+        ctx.recorder.emit(
+            Event::new(pool.as_ref(), Kind::Normal, "ConsolidationApproved", &text)
+                .dedupe_on(text.clone()),
+        );
+    }
+}
