@@ -480,6 +480,7 @@ fn response() -> sched::PlanDisruptionResponse {
                 replacements: vec![],
                 savings_per_hour: 0.192,
                 placements: vec![],
+                balanced_scores: vec![],
             },
             sched::DisruptionCommand {
                 reason: sched::DisruptionReason::Underutilized as i32,
@@ -510,6 +511,7 @@ fn response() -> sched::PlanDisruptionResponse {
                 }],
                 savings_per_hour: 0.288_000_000_1,
                 placements: vec![],
+                balanced_scores: vec![],
             },
         ],
         blocked: vec![sched::BlockedCandidate {
@@ -523,6 +525,7 @@ fn response() -> sched::PlanDisruptionResponse {
         }),
         candidates_evaluated: 6,
         rejected: vec![],
+        unconsolidatable: vec![],
     }
 }
 

@@ -200,14 +200,8 @@ pub fn plan_response(
                     .collect(),
             })
             .collect(),
-        blocked: plan
-            .blocked
-            .iter()
-            .map(|(node, reason)| sched::BlockedCandidate {
-                node: node.clone(),
-                reason: reason.clone(),
-            })
-            .collect(),
+        blocked: blocked_candidates(&plan.blocked),
+        unconsolidatable: blocked_candidates(&plan.unconsolidatable),
         cost: Some(sched::ClusterCost {
             before: plan.cost_before,
             after: plan.cost_after,
@@ -252,4 +246,16 @@ fn balanced_score(
         savings_fraction: score.savings_fraction,
         disruption_fraction: score.disruption_fraction,
     }
+}
+
+fn blocked_candidates(
+    reasons: &std::collections::BTreeMap<String, String>,
+) -> Vec<sched::BlockedCandidate> {
+    reasons
+        .iter()
+        .map(|(node, reason)| sched::BlockedCandidate {
+            node: node.clone(),
+            reason: reason.clone(),
+        })
+        .collect()
 }

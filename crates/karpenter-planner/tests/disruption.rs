@@ -711,9 +711,73 @@ fn spot_to_spot_needs_the_feature_gate_and_fifteen_cheaper_options() {
     )]);
     let plan = cluster.plan();
     assert!(plan.commands.is_empty());
+    // Upstream's Unconsolidatable event says why.
+    assert_eq!(
+        plan.unconsolidatable.get("big").map(String::as_str),
+        Some("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
+    );
     cluster.disruption.spot_to_spot = true;
     // Only three cheaper types exist.
-    assert!(cluster.plan().commands.is_empty());
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty());
+    assert_eq!(
+        plan.unconsolidatable.get("big").map(String::as_str),
+        Some(
+            "SpotToSpotConsolidation requires 15 cheaper instance type options than the current candidate to consolidate, got 3"
+        )
+    );
+}
+
+/// Upstream's Unconsolidatable reasons of ShouldDisrupt and of
+/// computeConsolidation, for nodes no command takes; a Balanced refusal is
+/// not one (upstream counts it, without an event).
+#[test]
+fn candidates_consolidation_cannot_take_say_why() {
+    let mut when_empty = cluster(vec![on(
+        managed("busy", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "busy", 500)],
+    )]);
+    when_empty.pool().consolidation = ConsolidationPolicy::WhenEmpty;
+    assert_eq!(
+        when_empty
+            .plan()
+            .unconsolidatable
+            .get("busy")
+            .map(String::as_str),
+        Some("NodePool \"np\" has consolidation policy WhenEmpty, but node is not empty")
+    );
+    let mut never = cluster(vec![on(
+        managed("busy", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "busy", 500)],
+    )]);
+    never.pool().consolidate_after = None;
+    assert_eq!(
+        never
+            .plan()
+            .unconsolidatable
+            .get("busy")
+            .map(String::as_str),
+        Some("NodePool \"np\" has consolidation disabled")
+    );
+    let mut cheapest = cluster(vec![on(
+        managed("mid", "medium", "on-demand", "test-zone-1"),
+        vec![running("p0", "mid", 3500)],
+    )]);
+    cheapest
+        .pool()
+        .requirements
+        .add(in_(CAPACITY_TYPE, &["on-demand"]));
+    assert_eq!(
+        cheapest
+            .plan()
+            .unconsolidatable
+            .get("mid")
+            .map(String::as_str),
+        Some("Can't replace with a cheaper node")
+    );
+    let mut balanced = many_small_pods_on_a_large_node();
+    balanced.pool().consolidation = ConsolidationPolicy::Balanced;
+    assert!(!balanced.plan().unconsolidatable.contains_key("busy"));
 }
 
 /// Karpenter: "Consolidation should fail if filterByPrice breaks the

@@ -57,6 +57,20 @@ async fn empty_nodes_go_away_after_consolidate_after() {
     })
     .await;
     assert_eq!(cluster.claims().await.len(), 3);
+    // Busy nodes of a WhenEmpty pool say why consolidation leaves them.
+    eventually(
+        "an Unconsolidatable event on a busy node",
+        Duration::from_secs(60),
+        || async {
+            event_messages(&cluster, "Unconsolidatable")
+                .await
+                .iter()
+                .any(|m| {
+                    m == "NodePool \"default\" has consolidation policy WhenEmpty, but node is not empty"
+                })
+        },
+    )
+    .await;
     cluster.scale("inflate", 0).await;
     eventually("every empty node gone", Duration::from_secs(90), || async {
         cluster.claims().await.is_empty() && cluster.nodes().await.is_empty()

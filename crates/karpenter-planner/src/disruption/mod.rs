@@ -103,6 +103,9 @@ pub struct DisruptionPlan {
     pub commands: Vec<Command>,
     /// Node name -> why it may not be disrupted.
     pub blocked: BTreeMap<String, String>,
+    /// Node name -> why consolidation could not take it on its own
+    /// (Karpenter's `Unconsolidatable` reasons), for nodes no command took.
+    pub unconsolidatable: BTreeMap<String, String>,
     pub cost_before: f64,
     pub cost_after: f64,
     pub lower_bound: f64,
@@ -130,13 +133,17 @@ pub fn plan(
     plan.commands.extend(expired);
 
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    let mut unconsolidatable: BTreeMap<String, String> = BTreeMap::new();
     while !scheduling.interrupted()
         && let Some(commands) = round(
             &state,
             scheduling,
             options,
-            &mut blocked,
-            &mut plan.candidates_evaluated,
+            &mut Findings {
+                blocked: &mut blocked,
+                unconsolidatable: &mut unconsolidatable,
+                evaluated: &mut plan.candidates_evaluated,
+            },
         )
     {
         for command in &commands {
@@ -150,21 +157,32 @@ pub fn plan(
         .flat_map(|c| c.candidates.iter().map(String::as_str))
         .collect();
     blocked.retain(|node, _| !disrupted.contains(node.as_str()));
+    unconsolidatable.retain(|node, _| !disrupted.contains(node.as_str()));
     plan.blocked = blocked;
+    plan.unconsolidatable = unconsolidatable;
     plan.cost_after = managed_cost(&state);
     plan
 }
 
+/// What the rounds of a plan learn besides their commands.
+struct Findings<'a> {
+    /// Why nodes are not candidates at all.
+    blocked: &'a mut BTreeMap<String, String>,
+    /// Why candidates could not be consolidated on their own.
+    unconsolidatable: &'a mut BTreeMap<String, String>,
+    /// How many candidates were weighed.
+    evaluated: &'a mut usize,
+}
+
 /// One pass of Karpenter's disruption loop: the first method that acts.
-/// `blocked` collects why candidates were passed over, `evaluated` how many
-/// were weighed.
 fn round(
     state: &Cluster,
     scheduling: &Options,
     options: &DisruptionOptions,
-    blocked: &mut BTreeMap<String, String>,
-    evaluated: &mut usize,
+    findings: &mut Findings<'_>,
 ) -> Option<Vec<Command>> {
+    let blocked = &mut *findings.blocked;
+    let evaluated = &mut *findings.evaluated;
     let graceful = build_candidates(state, false, blocked);
     if graceful.is_empty()
         && !state
@@ -182,7 +200,15 @@ fn round(
     if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {
         return Some(vec![command]);
     }
-    consolidation::commands(&prepared, state, &graceful, options, blocked, evaluated)
+    consolidation::commands(
+        &prepared,
+        state,
+        &graceful,
+        options,
+        blocked,
+        findings.unconsolidatable,
+        evaluated,
+    )
 }
 
 /// What the managed nodes not being deleted cost per hour.

@@ -116,14 +116,14 @@ impl Balanced {
     }
 
     /// The scores of the Balanced pools among `candidates`' for a move
-    /// saving `savings` per hour, by pool name; why it is refused when one
-    /// of them refuses it.
+    /// saving `savings` per hour, by pool name; `None` when one of them
+    /// scores it below the threshold.
     pub(super) fn scores(
         &self,
         cluster: &Cluster,
         candidates: &[&Candidate],
         savings: f64,
-    ) -> Result<BTreeMap<String, Score>, String> {
+    ) -> Option<BTreeMap<String, Score>> {
         let mut scores = BTreeMap::new();
         let source_cost: f64 = candidates.iter().map(|c| c.price).sum();
         let mut pools: Vec<usize> = candidates.iter().map(|c| c.pool).collect();
@@ -142,19 +142,12 @@ impl Balanced {
                 savings
             };
             let score = Score::of(pool_savings, disruption, totals);
-            let name = &cluster.node_pools[*pool].name;
             if !score.approved() {
-                return Err(format!(
-                    "Balanced consolidation of NodePool {name:?}: score {:.2} is below the threshold {:.2} (saves {:.1}% of the pool's cost, disrupts {:.1}% of its workload)",
-                    score.value(),
-                    1.0 / BALANCED_K,
-                    score.savings_fraction * 100.0,
-                    score.disruption_fraction * 100.0
-                ));
+                return None;
             }
-            scores.insert(name.clone(), score);
+            scores.insert(cluster.node_pools[*pool].name.clone(), score);
         }
-        Ok(scores)
+        Some(scores)
     }
 }
 

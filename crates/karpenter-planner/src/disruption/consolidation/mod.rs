@@ -21,7 +21,7 @@ use crate::solve::{
     min_values_shortfall,
 };
 
-use super::candidates::{Candidate, closed_nodes};
+use super::candidates::{Candidate, closed_nodes, node_price};
 use super::simulate::{candidate_pods, move_pods};
 use super::{Command, DisruptionOptions, Method};
 use balanced::Balanced;
@@ -53,9 +53,10 @@ pub(super) fn commands(
     graceful: &[Candidate],
     options: &DisruptionOptions,
     blocked: &mut BTreeMap<String, String>,
+    unconsolidatable: &mut BTreeMap<String, String>,
     evaluated: &mut usize,
 ) -> Option<Vec<Command>> {
-    let consolidatable = consolidatable(state, graceful);
+    let consolidatable = consolidatable(state, graceful, unconsolidatable);
     if consolidatable.is_empty() {
         return None;
     }
@@ -69,7 +70,7 @@ pub(super) fn commands(
     if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
         return Some(vec![command]);
     }
-    let taken = consolidation.single_node(&consolidatable, evaluated);
+    let taken = consolidation.single_node(&consolidatable, unconsolidatable, evaluated);
     if !taken.is_empty() {
         return Some(taken);
     }
@@ -80,32 +81,80 @@ pub(super) fn commands(
 
 /// Consolidation candidates: consolidatable nodes with pods to move, of
 /// pools that allow more than emptiness, whose instance type, capacity
-/// type and zone are known (their price is).
-fn consolidatable<'g>(state: &Cluster, graceful: &'g [Candidate]) -> Vec<&'g Candidate> {
+/// type and zone are known (their price is). Why a node with pods is not
+/// one goes to `unconsolidatable`, in Karpenter's words.
+fn consolidatable<'g>(
+    state: &Cluster,
+    graceful: &'g [Candidate],
+    unconsolidatable: &mut BTreeMap<String, String>,
+) -> Vec<&'g Candidate> {
     graceful
         .iter()
-        .filter(|c| {
-            let pool = &state.node_pools[c.pool];
-            let node = &state.nodes[c.node];
-            c.consolidatable
-                && pool.consolidation != ConsolidationPolicy::WhenEmpty
-                && pool.consolidate_after.is_some()
-                && !c.reschedulable.is_empty()
-                && !node.instance_type.is_empty()
-                && !node.capacity_type.is_empty()
-                && !node.zone.is_empty()
+        .filter(|c| match should_consolidate(state, c) {
+            ShouldConsolidate::Yes => c.consolidatable,
+            ShouldConsolidate::No => false,
+            ShouldConsolidate::Never(why) => {
+                unconsolidatable
+                    .entry(state.nodes[c.node].name.clone())
+                    .or_insert(why);
+                false
+            }
         })
         .collect()
+}
+
+/// What Karpenter's ShouldDisrupt for consolidation says of a candidate.
+enum ShouldConsolidate {
+    /// A candidate, once its Consolidatable condition holds.
+    Yes,
+    /// Not consolidation's to take (an empty node is Emptiness's).
+    No,
+    /// Not consolidatable, for a reason the node's events tell.
+    Never(String),
+}
+
+/// Karpenter's ShouldDisrupt for consolidation, in its order: what the
+/// price needs (instance type, capacity type, zone), whether the pool
+/// consolidates at all, emptiness, the policy.
+fn should_consolidate(state: &Cluster, candidate: &Candidate) -> ShouldConsolidate {
+    let pool = &state.node_pools[candidate.pool];
+    let node = &state.nodes[candidate.node];
+    let why = if node.instance_type.is_empty() || node_price(state, node) <= 0.0 {
+        format!("Instance Type {:?} not found", node.instance_type)
+    } else if node.capacity_type.is_empty() {
+        format!("Node does not have label {:?}", labels::CAPACITY_TYPE)
+    } else if node.zone.is_empty() {
+        format!("Node does not have label {:?}", labels::TOPOLOGY_ZONE)
+    } else if pool.consolidate_after.is_none() {
+        format!("NodePool {:?} has consolidation disabled", pool.name)
+    } else if candidate.reschedulable.is_empty() {
+        return ShouldConsolidate::No;
+    } else if pool.consolidation == ConsolidationPolicy::WhenEmpty {
+        format!(
+            "NodePool {:?} has consolidation policy WhenEmpty, but node is not empty",
+            pool.name
+        )
+    } else {
+        return ShouldConsolidate::Yes;
+    };
+    ShouldConsolidate::Never(why)
 }
 
 impl Consolidation<'_> {
     /// A consolidation of `candidates` that saves money and that their
     /// Balanced pools approve.
-    fn consolidate(&self, candidates: &[&Candidate], method: Method) -> Result<Command, String> {
-        let mut command = self.compute(candidates, method)?;
-        command.balanced_scores =
-            self.balanced
-                .scores(self.state, candidates, command.savings_per_hour)?;
+    fn consolidate(
+        &self,
+        candidates: &[&Candidate],
+        method: Method,
+    ) -> Result<Command, NotConsolidated> {
+        let mut command = self
+            .compute(candidates, method)
+            .map_err(NotConsolidated::Unconsolidatable)?;
+        command.balanced_scores = self
+            .balanced
+            .scores(self.state, candidates, command.savings_per_hour)
+            .ok_or(NotConsolidated::ScoredTooLow)?;
         Ok(command)
     }
 
@@ -148,7 +197,7 @@ impl Consolidation<'_> {
             [claim] => claim,
             more => {
                 return Err(format!(
-                    "can't remove without creating {} nodes",
+                    "Can't remove without creating {} candidates",
                     more.len()
                 ));
             }
@@ -192,6 +241,16 @@ impl Consolidation<'_> {
             balanced_scores: BTreeMap::new(),
         })
     }
+}
+
+/// Why candidates were not consolidated.
+#[derive(Debug)]
+enum NotConsolidated {
+    /// No consolidation exists (Karpenter's `Unconsolidatable` reasons).
+    Unconsolidatable(String),
+    /// One exists, but a Balanced pool scores it below the threshold
+    /// (never an event, as upstream: such refusals are routine).
+    ScoredTooLow,
 }
 
 /// What a replacement is sought for: the claim the simulation planned for the candidates'

@@ -4,7 +4,7 @@
 //! ones taken before it is taken, which reaches the state Karpenter's
 //! successive loops would.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::disruption::budgets::budget_mapping;
 use crate::disruption::candidates::{Candidate, pdb_blocks};
@@ -20,6 +20,7 @@ impl Consolidation<'_> {
     pub(super) fn single_node(
         &self,
         consolidatable: &[&Candidate],
+        unconsolidatable: &mut BTreeMap<String, String>,
         evaluated: &mut usize,
     ) -> Vec<Command> {
         let state = self.state;
@@ -38,8 +39,12 @@ impl Consolidation<'_> {
             }
             *evaluated += 1;
             // An error means no saving, or the pods have nowhere else to go:
-            // the node stays.
-            if let Ok(command) = self.consolidate(&[*candidate], Method::SingleNodeConsolidation) {
+            // the node stays, and says why.
+            let consolidated = self.consolidate(&[*candidate], Method::SingleNodeConsolidation);
+            if let Err(super::NotConsolidated::Unconsolidatable(why)) = &consolidated {
+                unconsolidatable.insert(name.clone(), why.clone());
+            }
+            if let Ok(command) = consolidated {
                 let conflicts = command
                     .placements
                     .keys()

@@ -6,6 +6,7 @@
 //!   abandoned after the validation delay        ─▶ ConsolidationRejected  "Consolidation rejected: <command>, reason: <why> (savings: $x)"
 //!   started, approved by a Balanced pool        ─▶ ConsolidationApproved  "score s >= threshold t (k: K, savings a%, disruption b%)"
 //!                                                  (a multi-node command's approval goes on its NodePool)
+//!   a candidate consolidation cannot take       ─▶ Unconsolidatable       "<why>" (once per node per 15 minutes)
 //! ```
 
 use karpenter_proto::scheduler::v1 as sched;
@@ -15,6 +16,10 @@ use crate::events::{Event, Kind};
 use crate::state::index::Index;
 
 use super::validation;
+
+/// How long a node's `Unconsolidatable` event is not repeated, whatever its
+/// reason (Karpenter's dedupe timeout).
+const UNCONSOLIDATABLE_DEDUPE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 /// `delete` or `replace`, as Karpenter names a command's decision.
 fn decision(command: &sched::DisruptionCommand) -> &'static str {
@@ -162,5 +167,37 @@ pub fn approved(ctx: &Context, index: &Index, command: &sched::DisruptionCommand
             Event::new(pool.as_ref(), Kind::Normal, "ConsolidationApproved", &text)
                 .dedupe_on(text.clone()),
         );
+    }
+}
+
+/// `Unconsolidatable` on the Node and NodeClaim of each candidate the plan
+/// could not consolidate, saying why.
+pub fn unconsolidatable(ctx: &Context, index: &Index, reasons: &[sched::BlockedCandidate]) {
+    for entry in reasons {
+        let Some(node) = index.nodes.named(&entry.node) else {
+            continue;
+        };
+        let message = super::capitalized(&entry.reason);
+        let mut events = vec![Event::new(
+            node.as_ref(),
+            Kind::Normal,
+            "Unconsolidatable",
+            &message,
+        )];
+        if let Some(claim) = index.claim_of(node) {
+            events.push(Event::new(
+                claim.as_ref(),
+                Kind::Normal,
+                "Unconsolidatable",
+                &message,
+            ));
+        }
+        for event in events {
+            ctx.recorder.emit(
+                event
+                    .dedupe_on(entry.node.clone())
+                    .dedupe_for(UNCONSOLIDATABLE_DEDUPE),
+            );
+        }
     }
 }

@@ -197,6 +197,7 @@ async fn plan(
         .await
         .map_err(Error::peer("PlanDisruption"))?;
     report_blocked(ctx, index, &plan.blocked);
+    consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
     if let Some(cost) = &plan.cost {
         for (estimate, value) in [
             ("current", cost.before),
@@ -238,7 +239,7 @@ fn report_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandida
     }
 }
 
-fn capitalized(text: &str) -> String {
+pub(super) fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     chars
         .next()
