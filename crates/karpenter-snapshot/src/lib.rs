@@ -48,8 +48,8 @@ use karpenter_proto::types::v1 as types;
 pub use fields::{FieldError, karpenter_taints};
 pub use pdb::{disruptions_allowed, int_or_percent};
 pub use pod::{
-    DoNotDisrupt, PreparedObject, PreparedPod, do_not_disrupt, do_not_disrupt_of, prepare_object,
-    provisionable,
+    DoNotDisrupt, PreparedObject, PreparedPod, do_not_disrupt, do_not_disrupt_of,
+    parse_do_not_disrupt, prepare_object, provisionable,
 };
 
 /// How objects are read: see the [crate docs](crate).

@@ -260,6 +260,23 @@ impl DoNotDisrupt {
     }
 }
 
+/// Karpenter's reading of a `karpenter.sh/do-not-disrupt` value: `"true"`
+/// (`None`: always) or a positive duration; why not otherwise, in
+/// Karpenter's words (its `InvalidDoNotDisruptAnnotation` event says it).
+///
+/// # Errors
+/// The value is neither `"true"` nor a positive Go duration.
+pub fn parse_do_not_disrupt(value: &str) -> Result<Option<std::time::Duration>, String> {
+    if value == "true" {
+        return Ok(None);
+    }
+    match karpenter_core::duration::parse_signed_go_duration(value) {
+        Err(error) => Err(format!("failed to parse {value:?} as a duration: {error}")),
+        Ok(nanos) if nanos <= 0 => Err(format!("duration {value:?} must be positive")),
+        Ok(nanos) => Ok(Some(std::time::Duration::from_nanos(nanos.unsigned_abs()))),
+    }
+}
+
 /// Reads the annotation of a pod that started at `start`.
 pub fn do_not_disrupt_of(
     annotations: &BTreeMap<String, String>,
@@ -268,15 +285,11 @@ pub fn do_not_disrupt_of(
     let Some(value) = annotations.get(labels::DO_NOT_DISRUPT) else {
         return DoNotDisrupt::No;
     };
-    if value == "true" {
-        return DoNotDisrupt::Always;
-    }
-    let Ok(duration) = karpenter_core::duration::parse_go_duration(value) else {
-        return DoNotDisrupt::No;
+    let duration = match parse_do_not_disrupt(value) {
+        Ok(None) => return DoNotDisrupt::Always,
+        Ok(Some(duration)) => duration,
+        Err(_) => return DoNotDisrupt::No,
     };
-    if duration.is_zero() {
-        return DoNotDisrupt::No;
-    }
     let Some(start) = start else {
         return DoNotDisrupt::Always;
     };
@@ -705,6 +718,34 @@ mod tests {
 
     fn annotated(value: &str) -> BTreeMap<String, String> {
         BTreeMap::from([(labels::DO_NOT_DISRUPT.to_owned(), value.to_owned())])
+    }
+
+    /// Upstream's parseDoNotDisrupt: "true", a positive duration, or an
+    /// error that names the value (the InvalidDoNotDisruptAnnotation event).
+    #[test]
+    fn do_not_disrupt_values_parse_as_upstream() {
+        assert_eq!(parse_do_not_disrupt("true"), Ok(None));
+        assert_eq!(
+            parse_do_not_disrupt("1h30m"),
+            Ok(Some(std::time::Duration::from_secs(5400)))
+        );
+        assert_eq!(
+            parse_do_not_disrupt("0s"),
+            Err("duration \"0s\" must be positive".to_owned())
+        );
+        assert_eq!(
+            parse_do_not_disrupt("-5m"),
+            Err("duration \"-5m\" must be positive".to_owned())
+        );
+        let garbled = parse_do_not_disrupt("forever").expect_err("not a duration");
+        assert!(
+            garbled.starts_with("failed to parse \"forever\" as a duration: "),
+            "{garbled}"
+        );
+        assert_eq!(
+            do_not_disrupt_of(&annotated("forever"), None),
+            DoNotDisrupt::No
+        );
     }
 
     #[test]

@@ -220,6 +220,61 @@ async fn a_balanced_pool_replaces_an_oversized_node_and_says_why() {
     adapter.stop().await;
 }
 
+/// Upstream's pod events for `karpenter.sh/do-not-disrupt`: a value that
+/// is neither "true" nor a positive duration is ignored with a warning, a
+/// duration says when it elapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn do_not_disrupt_durations_and_bad_values_are_explained_on_the_pod() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            small_and_large(),
+            json!({"disruption": {"consolidateAfter": "2s"}}),
+        ))
+        .await;
+    cluster.deployment("guarded", 1, "100m", json!({})).await;
+    cluster.deployment("garbled", 1, "100m", json!({})).await;
+    eventually("pods running", Duration::from_secs(60), || async {
+        cluster.running("guarded", 1).await && cluster.running("garbled", 1).await
+    })
+    .await;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::default_namespaced(cluster.client.clone());
+    for (deployment, value) in [("guarded", "1h"), ("garbled", "forever")] {
+        let name = cluster.pods(deployment).await[0]
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        pods.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": value}}}),
+            ),
+        )
+        .await
+        .expect("annotated");
+    }
+    eventually(
+        "both pods' events",
+        Duration::from_secs(60),
+        || async {
+            let invalid = event_messages(&cluster, "InvalidDoNotDisruptAnnotation").await;
+            let until = event_messages(&cluster, "DoNotDisruptUntil").await;
+            invalid.iter().any(|m| {
+                m.starts_with("Invalid karpenter.sh/do-not-disrupt annotation: failed to parse \"forever\" as a duration: ")
+                    && m.ends_with(", ignoring annotation")
+            }) && until
+                .iter()
+                .any(|m| m.starts_with("The karpenter.sh/do-not-disrupt grace period will elapse at "))
+        },
+    )
+    .await;
+    adapter.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_do_not_disrupt_pod_keeps_its_node_until_it_goes() {
     let cluster = Cluster::start().await;

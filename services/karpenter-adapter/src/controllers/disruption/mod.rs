@@ -16,6 +16,7 @@
 //! against budgets and never picks them again.
 
 mod consolidation_events;
+mod pod_events;
 pub mod queue;
 pub mod validation;
 
@@ -197,6 +198,7 @@ async fn plan(
         .await
         .map_err(Error::peer("PlanDisruption"))?;
     report_blocked(ctx, index, &plan.blocked);
+    pod_events::report(ctx, index, k8s_openapi::jiff::Timestamp::now());
     consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
     if let Some(cost) = &plan.cost {
         for (estimate, value) in [
