@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use crate::clients::Clients;
 use crate::controllers::node::health::NodeHealth;
 use crate::controllers::node::termination::Termination;
+use crate::controllers::nodeclaim::consistency::Consistency;
 use crate::controllers::nodeclaim::disruption::ClaimDisruption;
 use crate::controllers::nodeclaim::expiration::Expiration;
 use crate::controllers::nodeclaim::lifecycle::Lifecycle;
@@ -459,6 +460,11 @@ fn spawn_controllers(
     tasks.spawn(
         "nodeclaim.expiration",
         runner::run(expiration, s.clone(), CONCURRENCY),
+    );
+    let consistency = Arc::new(Consistency { ctx: c.clone() });
+    tasks.spawn(
+        "nodeclaim.consistency",
+        runner::run(consistency, s.clone(), CONCURRENCY),
     );
     if c.settings.feature_gates.enabled("NodeRepair") {
         let health = Arc::new(NodeHealth { ctx: c.clone() });

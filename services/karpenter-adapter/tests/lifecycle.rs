@@ -30,6 +30,23 @@ async fn deleting_a_node_claim_drains_and_terminates_its_node() {
     let cluster = Cluster::start().await;
     let adapter = cluster.adapter().await;
     scaled_out(&cluster, 2).await;
+    // A kwok node is the shape its claim promised: the consistency check
+    // finds nothing wrong.
+    eventually(
+        "every claim ConsistentStateFound",
+        Duration::from_secs(40),
+        || async {
+            let claims = cluster.claims().await;
+            !claims.is_empty()
+                && claims.iter().all(|c| {
+                    c.conditions().iter().any(|k| {
+                        k.type_ == "ConsistentStateFound"
+                            && k.status == karpenter_api::ConditionStatus::True
+                    })
+                })
+        },
+    )
+    .await;
     let claims = cluster.claims().await;
     let victim = claims[0].clone();
     let node_name = victim

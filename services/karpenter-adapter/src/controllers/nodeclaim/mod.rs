@@ -3,6 +3,7 @@
 //! conditions (`Drifted`, `Consolidatable`), its last pod event, expiry,
 //! and the garbage collection of claims and instances that lost each other.
 
+pub mod consistency;
 pub mod disruption;
 pub mod expiration;
 pub mod gc;
