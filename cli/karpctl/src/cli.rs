@@ -42,6 +42,18 @@ pub enum Command {
     /// Start a local cluster: the Kubernetes API (local-apiserver), the
     /// scheduler, provider-kwok and the adapter, until Ctrl-C.
     Up(crate::up::UpArgs),
+    /// Print a shell completion script.
+    ///
+    /// Example: `source <(karpctl completion bash)`, or
+    /// `karpctl completion zsh > "${fpath[1]}/_karpctl"`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -161,6 +173,13 @@ pub fn run(command: Command) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Up(args) => crate::up::run(&args),
+        Command::Completion(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command, "karpctl", &mut script);
+            out(&String::from_utf8_lossy(&script))?;
+            Ok(0)
+        }
         Command::Convert(args) => {
             let sources = input::read_sources(&args.files)?;
             let options = karpenter_convert::Options {

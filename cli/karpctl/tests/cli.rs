@@ -755,3 +755,18 @@ fn version_names_the_build() {
         "{line}"
     );
 }
+
+/// `karpctl completion SHELL` prints a script that completes the
+/// subcommands.
+#[test]
+fn completion_scripts_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = karpctl(&["completion", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = stdout(&out);
+        for subcommand in ["plan", "disrupt", "validate", "convert", "up"] {
+            assert!(script.contains(subcommand), "{shell}: {subcommand}");
+        }
+    }
+    assert_eq!(karpctl(&["completion", "tcsh"]).status.code(), Some(2));
+}
