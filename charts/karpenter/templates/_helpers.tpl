@@ -61,12 +61,17 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+The services' image. None is published: the user builds it
+(scripts/build-image) and names it, or the chart refuses to render.
+*/}}
 {{- define "karpenter.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- $repository := required "image.repository is not set: no registry publishes this chart's image. Build it with scripts/build-image, push it where the cluster pulls from, and set image.repository and image.tag (or image.digest), e.g. --set image.repository=registry.example.com/karpenter --set image.tag=0.1.0" .Values.image.repository }}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
 {{- if .Values.image.digest }}
-{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- printf "%s:%s@%s" $repository $tag .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 {{- end }}
 
