@@ -143,6 +143,69 @@ certificate name).
 {{- end }}
 {{- end }}
 
+{{/*
+extraVolumes, in the pods of upstream's controller (the adapter and the
+provider), for their init containers and the adapter's extra mounts.
+*/}}
+{{- define "karpenter.extraVolumes" -}}
+{{- range .Values.extraVolumes }}
+{{- if has .name (list "tls" "catalog") }}
+{{- fail (printf "extraVolumes: the name %q is the chart's own volume; name yours otherwise" .name) }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* A Service's annotations: additionalAnnotations and service.annotations. */}}
+{{- define "karpenter.serviceAnnotations" -}}
+{{- with (merge (deepCopy .Values.service.annotations) .Values.additionalAnnotations) }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The NetworkPolicy of the scheduler or the provider: only the adapter
+calls its gRPC port; its metrics are open to networkPolicy.metricsFrom.
+With hostNetwork the adapter's calls come from its node's address, which
+no pod selector matches: the gRPC port is then open, and mutual TLS alone
+keeps other callers out.
+*/}}
+{{- define "karpenter.networkPolicy" -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "karpenter.componentName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "karpenter.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "karpenter.selectorLabels" . | nindent 6 }}
+  policyTypes:
+    - Ingress
+  ingress:
+    - ports:
+        - port: grpc
+          protocol: TCP
+      {{- if not .root.Values.hostNetwork }}
+      from:
+        - podSelector:
+            matchLabels:
+              {{- include "karpenter.selectorLabels" (dict "root" .root "component" "adapter") | nindent 14 }}
+      {{- end }}
+    - ports:
+        - port: http-metrics
+          protocol: TCP
+      {{- with .root.Values.networkPolicy.metricsFrom }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end }}
+
 {{/* OpenTelemetry: where traces go, and the service's name in them. */}}
 {{- define "karpenter.telemetryEnv" -}}
 {{- if .root.Values.telemetry.otlpEndpoint }}
@@ -209,6 +272,10 @@ The pod spec fields every service shares: identity, placement and
 security. Takes (dict "root" . "component" NAME "own" SERVICE_VALUES "serviceAccount" NAME "automount" BOOL).
 */}}
 {{- define "karpenter.podCommon" -}}
+{{- /* Upstream's controller pod became the adapter (its Kubernetes side)
+and the provider (its cloud side): both run its init containers. */}}
+{{- $controllerPod := has .component (list "adapter" "provider") }}
+{{- $hostNetwork := and (eq .component "adapter") .root.Values.hostNetwork -}}
 serviceAccountName: {{ .serviceAccount }}
 automountServiceAccountToken: {{ .automount }}
 {{- with .root.Values.imagePullSecrets }}
@@ -216,9 +283,27 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 priorityClassName: {{ .root.Values.priorityClassName | quote }}
-dnsPolicy: {{ .root.Values.dnsPolicy }}
+{{- with .root.Values.schedulerName }}
+schedulerName: {{ . | quote }}
+{{- end }}
+{{- if $hostNetwork }}
+hostNetwork: true
+{{- end }}
+{{- /* On the host network, ClusterFirst would resolve with the node's DNS,
+where the scheduler's and provider's Service names are unknown. */}}
+dnsPolicy: {{ if and $hostNetwork (eq .root.Values.dnsPolicy "ClusterFirst") }}ClusterFirstWithHostNet{{ else }}{{ .root.Values.dnsPolicy }}{{ end }}
+{{- with .root.Values.dnsConfig }}
+dnsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .root.Values.terminationGracePeriodSeconds }}
 terminationGracePeriodSeconds: {{ . }}
+{{- end }}
+{{- if $controllerPod }}
+{{- with .root.Values.initContainers }}
+initContainers:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 securityContext:
   {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
