@@ -75,6 +75,38 @@ The services' image. None is published: the user builds it
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when controller.image is Karpenter's own controller image (the
+default of Karpenter's values file, public.ecr.aws/karpenter/controller,
+or a mirror of it): that image holds no adapter.
+*/}}
+{{- define "karpenter.upstreamControllerImage" -}}
+{{- if regexMatch "(^|/)karpenter/controller$" (toString .Values.controller.image.repository) }}true{{ end }}
+{{- end }}
+
+{{/*
+The adapter's image: controller.image when it names one (and not
+Karpenter's own controller image, which NOTES.txt then names as passed
+over), else the services' image.
+*/}}
+{{- define "karpenter.adapterImage" -}}
+{{- $image := .Values.controller.image }}
+{{- if include "karpenter.upstreamControllerImage" . }}
+{{- include "karpenter.image" . }}
+{{- else if $image.repository }}
+{{- $tag := $image.tag | default .Chart.AppVersion | toString }}
+{{- if $image.digest }}
+{{- printf "%s:%s@%s" $image.repository $tag $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $tag }}
+{{- end }}
+{{- else if or $image.tag $image.digest }}
+{{- fail "controller.image.tag and controller.image.digest need controller.image.repository (image.tag and image.digest set every service's)" }}
+{{- else }}
+{{- include "karpenter.image" . }}
+{{- end }}
+{{- end }}
+
 {{/* http or https, as the services speak to each other. */}}
 {{- define "karpenter.scheme" -}}
 {{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
@@ -227,6 +259,52 @@ capabilities:
     - ALL
 seccompProfile:
   type: RuntimeDefault
+{{- end }}
+
+{{/*
+The adapter's: every service's, with controller.securityContext's
+AppArmor, SELinux and seccomp profiles where set.
+*/}}
+{{- define "karpenter.adapterSecurityContext" -}}
+{{- $context := include "karpenter.containerSecurityContext" . | fromYaml }}
+{{- with .Values.controller.securityContext.appArmorProfile }}
+{{- $_ := set $context "appArmorProfile" . }}
+{{- end }}
+{{- with .Values.controller.securityContext.seLinuxOptions }}
+{{- $_ := set $context "seLinuxOptions" . }}
+{{- end }}
+{{- with .Values.controller.securityContext.seccompProfile }}
+{{- $_ := set $context "seccompProfile" . }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{/*
+LOG_OUTPUT_PATHS from logOutputPaths: the adapter writes its logs to one
+place (stdout, stderr or a file on a mounted volume).
+*/}}
+{{- define "karpenter.logOutputPath" -}}
+{{- if gt (len .Values.logOutputPaths) 1 }}
+{{- fail (printf "logOutputPaths: the adapter writes its logs to one place (stdout, stderr or a file), not %s" (join ", " .Values.logOutputPaths)) }}
+{{- end }}
+{{- first .Values.logOutputPaths }}
+{{- end }}
+
+{{/*
+Karpenter's controller.sidecarContainer, beside the adapter: each with its
+own volume mounts, controller.extraVolumeMounts and
+controller.sidecarVolumeMounts.
+*/}}
+{{- define "karpenter.sidecarContainers" -}}
+{{- $controller := .Values.controller }}
+{{- range $controller.sidecarContainer }}
+{{- $mounts := concat (.volumeMounts | default list) ($controller.extraVolumeMounts | default list) ($controller.sidecarVolumeMounts | default list) }}
+{{- $sidecar := omit . "volumeMounts" }}
+{{- if $mounts }}
+{{- $_ := set $sidecar "volumeMounts" $mounts }}
+{{- end }}
+- {{- toYaml $sidecar | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/*
