@@ -112,6 +112,14 @@ pub fn solve_response(
     let uids = uids(&parsed.cluster.pending);
     let node_class_refs = node_class_refs(snapshot);
     sched::SolveResponse {
+        pools_without_instance_types: solution
+            .pools_without_instance_types
+            .iter()
+            .map(|p| sched::PoolWithoutInstanceTypes {
+                node_pool: p.node_pool.clone(),
+                min_values: p.min_values,
+            })
+            .collect(),
         node_claims: solution
             .new_claims
             .iter()

@@ -8,7 +8,7 @@ mod support;
 
 use karpenter_core::requirements::Requirement;
 use karpenter_core::taints::Effect;
-use karpenter_planner::solve::MinValuesPolicy;
+use karpenter_planner::solve::{self, MinValuesPolicy};
 use support::Operator::{DoesNotExist, Exists, Gt, Lt, NotIn};
 use support::*;
 
@@ -331,6 +331,24 @@ fn pool_requirements_that_match_no_instance_type_are_reported() {
     assert!(
         reason.contains("nodepool requirements filtered out all available instance types"),
         "{reason}"
+    );
+    // Karpenter's NoCompatibleInstanceTypes names the pool.
+    assert_eq!(
+        outcome.solution.pools_without_instance_types,
+        [solve::PoolWithoutInstanceTypes {
+            node_pool: "default".to_owned(),
+            min_values: false,
+        }]
+    );
+    // Types left, but fewer than minValues asks: the minValues variant.
+    let p = default_pool().require(min_values(in_(INSTANCE_TYPE, &["small-instance-type"]), 2));
+    let outcome = Scenario::new(vec![p]).solve(vec![pod("a")]);
+    assert_eq!(
+        outcome.solution.pools_without_instance_types,
+        [solve::PoolWithoutInstanceTypes {
+            node_pool: "default".to_owned(),
+            min_values: true,
+        }]
     );
 }
 

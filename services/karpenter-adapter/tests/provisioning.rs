@@ -228,6 +228,45 @@ async fn insufficient_capacity_deletes_the_claim_and_a_later_batch_launches() {
     adapter.stop().await;
 }
 
+/// Upstream's NoCompatibleInstanceTypes: a ready pool whose requirements
+/// leave none of its instance types says so on the NodePool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_whose_requirements_match_no_instance_type_says_so() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["no-such-type"]}]}}),
+            json!({}),
+        ))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
+    eventually(
+        "a NoCompatibleInstanceTypes warning on the pool",
+        Duration::from_secs(30),
+        || {
+            let events = events.clone();
+            async move {
+                events.list(&Default::default()).await.is_ok_and(|l| {
+                    l.items.iter().any(|e| {
+                        e.reason.as_deref() == Some("NoCompatibleInstanceTypes")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.involved_object.kind.as_deref() == Some("NodePool")
+                            && e.message.as_deref()
+                                == Some("NodePool requirements filtered out all compatible available instance types")
+                    })
+                })
+            }
+        },
+    )
+    .await;
+    assert!(cluster.claims().await.is_empty(), "nothing launched");
+    adapter.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pool_without_its_node_class_is_not_ready_and_launches_nothing() {
     let cluster = Cluster::start().await;

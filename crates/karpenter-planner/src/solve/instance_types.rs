@@ -83,9 +83,16 @@ pub(crate) fn min_values_prefix(
 /// Karpenter's words for a minValues shortfall, naming the keys.
 pub(crate) fn min_values_not_met(shortfall: &BTreeMap<String, usize>) -> String {
     format!(
-        "minValues requirement is not met for label(s) (label(s)=[{}])",
+        "{MIN_VALUES_NOT_MET} (label(s)=[{}])",
         shortfall.keys().cloned().collect::<Vec<_>>().join(" ")
     )
+}
+
+const MIN_VALUES_NOT_MET: &str = "minValues requirement is not met for label(s)";
+
+/// Whether a filter's reason is [`min_values_not_met`]'s.
+pub(crate) fn is_min_values_reason(reason: &str) -> bool {
+    reason.starts_with(MIN_VALUES_NOT_MET)
 }
 
 /// What the instance types are checked against.

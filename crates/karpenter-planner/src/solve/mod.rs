@@ -104,6 +104,9 @@ pub struct Cheapest {
 
 #[derive(Clone, Debug, Default)]
 pub struct Solution {
+    /// Ready pools whose requirements leave no instance type (Karpenter's
+    /// `NoCompatibleInstanceTypes`); set by [`solve`].
+    pub pools_without_instance_types: Vec<PoolWithoutInstanceTypes>,
     pub new_claims: Vec<PlannedClaim>,
     /// Existing or in-flight node name -> pods placed on it.
     pub existing: BTreeMap<String, Vec<PodKey>>,
@@ -117,6 +120,15 @@ impl Solution {
             .filter_map(|c| c.cheapest.as_ref().map(|o| o.price))
             .sum()
     }
+}
+
+/// A ready pool that can launch nothing: its requirements filter out every
+/// instance type it is offered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolWithoutInstanceTypes {
+    pub node_pool: String,
+    /// Types were left but too few for the requirements' minValues.
+    pub min_values: bool,
 }
 
 /// Solves one provisioning round.
@@ -136,5 +148,7 @@ pub fn solve(cluster: &Cluster, options: &Options) -> Solution {
                 && !p.do_not_disrupt
                 && !cluster.pdbs.iter().any(|pdb| pdb.always_blocks(p))
         });
-    prepared.run(&[], cluster.pending.iter().chain(leaving))
+    let mut solution = prepared.run(&[], cluster.pending.iter().chain(leaving));
+    solution.pools_without_instance_types = prepared.empty_pools.clone();
+    solution
 }

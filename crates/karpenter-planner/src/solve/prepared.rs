@@ -18,7 +18,7 @@ use crate::taints::Effect;
 use crate::topology::{PoolDomains, TopologyBase};
 
 use super::existing::{NodeBase, node_base};
-use super::instance_types::{FilterInput, Totals, filter_instance_types};
+use super::instance_types::{FilterInput, Totals, filter_instance_types, is_min_values_reason};
 use super::{MinValuesPolicy, Options};
 
 /// Everything about a snapshot that does not change between scheduling runs
@@ -31,6 +31,8 @@ pub struct Prepared<'c> {
     pub(super) well_known: WellKnownSet,
     pub(super) templates: Vec<Template>,
     pub(super) skipped_pools: Vec<String>,
+    /// The skipped pools, as [`super::solve`] reports them.
+    pub(super) empty_pools: Vec<super::PoolWithoutInstanceTypes>,
     pub(super) tolerate_prefer_no_schedule: bool,
     /// Pool index -> limits left, counting every node not being deleted.
     pub(super) limits: HashMap<usize, BTreeMap<String, i64>>,
@@ -49,13 +51,20 @@ impl<'c> Prepared<'c> {
         let mut templates = Vec::new();
         let mut pool_domains = Vec::new();
         let mut skipped_pools = Vec::new();
+        let mut empty_pools = Vec::new();
         for pool_index in pool_order(cluster) {
             match template(cluster, options, &well_known, pool_index) {
                 Ok((template, domains)) => {
                     templates.push(template);
                     pool_domains.push(domains);
                 }
-                Err(skipped) => skipped_pools.push(skipped),
+                Err((skipped, min_values)) => {
+                    skipped_pools.push(skipped);
+                    empty_pools.push(super::PoolWithoutInstanceTypes {
+                        node_pool: cluster.node_pools[pool_index].name.clone(),
+                        min_values,
+                    });
+                }
             }
         }
 
@@ -93,6 +102,7 @@ impl<'c> Prepared<'c> {
             well_known,
             templates,
             skipped_pools,
+            empty_pools,
             tolerate_prefer_no_schedule,
             limits,
             nodes,
@@ -140,7 +150,7 @@ fn template<'c>(
     options: &Options,
     well_known: &WellKnownSet,
     pool_index: usize,
-) -> Result<(Template, PoolDomains<'c>), String> {
+) -> Result<(Template, PoolDomains<'c>), (String, bool)> {
     let pool = &cluster.node_pools[pool_index];
     let catalog = cluster
         .catalogs
@@ -161,10 +171,14 @@ fn template<'c>(
         },
     )
     .map_err(|reason| {
-        format!(
-            "nodepool requirements filtered out all available instance types (nodepool {:?}: {})",
-            pool.name,
-            reason.unwrap_or_default()
+        let reason = reason.unwrap_or_default();
+        let min_values = is_min_values_reason(&reason);
+        (
+            format!(
+                "nodepool requirements filtered out all available instance types (nodepool {:?}: {reason})",
+                pool.name,
+            ),
+            min_values,
         )
     })?;
     let domains = PoolDomains {

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::ResourceLabels;
 use crate::objects::conditions::Conditions;
 use crate::objects::patch;
@@ -181,9 +181,7 @@ impl Reconciler for NodePools {
             conditions.set_false(CONDITION_NODE_CLASS_READY, &class.reason, &class.message);
         }
         if next.status != current.status {
-            let status = serde_json::to_value(&next.status)
-                .map_err(|e| Error::Invalid(format!("NodePool {}: status: {e}", key.1)))?;
-            patch::merge_status(&api, &current, status).await?;
+            patch::status(&api, &current, &next).await?;
         }
         Ok(None)
     }

@@ -60,6 +60,42 @@ where
         .await?)
 }
 
+/// An object whose status the adapter writes.
+pub trait WithStatus {
+    type Status: Serialize;
+    fn status_part(&self) -> Option<&Self::Status>;
+}
+
+impl WithStatus for karpenter_api::NodeClaim {
+    type Status = karpenter_api::nodeclaim::NodeClaimStatus;
+    fn status_part(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+}
+
+impl WithStatus for karpenter_api::NodePool {
+    type Status = karpenter_api::nodepool::NodePoolStatus;
+    fn status_part(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+}
+
+/// Writes `updated`'s whole status, applied only if `guard` (the object as
+/// last read or written) is current.
+pub async fn status<K>(api: &Api<K>, guard: &K, updated: &K) -> Result<K>
+where
+    K: WithStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let status = serde_json::to_value(updated.status_part()).map_err(|e| {
+        crate::error::Error::Invalid(format!(
+            "{} {}: status: {e}",
+            K::kind(&()),
+            guard.name_any()
+        ))
+    })?;
+    merge_status(api, guard, status).await
+}
+
 /// Deletes the object (this very one: the UID is a precondition, so a
 /// replacement with the same name is never deleted by mistake); gone
 /// already is fine.

@@ -321,9 +321,7 @@ pub async fn release(
 }
 
 async fn write_status(ctx: &Context, stored: &NodeClaim, updated: &NodeClaim) -> Result<()> {
-    let status = serde_json::to_value(&updated.status)
-        .map_err(|e| Error::Invalid(format!("NodeClaim {}: status: {e}", stored.name_any())))?;
-    match patch::merge_status(&ctx.node_claims(), stored, status).await {
+    match patch::status(&ctx.node_claims(), stored, updated).await {
         Ok(_) => Ok(()),
         Err(error) if error.is_not_found() => Ok(()),
         Err(error) => Err(error),

@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::events::{Event, Kind};
 use crate::objects::claim::claim_conditions;
 use crate::objects::patch;
@@ -145,9 +145,7 @@ impl Reconciler for Consistency {
                 reason,
                 message,
             );
-            let status = serde_json::to_value(&marked.status)
-                .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
-            patch::merge_status(&self.ctx.node_claims(), claim.as_ref(), status).await?;
+            patch::status(&self.ctx.node_claims(), claim.as_ref(), &marked).await?;
         }
         Ok(Some(SCAN_PERIOD))
     }

@@ -226,9 +226,7 @@ impl Reconciler for ClaimDisruption {
             }
         }
         if claim.status != stored.status {
-            let status = serde_json::to_value(&claim.status)
-                .map_err(|e| Error::Invalid(format!("NodeClaim {}: status: {e}", key.1)))?;
-            patch::merge_status(&self.ctx.node_claims(), &stored, status).await?;
+            patch::status(&self.ctx.node_claims(), &stored, &claim).await?;
         }
         Ok(requeue)
     }

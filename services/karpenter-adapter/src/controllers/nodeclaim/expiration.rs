@@ -84,9 +84,7 @@ impl Reconciler for Expiration {
                     "Expired",
                     "expireAfter has passed since the claim was created",
                 );
-                let status = serde_json::to_value(&marked.status)
-                    .map_err(|e| crate::error::Error::Invalid(format!("NodeClaim status: {e}")))?;
-                patch::merge_status(&self.ctx.node_claims(), claim.as_ref(), status).await?;
+                patch::status(&self.ctx.node_claims(), claim.as_ref(), &marked).await?;
                 patch::delete(&self.ctx.node_claims(), &claim).await?;
                 let reschedulable_pods = index.reschedulable_pods_of(&claim);
                 self.ctx.metrics.claim_disrupted(

@@ -138,6 +138,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     );
     let created = create_all(ctx, index, &pools, &solved.node_claims, "provisioned").await;
     nominate_existing(ctx, index, &solved.existing_nodes);
+    report_pools_without_instance_types(ctx, index, &solved.pools_without_instance_types);
     for unschedulable in &solved.unschedulable {
         if let Some(pod) = pod_of(index, unschedulable.pod.as_ref()) {
             ctx.recorder.emit(
@@ -152,6 +153,38 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         }
     }
     created
+}
+
+/// How long a pool's `NoCompatibleInstanceTypes` is not repeated.
+const NO_COMPATIBLE_DEDUPE: Duration = Duration::from_secs(60);
+
+/// Karpenter's `NoCompatibleInstanceTypes` warning on each ready pool whose
+/// requirements leave none of its instance types.
+fn report_pools_without_instance_types(
+    ctx: &Context,
+    index: &Index,
+    pools: &[sched::PoolWithoutInstanceTypes],
+) {
+    for entry in pools {
+        let Some(pool) = index.node_pools.named(&entry.node_pool) else {
+            continue;
+        };
+        let message = if entry.min_values {
+            "NodePool requirements filtered out all compatible available instance types due to minValues incompatibility"
+        } else {
+            "NodePool requirements filtered out all compatible available instance types"
+        };
+        tracing::info!(nodepool = %entry.node_pool, min_values = entry.min_values, "skipping, nodepool requirements filtered out all instance types");
+        ctx.recorder.emit(
+            Event::new(
+                pool.as_ref(),
+                Kind::Warning,
+                "NoCompatibleInstanceTypes",
+                message,
+            )
+            .dedupe_for(NO_COMPATIBLE_DEDUPE),
+        );
+    }
 }
 
 fn pod_of<'a>(

@@ -165,9 +165,7 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
         Drain::Done => finish_drain(ctx, &node, &mut next).await?,
     };
     if next.status != claim.status {
-        let status = serde_json::to_value(&next.status)
-            .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
-        patch::merge_status(&ctx.node_claims(), claim.as_ref(), status).await?;
+        patch::status(&ctx.node_claims(), claim.as_ref(), &next).await?;
     }
     match requeue {
         Some(after) => Ok(Some(after)),

@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::controllers::{Context, Requeue};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::events::{Event, Kind};
 use crate::metrics::TerminatedLabels;
 use crate::objects::claim::claim_conditions;
@@ -53,9 +53,7 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
             let before = claim.status.clone();
             claim_conditions(&mut claim).set_true(CONDITION_INSTANCE_TERMINATING);
             if claim.status != before {
-                let status = serde_json::to_value(&claim.status)
-                    .map_err(|e| Error::Invalid(format!("NodeClaim status: {e}")))?;
-                patch::merge_status(&api, &claim, status).await?;
+                patch::status(&api, &claim, &claim).await?;
             }
             return Ok(Some(INSTANCE_GONE_POLL));
         }

@@ -118,9 +118,7 @@ async fn write(ctx: &Context, stored: &NodeClaim, claim: &NodeClaim) -> Result<(
         .await?;
     }
     if claim.status != stored.status {
-        let status = serde_json::to_value(&claim.status)
-            .map_err(|e| Error::Invalid(format!("NodeClaim {}: status: {e}", claim.name_any())))?;
-        patch::merge_status(&api, &current, status).await?;
+        patch::status(&api, &current, claim).await?;
     }
     Ok(())
 }
