@@ -157,17 +157,12 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_and_its_pods_move() 
 
 /// The messages of the events of `reason`.
 async fn event_messages(cluster: &Cluster, reason: &str) -> Vec<String> {
-    Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone())
-        .list(&Default::default())
+    cluster
+        .events(reason)
         .await
-        .map(|list| {
-            list.items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some(reason))
-                .filter_map(|e| e.message)
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect()
 }
 
 /// Upstream's "should approve replacing an oversized node" under

@@ -33,16 +33,7 @@ fn interruption(kind: &str, provider_id: &str) -> InterruptionRequest {
 }
 
 async fn events_with_reason(cluster: &Cluster, reason: &str) -> usize {
-    kube::Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone())
-        .list(&Default::default())
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|e| e.reason.as_deref() == Some(reason))
-                .count()
-        })
-        .unwrap_or(0)
+    cluster.events(reason).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

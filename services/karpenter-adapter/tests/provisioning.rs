@@ -243,23 +243,20 @@ async fn a_pool_whose_requirements_match_no_instance_type_says_so() {
         ))
         .await;
     cluster.deployment("inflate", 1, "1", json!({})).await;
-    let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
     eventually(
         "a NoCompatibleInstanceTypes warning on the pool",
         Duration::from_secs(30),
-        || {
-            let events = events.clone();
-            async move {
-                events.list(&Default::default()).await.is_ok_and(|l| {
-                    l.items.iter().any(|e| {
-                        e.reason.as_deref() == Some("NoCompatibleInstanceTypes")
-                            && e.type_.as_deref() == Some("Warning")
-                            && e.involved_object.kind.as_deref() == Some("NodePool")
-                            && e.message.as_deref()
-                                == Some("NodePool requirements filtered out all compatible available instance types")
-                    })
+        || async {
+            cluster
+                .events("NoCompatibleInstanceTypes")
+                .await
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.involved_object.kind.as_deref() == Some("NodePool")
+                        && e.message.as_deref()
+                            == Some("NodePool requirements filtered out all compatible available instance types")
                 })
-            }
         },
     )
     .await;

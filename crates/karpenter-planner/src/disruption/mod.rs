@@ -165,13 +165,13 @@ pub fn plan(
 }
 
 /// What the rounds of a plan learn besides their commands.
-struct Findings<'a> {
+pub(super) struct Findings<'a> {
     /// Why nodes are not candidates at all.
-    blocked: &'a mut BTreeMap<String, String>,
+    pub(super) blocked: &'a mut BTreeMap<String, String>,
     /// Why candidates could not be consolidated on their own.
-    unconsolidatable: &'a mut BTreeMap<String, String>,
+    pub(super) unconsolidatable: &'a mut BTreeMap<String, String>,
     /// How many candidates were weighed.
-    evaluated: &'a mut usize,
+    pub(super) evaluated: &'a mut usize,
 }
 
 /// One pass of Karpenter's disruption loop: the first method that acts.
@@ -200,15 +200,7 @@ fn round(
     if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {
         return Some(vec![command]);
     }
-    consolidation::commands(
-        &prepared,
-        state,
-        &graceful,
-        options,
-        blocked,
-        findings.unconsolidatable,
-        evaluated,
-    )
+    consolidation::commands(&prepared, state, &graceful, options, findings)
 }
 
 /// What the managed nodes not being deleted cost per hour.

@@ -433,6 +433,22 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
+impl Cluster {
+    /// The cluster's events of `reason` (none when listing fails).
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
+        kube::Api::<k8s_openapi::api::core::v1::Event>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map(|list| {
+                list.items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some(reason))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Polls `check` until it holds, or fails the test naming `what`.
 pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
 where

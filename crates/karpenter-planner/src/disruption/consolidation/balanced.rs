@@ -85,16 +85,24 @@ impl Balanced {
                 totals.entry(candidate.pool).or_default();
             }
         }
-        for (&pool, total) in &mut totals {
-            let name = &cluster.node_pools[pool].name;
-            for node in cluster
-                .nodes
-                .iter()
-                .filter(|n| !n.planned && n.node_pool == *name)
+        if totals.is_empty() {
+            return Self { totals };
+        }
+        // One pass over the nodes for every Balanced pool.
+        let pool_of: HashMap<&str, usize> = totals
+            .keys()
+            .map(|&pool| (cluster.node_pools[pool].name.as_str(), pool))
+            .collect();
+        for node in cluster.nodes.iter().filter(|n| !n.planned) {
+            if let Some(total) = pool_of
+                .get(node.node_pool.as_str())
+                .and_then(|pool| totals.get_mut(pool))
             {
                 total.cost += node_price(cluster, node);
                 total.disruption += reschedule_disruption_cost(node);
             }
+        }
+        for (&pool, total) in &mut totals {
             if total.cost <= 0.0 {
                 total.cost = candidates
                     .iter()

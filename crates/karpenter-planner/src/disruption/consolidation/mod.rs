@@ -21,9 +21,9 @@ use crate::solve::{
     min_values_shortfall,
 };
 
-use super::candidates::{Candidate, closed_nodes, node_price};
+use super::candidates::{Candidate, closed_nodes};
 use super::simulate::{candidate_pods, move_pods};
-use super::{Command, DisruptionOptions, Method};
+use super::{Command, DisruptionOptions, Findings, Method};
 use balanced::Balanced;
 
 /// Karpenter caps a multi-node command at this many candidates.
@@ -52,11 +52,10 @@ pub(super) fn commands(
     state: &Cluster,
     graceful: &[Candidate],
     options: &DisruptionOptions,
-    blocked: &mut BTreeMap<String, String>,
-    unconsolidatable: &mut BTreeMap<String, String>,
-    evaluated: &mut usize,
+    findings: &mut Findings<'_>,
 ) -> Option<Vec<Command>> {
-    let consolidatable = consolidatable(state, graceful, unconsolidatable);
+    let consolidatable = consolidatable(state, graceful, findings.unconsolidatable);
+    let (blocked, evaluated) = (&mut *findings.blocked, &mut *findings.evaluated);
     if consolidatable.is_empty() {
         return None;
     }
@@ -70,7 +69,7 @@ pub(super) fn commands(
     if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
         return Some(vec![command]);
     }
-    let taken = consolidation.single_node(&consolidatable, unconsolidatable, evaluated);
+    let taken = consolidation.single_node(&consolidatable, findings.unconsolidatable, evaluated);
     if !taken.is_empty() {
         return Some(taken);
     }
@@ -119,7 +118,8 @@ enum ShouldConsolidate {
 fn should_consolidate(state: &Cluster, candidate: &Candidate) -> ShouldConsolidate {
     let pool = &state.node_pools[candidate.pool];
     let node = &state.nodes[candidate.node];
-    let why = if node.instance_type.is_empty() || node_price(state, node) <= 0.0 {
+    // The candidate's price is its node's (`node_price`), worked out once.
+    let why = if node.instance_type.is_empty() || candidate.price <= 0.0 {
         format!("Instance Type {:?} not found", node.instance_type)
     } else if node.capacity_type.is_empty() {
         format!("Node does not have label {:?}", labels::CAPACITY_TYPE)

@@ -122,29 +122,23 @@ impl Reconciler for Consistency {
                 .dedupe_for(SCAN_PERIOD),
             );
         }
-        let consistent = found.is_empty();
-        if claim.conditions().is_true(CONDITION_CONSISTENT_STATE_FOUND) != consistent
-            || claim
-                .conditions()
-                .iter()
-                .all(|c| c.type_ != CONDITION_CONSISTENT_STATE_FOUND)
-        {
-            let mut marked = (*claim).clone();
-            let (status, reason, message) = if consistent {
-                (ConditionStatus::True, CONDITION_CONSISTENT_STATE_FOUND, "")
-            } else {
-                (
-                    ConditionStatus::False,
-                    "ConsistencyCheckFailed",
-                    "Consistency Check Failed",
-                )
-            };
-            claim_conditions(&mut marked).set(
-                CONDITION_CONSISTENT_STATE_FOUND,
-                status,
-                reason,
-                message,
-            );
+        let (status, reason, message) = if found.is_empty() {
+            (ConditionStatus::True, CONDITION_CONSISTENT_STATE_FOUND, "")
+        } else {
+            (
+                ConditionStatus::False,
+                "ConsistencyCheckFailed",
+                "Consistency Check Failed",
+            )
+        };
+        let mut marked = (*claim).clone();
+        claim_conditions(&mut marked).set(
+            CONDITION_CONSISTENT_STATE_FOUND,
+            status,
+            reason,
+            message,
+        );
+        if marked.status != claim.status {
             patch::status(&self.ctx.node_claims(), claim.as_ref(), &marked).await?;
         }
         Ok(Some(SCAN_PERIOD))
