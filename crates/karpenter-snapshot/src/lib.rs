@@ -28,6 +28,7 @@ mod fields;
 mod node;
 mod nodepool;
 mod pdb;
+mod placed;
 mod pod;
 mod volumes;
 mod workload;
@@ -47,6 +48,7 @@ use karpenter_proto::types::v1 as types;
 
 pub use fields::{FieldError, karpenter_taints};
 pub use pdb::{disruptions_allowed, int_or_percent};
+pub use placed::{ClusterRequest, PlacedPod, PlacedPods};
 pub use pod::{
     DoNotDisrupt, PreparedObject, PreparedPod, do_not_disrupt, do_not_disrupt_of,
     parse_do_not_disrupt, prepare_object, provisionable,
@@ -222,6 +224,8 @@ pub struct Warning {
 #[derive(Debug, Default)]
 pub struct Built {
     pub snapshot: sched::ClusterSnapshot,
+    /// Pods not yet in `snapshot` ([`build_placed`]); empty after [`build`].
+    pub pods: PlacedPods,
     pub origins: Origins,
     pub warnings: Vec<Warning>,
     /// Live mode: objects left out because they could not be understood.
@@ -231,6 +235,15 @@ pub struct Built {
 /// Builds the snapshot. In manifest mode the first object that cannot be
 /// understood is the error; in live mode it is skipped and reported.
 pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
+    let mut built = build_placed(objects, mode)?;
+    built.materialize();
+    Ok(built)
+}
+
+/// [`build`], with the pods left in [`Built::pods`]: for a caller that
+/// encodes the snapshot ([`Built::encode_request`]) and keeps its pods
+/// prepared, so they are not copied.
+pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
     let mut builder = Builder {
         mode,
         built: Built::default(),
@@ -282,24 +295,27 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
     }
     if mode == Mode::Manifests {
         for (id, pod) in workload::expand(objects, &context)? {
-            builder.place_pod(id, pod, &nodes, &mut seen_pods, "workload")?;
+            builder.place_pod(id, pod.into(), &nodes, &mut seen_pods, "workload")?;
         }
     }
     let mut daemon_sets = Vec::new();
     {
-        let snapshot = &builder.built.snapshot;
         let running = workload::newest_daemon_pods(
-            snapshot
-                .nodes
+            builder
+                .built
+                .pods
+                .on_nodes
                 .iter()
-                .flat_map(|n| n.pods.iter())
+                .flatten()
                 .chain(&builder.unbound_daemon_pods),
         );
         for source in &objects.daemon_sets {
             let meta = &source.object.metadata;
             let namespace = pod::namespace_of(meta);
             let name = meta.name.as_deref().unwrap_or_default();
-            let pod = running.get(&(namespace.as_str(), name)).copied();
+            let pod = running
+                .get(&(namespace.as_str(), name))
+                .map(|placed| placed.to_pod());
             daemon_sets.push((source.id, workload::daemon_set(source, &context, pod)));
         }
     }
@@ -317,7 +333,11 @@ pub fn build(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectError> {
             given.push(status);
         }
     }
-    pdb::fill_status(&mut builder.built.snapshot, &given);
+    pdb::fill_status(
+        &mut builder.built.snapshot.pod_disruption_budgets,
+        builder.built.pods.bases(),
+        &given,
+    );
 
     for pod in builder.all_pods() {
         namespaces.entry(pod).or_default();
@@ -338,7 +358,7 @@ pub(crate) struct Builder {
     built: Built,
     /// DaemonSet pods without a node: not provisioned for, but a candidate
     /// for the newest pod its DaemonSet counts as.
-    unbound_daemon_pods: Vec<sched::Pod>,
+    unbound_daemon_pods: Vec<PlacedPod>,
 }
 
 impl Builder {
@@ -446,11 +466,12 @@ impl Builder {
     fn place_pod(
         &mut self,
         id: usize,
-        pod: sched::Pod,
+        placed: PlacedPod,
         nodes: &node::Nodes,
         seen: &mut BTreeSet<(String, String)>,
         what: &str,
     ) -> Result<(), ObjectError> {
+        let pod = placed.base();
         if !seen.insert((pod.namespace.clone(), pod.name.clone())) {
             let error = ObjectError {
                 id,
@@ -476,12 +497,12 @@ impl Builder {
                     "a DaemonSet's pod is not provisioned for: its DaemonSet counts as overhead on every node it selects".into(),
                 );
             }
-            self.unbound_daemon_pods.push(pod);
+            self.unbound_daemon_pods.push(placed);
         } else if pod.node_name.is_empty() {
-            self.built.snapshot.pending_pods.push(pod);
+            self.built.pods.pending.push(placed);
             self.built.origins.pending_pods.push(id);
         } else if let Some(i) = nodes.index_of(&pod.node_name) {
-            self.built.snapshot.nodes[i].pods.push(pod);
+            self.built.pods.push_on_node(i, placed);
         } else if self.mode == Mode::Manifests {
             self.warn(
                 id,
@@ -495,13 +516,17 @@ impl Builder {
     }
 
     fn all_pods(&self) -> Vec<String> {
-        let snapshot = &self.built.snapshot;
-        snapshot
-            .pending_pods
-            .iter()
-            .chain(snapshot.nodes.iter().flat_map(|n| n.pods.iter()))
+        self.built
+            .pods
+            .bases()
             .map(|p| p.namespace.clone())
-            .chain(snapshot.daemon_sets.iter().map(|d| d.namespace.clone()))
+            .chain(
+                self.built
+                    .snapshot
+                    .daemon_sets
+                    .iter()
+                    .map(|d| d.namespace.clone()),
+            )
             .collect()
     }
 }

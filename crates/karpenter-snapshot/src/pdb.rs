@@ -77,25 +77,16 @@ pub(crate) fn pdb(
     ))
 }
 
-/// Computes the status fields the objects did not give, from the pods of
-/// the snapshot.
-pub(crate) fn fill_status(snapshot: &mut sched::ClusterSnapshot, given: &[GivenStatus]) {
-    let pods: Vec<&sched::Pod> = snapshot
-        .pending_pods
-        .iter()
-        .chain(snapshot.nodes.iter().flat_map(|n| n.pods.iter()))
-        .collect();
-    let computed: Vec<(i32, i32)> = snapshot
-        .pod_disruption_budgets
-        .iter()
-        .map(|budget| disruptions_allowed(budget, pods.iter().copied()))
-        .collect();
-    for ((budget, status), (allowed, expected)) in snapshot
-        .pod_disruption_budgets
-        .iter_mut()
-        .zip(given)
-        .zip(computed)
-    {
+/// Computes the status fields the objects did not give to `budgets`, from
+/// the snapshot's `pods`.
+pub(crate) fn fill_status<'a>(
+    budgets: &mut [sched::PodDisruptionBudget],
+    pods: impl Iterator<Item = &'a sched::Pod>,
+    given: &[GivenStatus],
+) {
+    let pods: Vec<&sched::Pod> = pods.collect();
+    for (budget, status) in budgets.iter_mut().zip(given) {
+        let (allowed, expected) = disruptions_allowed(budget, pods.iter().copied());
         if !status.allowed {
             budget.disruptions_allowed = allowed;
         }

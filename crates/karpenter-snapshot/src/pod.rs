@@ -1,6 +1,7 @@
 //! Pod specs (of Pods, workload templates, DaemonSets) to wire pods.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -9,6 +10,7 @@ use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
 
 use crate::fields::{self, FieldError, join};
+use crate::placed::{Finish, PlacedPod};
 use crate::{Builder, Mode, ObjectError, Objects, Source};
 
 /// Cluster objects pods refer to: priority classes and storage.
@@ -164,7 +166,8 @@ pub fn prepare_object(source: &Source<'_, core::Pod>, mode: Mode) -> PreparedObj
         start_time: fields::optional_timestamp(status.and_then(|s| s.start_time.as_ref())),
     })
     .map_err(&error)?;
-    let pod = &mut prepared.pod;
+    // Not shared yet: no copy.
+    let pod = Arc::make_mut(&mut prepared.pod);
     pod.phase = if !phase.is_empty() {
         phase
     } else if pod.node_name.is_empty() {
@@ -190,8 +193,8 @@ pub(crate) fn finish_object(
     id: usize,
     prepared: &PreparedPod,
     context: &PodContext,
-) -> Result<sched::Pod, ObjectError> {
-    prepared.finish(context).map_err(|e| ObjectError {
+) -> Result<PlacedPod, ObjectError> {
+    prepared.place(context).map_err(|e| ObjectError {
         id,
         kind: "Pod",
         namespace: prepared.namespace().to_owned(),
@@ -323,7 +326,8 @@ pub fn do_not_disrupt(
 /// per snapshot.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PreparedPod {
-    pod: sched::Pod,
+    /// Shared with every snapshot the pod is placed in ([`PlacedPod`]).
+    pod: Arc<sched::Pod>,
     explicit_priority: Option<i32>,
     claims: Vec<crate::volumes::ClaimRef>,
     do_not_disrupt: Option<String>,
@@ -340,8 +344,8 @@ impl PreparedPod {
         &self.pod.name
     }
 
-    /// The wire pod among `ctx`'s objects.
-    pub fn finish(&self, ctx: &PodContext) -> fields::Result<sched::Pod> {
+    /// The pod placed among `ctx`'s objects.
+    pub fn place(&self, ctx: &PodContext) -> fields::Result<PlacedPod> {
         let priority = priority(
             self.explicit_priority,
             &self.pod.priority_class_name,
@@ -353,7 +357,7 @@ impl PreparedPod {
             annotations.insert(labels::DO_NOT_DISRUPT.to_owned(), value.clone());
         }
         let protection = do_not_disrupt_of(&annotations, self.start.as_ref());
-        Ok(sched::Pod {
+        let finish = Finish {
             priority,
             volumes: crate::volumes::resolve(&self.claims, ctx),
             do_not_disrupt: protection == DoNotDisrupt::Always,
@@ -361,14 +365,15 @@ impl PreparedPod {
                 DoNotDisrupt::Until(until) => Some(until),
                 _ => None,
             },
-            ..self.pod.clone()
-        })
+        };
+        Ok(PlacedPod::new(Arc::clone(&self.pod), finish))
     }
 }
 
 /// A pod spec to wire form among `ctx`'s objects.
 pub fn pod(src: &PodSource<'_>, ctx: &PodContext) -> fields::Result<sched::Pod> {
-    prepare(src)?.finish(ctx)
+    let placed = prepare(src)?.place(ctx)?;
+    Ok(placed.into_pod())
 }
 
 /// What of a pod spec depends on nothing but the pod.
@@ -453,7 +458,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         do_not_disrupt_until: None,
     };
     Ok(PreparedPod {
-        pod,
+        pod: Arc::new(pod),
         explicit_priority: spec.priority,
         claims: crate::volumes::claims(src),
         do_not_disrupt: annotation(labels::DO_NOT_DISRUPT).cloned(),

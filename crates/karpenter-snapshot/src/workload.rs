@@ -10,6 +10,7 @@ use k8s_openapi::{Metadata, Resource};
 use karpenter_proto::scheduler::v1 as sched;
 
 use crate::fields::{FieldError, join};
+use crate::placed::PlacedPod;
 use crate::pod::{self, PodContext, PodSource, namespace_of};
 use crate::{ObjectError, Objects, Source};
 
@@ -166,7 +167,7 @@ fn pods_of(w: &Workload<'_>, context: &PodContext) -> Result<Vec<sched::Pod>, Ob
 pub(crate) fn daemon_set(
     source: &Source<'_, DaemonSet>,
     context: &PodContext,
-    running: Option<&sched::Pod>,
+    running: Option<sched::Pod>,
 ) -> Result<sched::DaemonSet, ObjectError> {
     let meta = &source.object.metadata;
     let namespace = namespace_of(meta);
@@ -204,7 +205,7 @@ pub(crate) fn daemon_set(
         Some(running) => sched::Pod {
             required_node_affinity: pod.required_node_affinity,
             node_name: String::new(),
-            ..running.clone()
+            ..running
         },
         None => pod,
     };
@@ -218,16 +219,17 @@ pub(crate) fn daemon_set(
 /// Each DaemonSet's newest pod among `pods`, by namespace and name of the
 /// DaemonSet.
 pub(crate) fn newest_daemon_pods<'p>(
-    pods: impl Iterator<Item = &'p sched::Pod>,
-) -> BTreeMap<(&'p str, &'p str), &'p sched::Pod> {
-    let mut newest: BTreeMap<(&str, &str), &sched::Pod> = BTreeMap::new();
-    for pod in pods.filter(|p| p.owner_kind == "DaemonSet") {
+    pods: impl Iterator<Item = &'p PlacedPod>,
+) -> BTreeMap<(&'p str, &'p str), &'p PlacedPod> {
+    let mut newest: BTreeMap<(&str, &str), &PlacedPod> = BTreeMap::new();
+    for placed in pods.filter(|p| p.base().owner_kind == "DaemonSet") {
+        let pod = placed.base();
         let key = (pod.namespace.as_str(), pod.owner_name.as_str());
         let created = |p: &sched::Pod| p.creation_timestamp.map(|t| (t.seconds, t.nanos));
         match newest.get(&key) {
-            Some(current) if created(current) >= created(pod) => {}
+            Some(current) if created(current.base()) >= created(pod) => {}
             _ => {
-                newest.insert(key, pod);
+                newest.insert(key, placed);
             }
         }
     }

@@ -18,6 +18,7 @@ use karpenter_proto::provider::v1::cloud_provider_client::CloudProviderClient;
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
 use karpenter_runtime::ClientTls;
+use karpenter_snapshot::{Built, ClusterRequest};
 use tonic::codegen::Bytes;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -54,6 +55,14 @@ pub fn transient(status: &Status) -> bool {
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
     ) || (status.code() == Code::Internal && status.message().contains("transport"))
+}
+
+/// `request` with `built`'s snapshot as its cluster, encoded.
+fn encode<R: ClusterRequest>(built: Built, request: &R) -> Result<Bytes, Status> {
+    built
+        .encode_request(request)
+        .map(Bytes::from)
+        .map_err(|e| Status::internal(format!("encoding the scheduler request: {e}")))
 }
 
 /// Runs `call` until it answers, at most `attempts` times, waiting
@@ -186,35 +195,40 @@ impl Clients {
         request
     }
 
-    /// Solve. The request (the whole cluster) is encoded once and dropped
-    /// before the call: retries resend the same bytes rather than holding
-    /// a second copy of the snapshot.
+    /// Solve over `built`'s snapshot. The request (the whole cluster) is
+    /// encoded once, its pods straight from the index's prepared ones
+    /// ([`Built::encode_request`]); retries resend the same bytes rather
+    /// than holding a copy of the snapshot.
     pub async fn solve(
         &self,
-        request: sched::SolveRequest,
+        built: Built,
+        options: sched::SchedulingOptions,
     ) -> Result<sched::SolveResponse, Status> {
-        self.scheduler_call(SOLVE, request).await
+        let request = sched::SolveRequest {
+            cluster: None,
+            options: Some(options),
+        };
+        self.scheduler_call(SOLVE, encode(built, &request)?).await
     }
 
-    /// PlanDisruption, encoded once like [`Clients::solve`].
+    /// PlanDisruption over `built`'s snapshot, encoded like [`Clients::solve`].
     pub async fn plan_disruption(
         &self,
-        request: sched::PlanDisruptionRequest,
+        built: Built,
+        options: sched::SchedulingOptions,
     ) -> Result<sched::PlanDisruptionResponse, Status> {
-        self.scheduler_call(PLAN_DISRUPTION, request).await
+        let request = sched::PlanDisruptionRequest {
+            cluster: None,
+            options: Some(options),
+        };
+        self.scheduler_call(PLAN_DISRUPTION, encode(built, &request)?)
+            .await
     }
 
-    async fn scheduler_call<Req, Resp>(
-        &self,
-        path: &'static str,
-        request: Req,
-    ) -> Result<Resp, Status>
+    async fn scheduler_call<Resp>(&self, path: &'static str, body: Bytes) -> Result<Resp, Status>
     where
-        Req: prost::Message,
         Resp: prost::Message + Default + Send + 'static,
     {
-        let body = Bytes::from(request.encode_to_vec());
-        drop(request);
         let deadline = self.deadlines.solve;
         let result = with_retry(3, || {
             let channel = self.scheduler_channel.clone();

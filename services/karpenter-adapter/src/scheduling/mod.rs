@@ -227,7 +227,8 @@ pub fn snapshot(
         ..Objects::default()
     };
     // Live mode never fails: bad objects are in `skipped`.
-    let mut built = karpenter_snapshot::build(&objects, Mode::Live).unwrap_or_default();
+    // Pods stay placed (shared with the index) until the request is encoded.
+    let mut built = karpenter_snapshot::build_placed(&objects, Mode::Live).unwrap_or_default();
     for pool in &mut built.snapshot.node_pools {
         pool.usage = Some(types::ResourceList {
             quantities: pool_usage(index, &pool.name),

@@ -188,13 +188,9 @@ async fn plan(
     let pools = scheduling::provisioning_pools(ctx, index);
     let scheduling::Prepared { pools, mut built } = scheduling::prepare(ctx, index, pools).await;
     ctx.nominations.mark(&mut built.snapshot);
-    let request = sched::PlanDisruptionRequest {
-        cluster: Some(built.snapshot),
-        options: Some(scheduling::options(ctx)),
-    };
     let plan = ctx
         .clients
-        .plan_disruption(request)
+        .plan_disruption(built, scheduling::options(ctx))
         .await
         .map_err(Error::peer("PlanDisruption"))?;
     report_blocked(ctx, index, &plan.blocked);

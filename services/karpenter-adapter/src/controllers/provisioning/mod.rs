@@ -105,17 +105,13 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     }
     let scheduling::Prepared { pools, built } = scheduling::prepare(ctx, index, pools).await;
     report_skipped(ctx, index, &built.skipped);
-    if built.snapshot.pending_pods.is_empty() {
+    let pending = built.pending_pod_count();
+    if pending == 0 {
         return Ok(Vec::new());
     }
-    let pending = built.snapshot.pending_pods.len();
-    let request = sched::SolveRequest {
-        cluster: Some(built.snapshot),
-        options: Some(scheduling::options(ctx)),
-    };
     let solved = ctx
         .clients
-        .solve(request)
+        .solve(built, scheduling::options(ctx))
         .await
         .map_err(Error::peer("Solve"))?;
     ctx.metrics
