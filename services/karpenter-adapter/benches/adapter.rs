@@ -3,6 +3,8 @@
 //! ```sh
 //! cargo bench -p karpenter-adapter --bench adapter -- latency   # pending → Create, pending → bound
 //! cargo bench -p karpenter-adapter --bench adapter -- memory    # peak RSS, 20,000 pending pods, 4,000 nodes
+//! # the regression check .ci/run makes (debug build, half the index):
+//! cargo bench -p karpenter-adapter --bench adapter --profile dev -- memory --pods 10000 --nodes 2000 --max-peak-mib 140
 //! cargo bench -p karpenter-adapter --bench adapter -- emptiness # last pod gone → claim deleted
 //! cargo bench -p karpenter-adapter --bench adapter -- consolidation # 1,000 nodes consolidated
 //! ```
@@ -43,7 +45,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match which.as_str() {
         "latency" => runtime.block_on(latency()),
-        "memory" => runtime.block_on(memory::run()),
+        "memory" => runtime.block_on(memory::run(memory::Args::parse()?)),
         "emptiness" => runtime.block_on(emptiness()),
         "consolidation" => runtime.block_on(consolidation::run()),
         other => anyhow::bail!(
@@ -279,10 +281,41 @@ mod memory {
     use local_apiserver::{Config, LocalApiServer};
     use serde_json::{Value, json};
 
-    const NODES: usize = 4_000;
-    const PODS: usize = 20_000;
+    /// `--pods N --nodes M` (20,000 and 4,000 by default); with
+    /// `--max-peak-mib X`, a peak above X MiB fails the run (the
+    /// regression check).
+    pub struct Args {
+        pods: usize,
+        nodes: usize,
+        max_peak_mib: Option<f64>,
+    }
 
-    fn state() -> Value {
+    impl Args {
+        pub fn parse() -> anyhow::Result<Self> {
+            let mut args = Args {
+                pods: 20_000,
+                nodes: 4_000,
+                max_peak_mib: None,
+            };
+            let mut given = std::env::args().skip(1);
+            while let Some(flag) = given.next() {
+                let mut value = || {
+                    given
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))
+                };
+                match flag.as_str() {
+                    "--pods" => args.pods = value()?.parse()?,
+                    "--nodes" => args.nodes = value()?.parse()?,
+                    "--max-peak-mib" => args.max_peak_mib = Some(value()?.parse()?),
+                    _ => {}
+                }
+            }
+            Ok(args)
+        }
+    }
+
+    fn state(args: &Args) -> Value {
         let mut items: Vec<Value> = karpenter_api::crds()
             .into_iter()
             .map(|crd| serde_json::to_value(crd).unwrap_or_default())
@@ -304,7 +337,7 @@ mod memory {
                 "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
                 "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}}
         }));
-        for i in 0..NODES {
+        for i in 0..args.nodes {
             let name = format!("existing-{i:05}");
             items.push(json!({
                 "apiVersion": "v1", "kind": "Node",
@@ -319,7 +352,7 @@ mod memory {
                            "conditions": [{"type": "Ready", "status": "True"}]}
             }));
         }
-        for i in 0..PODS {
+        for i in 0..args.pods {
             let app = format!("app-{:03}", i % 200);
             items.push(json!({
                 "apiVersion": "v1", "kind": "Pod",
@@ -338,10 +371,10 @@ mod memory {
         json!({"items": items})
     }
 
-    pub async fn run() -> anyhow::Result<()> {
+    pub async fn run(args: Args) -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let state_file = dir.path().join("state.json");
-        std::fs::write(&state_file, serde_json::to_vec(&state())?)?;
+        std::fs::write(&state_file, serde_json::to_vec(&state(&args))?)?;
         let kubeconfig = dir.path().join("kubeconfig");
         let server = LocalApiServer::start(Config {
             kubeconfig: Some(kubeconfig.clone()),
@@ -410,7 +443,10 @@ mod memory {
         drop(server);
         let planned = planned_at
             .ok_or_else(|| anyhow::anyhow!("the adapter never planned a batch; see its log"))?;
-        println!("adapter memory with {NODES} nodes and {PODS} pending pods in the index:");
+        println!(
+            "adapter memory with {} nodes and {} pending pods in the index:",
+            args.nodes, args.pods
+        );
         println!(
             "  first batch planned {:.1} s after start",
             planned.as_secs_f64()
@@ -420,6 +456,14 @@ mod memory {
             peak as f64 / 1024.0,
             now as f64 / 1024.0
         );
+        let peak_mib = peak as f64 / 1024.0;
+        match args.max_peak_mib {
+            Some(max) if peak_mib > max => anyhow::bail!(
+                "peak RSS {peak_mib:.1} MiB is above the bound of {max} MiB: a memory regression (see BENCHMARKS.md)"
+            ),
+            Some(max) => println!("  within the bound of {max} MiB"),
+            None => {}
+        }
         Ok(())
     }
 }
