@@ -7,15 +7,19 @@
 //!   ...          ─┘   (one owner task)       └─▶ what changed (kinds)
 //! ```
 //!
-//! Each kind is a [`Store`]: a map behind an `Arc`, so a snapshot is a
-//! handful of reference counts, and the owner copies a map only when it
-//! changes one a snapshot still holds. Relists replace a store atomically
-//! (`Init` .. `InitDone`), as a reflector does. Nothing here does I/O, so
+//! Each kind is a [`Store`]: a persistent (structurally shared) ordered
+//! map, so a snapshot is a handful of reference counts, and a change the
+//! owner makes while snapshots are alive copies the few tree nodes on the
+//! path to the key, not the map: every reconcile in flight shares one
+//! cluster state, and a burst of them costs what changed, not a copy of
+//! the index each. Relists replace a store atomically (`Init` ..
+//! `InitDone`), as a reflector does. Nothing here does I/O, so
 //! the index is tested with synthetic events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use imbl::OrdMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -75,9 +79,9 @@ pub fn keep<E: Entry>(event: Event<E::Object>) -> Event<E> {
 /// One kind's objects.
 #[derive(Debug)]
 pub struct Store<K> {
-    objects: Arc<BTreeMap<Key, Arc<K>>>,
+    objects: OrdMap<Key, Arc<K>>,
     /// Objects of a relist in progress, swapped in at `InitDone`.
-    relist: Option<BTreeMap<Key, Arc<K>>>,
+    relist: Option<OrdMap<Key, Arc<K>>>,
     /// The first list has completed.
     synced: bool,
 }
@@ -85,7 +89,7 @@ pub struct Store<K> {
 impl<K> Default for Store<K> {
     fn default() -> Self {
         Self {
-            objects: Arc::default(),
+            objects: OrdMap::new(),
             relist: None,
             synced: false,
         }
@@ -125,24 +129,22 @@ impl<K: Entry> Store<K> {
     pub fn apply(&mut self, event: Event<K>) -> bool {
         match event {
             Event::Apply(object) => {
-                Arc::make_mut(&mut self.objects).insert(key(&object), Arc::new(object));
+                self.objects.insert(key(&object), Arc::new(object));
                 true
             }
-            Event::Delete(object) => Arc::make_mut(&mut self.objects)
-                .remove(&key(&object))
-                .is_some(),
+            Event::Delete(object) => self.objects.remove(&key(&object)).is_some(),
             Event::Init => {
-                self.relist = Some(BTreeMap::new());
+                self.relist = Some(OrdMap::new());
                 false
             }
             Event::InitApply(object) => {
                 self.relist
-                    .get_or_insert_with(BTreeMap::new)
+                    .get_or_insert_with(OrdMap::new)
                     .insert(key(&object), Arc::new(object));
                 false
             }
             Event::InitDone => {
-                self.objects = Arc::new(self.relist.take().unwrap_or_default());
+                self.objects = self.relist.take().unwrap_or_default();
                 self.synced = true;
                 true
             }
@@ -153,7 +155,7 @@ impl<K: Entry> Store<K> {
 impl<K> Store<K> {
     /// Removes one object outside of a watch event; whether it was there.
     fn remove(&mut self, key: &Key) -> bool {
-        self.objects.contains_key(key) && Arc::make_mut(&mut self.objects).remove(key).is_some()
+        self.objects.remove(key).is_some()
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
