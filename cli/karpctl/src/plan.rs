@@ -147,6 +147,9 @@ pub fn options(
         } as i32,
         feature_gates: feature_gates(&args.feature_gates)?,
         well_known_labels,
+        // Karpenter's default (IGNORE_DRA_REQUESTS=true): pods with DRA
+        // requests are reported unschedulable.
+        plan_dra_pods: false,
     })
 }
 

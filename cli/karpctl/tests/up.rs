@@ -247,7 +247,22 @@ fn replaying_seed_001_prints_the_timeline_and_stops() {
         pending, 3,
         "one new pod fits the existing nodes, three wait:\n{text}"
     );
-    assert!(state.path().join("logs/adapter.log").is_file());
+    // The three services log JSON lines by default, as Karpenter does,
+    // with the level and message at the top level.
+    for service in ["adapter", "scheduler", "provider-kwok"] {
+        let path = state.path().join(format!("logs/{service}.log"));
+        let log = std::fs::read_to_string(&path).expect("the service's log");
+        let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(!lines.is_empty(), "{service} logged nothing");
+        for line in lines {
+            let entry: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{service}: not a JSON line ({e}): {line}"));
+            assert!(
+                entry["level"].is_string() && entry["message"].is_string(),
+                "{service}: {line}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -238,6 +238,7 @@ pub fn pod(
         phase: p.phase.clone(),
         terminating: p.terminating,
         not_ready: p.not_ready,
+        dra_requests: p.dra_requests,
     })
 }
 

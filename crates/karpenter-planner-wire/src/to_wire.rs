@@ -29,6 +29,7 @@ pub fn options(options: Option<&sched::SchedulingOptions>) -> Options {
         ignore_preferences: options.preference_policy
             == sched::scheduling_options::PreferencePolicy::Ignore as i32,
         well_known_labels: options.well_known_labels.clone(),
+        plan_dra_pods: options.plan_dra_pods,
         interrupt: None,
     }
 }

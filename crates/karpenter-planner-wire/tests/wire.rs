@@ -929,14 +929,16 @@ fn scheduling_options_reach_the_planner() {
     let defaults = to_wire::options(None);
     assert_eq!(defaults.min_values_policy, MinValuesPolicy::Strict);
     assert!(!defaults.ignore_preferences && defaults.well_known_labels.is_empty());
+    assert!(!defaults.plan_dra_pods, "Karpenter's IGNORE_DRA_REQUESTS=true");
     let options = to_wire::options(Some(&sched::SchedulingOptions {
         min_values_policy: sched::scheduling_options::MinValuesPolicy::BestEffort as i32,
         preference_policy: sched::scheduling_options::PreferencePolicy::Ignore as i32,
         well_known_labels: vec!["example.com/rack".into()],
+        plan_dra_pods: true,
         ..Default::default()
     }));
     assert_eq!(options.min_values_policy, MinValuesPolicy::BestEffort);
-    assert!(options.ignore_preferences);
+    assert!(options.ignore_preferences && options.plan_dra_pods);
     assert_eq!(options.well_known_labels, vec!["example.com/rack"]);
 }
 

@@ -46,7 +46,7 @@ impl DaemonGroups {
     /// Groups `instance_types` (indices into `catalog`) of `pool` by the
     /// daemon pods of `daemon_sets` that would run on them.
     pub fn build(
-        daemon_sets: &[DaemonSet],
+        daemon_sets: &[&DaemonSet],
         pool: &NodePool,
         catalog: &[InstanceType],
         instance_types: &[usize],

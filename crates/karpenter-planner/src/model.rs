@@ -84,6 +84,8 @@ pub struct Pod {
     pub terminating: bool,
     /// The Ready condition is False.
     pub not_ready: bool,
+    /// Asks for devices through Dynamic Resource Allocation.
+    pub dra_requests: bool,
 }
 
 impl Pod {

@@ -573,6 +573,43 @@ fn daemonset_overhead_is_counted() {
     assert_eq!(requests.pods, 2);
 }
 
+/// Karpenter's default (`IGNORE_DRA_REQUESTS=true`): a pod with Dynamic
+/// Resource Allocation requests is not provisioned for, with its reason,
+/// and a DaemonSet whose pods have them is no overhead; with the option
+/// set (`false` there) both are planned on their other requests.
+#[test]
+fn pods_with_dra_requests_are_left_unplanned_unless_the_option_plans_them() {
+    let dra = |mut p: karpenter_planner::model::Pod| {
+        p.dra_requests = true;
+        p
+    };
+    let mut s = scenario();
+    s.daemon_sets = vec![daemonset(dra(pod("d").cpu(2000).memory(2 * GI)))];
+    let pods = || {
+        vec![
+            dra(pod("gpu").cpu(1000).memory(GI)),
+            pod("plain").cpu(1000).memory(GI),
+        ]
+    };
+    let outcome = s.solve(pods());
+    assert!(!outcome.scheduled("gpu"));
+    assert_eq!(
+        outcome.reason("gpu"),
+        Some(
+            "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter"
+        )
+    );
+    assert!(outcome.scheduled("plain"));
+    let requests = &outcome.claim_of("plain").unwrap().requests;
+    assert_eq!(requests.cpu, 1000, "the DRA DaemonSet is no overhead");
+
+    s.options.plan_dra_pods = true;
+    let outcome = s.solve(pods());
+    assert!(outcome.scheduled("gpu") && outcome.scheduled("plain"));
+    let requests = &outcome.claim_of("plain").unwrap().requests;
+    assert_eq!(requests.cpu, 4000, "both pods and the DaemonSet");
+}
+
 #[test]
 fn daemonset_host_ports_conflict() {
     let mut s = scenario();

@@ -65,8 +65,8 @@ pub struct ServiceArgs {
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info,karpenter=debug".
     #[arg(long = "log-level", env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-    /// Log as JSON lines instead of text.
-    #[arg(long = "log-json", env = "LOG_JSON", default_value_t = false)]
+    /// Log as JSON lines, as Karpenter does (`false` for text).
+    #[arg(long = "log-json", env = "LOG_JSON", default_value_t = true, action = clap::ArgAction::Set)]
     pub log_json: bool,
     /// TLS of the gRPC server (off without flags).
     #[command(flatten)]

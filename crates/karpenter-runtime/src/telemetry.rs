@@ -180,8 +180,11 @@ pub(crate) fn install(
             .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
     });
     let logs = if json {
+        // `message` and the event's fields at the top level, as in
+        // Karpenter's lines, so log queries written for it find them.
         tracing_subscriber::fmt::layer()
             .json()
+            .flatten_event(true)
             .with_writer(writer)
             .boxed()
     } else {

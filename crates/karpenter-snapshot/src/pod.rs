@@ -456,6 +456,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
         not_ready: false,
         do_not_disrupt_until: None,
+        dra_requests: dra_requests(spec),
     };
     Ok(PreparedPod {
         pod: Arc::new(pod),
@@ -465,6 +466,19 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         start: src.start_time,
         spec_path: sp,
     })
+}
+
+/// Karpenter's `HasDRARequirements`: the pod lists resource claims, or a
+/// container or init container asks for one.
+fn dra_requests(spec: &core::PodSpec) -> bool {
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
+        || containers
+            .filter_map(|c| c.resources.as_ref()?.claims.as_ref())
+            .any(|claims| !claims.is_empty())
 }
 
 fn priority(

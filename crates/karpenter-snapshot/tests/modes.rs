@@ -828,3 +828,43 @@ fn a_daemonset_counts_as_its_newest_pod_with_the_templates_node_affinity() {
         assert_eq!(cpu, 1000, "a lone unbound pod in {mode:?} mode");
     }
 }
+
+/// Karpenter's `HasDRARequirements`: pod-level resource claims, or a claim
+/// asked for by a container or an init container, mark the wire pod.
+#[test]
+fn a_pod_asking_for_dra_devices_is_marked() {
+    let containers_with = |field: &str| json!({"spec": {field: [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]}});
+    let cases = [
+        ("plain", json!({}), false),
+        (
+            "pod-level",
+            json!({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]}}),
+            true,
+        ),
+        ("container", containers_with("containers"), true),
+        (
+            "init",
+            merge_all([
+                containers_with("initContainers"),
+                json!({"spec": {"containers": [{"name": "main"}]}}),
+            ]),
+            true,
+        ),
+    ];
+    for (name, extra, expected) in cases {
+        let p = pod(name, merge_all([unschedulable(), extra]));
+        let built = build(
+            &Objects {
+                pods: vec![Source { id: 0, object: &p }],
+                ..Objects::default()
+            },
+            Mode::Live,
+        )
+        .expect("built");
+        assert!(built.skipped.is_empty(), "{name}: {:?}", built.skipped);
+        assert_eq!(
+            built.snapshot.pending_pods[0].dra_requests, expected,
+            "{name}"
+        );
+    }
+}

@@ -29,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = karpenter_runtime::init_tracing_output(
         "karpenter-adapter",
         level,
-        false,
+        cli.settings.log_json,
         &cli.settings.log_output_paths,
     )
     .context("setting up logs (LOG_OUTPUT_PATHS) and traces (OTEL_*)")?;
@@ -37,6 +37,11 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", cli.settings.metrics_listen))?;
     tracing::info!(metrics = %http.local_addr()?, "adapter starting");
+    if !cli.settings.ignore_dra_requests {
+        tracing::warn!(
+            "IGNORE_DRA_REQUESTS=false: pods with Dynamic Resource Allocation requests are planned on their other requests; their devices are not simulated"
+        );
+    }
     let election = karpenter_adapter::leader::Timing::new(
         cli.settings.leader_election_lease_duration,
         cli.settings.leader_election_renew_deadline,

@@ -54,6 +54,9 @@ pub struct Settings {
     /// Where logs go: `stdout`, `stderr` or a file path.
     #[arg(long, env = "LOG_OUTPUT_PATHS", default_value = "stdout")]
     pub log_output_paths: String,
+    /// Log as JSON lines (Karpenter's format; `false` for text).
+    #[arg(long, env = "LOG_JSON", default_value_t = true, action = clap::ArgAction::Set)]
+    pub log_json: bool,
     /// Name of the leader-election Lease.
     #[arg(
         long,
@@ -76,6 +79,18 @@ pub struct Settings {
     /// the renew deadline.
     #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = go_duration)]
     pub leader_election_retry_period: Duration,
+    /// Leave pods with Dynamic Resource Allocation requests unplanned (each
+    /// gets a `FailedScheduling` event) and DaemonSets with them out of the
+    /// overhead, as Karpenter does by default. `false` plans such pods on
+    /// their other requests: devices are not simulated here.
+    #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ignore_dra_requests: bool,
+    /// Leave out the cluster-state metrics Karpenter leaves out with it:
+    /// `karpenter_pods_state`, `karpenter_pods_startup_duration_seconds`
+    /// and the node pools' `usage` and `limit` gauges (for very large
+    /// clusters, where one series per pod is too many).
+    #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub disable_cluster_state_observability: bool,
     /// Act without electing a leader (a single replica).
     #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value_t = false)]
     pub disable_leader_election: bool,

@@ -59,6 +59,11 @@ pub struct Options {
     pub ignore_preferences: bool,
     /// Label keys the provider defines, beyond Karpenter's own.
     pub well_known_labels: Vec<String>,
+    /// Plan pods with DRA requests on their other requests (Karpenter's
+    /// `IGNORE_DRA_REQUESTS=false`; devices are not simulated). Off, as
+    /// Karpenter's default, such pods are unschedulable with
+    /// [`DRA_NOT_SUPPORTED`] and such DaemonSets are no overhead.
+    pub plan_dra_pods: bool,
     /// Set by the caller once the answer is no longer wanted (its deadline
     /// passed): runs stop at the next pod and plans at the next round, so a
     /// hostile or huge request cannot hold a thread. The planner reads no
@@ -74,6 +79,10 @@ impl Options {
             .is_some_and(|flag| flag.load(AtomicOrdering::Relaxed))
     }
 }
+
+/// Why a pod with DRA requests is not planned for (Karpenter's `DRAError`).
+pub const DRA_NOT_SUPPORTED: &str =
+    "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter";
 
 /// Why a pod was left unplaced when the caller interrupted the run.
 pub const INTERRUPTED: &str = "not scheduled: the request was interrupted (its deadline passed)";

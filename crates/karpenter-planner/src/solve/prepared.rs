@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::columns::TypeColumns;
 use crate::daemons::DaemonGroups;
 use crate::labels;
-use crate::model::{Cluster, Pod};
+use crate::model::{Cluster, DaemonSet, Pod};
 use crate::requirements::{Operator, Requirements, WellKnown};
 use crate::resources::Resources;
 use crate::taints::Effect;
@@ -189,13 +189,14 @@ fn template<'c>(
     let instance_types = filtered
         .remaining
         .unwrap_or_else(|| (0..catalog.len()).collect());
-    let daemons = DaemonGroups::build(
-        &cluster.daemon_sets,
-        pool,
-        catalog,
-        &instance_types,
-        well_known,
-    );
+    // Karpenter leaves DaemonSets whose pods need DRA devices out of the
+    // overhead unless it plans such pods.
+    let daemon_sets: Vec<&DaemonSet> = cluster
+        .daemon_sets
+        .iter()
+        .filter(|ds| options.plan_dra_pods || !ds.pod.dra_requests)
+        .collect();
+    let daemons = DaemonGroups::build(&daemon_sets, pool, catalog, &instance_types, well_known);
     let columns = TypeColumns::build(catalog, &instance_types);
     let max_room = daemons.max_room(catalog, &instance_types);
     let mut max_capacity = Resources::default();

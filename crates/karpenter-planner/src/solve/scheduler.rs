@@ -70,6 +70,12 @@ impl Prepared<'_> {
                 solution.unschedulable.insert(pod.key.clone(), reason);
                 continue;
             }
+            if pod.dra_requests && !self.options.plan_dra_pods {
+                solution
+                    .unschedulable
+                    .insert(pod.key.clone(), super::DRA_NOT_SUPPORTED.to_owned());
+                continue;
+            }
             if pod.is_daemon() {
                 // Karpenter's IsProvisionable: the DaemonSet is overhead on
                 // every node it selects, never a reason to launch one.

@@ -410,6 +410,7 @@ pub fn pod(name: &str) -> Pod {
         phase: String::new(),
         terminating: false,
         not_ready: false,
+        dra_requests: false,
     }
 }
 

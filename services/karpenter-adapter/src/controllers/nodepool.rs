@@ -56,6 +56,9 @@ fn status_resources(usage: &BTreeMap<String, i64>) -> BTreeMap<String, Quantity>
 
 impl NodePools {
     fn record_metrics(&self, pool: &NodePool, usage: &BTreeMap<String, i64>) {
+        if self.ctx.settings.disable_cluster_state_observability {
+            return;
+        }
         let name = pool.name_any();
         let metric_name = |resource: &str| resource.to_lowercase().replace('-', "_");
         let value = |resource: &str, v: i64| {

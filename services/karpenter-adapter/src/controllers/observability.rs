@@ -80,6 +80,9 @@ fn record(ctx: &Context, index: &Index, startups: &mut Startups) {
     metrics
         .cluster_state_node_count
         .set(i64::try_from(index.nodes.len() + in_flight).unwrap_or(i64::MAX));
+    if ctx.settings.disable_cluster_state_observability {
+        return;
+    }
     metrics.pods_state.clear();
     for pod in index.pods.iter() {
         let node = pod.node_name.clone().unwrap_or_default();

@@ -174,6 +174,7 @@ pub fn options(ctx: &Context) -> sched::SchedulingOptions {
         preference_policy: settings.preference_policy as i32,
         feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
         well_known_labels: ctx.info.well_known_labels.clone(),
+        plan_dra_pods: !settings.ignore_dra_requests,
     }
 }
 
