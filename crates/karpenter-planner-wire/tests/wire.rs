@@ -929,7 +929,10 @@ fn scheduling_options_reach_the_planner() {
     let defaults = to_wire::options(None);
     assert_eq!(defaults.min_values_policy, MinValuesPolicy::Strict);
     assert!(!defaults.ignore_preferences && defaults.well_known_labels.is_empty());
-    assert!(!defaults.plan_dra_pods, "Karpenter's IGNORE_DRA_REQUESTS=true");
+    assert!(
+        !defaults.plan_dra_pods,
+        "Karpenter's IGNORE_DRA_REQUESTS=true"
+    );
     let options = to_wire::options(Some(&sched::SchedulingOptions {
         min_values_policy: sched::scheduling_options::MinValuesPolicy::BestEffort as i32,
         preference_policy: sched::scheduling_options::PreferencePolicy::Ignore as i32,

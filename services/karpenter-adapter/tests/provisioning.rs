@@ -337,3 +337,43 @@ async fn a_pod_with_an_unreadable_request_is_told_and_the_rest_provisioned() {
     .await;
     adapter.stop().await;
 }
+
+/// Karpenter's `DISABLE_CLUSTER_STATE_OBSERVABILITY`: the per-pod and
+/// per-pool state metrics are left out; the cluster-state gauges stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_state_observability_can_be_disabled() {
+    let cluster = Cluster::start().await;
+    let settings = cluster.settings(&["--disable-cluster-state-observability", "true"]);
+    let adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    cluster
+        .node_pool(Cluster::pool(
+            "default",
+            json!({}),
+            json!({"limits": {"cpu": "100"}}),
+        ))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    // The observability pass after the node registered has run once the
+    // node count says so; it would have written the pod's state with it.
+    eventually("the node counted", Duration::from_secs(30), || async {
+        adapter
+            .metrics()
+            .await
+            .lines()
+            .any(|l| l == "karpenter_cluster_state_node_count 1")
+    })
+    .await;
+    let metrics = adapter.metrics().await;
+    for left_out in [
+        "karpenter_pods_state{",
+        "karpenter_nodepools_usage{",
+        "karpenter_nodepools_limit{",
+    ] {
+        assert!(!metrics.contains(left_out), "{left_out} in:\n{metrics}");
+    }
+    adapter.stop().await;
+}

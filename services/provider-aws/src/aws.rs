@@ -40,6 +40,10 @@ pub struct Settings {
     pub instance_types_ttl: Duration,
     /// Region of the Pricing API endpoint.
     pub pricing_region: String,
+    /// Karpenter's `ISOLATED_VPC`: AWS services without a VPC endpoint are
+    /// out of reach, so the Pricing API is never called and on-demand
+    /// prices are the estimate from vCPU and memory.
+    pub isolated_vpc: bool,
     /// Longest wait of one SQS long poll, in seconds (0..=20).
     pub interruption_wait_seconds: i32,
     /// Attempts per AWS call (throttling and 5xx are retried with backoff).
@@ -68,6 +72,7 @@ impl Settings {
             pricing_refresh: Duration::from_secs(12 * 60 * 60),
             instance_types_ttl: Duration::from_secs(5 * 60),
             pricing_region: "us-east-1".into(),
+            isolated_vpc: false,
             interruption_wait_seconds: 20,
             max_attempts: 5,
             launch_template_ttl: Duration::from_secs(10 * 60),

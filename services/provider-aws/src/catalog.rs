@@ -5,7 +5,7 @@
 //!   DescribeInstanceTypes ─┐                     ┌─ TTL (instance_types_ttl)
 //!   DescribeInstanceType-  ├─▶ Catalog.types ────┤
 //!     Offerings            ┘                     └─ refreshed on demand
-//!   pricing:GetProducts ───┐
+//!   pricing:GetProducts ───┐   (not with ISOLATED_VPC)
 //!   DescribeSpotPrice-     ├─▶ Catalog.prices ─── refreshed on a timer
 //!     History              ┘   (fallback: estimate from vCPU / memory)
 //!   CreateFleet ICE ─────────▶ Catalog.unavailable (3 minutes)
@@ -195,7 +195,18 @@ impl Catalog {
             return Ok(current);
         }
         let types = self.types().await?;
-        let (on_demand, estimated) = match self.fetch_on_demand().await {
+        let fetched = if self.settings.isolated_vpc {
+            Ok(HashMap::new())
+        } else {
+            self.fetch_on_demand().await
+        };
+        let (on_demand, estimated) = match fetched {
+            Ok(_) if self.settings.isolated_vpc => {
+                tracing::debug!(
+                    "ISOLATED_VPC: on-demand prices are estimated, the Pricing API is not asked"
+                );
+                (HashMap::new(), true)
+            }
             Ok(prices) if !prices.is_empty() => (prices, false),
             Ok(_) => {
                 tracing::warn!("the Pricing API returned no prices; estimating on-demand prices");

@@ -50,6 +50,11 @@ struct Args {
     /// ENIs kept out of the pod-density computation.
     #[arg(long, env = "RESERVED_ENIS", default_value_t = 0)]
     reserved_enis: i32,
+    /// Assume AWS services without a VPC endpoint are unreachable: the
+    /// Pricing API is not called and on-demand prices are estimated from
+    /// vCPU and memory (Karpenter uses tables built into its binary).
+    #[arg(long, env = "ISOLATED_VPC", default_value_t = false, action = clap::ArgAction::Set)]
+    isolated_vpc: bool,
     /// Seconds between price refreshes.
     #[arg(long, env = "PRICING_REFRESH_SECONDS", default_value_t = 12 * 60 * 60)]
     pricing_refresh_seconds: u64,
@@ -98,6 +103,7 @@ fn settings(args: Args) -> anyhow::Result<provider_aws::Settings> {
     settings.interruption_queue = args.interruption_queue;
     settings.vm_memory_overhead_percent = args.vm_memory_overhead_percent;
     settings.reserved_enis = args.reserved_enis;
+    settings.isolated_vpc = args.isolated_vpc;
     settings.pricing_refresh = Duration::from_secs(args.pricing_refresh_seconds.max(60));
     Ok(settings)
 }

@@ -329,6 +329,35 @@ async fn unreachable_pricing_api_falls_back_to_estimates() {
     world.assert_least_privilege();
 }
 
+/// `ISOLATED_VPC`: the Pricing API is never asked; on-demand offerings are
+/// priced by the estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_vpc_never_calls_the_pricing_api() {
+    let mut world = World::start_with(|settings| settings.isolated_vpc = true).await;
+    let types = world
+        .client
+        .get_instance_types(pv::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types;
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    let od = m5
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == "on-demand")
+        .unwrap();
+    assert!(
+        (od.price - (2.0 * 0.0316 + 8.0 * 0.00424)).abs() < 1e-4,
+        "{od:?}"
+    );
+    assert_eq!(world.proxy.count("pricing:GetProducts"), 0);
+    world.assert_least_privilege();
+}
+
 async fn create(world: &mut World, claim: pv::NodeClaim) -> Result<pv::Instance, tonic::Status> {
     world
         .client
