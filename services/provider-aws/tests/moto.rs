@@ -298,11 +298,9 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
     world.assert_least_privilege();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_pricing_api_falls_back_to_estimates() {
-    let moto_world = World::start_with(|_| {}).await;
-    moto_world.proxy.add_fault(Fault::PricingDown);
-    let mut world = moto_world;
+/// m5.large's on-demand offering, asserted to carry the documented
+/// estimate: $0.0316 per vCPU-hour + $0.00424 per GiB-hour.
+async fn estimated_m5_large_on_demand(world: &mut World) -> types::Offering {
     let types = world
         .client
         .get_instance_types(pv::GetInstanceTypesRequest {
@@ -319,11 +317,19 @@ async fn unreachable_pricing_api_falls_back_to_estimates() {
         .iter()
         .find(|o| o.capacity_type == "on-demand")
         .unwrap();
-    // The documented estimate: $0.0316 per vCPU-hour + $0.00424 per GiB-hour.
     assert!(
         (od.price - (2.0 * 0.0316 + 8.0 * 0.00424)).abs() < 1e-4,
         "{od:?}"
     );
+    od.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_pricing_api_falls_back_to_estimates() {
+    let moto_world = World::start_with(|_| {}).await;
+    moto_world.proxy.add_fault(Fault::PricingDown);
+    let mut world = moto_world;
+    let od = estimated_m5_large_on_demand(&mut world).await;
     assert!(od.available);
     assert!(world.proxy.count("pricing:GetProducts") >= 1);
     world.assert_least_privilege();
@@ -334,26 +340,7 @@ async fn unreachable_pricing_api_falls_back_to_estimates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_vpc_never_calls_the_pricing_api() {
     let mut world = World::start_with(|settings| settings.isolated_vpc = true).await;
-    let types = world
-        .client
-        .get_instance_types(pv::GetInstanceTypesRequest {
-            node_pool: "default".into(),
-            node_class: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .instance_types;
-    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
-    let od = m5
-        .offerings
-        .iter()
-        .find(|o| o.capacity_type == "on-demand")
-        .unwrap();
-    assert!(
-        (od.price - (2.0 * 0.0316 + 8.0 * 0.00424)).abs() < 1e-4,
-        "{od:?}"
-    );
+    estimated_m5_large_on_demand(&mut world).await;
     assert_eq!(world.proxy.count("pricing:GetProducts"), 0);
     world.assert_least_privilege();
 }
