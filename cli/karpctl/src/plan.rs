@@ -1,8 +1,10 @@
 //! `karpctl plan`: manifests -> snapshot -> scheduler -> decisions.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use karpenter_core::feature_gates::FeatureGates;
+use karpenter_core::labels::LabelRules;
+use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::scheduler::v1 as sched;
 
 use crate::input::{self, Document, InputError};
@@ -14,13 +16,6 @@ pub use crate::validate::FieldValidation;
 use crate::{CliError, catalog, example};
 
 /// Karpenter's feature gates and their defaults.
-pub const FEATURE_GATES: &[(&str, bool)] = &[
-    ("NodeRepair", false),
-    ("ReservedCapacity", true),
-    ("SpotToSpotConsolidation", false),
-    ("NodeOverlay", false),
-    ("StaticCapacity", false),
-];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MinValuesPolicy {
@@ -103,30 +98,16 @@ fn check_fields(
     Ok(())
 }
 
-/// Parses `--feature-gates`, over Karpenter's defaults.
-pub fn feature_gates(text: &str) -> Result<BTreeMap<String, bool>, InputError> {
-    let mut gates: BTreeMap<String, bool> = FEATURE_GATES
-        .iter()
-        .map(|(k, v)| (k.to_string(), *v))
-        .collect();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = |message: String| InputError::file("--feature-gates", message);
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| bad(format!("{part:?} is not NAME=true|false")))?;
-        let value = match value.trim() {
-            "true" => true,
-            "false" => false,
-            other => return Err(bad(format!("{key}: {other:?} is not true or false"))),
-        };
-        if !gates.contains_key(key.trim()) {
-            let known: Vec<&str> = FEATURE_GATES.iter().map(|(k, _)| *k).collect();
-            return Err(bad(format!(
-                "unknown feature gate {key:?} (known: {})",
-                known.join(", ")
-            )));
-        }
-        gates.insert(key.trim().to_string(), value);
+/// Parses `--feature-gates` over Karpenter's defaults; a name that is not
+/// one of Karpenter's gates is refused.
+pub fn feature_gates(text: &str) -> Result<FeatureGates, InputError> {
+    let bad = |message: String| InputError::file("--feature-gates", message);
+    let gates = FeatureGates::parse(text).map_err(|e| bad(e.to_string()))?;
+    if let Some(name) = gates.unknown().first() {
+        return Err(bad(format!(
+            "unknown feature gate {name:?} (known: {})",
+            karpenter_core::feature_gates::names().join(", ")
+        )));
     }
     Ok(gates)
 }
@@ -145,7 +126,7 @@ pub fn options(
             PreferencePolicy::Respect => so::PreferencePolicy::Respect,
             PreferencePolicy::Ignore => so::PreferencePolicy::Ignore,
         } as i32,
-        feature_gates: feature_gates(&args.feature_gates)?,
+        feature_gates: feature_gates(&args.feature_gates)?.to_map(),
         well_known_labels,
         // Karpenter's default (IGNORE_DRA_REQUESTS=true): pods with DRA
         // requests are reported unschedulable.
@@ -205,6 +186,14 @@ pub fn build_snapshot_at(
     let mut built = snapshot::build(docs, now)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();
+    // The manifests' node classes are EC2NodeClasses: AWS's label rules,
+    // unless a provider says which are its own.
+    let mut rules = LabelRules::neutral().with_provider(
+        [karpenter_api::aws::labels::AWS_GROUP],
+        karpenter_api::aws::labels::AWS_WELL_KNOWN_LABELS
+            .iter()
+            .copied(),
+    );
 
     if let Some(path) = &args.instance_types {
         let file_docs = input::load(std::slice::from_ref(path))?;
@@ -231,7 +220,12 @@ pub fn build_snapshot_at(
             instance_types: types,
         }];
     } else if let Some(url) = &args.provider {
-        well_known = runtime.block_on(provider_catalogs(url, &mut built))?;
+        let info = runtime.block_on(provider_catalogs(url, &mut built))?;
+        rules = LabelRules::neutral().with_provider(
+            info.restricted_label_domains.iter().map(String::as_str),
+            info.well_known_labels.iter().map(String::as_str),
+        );
+        well_known = info.well_known_labels;
     } else if !built.has_catalog {
         warnings.push(format!(
             "notice: no instance types given (InstanceTypeCatalog, --instance-types or --provider); using the built-in kwok-style catalog ({} generated types in {})",
@@ -243,6 +237,8 @@ pub fn build_snapshot_at(
             .instance_type_catalogs
             .push(builtin_catalog::catalog());
     }
+    let gates = feature_gates(&args.feature_gates)?;
+    overlay_catalogs(&mut built, &gates, &rules, &mut warnings);
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     Ok(Prepared {
         built,
@@ -251,10 +247,53 @@ pub fn build_snapshot_at(
     })
 }
 
+/// With the `NodeOverlay` gate on, the NodeOverlay documents overlay each
+/// pool's instance types, and an overlay that does not apply says why;
+/// with it off they are ignored, as upstream ignores them.
+fn overlay_catalogs(
+    built: &mut Built,
+    gates: &FeatureGates,
+    rules: &LabelRules,
+    warnings: &mut Vec<String>,
+) {
+    if built.node_overlays.is_empty() {
+        return;
+    }
+    if !gates.enabled(karpenter_core::feature_gates::NODE_OVERLAY) {
+        warnings.push(format!(
+            "notice: {} NodeOverlay document(s) ignored: the NodeOverlay feature gate is off (--feature-gates NodeOverlay=true)",
+            built.node_overlays.len()
+        ));
+        return;
+    }
+    let overlays: Vec<&karpenter_api::NodeOverlay> =
+        built.node_overlays.iter().map(|(_, o)| o).collect();
+    let verdicts = karpenter_snapshot::overlay::apply(&mut built.snapshot, &overlays, rules);
+    for (name, verdict) in verdicts {
+        let origin = built
+            .node_overlays
+            .iter()
+            .find(|(_, o)| o.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|(id, _)| built.documents.get(*id))
+            .cloned()
+            .unwrap_or_default();
+        use karpenter_snapshot::overlay::Verdict;
+        let why = match verdict {
+            Verdict::Applied => continue,
+            Verdict::Invalid(message) => format!("RuntimeValidation: {message}"),
+            Verdict::Conflict => {
+                format!("Conflict: {}", karpenter_api::nodeoverlay::CONFLICT_MESSAGE)
+            }
+        };
+        warnings.push(format!(
+            "{origin}: NodeOverlay {name:?} is not applied (ValidationSucceeded=False, {why})"
+        ));
+    }
+}
+
 /// Asks the provider for each pool's instance types; returns the provider's
-/// well-known labels.
-async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, CliError> {
-    use karpenter_proto::provider::v1 as pv;
+/// Info.
+async fn provider_catalogs(url: &str, built: &mut Built) -> Result<pv::InfoResponse, CliError> {
     use pv::cloud_provider_client::CloudProviderClient;
     let mut client = CloudProviderClient::connect(url.to_string())
         .await
@@ -328,7 +367,7 @@ async fn provider_catalogs(url: &str, built: &mut Built) -> Result<Vec<String>, 
             });
         pool.instance_type_catalog = name;
     }
-    Ok(info.well_known_labels)
+    Ok(info)
 }
 
 /// Solves in-process or through `--scheduler`.

@@ -17,6 +17,7 @@
 //! | PodDisruptionBudget | a budget; without `status.disruptionsAllowed`, computed from the input's pods |
 //! | Namespace, PriorityClass, PVC/PV/StorageClass | as Kubernetes uses them |
 //! | InstanceTypeCatalog | instance types and offerings |
+//! | NodeOverlay (`v1alpha1`) | with the `NodeOverlay` gate, prices and capacity of the instance types it selects, per pool |
 //!
 //! Other kinds are skipped with a warning.
 
@@ -54,6 +55,9 @@ pub struct Built {
     pub has_catalog: bool,
     /// EC2NodeClass documents by name.
     pub node_classes: BTreeMap<String, NodeClassDoc>,
+    /// NodeOverlay documents, with their position (applied with the
+    /// `NodeOverlay` gate once the instance types are known).
+    pub node_overlays: Vec<(usize, karpenter_api::NodeOverlay)>,
 }
 
 impl Built {
@@ -262,6 +266,7 @@ fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputE
                 read.objects.node_claims.push((id, typed(doc)?));
             }
             ("karpenter.k8s.aws", "EC2NodeClass") => read.add_node_class(&doc, built)?,
+            ("karpenter.sh", "NodeOverlay") => built.node_overlays.push((id, typed(doc)?)),
             // As `kubectl apply` refuses them: no kind, or a kind its API
             // group does not serve (a typo such as NodePoool).
             (_, "") => return Err(doc.error("kind", "is required")),

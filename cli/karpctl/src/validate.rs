@@ -77,21 +77,23 @@ impl Validators {
             };
         }
         let mut report = Report::default();
-        if version != "v1" {
-            report.errors.push(format!(
-                "apiVersion: {}/{version} is no longer served: convert first with `karpctl convert -f {}`",
-                group, doc.origin.file
-            ));
-            return report;
-        }
         let Some((validator, json)) = self
             .crds
             .iter()
             .find(|(v, _)| v.handles(doc.api_version(), kind))
         else {
-            report.errors.push(
-                kind_error(doc).unwrap_or_else(|| format!("kind: {group}/v1 has no kind {kind:?}")),
-            );
+            // v1 and NodeOverlay's v1alpha1 are served; Karpenter's older
+            // versions (v1alpha5, v1beta1, the AWS group's v1alpha1) are not.
+            let error = if version == "v1" || (group, version) == ("karpenter.sh", "v1alpha1") {
+                kind_error(doc)
+                    .unwrap_or_else(|| format!("kind: {} has no kind {kind:?}", doc.api_version()))
+            } else {
+                format!(
+                    "apiVersion: {}/{version} is no longer served: convert first with `karpctl convert -f {}`",
+                    group, doc.origin.file
+                )
+            };
+            report.errors.push(error);
             return report;
         };
         let mut object = doc.value.clone();

@@ -434,6 +434,20 @@ fn plan_bad_feature_gate() {
 }
 
 #[test]
+fn plan_takes_every_gate_of_karpenter() {
+    // PLAN_CLI.md: --feature-gates takes NodeOverlay, CapacityBuffer and
+    // StaticCapacity besides the older gates, with Go's spellings of a bool.
+    let out = karpctl(&[
+        "plan",
+        "--example",
+        "seed-001",
+        "--feature-gates",
+        "NodeRepair=true,ReservedCapacity=false,SpotToSpotConsolidation=T,NodeOverlay=1,CapacityBuffer=true,StaticCapacity=True",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn crds_print_and_check() {
     let out = karpctl(&["crds"]);
     assert_eq!(out.status.code(), Some(0));
@@ -769,4 +783,76 @@ fn completion_scripts_name_the_subcommands() {
         }
     }
     assert_eq!(karpctl(&["completion", "tcsh"]).status.code(), Some(2));
+}
+
+fn overlay_doc(name: &str, weight: u32, requirements: &str, setting: &str) -> String {
+    format!(
+        "---\napiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{name: {name}}}\nspec:\n  weight: {weight}\n  requirements: {requirements}\n  {setting}\n"
+    )
+}
+
+/// PLAN_CLI.md: with `NodeOverlay` on, prices and the order of instance
+/// types use overlaid values; with it off the documents are valid and
+/// ignored; an overlay that conflicts applies nowhere and says so.
+#[test]
+fn plan_prices_instance_types_with_node_overlays_behind_their_gate() {
+    let special =
+        "[{key: node.kubernetes.io/instance-type, operator: In, values: [special.large]}]";
+    let cheap = overlay_doc("reserved-price", 10, special, "price: \"0.01\"");
+    let dir = manifests_dir(&[
+        ("catalog.yaml", OPTIONAL_LABEL_CATALOG),
+        ("pool.yaml", &pool("default", 1, "", "")),
+        ("pods.yaml", &pending_pod("p", "")),
+        ("overlay.yaml", &cheap),
+    ]);
+    let plan_with = |gates: &str| {
+        let out = karpctl(&[
+            "plan",
+            "-f",
+            &dir.path().display().to_string(),
+            "-o",
+            "json",
+            "--feature-gates",
+            gates,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+        (plan["nodeClaims"][0]["cheapest"].clone(), stderr(&out))
+    };
+    let (cheapest, _) = plan_with("NodeOverlay=true");
+    assert_eq!(cheapest["instanceType"], "special.large", "{cheapest}");
+    assert_eq!(cheapest["price"], 0.01, "{cheapest}");
+    let (cheapest, notices) = plan_with("NodeOverlay=false");
+    assert_eq!(cheapest["instanceType"], "plain.large", "{cheapest}");
+    assert!(
+        notices.contains("NodeOverlay feature gate is off"),
+        "{notices}"
+    );
+
+    let rival = overlay_doc("rival", 10, "[]", "priceAdjustment: \"+1\"");
+    std::fs::write(dir.path().join("rival.yaml"), rival).expect("write");
+    let (cheapest, warnings) = plan_with("NodeOverlay=true");
+    // "rival" sorts after "reserved-price", goes first and wins; the other
+    // of its weight conflicts and applies nowhere.
+    assert_eq!(cheapest["instanceType"], "plain.large", "{cheapest}");
+    assert!(
+        warnings.contains("NodeOverlay \"reserved-price\" is not applied (ValidationSucceeded=False, Conflict: conflict with another overlay)"),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn plan_refuses_a_node_overlay_of_a_version_karpenter_does_not_serve() {
+    let doc = overlay_doc("o", 1, "[]", "price: \"1\"").replace("v1alpha1", "v1");
+    let dir = manifests_dir(&[
+        ("overlay.yaml", &doc),
+        ("pool.yaml", &pool("default", 1, "", "")),
+    ]);
+    let out = karpctl(&["plan", "-f", &dir.path().display().to_string()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("kind: karpenter.sh/v1 has no kind \"NodeOverlay\""),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -611,3 +611,173 @@ fn ec2nodeclass_v1_14_fields() {
         ]
     );
 }
+
+fn nodeoverlay(spec: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "overlay"},
+        "spec": spec
+    })
+}
+
+/// Karpenter's NodeOverlay validation cases (`nodeoverlay_validation_test.go`)
+/// against the project's generated CRD: what passes, and what fails with
+/// which message.
+#[test]
+fn nodeoverlay_v1alpha1() {
+    let v = CrdValidator::from_yaml(include_str!(
+        "../../../deploy/crds/karpenter.sh_nodeoverlays.yaml"
+    ))
+    .expect("the project's NodeOverlay CRD loads");
+    let check = |spec: Value| lint(&v, &mut nodeoverlay(spec), None);
+    let requirement = |key: &str, operator: &str, values: Value| json!({"requirements": [{"key": key, "operator": operator, "values": values}]});
+
+    for key in [
+        "Test",
+        "test.com/Test",
+        "key-only",
+        "karpenter.sh/nodepool",
+        "karpenter.sh/capacity-type",
+        "kubernetes.io/arch",
+        "k8s.io/x",
+        "sub.kubernetes.io/x",
+        "node.kubernetes.io/instance-type",
+    ] {
+        assert_eq!(
+            check(requirement(key, "Exists", json!([]))),
+            Vec::<String>::new(),
+            "{key}"
+        );
+    }
+    for key in [
+        "test.com.com}",
+        "Test.com/test",
+        "test/test/test",
+        "test/",
+        "/test",
+    ] {
+        assert!(
+            !check(requirement(key, "Exists", json!([]))).is_empty(),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        check(requirement("karpenter.sh/test", "Exists", json!([]))),
+        [
+            "spec.requirements[0].key: Invalid value: \"karpenter.sh/test\": label domain \"karpenter.sh\" is restricted"
+        ]
+    );
+    assert_eq!(
+        check(requirement("kubernetes.io/hostname", "Exists", json!([]))),
+        [
+            "spec.requirements[0].key: Invalid value: \"kubernetes.io/hostname\": label \"kubernetes.io/hostname\" is restricted"
+        ]
+    );
+    for op in [
+        "In",
+        "NotIn",
+        "Exists",
+        "DoesNotExist",
+        "Gt",
+        "Lt",
+        "Gte",
+        "Lte",
+    ] {
+        let values = match op {
+            "Exists" | "DoesNotExist" => json!([]),
+            "In" | "NotIn" => json!(["a"]),
+            _ => json!(["1"]),
+        };
+        assert_eq!(
+            check(requirement("test", op, values)),
+            Vec::<String>::new(),
+            "{op}"
+        );
+    }
+    assert!(!check(requirement("test", "unknown", json!(["a"]))).is_empty());
+    assert_eq!(
+        check(requirement("test", "NotIn", json!([]))),
+        [
+            "spec.requirements: Invalid value: requirements with operator 'NotIn' must have a value defined"
+        ]
+    );
+    assert_eq!(
+        check(requirement("test", "In", json!([]))),
+        [
+            "spec.requirements: Invalid value: requirements with operator 'In' must have a value defined"
+        ]
+    );
+    for values in [json!([]), json!(["1", "2"]), json!(["a"]), json!(["-1"])] {
+        assert!(
+            !check(requirement("test", "Gt", values.clone())).is_empty(),
+            "{values}"
+        );
+    }
+
+    let priced = |field: &str, value: &str| {
+        let mut spec = json!({"requirements": []});
+        spec[field] = json!(value);
+        check(spec)
+    };
+    for ok in [
+        "+1%",
+        "-1%",
+        "-100%",
+        "+100.102%",
+        "+298%",
+        "+43",
+        "-43",
+        "+34.43",
+        "-34.43",
+        "-129",
+    ] {
+        assert_eq!(priced("priceAdjustment", ok), Vec::<String>::new(), "{ok}");
+    }
+    for bad in ["1%", "1", "1.3", "-100.0%", "-101.1%"] {
+        assert_eq!(priced("priceAdjustment", bad).len(), 1, "{bad}");
+    }
+    for ok in ["43", "34.43"] {
+        assert_eq!(priced("price", ok), Vec::<String>::new(), "{ok}");
+    }
+    for bad in [
+        "+42",
+        ".5",
+        "42.",
+        "42%",
+        "3,14",
+        "1e10",
+        "0x42",
+        "forty-two",
+        "42a",
+        "42 ",
+        " 42",
+        "42.0.0",
+        "-",
+        ".",
+        "-.42",
+    ] {
+        assert_eq!(priced("price", bad).len(), 1, "{bad}");
+    }
+    assert_eq!(
+        check(json!({"requirements": [], "price": "1", "priceAdjustment": "+1"})),
+        ["spec: Invalid value: cannot set both 'price' and 'priceAdjustment'"]
+    );
+    assert_eq!(
+        check(json!({"requirements": [], "capacity": {"smarter-devices/fuse": "1"}})),
+        Vec::<String>::new()
+    );
+    for resource in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        assert_eq!(
+            check(json!({"requirements": [], "capacity": {resource: "1"}})),
+            ["spec.capacity: Invalid value: invalid resource restricted"],
+            "{resource}"
+        );
+    }
+    assert_eq!(
+        check(json!({"requirements": [], "weight": 10000})),
+        Vec::<String>::new()
+    );
+    assert_eq!(check(json!({"requirements": [], "weight": 0})).len(), 1);
+    assert_eq!(check(json!({})).len(), 1, "requirements are required");
+}

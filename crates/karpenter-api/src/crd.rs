@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::ec2nodeclass::EC2NodeClass;
 use crate::nodeclaim::NodeClaim;
+use crate::nodeoverlay::NodeOverlay;
 use crate::nodepool::NodePool;
 use crate::schema::structural_schema_for;
 
@@ -21,7 +22,7 @@ pub const CRD_OUTPUT_DIRS: &[&str] = &["deploy/crds", "charts/karpenter/crds"];
 /// The command that regenerates the CRD files.
 pub const REGENERATE_COMMAND: &str = "cargo run -p karpctl -- crds --write";
 
-/// The CRDs of NodePool, NodeClaim and EC2NodeClass, in that order.
+/// The CRDs of NodePool, NodeClaim, NodeOverlay and EC2NodeClass, in that order.
 ///
 /// # Panics
 /// Only if this crate's own types produce a schema that is not a valid `JSONSchemaProps`, which
@@ -30,6 +31,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         build::<NodePool>(true),
         build::<NodeClaim>(true),
+        build::<NodeOverlay>(true),
         build::<EC2NodeClass>(false),
     ]
 }

@@ -15,6 +15,8 @@
 //! * [`EC2NodeClass`] (`karpenter.k8s.aws/v1`): the AWS specifics of how to launch (subnets,
 //!   security groups, AMIs, IAM role, kubelet settings, block devices, IMDS options); its status
 //!   holds what those selectors resolved to.
+//! * [`NodeOverlay`] (`karpenter.sh/v1alpha1`, gate `NodeOverlay`): a price, price adjustment
+//!   or extra extended resources for the instance types and offerings its requirements select.
 //!
 //! The Rust types are the single source of truth for the CRDs: [`crds`] builds them (OpenAPI
 //! schema with defaults, patterns, enums, limits and the CEL `x-kubernetes-validations` rules of
@@ -42,6 +44,7 @@ pub mod ec2nodeclass;
 pub mod hash;
 pub mod node;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod schema;
 
@@ -60,6 +63,7 @@ pub use crd::{
 pub use duration::{DurationError, GoDuration, NillableDuration};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use nodepool::{
     Budget, ConsolidationPolicy, Disruption, DisruptionReason, NodePool, NodePoolSpec,
     NodePoolStatus,

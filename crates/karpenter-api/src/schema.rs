@@ -189,6 +189,10 @@ pub(crate) enum LabelRuleTarget {
     NodePoolRequirementKey,
     /// A requirement key in a NodeClaim (the NodePool label is allowed there).
     NodeClaimRequirementKey,
+    /// A requirement key in a NodeOverlay (Karpenter's core CRD: the
+    /// karpenter.sh domain and the hostname only; selecting by NodePool is
+    /// the point of the NodePool label there).
+    NodeOverlayRequirementKey,
 }
 
 /// The label-domain rules from Karpenter (karpenter.sh, hostname, karpenter.sh/nodepool and, for
@@ -212,7 +216,8 @@ pub(crate) fn label_domain_rules(target: LabelRuleTarget) -> Vec<Value> {
         )),
         "label domain \"karpenter.sh\" is restricted",
     )];
-    if target != LabelRuleTarget::NodeClaimRequirementKey {
+    let overlay = target == LabelRuleTarget::NodeOverlayRequirementKey;
+    if target != LabelRuleTarget::NodeClaimRequirementKey && !overlay {
         rules.push(rule(
             &wrap(format!("{v} != \"{}\"", labels::NODE_POOL)),
             "label \"karpenter.sh/nodepool\" is restricted",
@@ -222,6 +227,9 @@ pub(crate) fn label_domain_rules(target: LabelRuleTarget) -> Vec<Value> {
         &wrap(format!("{v} != \"{}\"", labels::HOSTNAME)),
         "label \"kubernetes.io/hostname\" is restricted",
     ));
+    if overlay {
+        return rules;
+    }
     rules.push(rule(
         &wrap(format!(
             "{v} in {} || !{d}.endsWith(\"karpenter.k8s.aws\")",

@@ -45,6 +45,7 @@ fn crd_file_names_follow_karpenter() {
         [
             "karpenter.sh_nodepools.yaml",
             "karpenter.sh_nodeclaims.yaml",
+            "karpenter.sh_nodeoverlays.yaml",
             "karpenter.k8s.aws_ec2nodeclasses.yaml"
         ]
     );

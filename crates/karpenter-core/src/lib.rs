@@ -13,6 +13,7 @@
 //!   metadata field names ──object_meta──▶ which a client writes, which the API server sets
 //!   bytes ──hash──▶ FNV-1 / FNV-1a (stable across processes); edit distance
 //!   consolidateAfter, initialization, last pod event ──consolidation──▶ consolidatable now, never, or later
+//!   "NodeOverlay=true,..." ──feature_gates──▶ Karpenter's gates over their defaults
 //! ```
 //!
 //! Nothing here does I/O or knows a wire format: the scheduler, the
@@ -23,6 +24,7 @@
 
 pub mod consolidation;
 pub mod duration;
+pub mod feature_gates;
 pub mod hash;
 pub mod kubelet;
 pub mod labels;

@@ -54,7 +54,11 @@ pub fn plan_disruption_request_until(
         spot_to_spot: request
             .options
             .as_ref()
-            .and_then(|o| o.feature_gates.get("SpotToSpotConsolidation").copied())
+            .and_then(|o| {
+                o.feature_gates
+                    .get(karpenter_core::feature_gates::SPOT_TO_SPOT_CONSOLIDATION)
+                    .copied()
+            })
             .unwrap_or(false),
     };
     with_cluster(

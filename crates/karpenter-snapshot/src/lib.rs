@@ -27,6 +27,7 @@
 mod fields;
 mod node;
 mod nodepool;
+pub mod overlay;
 mod pdb;
 mod placed;
 mod pod;
@@ -532,17 +533,39 @@ impl Builder {
 }
 
 /// Fills in what depends on the catalogs: node prices, and capacity of
-/// in-flight claims that report none (from their instance type).
+/// in-flight claims that report none (from their instance type). A node's
+/// type is looked up in its pool's catalog first (overlaid prices apply to
+/// the nodes a pool already has), then in the first catalog that has it.
 pub fn fill_from_catalogs(snapshot: &mut sched::ClusterSnapshot) {
-    let types: BTreeMap<&str, &types::InstanceType> = snapshot
+    let by_catalog: BTreeMap<&str, BTreeMap<&str, &types::InstanceType>> = snapshot
+        .instance_type_catalogs
+        .iter()
+        .map(|c| {
+            let types = c.instance_types.iter().map(|it| (it.name.as_str(), it));
+            (c.name.as_str(), types.collect())
+        })
+        .collect();
+    let mut first: BTreeMap<&str, &types::InstanceType> = BTreeMap::new();
+    for it in snapshot
         .instance_type_catalogs
         .iter()
         .flat_map(|c| c.instance_types.iter())
-        .map(|it| (it.name.as_str(), it))
+    {
+        first.entry(it.name.as_str()).or_insert(it);
+    }
+    let pool_catalog: BTreeMap<&str, &str> = snapshot
+        .node_pools
+        .iter()
+        .map(|p| (p.name.as_str(), p.instance_type_catalog.as_str()))
         .collect();
     let mut updates = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
-        let Some(it) = types.get(node.instance_type.as_str()) else {
+        let name = node.instance_type.as_str();
+        let in_pool = pool_catalog
+            .get(node.node_pool.as_str())
+            .and_then(|catalog| by_catalog.get(catalog))
+            .and_then(|types| types.get(name));
+        let Some(it) = in_pool.or_else(|| first.get(name)) else {
             continue;
         };
         let price = it

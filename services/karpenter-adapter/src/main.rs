@@ -42,6 +42,13 @@ async fn main() -> anyhow::Result<()> {
             "IGNORE_DRA_REQUESTS=false: pods with Dynamic Resource Allocation requests are planned on their other requests; their devices are not simulated"
         );
     }
+    for name in cli.settings.feature_gates.unknown() {
+        tracing::warn!(
+            gate = %name,
+            known = %karpenter_core::feature_gates::names().join(", "),
+            "FEATURE_GATES names a gate this adapter does not have; it is ignored"
+        );
+    }
     let election = karpenter_adapter::leader::Timing::new(
         cli.settings.leader_election_lease_duration,
         cli.settings.leader_election_renew_deadline,

@@ -466,7 +466,10 @@ fn spawn_controllers(
         "nodeclaim.consistency",
         runner::run(consistency, s.clone(), CONCURRENCY),
     );
-    if c.settings.feature_gates.enabled("NodeRepair") {
+    if c.settings
+        .feature_gates
+        .enabled(karpenter_core::feature_gates::NODE_REPAIR)
+    {
         let health = Arc::new(NodeHealth { ctx: c.clone() });
         tasks.spawn("node.health", runner::run(health, s.clone(), CONCURRENCY));
     }

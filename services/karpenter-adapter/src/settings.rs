@@ -135,53 +135,14 @@ fn go_duration(text: &str) -> Result<Duration, String> {
     karpenter_core::duration::parse_go_duration(text).map_err(|e| e.to_string())
 }
 
-/// Feature gates with Karpenter's defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeatureGates(pub BTreeMap<String, bool>);
+pub use karpenter_core::feature_gates::FeatureGates;
 
-impl Default for FeatureGates {
-    fn default() -> Self {
-        FeatureGates(
-            [
-                ("NodeRepair", false),
-                ("ReservedCapacity", true),
-                ("SpotToSpotConsolidation", false),
-                ("NodeOverlay", false),
-                ("StaticCapacity", false),
-                ("CapacityBuffer", false),
-            ]
-            .into_iter()
-            .map(|(name, on)| (name.to_owned(), on))
-            .collect(),
-        )
-    }
-}
-
-impl FeatureGates {
-    pub fn enabled(&self, gate: &str) -> bool {
-        self.0.get(gate).copied().unwrap_or(false)
-    }
-}
-
-/// `Name=true,Other=false` over the defaults.
+/// `Name=true,Other=false` over Karpenter's defaults
+/// ([`karpenter_core::feature_gates`]); a name that is not a gate is kept
+/// aside and warned about at start-up, as a newer Karpenter's values may
+/// name gates this adapter does not have.
 pub fn feature_gates(text: &str) -> Result<FeatureGates, String> {
-    let mut gates = FeatureGates::default();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("feature gate {part:?} must be Name=true or Name=false"))?;
-        let value = match value.trim() {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(format!(
-                    "feature gate {name}: {other:?} is not true or false"
-                ));
-            }
-        };
-        gates.0.insert(name.trim().to_owned(), value);
-    }
-    Ok(gates)
+    FeatureGates::parse(text).map_err(|e| format!("feature gate {e}"))
 }
 
 /// A key of the pre-v0.32 `karpenter-global-settings` ConfigMap and the
@@ -270,6 +231,7 @@ mod tests {
     #[test]
     fn feature_gates_override_only_what_they_name() {
         let gates = feature_gates("NodeRepair=true, Unknown=false").expect("valid");
+        assert_eq!(gates.unknown(), ["Unknown"]);
         assert!(gates.enabled("NodeRepair"));
         assert!(gates.enabled("ReservedCapacity"), "default kept");
         assert!(!gates.enabled("SpotToSpotConsolidation"));

@@ -172,7 +172,7 @@ pub fn options(ctx: &Context) -> sched::SchedulingOptions {
     sched::SchedulingOptions {
         min_values_policy: settings.min_values_policy as i32,
         preference_policy: settings.preference_policy as i32,
-        feature_gates: settings.feature_gates.0.clone().into_iter().collect(),
+        feature_gates: settings.feature_gates.to_map(),
         well_known_labels: ctx.info.well_known_labels.clone(),
         plan_dra_pods: !settings.ignore_dra_requests,
     }
