@@ -33,6 +33,7 @@ use crate::controllers::nodeclaim::expiration::Expiration;
 use crate::controllers::nodeclaim::lifecycle::Lifecycle;
 use crate::controllers::nodeclaim::pod_events::PodEvents;
 use crate::controllers::nodeclass::NodeClasses;
+use crate::controllers::nodeoverlay::NodeOverlays;
 use crate::controllers::nodepool::NodePools;
 use crate::controllers::runner;
 use crate::controllers::{
@@ -266,7 +267,12 @@ async fn lead(
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
-    let (snapshots, writes) = crate::state::watch::start(client.clone(), node_class.clone(), tasks);
+    let (snapshots, writes) = crate::state::watch::start(
+        client.clone(),
+        node_class.clone(),
+        &settings.feature_gates,
+        tasks,
+    );
     {
         let mut listed = snapshots.clone();
         tasks.spawn(async move {
@@ -482,6 +488,13 @@ fn spawn_controllers(
     tasks.spawn("nodepool", runner::run(pools, s.clone(), CONCURRENCY));
     let classes = Arc::new(NodeClasses { ctx: c.clone() });
     tasks.spawn("nodeclass", runner::run(classes, s.clone(), CONCURRENCY));
+    if c.settings
+        .feature_gates
+        .enabled(karpenter_core::feature_gates::NODE_OVERLAY)
+    {
+        let overlays = Arc::new(NodeOverlays { ctx: c.clone() });
+        tasks.spawn("nodeoverlay", runner::run(overlays, s.clone(), 1));
+    }
 }
 
 #[cfg(test)]

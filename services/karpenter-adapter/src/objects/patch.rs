@@ -73,6 +73,13 @@ impl WithStatus for karpenter_api::NodeClaim {
     }
 }
 
+impl WithStatus for karpenter_api::NodeOverlay {
+    type Status = karpenter_api::nodeoverlay::NodeOverlayStatus;
+    fn status_part(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+}
+
 impl WithStatus for karpenter_api::NodePool {
     type Status = karpenter_api::nodepool::NodePoolStatus;
     fn status_part(&self) -> Option<&Self::Status> {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::nodepool::NodeClassReadiness;
-use karpenter_api::{ConditionsExt as _, NodePool};
-use karpenter_core::labels;
+use karpenter_api::{ConditionsExt as _, NodeOverlay, NodePool};
+use karpenter_core::labels::{self, LabelRules};
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source};
@@ -114,7 +114,8 @@ pub struct Prepared {
 /// [`provisioning_pools`]) with their catalogs, over the index as it is now.
 pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) -> Prepared {
     let catalogs = catalogs(ctx, index, &pools).await;
-    let built = snapshot(index, &pools, node_classes(ctx, index), catalogs, now());
+    let classes = node_classes(ctx, index);
+    let built = snapshot(index, &pools, classes, catalogs, &ctx.label_rules, now());
     Prepared { pools, built }
 }
 
@@ -189,12 +190,14 @@ pub fn node_classes(ctx: &Context, index: &Index) -> karpenter_snapshot::NodeCla
 }
 
 /// The live snapshot: `pools` with `catalogs` (one per pool, by pool name)
-/// and their usage from the index.
+/// overlaid by the index's NodeOverlays (judged under `rules`), and their
+/// usage from the index.
 pub fn snapshot(
     index: &Index,
     pools: &[std::sync::Arc<NodePool>],
     classes: NodeClasses,
     catalogs: Vec<sched::InstanceTypeCatalog>,
+    rules: &LabelRules,
     now: prost_types::Timestamp,
 ) -> karpenter_snapshot::Built {
     let pool_catalogs = catalogs
@@ -244,8 +247,23 @@ pub fn snapshot(
             pool.ready = false;
         }
     }
+    overlay(index, &mut built.snapshot, rules);
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     built
+}
+
+/// Applies the index's NodeOverlays (only watched with the `NodeOverlay`
+/// gate on) to the pools' catalogs; what became of each overlay.
+pub fn overlay(
+    index: &Index,
+    snapshot: &mut sched::ClusterSnapshot,
+    rules: &LabelRules,
+) -> karpenter_snapshot::overlay::Verdicts {
+    if index.node_overlays.is_empty() {
+        return Vec::new();
+    }
+    let overlays: Vec<&NodeOverlay> = index.node_overlays.iter().map(|o| o.as_ref()).collect();
+    karpenter_snapshot::overlay::apply(snapshot, &overlays, rules)
 }
 
 /// Now, as the snapshot's clock.

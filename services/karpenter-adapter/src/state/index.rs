@@ -26,7 +26,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{NodeClaim, NodeOverlay, NodePool};
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
@@ -228,10 +228,11 @@ struct Lookups {
 /// variant, the [`Index`] store, what a store keeps, which [`Changed`] flag
 /// a change raises (so which controllers wake), and how it is watched
 /// (`typed`: a Kubernetes kind; `node_class`: the provider's node-class
-/// kind, known only at run time). From it come the `Update` enum, the
+/// kind, known only at run time; `gated GATE`: a typed alpha kind, watched
+/// only with its feature gate on). From it come the `Update` enum, the
 /// `Index` fields, applying an update, `listed`, and the watches started.
 macro_rules! watched_kinds {
-    ($($(#[$doc:meta])* $variant:ident => $field:ident: $entry:ty, wakes $wake:ident, $how:ident;)*) => {
+    ($($(#[$doc:meta])* $variant:ident => $field:ident: $entry:ty, wakes $wake:ident, $($how:ident)+;)*) => {
         /// A watch event of one kind, or the adapter's own write told ahead
         /// of the watch. (Pods and Nodes are large; an update is moved once,
         /// into the owner's channel, so boxing would only add an allocation
@@ -289,13 +290,23 @@ macro_rules! watched_kinds {
         pub(crate) fn start_watches(
             client: &kube::Client,
             node_class: &kube::api::ApiResource,
+            gates: &karpenter_core::feature_gates::FeatureGates,
             updates: &tokio::sync::mpsc::Sender<Update>,
             tasks: &mut tokio::task::JoinSet<()>,
         ) {
-            $(watched_kinds!(@watch $how, $entry, $variant, client, node_class, updates, tasks);)*
+            $(watched_kinds!(@watch $($how)+, $entry, $variant, client, node_class, gates, updates, tasks);)*
         }
     };
-    (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $updates:ident, $tasks:ident) => {
+    (@watch gated $gate:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $gates:ident, $updates:ident, $tasks:ident) => {
+        // An alpha kind is watched only with its gate on (its CRD may not
+        // be installed otherwise); off, its store is listed and empty.
+        if $gates.enabled(karpenter_core::feature_gates::$gate) {
+            watched_kinds!(@watch typed, $entry, $variant, $client, $class, $gates, $updates, $tasks);
+        } else if $updates.try_send(Update::$variant(Event::InitDone)).is_err() {
+            tracing::error!(kind = stringify!($variant), "the index's update channel refused a first list");
+        }
+    };
+    (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $gates:ident, $updates:ident, $tasks:ident) => {
         crate::state::watch::spawn_watch::<$entry>(
             $tasks,
             watched_kinds!(@api $how, $client, $class),
@@ -326,6 +337,8 @@ watched_kinds! {
     PersistentVolume => persistent_volumes: PersistentVolume, wakes other, typed;
     StorageClass => storage_classes: StorageClass, wakes other, typed;
     CsiNode => csi_nodes: CSINode, wakes other, typed;
+    /// NodeOverlays (gate `NodeOverlay`): they change the pools' catalogs.
+    NodeOverlay => node_overlays: NodeOverlay, wakes node_pools, gated NODE_OVERLAY;
 }
 
 impl Index {
