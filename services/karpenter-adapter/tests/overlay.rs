@@ -92,6 +92,12 @@ async fn overlaid_capacity_picks_the_instance_type_and_each_overlay_reports_its_
         .flat_map(|r| r.values.clone())
         .collect();
     assert_eq!(types, [LARGE], "only the overlaid type has the device");
+    // provider-kwok gives the node the device, as a device plugin would
+    // publish it, so the pod is bound there.
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("fuse", 1)
+    })
+    .await;
 
     eventually(
         "every overlay's status written",

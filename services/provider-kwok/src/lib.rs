@@ -162,6 +162,35 @@ pub struct KwokProvider {
 /// a label the node gets from the claim) and its allocatable fits the
 /// claim's requests; an offering when it is available in a zone and
 /// capacity type the claim allows.
+/// Extended resources the claim requests that an instance type does not
+/// report (`reported`): what a NodeOverlay's capacity adds (a device a
+/// plugin publishes on the node). The simulated cloud has them, as
+/// Karpenter's kwok provider gives a node what its claim requests.
+fn simulated_devices(
+    claim: &pv::NodeClaim,
+    reported: &BTreeMap<String, i64>,
+) -> BTreeMap<String, i64> {
+    const CORE: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+    claim
+        .resources
+        .iter()
+        .flat_map(|r| r.quantities.iter())
+        .filter(|(name, _)| !CORE.contains(&name.as_str()) && !reported.contains_key(*name))
+        .map(|(name, quantity)| (name.clone(), *quantity))
+        .collect()
+}
+
+/// `resources` with the claim's [`simulated_devices`].
+fn with_devices<M>(claim: &pv::NodeClaim, resources: M) -> M
+where
+    M: IntoIterator<Item = (String, i64)> + FromIterator<(String, i64)>,
+{
+    let mut all: BTreeMap<String, i64> = resources.into_iter().collect();
+    let devices = simulated_devices(claim, &all);
+    all.extend(devices);
+    all.into_iter().collect()
+}
+
 pub fn candidates<'a>(
     catalog: &'a [types::InstanceType],
     claim: &pv::NodeClaim,
@@ -175,8 +204,9 @@ pub fn candidates<'a>(
         if !offered.has(labels::INSTANCE_TYPE) {
             offered.add(Requirement::single(labels::INSTANCE_TYPE, &it.name));
         }
-        wanted.intersects(&offered).is_ok()
-            && requests.fits(&Resources::from_map(&convert::allocatable(it)))
+        let mut allocatable = convert::allocatable(it);
+        allocatable.extend(simulated_devices(claim, &allocatable));
+        wanted.intersects(&offered).is_ok() && requests.fits(&Resources::from_map(&allocatable))
     };
     let offering_ok = |o: &types::Offering| {
         o.available
@@ -658,9 +688,14 @@ impl CloudProvider for KwokProvider {
                 zone: o.zone.clone(),
                 capacity_type: o.capacity_type.clone(),
                 image_id: image,
-                capacity: it.capacity.clone(),
+                capacity: Some(types::ResourceList {
+                    quantities: with_devices(
+                        &claim,
+                        it.capacity.clone().unwrap_or_default().quantities,
+                    ),
+                }),
                 allocatable: Some(types::ResourceList {
-                    quantities: convert::allocatable(it),
+                    quantities: with_devices(&claim, convert::allocatable(it)),
                 }),
                 labels,
                 tags: BTreeMap::from([
@@ -958,6 +993,47 @@ mod tests {
                 .expect("valid claim")
                 .iter()
                 .all(|(_, o)| o.capacity_type == "on-demand")
+        );
+    }
+
+    #[test]
+    fn a_device_no_type_reports_is_simulated_on_the_type_the_claim_names() {
+        // What a NodeOverlay's capacity adds: Karpenter's kwok launches it.
+        let catalog = load_catalog(None).expect("builtin");
+        let claim = pv::NodeClaim {
+            name: "c".into(),
+            requirements: vec![req(
+                labels::INSTANCE_TYPE,
+                types::Operator::In,
+                &["c-4x-amd64-linux"],
+            )],
+            resources: Some(types::ResourceList {
+                quantities: [
+                    ("cpu".to_string(), 500),
+                    ("smarter-devices/fuse".to_string(), 1),
+                ]
+                .into_iter()
+                .collect(),
+            }),
+            ..Default::default()
+        };
+        let c = candidates(&catalog, &claim).expect("valid claim");
+        assert_eq!(
+            c.first().map(|(it, _)| it.name.as_str()),
+            Some("c-4x-amd64-linux")
+        );
+        let allocatable = with_devices(&claim, convert::allocatable(c[0].0));
+        assert_eq!(allocatable.get("smarter-devices/fuse"), Some(&1));
+        let too_much_cpu = pv::NodeClaim {
+            resources: Some(types::ResourceList {
+                quantities: [("cpu".to_string(), 64_000)].into_iter().collect(),
+            }),
+            ..claim
+        };
+        assert!(
+            candidates(&catalog, &too_much_cpu)
+                .expect("valid")
+                .is_empty()
         );
     }
 
