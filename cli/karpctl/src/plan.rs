@@ -477,10 +477,44 @@ pub fn format(output: Option<Format>, stdout_is_terminal: bool) -> Format {
     })
 }
 
+/// The NodeClaims the static pools still need (`StaticCapacity`): what
+/// `replicas` lacks counting the pool's claims in any state, within
+/// `limits.nodes`; each the pool's template with no pods.
+fn static_claims(built: &Built) -> Vec<sched::NodeClaimPlan> {
+    let mut plans = Vec::new();
+    for pool in &built.static_pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let Some(wire) = built.snapshot.node_pools.iter().find(|p| p.name == name) else {
+            continue;
+        };
+        let claims = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.node_pool == name)
+            .count();
+        let claims = i64::try_from(claims).unwrap_or(i64::MAX);
+        let missing = pool.spec.static_claims_to_create(claims, claims);
+        let missing = usize::try_from(missing).unwrap_or(0);
+        plans.extend(std::iter::repeat_n(
+            karpenter_snapshot::static_claim_plan(wire),
+            missing,
+        ));
+    }
+    plans
+}
+
 /// Runs `plan` and returns the rendered output.
 pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<String>), CliError> {
     let runtime = runtime()?;
     let mut prepared = build_snapshot(args, &runtime)?;
+    let static_plans = if feature_gates(&args.feature_gates)?
+        .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
+    {
+        static_claims(&prepared.built)
+    } else {
+        Vec::new()
+    };
     // The request takes the snapshot: errors are located by its origins.
     let snapshot = std::mem::take(&mut prepared.built.snapshot);
     let response = solve(
@@ -490,6 +524,8 @@ pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<Str
         prepared.well_known_labels,
         &runtime,
     )?;
+    let mut response = response;
+    response.node_claims.extend(static_plans);
     let value = output::plan_value(&response);
     let format = format(args.output, stdout_is_terminal);
     let text = output::render(&value, format).map_err(|e| CliError::Other(anyhow::anyhow!(e)))?;

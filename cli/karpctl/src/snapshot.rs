@@ -58,6 +58,8 @@ pub struct Built {
     /// NodeOverlay documents, with their position (applied with the
     /// `NodeOverlay` gate once the instance types are known).
     pub node_overlays: Vec<(usize, karpenter_api::NodeOverlay)>,
+    /// Static NodePools (`spec.replicas`), for `StaticCapacity`.
+    pub static_pools: Vec<karpenter_api::NodePool>,
 }
 
 impl Built {
@@ -297,6 +299,12 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
         classes,
         ..
     } = read_documents(docs, &mut built)?;
+    built.static_pools = objects
+        .node_pools
+        .iter()
+        .filter(|(_, pool)| pool.spec.is_static())
+        .map(|(_, pool)| pool.clone())
+        .collect();
     let mut catalogs = Vec::new();
     if built.has_catalog {
         catalogs.push(sched::InstanceTypeCatalog {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn karpctl(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_karpctl"))
@@ -854,5 +854,65 @@ fn plan_refuses_a_node_overlay_of_a_version_karpenter_does_not_serve() {
         stderr(&out).contains("kind: karpenter.sh/v1 has no kind \"NodeOverlay\""),
         "{}",
         stderr(&out)
+    );
+}
+
+/// PLAN_CLI.md: with `StaticCapacity`, plan lists the static NodeClaims a
+/// static pool still needs (replicas minus its claims in any state, within
+/// `limits.nodes`), with nodePool, the template's labels and no pods.
+#[test]
+fn plan_lists_the_claims_a_static_pool_still_needs_behind_its_gate() {
+    let static_pool = |replicas: u32, limits: &str| {
+        pool("fixed", 0, "", &format!("  replicas: {replicas}\n{limits}")).replace(
+            "  template:\n",
+            "  template:\n    metadata:\n      labels: {team: batch}\n",
+        )
+    };
+    let existing = r#"---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: fixed-abcde
+  labels: {karpenter.sh/nodepool: fixed}
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  requirements: []
+"#;
+    let plan = |pool_doc: &str, gates: &str| {
+        let dir = manifests_dir(&[
+            ("catalog.yaml", OPTIONAL_LABEL_CATALOG),
+            ("pool.yaml", pool_doc),
+            ("claim.yaml", existing),
+        ]);
+        let out = karpctl(&[
+            "plan",
+            "-f",
+            &dir.path().display().to_string(),
+            "-o",
+            "json",
+            "--feature-gates",
+            gates,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+        plan["nodeClaims"].as_array().expect("claims").clone()
+    };
+    let claims = plan(&static_pool(3, ""), "StaticCapacity=true");
+    assert_eq!(claims.len(), 2, "replicas 3, one claim already: {claims:?}");
+    for claim in &claims {
+        assert_eq!(claim["nodePool"], "fixed");
+        assert_eq!(claim["labels"]["team"], "batch");
+        assert_eq!(claim["labels"]["karpenter.sh/nodepool"], "fixed");
+        assert_eq!(claim["pods"], json!([]));
+    }
+    let limited = static_pool(3, "  limits: {nodes: \"2\"}\n");
+    assert_eq!(
+        plan(&limited, "StaticCapacity=true").len(),
+        1,
+        "within limits.nodes"
+    );
+    assert!(
+        plan(&static_pool(3, ""), "StaticCapacity=false").is_empty(),
+        "gate off"
     );
 }

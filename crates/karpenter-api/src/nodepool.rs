@@ -328,6 +328,34 @@ impl NodePoolSpec {
     pub fn is_static(&self) -> bool {
         self.replicas.is_some()
     }
+
+    /// `limits.nodes`, when set (and readable).
+    pub fn node_limit(&self) -> Option<i64> {
+        let quantity = self.limits.get("nodes")?;
+        karpenter_core::quantity::parse_resource("nodes", &quantity.0).ok()
+    }
+
+    /// Karpenter's static provisioning: how many NodeClaims a static pool
+    /// creates now, given `active` (its claims not being deleted) and `all`
+    /// (its claims in any state): what `replicas` still lacks, within the
+    /// room `limits.nodes` leaves. Zero for a dynamic pool.
+    pub fn static_claims_to_create(&self, active: i64, all: i64) -> i64 {
+        let Some(replicas) = self.replicas else {
+            return 0;
+        };
+        let lacking = replicas.saturating_sub(active).max(0);
+        let room = self
+            .node_limit()
+            .map_or(i64::MAX, |limit| limit.saturating_sub(all).max(0));
+        lacking.min(room)
+    }
+
+    /// Karpenter's static deprovisioning: how many of a static pool's
+    /// `active` claims are over `replicas`. Zero for a dynamic pool.
+    pub fn static_claims_in_excess(&self, active: i64) -> i64 {
+        self.replicas
+            .map_or(0, |replicas| active.saturating_sub(replicas).max(0))
+    }
 }
 
 /// How Karpenter may consolidate a NodePool's nodes.
@@ -633,6 +661,58 @@ pub struct NodePoolStatus {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    fn static_spec(replicas: Option<i64>, node_limit: Option<&str>) -> NodePoolSpec {
+        let mut spec: NodePoolSpec = serde_json::from_value(serde_json::json!({
+            "template": {"spec": {"requirements": [],
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}
+        }))
+        .expect("spec");
+        spec.replicas = replicas;
+        if let Some(limit) = node_limit {
+            spec.limits.insert(
+                "nodes".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(limit.to_owned()),
+            );
+        }
+        spec
+    }
+
+    /// Ports of Karpenter's static provisioning and deprovisioning suites.
+    #[test]
+    fn static_pools_create_what_replicas_lack_within_limits_nodes() {
+        assert_eq!(
+            static_spec(None, None).static_claims_to_create(0, 0),
+            0,
+            "dynamic"
+        );
+        assert_eq!(static_spec(Some(2), None).static_claims_to_create(0, 0), 2);
+        assert_eq!(static_spec(Some(3), None).static_claims_to_create(1, 1), 2);
+        assert_eq!(static_spec(Some(1), None).static_claims_to_create(2, 2), 0);
+        assert_eq!(static_spec(Some(0), None).static_claims_to_create(0, 0), 0);
+        assert_eq!(
+            static_spec(Some(3), Some("1")).static_claims_to_create(1, 1),
+            0
+        );
+        assert_eq!(
+            static_spec(Some(15), Some("10")).static_claims_to_create(3, 3),
+            7
+        );
+        // Claims being deleted use up the limit but not the replicas.
+        assert_eq!(
+            static_spec(Some(3), Some("4")).static_claims_to_create(1, 3),
+            1
+        );
+        assert_eq!(
+            static_spec(Some(1000), None).static_claims_to_create(0, 0),
+            1000
+        );
+
+        assert_eq!(static_spec(Some(2), None).static_claims_in_excess(4), 2);
+        assert_eq!(static_spec(Some(3), None).static_claims_in_excess(2), 0);
+        assert_eq!(static_spec(Some(0), None).static_claims_in_excess(3), 3);
+        assert_eq!(static_spec(None, None).static_claims_in_excess(3), 0);
+    }
 
     /// A NodePool `default` with `template`, for the tests of this crate.
     pub(crate) fn pool_with(template: serde_json::Value) -> NodePool {

@@ -132,3 +132,20 @@ fn provisions(pool: &NodePool, classes: &NodeClasses, mode: Mode) -> bool {
         }
     }
 }
+
+/// The NodeClaim a static pool adds (Karpenter's static provisioning): its
+/// template as it is (requirements, labels, taints, node class), no pods,
+/// and no instance types chosen: the provider picks one at launch.
+pub fn static_claim_plan(pool: &sched::NodePool) -> sched::NodeClaimPlan {
+    let mut labels = pool.labels.clone();
+    labels.insert(labels::NODE_POOL.to_owned(), pool.name.clone());
+    sched::NodeClaimPlan {
+        node_pool: pool.name.clone(),
+        requirements: pool.requirements.clone(),
+        labels,
+        taints: pool.taints.clone(),
+        startup_taints: pool.startup_taints.clone(),
+        node_class_ref: pool.node_class_ref.clone(),
+        ..Default::default()
+    }
+}
