@@ -484,9 +484,6 @@ fn static_claims(built: &Built) -> Vec<sched::NodeClaimPlan> {
     let mut plans = Vec::new();
     for pool in &built.static_pools {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
-        let Some(wire) = built.snapshot.node_pools.iter().find(|p| p.name == name) else {
-            continue;
-        };
         let claims = built
             .snapshot
             .nodes
@@ -497,7 +494,7 @@ fn static_claims(built: &Built) -> Vec<sched::NodeClaimPlan> {
         let missing = pool.spec.static_claims_to_create(claims, claims);
         let missing = usize::try_from(missing).unwrap_or(0);
         plans.extend(std::iter::repeat_n(
-            karpenter_snapshot::static_claim_plan(wire),
+            karpenter_snapshot::static_claim_plan(pool),
             missing,
         ));
     }

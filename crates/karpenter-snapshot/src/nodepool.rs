@@ -136,16 +136,23 @@ fn provisions(pool: &NodePool, classes: &NodeClasses, mode: Mode) -> bool {
 /// The NodeClaim a static pool adds (Karpenter's static provisioning): its
 /// template as it is (requirements, labels, taints, node class), no pods,
 /// and no instance types chosen: the provider picks one at launch.
-pub fn static_claim_plan(pool: &sched::NodePool) -> sched::NodeClaimPlan {
-    let mut labels = pool.labels.clone();
-    labels.insert(labels::NODE_POOL.to_owned(), pool.name.clone());
+pub fn static_claim_plan(pool: &NodePool) -> sched::NodeClaimPlan {
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let template = &pool.spec.template;
+    let mut labels = template.metadata.labels.clone();
+    labels.insert(labels::NODE_POOL.to_owned(), name.clone());
+    let class_ref = &template.spec.node_class_ref;
     sched::NodeClaimPlan {
-        node_pool: pool.name.clone(),
-        requirements: pool.requirements.clone(),
+        node_pool: name,
+        requirements: fields::karpenter_requirements(&template.spec.requirements),
         labels,
-        taints: pool.taints.clone(),
-        startup_taints: pool.startup_taints.clone(),
-        node_class_ref: pool.node_class_ref.clone(),
+        taints: fields::karpenter_taints(&template.spec.taints),
+        startup_taints: fields::karpenter_taints(&template.spec.startup_taints),
+        node_class_ref: Some(sched::NodeClassReference {
+            group: class_ref.group.clone(),
+            kind: class_ref.kind.clone(),
+            name: class_ref.name.clone(),
+        }),
         ..Default::default()
     }
 }

@@ -35,6 +35,7 @@ use crate::controllers::nodeclaim::pod_events::PodEvents;
 use crate::controllers::nodeclass::NodeClasses;
 use crate::controllers::nodeoverlay::NodeOverlays;
 use crate::controllers::nodepool::NodePools;
+use crate::controllers::nodepool_static::StaticPools;
 use crate::controllers::runner;
 use crate::controllers::{
     Context, Timing, disruption, interruption, nodeclaim::gc, observability, provisioning,
@@ -488,6 +489,13 @@ fn spawn_controllers(
     tasks.spawn("nodepool", runner::run(pools, s.clone(), CONCURRENCY));
     let classes = Arc::new(NodeClasses { ctx: c.clone() });
     tasks.spawn("nodeclass", runner::run(classes, s.clone(), CONCURRENCY));
+    if c.settings
+        .feature_gates
+        .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
+    {
+        let static_pools = Arc::new(StaticPools { ctx: c.clone() });
+        tasks.spawn("nodepool.static", runner::run(static_pools, s.clone(), 1));
+    }
     if c.settings
         .feature_gates
         .enabled(karpenter_core::feature_gates::NODE_OVERLAY)

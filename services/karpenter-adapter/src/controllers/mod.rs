@@ -12,6 +12,7 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod nodepool_static;
 pub mod observability;
 pub mod provisioning;
 pub mod runner;

@@ -86,6 +86,18 @@ impl PodEntry {
         matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
     }
 
+    /// Whether `karpenter.sh/do-not-disrupt` protects the pod at `now`
+    /// (seconds).
+    pub fn do_not_disrupt(&self, now: i64) -> bool {
+        let start = self.start_time.as_ref().map(|t| prost_types::Timestamp {
+            seconds: t.0.as_second(),
+            nanos: 0,
+        });
+        let annotations = self.metadata.annotations.as_ref();
+        let empty = std::collections::BTreeMap::new();
+        karpenter_snapshot::do_not_disrupt(annotations.unwrap_or(&empty), start.as_ref(), now)
+    }
+
     /// A pod that must find another node when its node goes (Karpenter's
     /// IsReschedulable): running, or a StatefulSet's pod still terminating
     /// (its replacement keeps its name and waits for it); never a

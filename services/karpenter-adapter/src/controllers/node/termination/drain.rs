@@ -142,15 +142,7 @@ pub async fn drain(
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let start = pod.start_time.as_ref().map(|t| prost_types::Timestamp {
-                seconds: t.0.as_second(),
-                nanos: 0,
-            });
-            if karpenter_snapshot::do_not_disrupt(
-                pod.annotations(),
-                start.as_ref(),
-                now.as_second(),
-            ) {
+            if pod.do_not_disrupt(now.as_second()) {
                 continue;
             }
             evict(ctx, node, pod, reason).await?;

@@ -1,0 +1,110 @@
+//! Static NodePools end to end (Karpenter's `static.provisioning` and
+//! `static.deprovisioning`, gate `StaticCapacity`, on provider-kwok): a
+//! static pool keeps `replicas` nodes without pending pods, within
+//! `limits.nodes`, follows `kubectl scale nodepool`, and is not emptied.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use karpenter_api::NodePool;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+fn static_pool(replicas: i64, limits: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({"replicas": replicas, "disruption": {"consolidateAfter": "0s"}});
+    if !limits.is_null() {
+        spec["limits"] = limits;
+    }
+    Cluster::pool(
+        "fixed",
+        json!({"spec": {"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-2x-amd64-linux"]}]}}),
+        spec,
+    )
+}
+
+async fn active_claims(cluster: &Cluster) -> usize {
+    cluster
+        .claims()
+        .await
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .count()
+}
+
+async fn scale(cluster: &Cluster, replicas: i64) {
+    Api::<NodePool>::all(cluster.client.clone())
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scaled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_static_pool_keeps_its_replicas_and_follows_scaling() {
+    let cluster = Cluster::start().await;
+    let settings = cluster.settings(&["--feature-gates", "StaticCapacity=true"]);
+    let _adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    cluster
+        .node_pool(static_pool(2, serde_json::Value::Null))
+        .await;
+
+    eventually(
+        "two nodes for replicas 2",
+        Duration::from_secs(60),
+        || async { cluster.nodes().await.len() == 2 && active_claims(&cluster).await == 2 },
+    )
+    .await;
+    // Empty, consolidatable at once: still kept, and no more launched.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        cluster.nodes().await.len(),
+        2,
+        "a static pool is not emptied"
+    );
+    assert_eq!(cluster.claims().await.len(), 2, "nor grown");
+
+    scale(&cluster, 3).await;
+    eventually("a third node", Duration::from_secs(60), || async {
+        cluster.nodes().await.len() == 3
+    })
+    .await;
+    scale(&cluster, 1).await;
+    eventually("scaled down to one", Duration::from_secs(90), || async {
+        cluster.nodes().await.len() == 1 && cluster.claims().await.len() == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_static_pool_stops_at_limits_nodes_and_waits_for_its_gate() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(static_pool(3, json!({"nodes": "2"})))
+        .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        cluster.claims().await.len(),
+        0,
+        "the gate is off by default"
+    );
+    adapter.stop().await;
+
+    let settings = cluster.settings(&["--feature-gates", "StaticCapacity=true"]);
+    let _adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    eventually(
+        "two claims, as limits.nodes allows",
+        Duration::from_secs(60),
+        || async { cluster.claims().await.len() == 2 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(cluster.claims().await.len(), 2, "never past limits.nodes");
+}
