@@ -15,8 +15,7 @@ use karpenter_catalog::kwok as builtin_catalog;
 pub use crate::validate::FieldValidation;
 use crate::{CliError, catalog, example};
 
-/// Karpenter's feature gates and their defaults.
-
+/// `--min-values-policy`: Karpenter's MIN_VALUES_POLICY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MinValuesPolicy {
     #[value(name = "Strict")]
@@ -477,10 +476,14 @@ pub fn format(output: Option<Format>, stdout_is_terminal: bool) -> Format {
     })
 }
 
+/// The most static NodeClaims a plan lists for one pool (`replicas` has
+/// no upper bound).
+const MAX_STATIC_CLAIMS_LISTED: i64 = 10_000;
+
 /// The NodeClaims the static pools still need (`StaticCapacity`): what
 /// `replicas` lacks counting the pool's claims in any state, within
 /// `limits.nodes`; each the pool's template with no pods.
-fn static_claims(built: &Built) -> Vec<sched::NodeClaimPlan> {
+fn static_claims(built: &Built, warnings: &mut Vec<String>) -> Vec<sched::NodeClaimPlan> {
     let mut plans = Vec::new();
     for pool in &built.static_pools {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
@@ -492,7 +495,12 @@ fn static_claims(built: &Built) -> Vec<sched::NodeClaimPlan> {
             .count();
         let claims = i64::try_from(claims).unwrap_or(i64::MAX);
         let missing = pool.spec.static_claims_to_create(claims, claims);
-        let missing = usize::try_from(missing).unwrap_or(0);
+        if missing > MAX_STATIC_CLAIMS_LISTED {
+            warnings.push(format!(
+                "NodePool {name:?} still needs {missing} static NodeClaims; the plan lists the first {MAX_STATIC_CLAIMS_LISTED}"
+            ));
+        }
+        let missing = usize::try_from(missing.min(MAX_STATIC_CLAIMS_LISTED)).unwrap_or(0);
         plans.extend(std::iter::repeat_n(
             karpenter_snapshot::static_claim_plan(pool),
             missing,
@@ -508,7 +516,7 @@ pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<Str
     let static_plans = if feature_gates(&args.feature_gates)?
         .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
     {
-        static_claims(&prepared.built)
+        static_claims(&prepared.built, &mut prepared.warnings)
     } else {
         Vec::new()
     };

@@ -30,6 +30,11 @@ pub const REASON_RUNTIME_VALIDATION: &str = "RuntimeValidation";
 pub const REASON_CONFLICT: &str = "Conflict";
 /// The message of a [`REASON_CONFLICT`] condition.
 pub const CONFLICT_MESSAGE: &str = "conflict with another overlay";
+/// NodeClaim annotation: one of the claim's instance types has a price a
+/// NodeOverlay set.
+pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+/// NodeClaim annotation: one of them has capacity a NodeOverlay added.
+pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
 /// Extended resources only: these are never overlaid.
 pub const RESTRICTED_CAPACITY: &[&str] = &["cpu", "memory", "ephemeral-storage", "pods"];
 

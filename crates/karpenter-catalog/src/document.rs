@@ -245,6 +245,8 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<types::InstanceType, Catalog
             system_reserved: None,
             eviction_threshold: None,
         }),
+        price_overlaid: false,
+        capacity_overlaid: false,
     })
 }
 

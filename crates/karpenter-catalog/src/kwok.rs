@@ -122,6 +122,8 @@ pub fn instance_type(
             system_reserved: None,
             eviction_threshold: None,
         }),
+        price_overlaid: false,
+        capacity_overlaid: false,
     }
 }
 

@@ -533,22 +533,19 @@ pub fn node_pool(
     for (key, value) in &pool_labels {
         reqs.add(Requirement::single(key, value));
     }
-    let catalog = if np.instance_type_catalog.is_empty() {
-        0
-    } else {
-        catalog_names
-            .iter()
-            .position(|name| *name == np.instance_type_catalog)
-            .ok_or_else(|| {
-                InvalidField::new(
-                    format!("{field}.instance_type_catalog"),
-                    format!(
-                        "no instance type catalog named {:?}",
-                        np.instance_type_catalog
-                    ),
-                )
-            })?
-    };
+    let names = catalog_names.iter().map(String::as_str);
+    let catalog = karpenter_proto::convert::pool_catalog_index(names, &np.instance_type_catalog)
+        // A pool with no catalog at all plans with none.
+        .or(np.instance_type_catalog.is_empty().then_some(0))
+        .ok_or_else(|| {
+            InvalidField::new(
+                format!("{field}.instance_type_catalog"),
+                format!(
+                    "no instance type catalog named {:?}",
+                    np.instance_type_catalog
+                ),
+            )
+        })?;
     let disruption = np.disruption.clone().unwrap_or_default();
     let mut budgets = Vec::new();
     for (i, b) in disruption.budgets.iter().enumerate() {

@@ -7,6 +7,7 @@ use karpenter_proto::convert::{
     requirement_list as requirements, resource_list, taint_list as taints,
 };
 use karpenter_proto::scheduler::v1 as sched;
+use karpenter_proto::types::v1 as types;
 
 use karpenter_planner::disruption::{DisruptionPlan, Method, Reason};
 use karpenter_planner::model::{Pod, PodKey};
@@ -79,29 +80,64 @@ pub fn node_claim(claim: &PlannedClaim, uids: &HashMap<&PodKey, &str>) -> sched:
         requests: Some(resource_list(&claim.requests)),
         node_class_ref: None,
         min_values_relaxed: claim.min_values_relaxed,
+        // The request's pools say (see `node_claim_with_class`).
+        price_overlay_applied: false,
+        capacity_overlay_applied: false,
     }
 }
 
-/// A planned claim on the wire, with its pool's node class.
+/// A planned claim on the wire, with what its pool says about it.
 fn node_claim_with_class(
     claim: &PlannedClaim,
     uids: &HashMap<&PodKey, &str>,
-    node_class_refs: &HashMap<&str, &sched::NodeClassReference>,
+    pools: &HashMap<&str, PoolFacts<'_>>,
 ) -> sched::NodeClaimPlan {
     let mut plan = node_claim(claim, uids);
-    plan.node_class_ref = node_class_refs
-        .get(claim.node_pool.as_str())
-        .map(|r| (*r).clone());
+    if let Some(pool) = pools.get(claim.node_pool.as_str()) {
+        plan.node_class_ref = pool.node_class_ref.cloned();
+        let overlaid = |flag: fn(&types::InstanceType) -> bool| {
+            claim.instance_types.iter().any(|name| {
+                pool.instance_types
+                    .get(name.as_str())
+                    .is_some_and(|it| flag(it))
+            })
+        };
+        plan.price_overlay_applied = overlaid(|it| it.price_overlaid);
+        plan.capacity_overlay_applied = overlaid(|it| it.capacity_overlaid);
+    }
     plan
 }
 
-/// Each pool's node class, as the request gave it, for the claims planned
-/// from the pool.
-fn node_class_refs(snapshot: &sched::ClusterSnapshot) -> HashMap<&str, &sched::NodeClassReference> {
+/// What the request says about a pool that its planned claims carry: its
+/// node class, and its instance types (whether NodeOverlays changed them).
+struct PoolFacts<'s> {
+    node_class_ref: Option<&'s sched::NodeClassReference>,
+    instance_types: HashMap<&'s str, &'s types::InstanceType>,
+}
+
+/// Each pool's [`PoolFacts`], by name.
+fn pool_facts(snapshot: &sched::ClusterSnapshot) -> HashMap<&str, PoolFacts<'_>> {
+    let catalogs = &snapshot.instance_type_catalogs;
     snapshot
         .node_pools
         .iter()
-        .filter_map(|p| p.node_class_ref.as_ref().map(|r| (p.name.as_str(), r)))
+        .map(|p| {
+            let names = catalogs.iter().map(|c| c.name.as_str());
+            let instance_types =
+                karpenter_proto::convert::pool_catalog_index(names, &p.instance_type_catalog)
+                    .and_then(|i| catalogs.get(i))
+                    .into_iter()
+                    .flat_map(|c| c.instance_types.iter())
+                    // Only an overlaid type changes a claim.
+                    .filter(|it| it.price_overlaid || it.capacity_overlaid)
+                    .map(|it| (it.name.as_str(), it))
+                    .collect();
+            let facts = PoolFacts {
+                node_class_ref: p.node_class_ref.as_ref(),
+                instance_types,
+            };
+            (p.name.as_str(), facts)
+        })
         .collect()
 }
 
@@ -111,7 +147,7 @@ pub fn solve_response(
     snapshot: &sched::ClusterSnapshot,
 ) -> sched::SolveResponse {
     let uids = uids(&parsed.cluster.pending);
-    let node_class_refs = node_class_refs(snapshot);
+    let pools = pool_facts(snapshot);
     sched::SolveResponse {
         pools_without_instance_types: solution
             .pools_without_instance_types
@@ -124,7 +160,7 @@ pub fn solve_response(
         node_claims: solution
             .new_claims
             .iter()
-            .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
+            .map(|c| node_claim_with_class(c, &uids, &pools))
             .collect(),
         existing_nodes: placements(&solution.existing, &uids),
         unschedulable: solution
@@ -186,7 +222,7 @@ pub fn plan_response(
             .flat_map(|n| n.pods.iter())
             .chain(cluster.pending.iter()),
     );
-    let node_class_refs = node_class_refs(snapshot);
+    let pools = pool_facts(snapshot);
     sched::PlanDisruptionResponse {
         commands: plan
             .commands
@@ -198,7 +234,7 @@ pub fn plan_response(
                 replacements: command
                     .replacements
                     .iter()
-                    .map(|c| node_claim_with_class(c, &uids, &node_class_refs))
+                    .map(|c| node_claim_with_class(c, &uids, &pools))
                     .collect(),
                 savings_per_hour: command.savings_per_hour,
                 placements: placements(&command.placements, &uids),

@@ -102,6 +102,8 @@ fn instance_type(name: &str, cpu: i64) -> types::InstanceType {
             system_reserved: list(&[("cpu", 50)]),
             eviction_threshold: list(&[("memory", 100 << 20)]),
         }),
+        price_overlaid: false,
+        capacity_overlaid: false,
     }
 }
 

@@ -175,6 +175,19 @@ pub fn resource_list(resources: &Resources) -> types::ResourceList {
     }
 }
 
+/// Which of the catalogs (by `names`) a pool plans with: the one its
+/// `instance_type_catalog` names, or the first when it names none.
+pub fn pool_catalog_index<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    pool_catalog: &str,
+) -> Option<usize> {
+    let mut names = names.into_iter();
+    if pool_catalog.is_empty() {
+        return names.next().map(|_| 0);
+    }
+    names.position(|name| name == pool_catalog)
+}
+
 /// What a node of the type offers pods: capacity minus its overheads (see
 /// `karpenter_core::resources::allocatable`).
 pub fn allocatable(it: &types::InstanceType) -> ResourceMap {

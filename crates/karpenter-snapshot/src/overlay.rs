@@ -118,14 +118,17 @@ struct PoolView {
 }
 
 impl PoolView {
+    /// `None` for a pool that does not plan this round (not ready, or its
+    /// instance types could not be had): overlays are judged over the
+    /// pools that plan.
     fn new(pool: &sched::NodePool, catalogs: &[sched::InstanceTypeCatalog]) -> Option<Self> {
-        let catalog = if pool.instance_type_catalog.is_empty() {
-            catalogs.first()
-        } else {
-            catalogs
-                .iter()
-                .find(|c| c.name == pool.instance_type_catalog)
-        }?;
+        if !pool.ready {
+            return None;
+        }
+        let names = catalogs.iter().map(|c| c.name.as_str());
+        let index =
+            karpenter_proto::convert::pool_catalog_index(names, &pool.instance_type_catalog)?;
+        let catalog = catalogs.get(index)?;
         let mut pool_side = Requirements::from_labels(&pool.labels);
         pool_side.add(Requirement::single(labels::NODE_POOL, &pool.name));
         Some(PoolView {
@@ -138,10 +141,12 @@ impl PoolView {
     /// The offerings of instance type `it` that `requirements` select, when
     /// the type itself is selected.
     fn selected(&self, it: &types::InstanceType, requirements: &Requirements) -> Vec<usize> {
+        // A type whose requirements cannot be read is selected by nothing.
+        let Ok(own) = karpenter_proto::convert::requirements("", &it.requirements) else {
+            return Vec::new();
+        };
         let mut type_side = self.pool_side.clone();
-        if let Ok(own) = karpenter_proto::convert::requirements("", &it.requirements) {
-            type_side.add_all(&own);
-        }
+        type_side.add_all(&own);
         let zones = it.offerings.iter().map(|o| o.zone.as_str());
         let capacity_types = it.offerings.iter().map(|o| o.capacity_type.as_str());
         if !type_side.has(labels::TOPOLOGY_ZONE) {
@@ -159,21 +164,24 @@ impl PoolView {
         it.offerings
             .iter()
             .enumerate()
-            .filter(|(_, offering)| requirements.intersects(&offering_side(offering)).is_ok())
+            .filter(|(_, offering)| {
+                offering_side(offering).is_some_and(|side| requirements.intersects(&side).is_ok())
+            })
             .map(|(j, _)| j)
             .collect()
     }
 }
 
-fn offering_side(offering: &types::Offering) -> Requirements {
-    let mut side =
-        karpenter_proto::convert::requirements("", &offering.requirements).unwrap_or_default();
+/// What an offering is matched on; `None` when its requirements cannot be
+/// read (then nothing selects it).
+fn offering_side(offering: &types::Offering) -> Option<Requirements> {
+    let mut side = karpenter_proto::convert::requirements("", &offering.requirements).ok()?;
     side.add(Requirement::single(labels::TOPOLOGY_ZONE, &offering.zone));
     side.add(Requirement::single(
         labels::CAPACITY_TYPE,
         &offering.capacity_type,
     ));
-    side
+    Some(side)
 }
 
 /// A value an overlay set and the lowest weight that selected the same
@@ -210,11 +218,15 @@ impl PoolUpdates {
             {
                 offering.price = adjusted_price(offering.price, &update.value);
             }
+            if let Some(it) = catalog.instance_types.get_mut(*i) {
+                it.price_overlaid = true;
+            }
         }
         for (i, resources) in &self.capacity {
             let Some(it) = catalog.instance_types.get_mut(*i) else {
                 continue;
             };
+            it.capacity_overlaid = true;
             let capacity = it.capacity.get_or_insert_with(Default::default);
             for (name, update) in resources {
                 capacity.quantities.insert(name.clone(), update.value);

@@ -37,6 +37,8 @@ fn instance_type(name: &str, arch: &str, offerings: Vec<types::Offering>) -> typ
             quantities: [("cpu".to_owned(), 4000)].into(),
         }),
         overhead: None,
+        price_overlaid: false,
+        capacity_overlaid: false,
     }
 }
 
@@ -177,6 +179,9 @@ fn an_overlay_selects_pools_by_name_and_template_labels() {
     assert_eq!(verdicts, [("by-pool".to_owned(), Verdict::Applied)]);
     assert_eq!(prices(&snapshot, "np1", "default"), [13234.223]);
     assert_eq!(prices(&snapshot, "np2", "default"), [1.02]);
+    assert!(seen(&snapshot, "np1", "default").price_overlaid);
+    assert!(!seen(&snapshot, "np1", "default").capacity_overlaid);
+    assert!(!seen(&snapshot, "np2", "default").price_overlaid);
 
     let mut snapshot = cluster(vec![default_type()]);
     run(
@@ -448,6 +453,74 @@ fn capacity_adds_extended_resources_by_weight() {
     assert_eq!(capacity(&snapshot, "np1", "smarter-devices/fuse"), None);
     assert_eq!(capacity(&snapshot, "np2", "smarter-devices/fuse"), Some(1));
     assert_eq!(prices(&snapshot, "np2", "default"), [1001.02]);
+}
+
+#[test]
+fn overlays_of_one_weight_adding_different_resources_both_apply() {
+    let all = json!([]);
+    let mut snapshot = cluster(vec![default_type()]);
+    let verdicts = run(
+        &mut snapshot,
+        &[
+            overlay(
+                "a",
+                json!({"weight": 10, "requirements": all, "capacity": {"smarter-devices/fuse": "1"}}),
+            ),
+            overlay(
+                "b",
+                json!({"weight": 10, "requirements": all, "capacity": {"hugepages-2Mi": "100Mi"}}),
+            ),
+        ],
+    );
+    assert!(
+        verdicts.iter().all(|(_, v)| *v == Verdict::Applied),
+        "{verdicts:?}"
+    );
+    let capacity = seen(&snapshot, "np1", "default")
+        .capacity
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(capacity.quantities.get("smarter-devices/fuse"), Some(&1));
+    assert_eq!(capacity.quantities.get("hugepages-2Mi"), Some(&(100 << 20)));
+    assert!(seen(&snapshot, "np1", "default").capacity_overlaid);
+}
+
+#[test]
+fn a_pool_that_does_not_plan_is_not_overlaid() {
+    let mut snapshot = cluster(vec![default_type()]);
+    // A pool whose instance types could not be had this round.
+    snapshot.node_pools[1].ready = false;
+    snapshot.node_pools[1].instance_type_catalog = String::new();
+    run(
+        &mut snapshot,
+        &[overlay("all", json!({"requirements": [], "price": "5"}))],
+    );
+    assert_eq!(prices(&snapshot, "np1", "default"), [5.0]);
+    assert_eq!(snapshot.node_pools[1].instance_type_catalog, "");
+}
+
+#[test]
+fn an_overlay_of_a_core_resource_is_invalid_and_changes_nothing() {
+    let mut snapshot = cluster(vec![default_type()]);
+    let verdicts = run(
+        &mut snapshot,
+        &[overlay(
+            "cpu",
+            json!({"requirements": [], "capacity": {"cpu": "64"}}),
+        )],
+    );
+    let Verdict::Invalid(message) = verdict(&verdicts, "cpu") else {
+        panic!("{verdicts:?}");
+    };
+    assert!(
+        message.contains("invalid capacity: cpu in resource, restricted"),
+        "{message}"
+    );
+    let capacity = seen(&snapshot, "np1", "default")
+        .capacity
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(capacity.quantities.get("cpu"), Some(&4000));
 }
 
 #[test]

@@ -493,7 +493,7 @@ fn spawn_controllers(
         .feature_gates
         .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
     {
-        let static_pools = Arc::new(StaticPools { ctx: c.clone() });
+        let static_pools = Arc::new(StaticPools::new(c.clone()));
         tasks.spawn("nodepool.static", runner::run(static_pools, s.clone(), 1));
     }
     if c.settings

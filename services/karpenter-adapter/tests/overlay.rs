@@ -92,6 +92,14 @@ async fn overlaid_capacity_picks_the_instance_type_and_each_overlay_reports_its_
         .flat_map(|r| r.values.clone())
         .collect();
     assert_eq!(types, [LARGE], "only the overlaid type has the device");
+    let annotations = claims[0].metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("karpenter.sh/capacity-overlay-applied")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(annotations.get("karpenter.sh/price-overlay-applied"), None);
     // provider-kwok gives the node the device, as a device plugin would
     // publish it, so the pod is bound there.
     eventually("the pod running", Duration::from_secs(60), || {
@@ -99,29 +107,21 @@ async fn overlaid_capacity_picks_the_instance_type_and_each_overlay_reports_its_
     })
     .await;
 
-    eventually(
-        "every overlay's status written",
-        Duration::from_secs(30),
-        || async {
-            overlay_status(&cluster, "rival-a").await.is_some()
-                && overlay_status(&cluster, "rival-b").await.is_some()
-                && overlay_status(&cluster, "fuse").await.is_some()
-        },
-    )
-    .await;
     let applied = Some((
         "True".to_owned(),
         "ValidationSucceeded".to_owned(),
         "True".to_owned(),
     ));
-    assert_eq!(overlay_status(&cluster, "fuse").await, applied);
-    assert_eq!(overlay_status(&cluster, "rival-b").await, applied);
-    assert_eq!(
-        overlay_status(&cluster, "rival-a").await,
-        Some((
-            "False".to_owned(),
-            "Conflict".to_owned(),
-            "False".to_owned()
-        ))
-    );
+    let conflict = Some((
+        "False".to_owned(),
+        "Conflict".to_owned(),
+        "False".to_owned(),
+    ));
+    // The statuses settle once the pool is Ready and every overlay is seen.
+    eventually("each overlay's status", Duration::from_secs(30), || async {
+        overlay_status(&cluster, "fuse").await == applied
+            && overlay_status(&cluster, "rival-b").await == applied
+            && overlay_status(&cluster, "rival-a").await == conflict
+    })
+    .await;
 }

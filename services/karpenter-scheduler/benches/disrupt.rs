@@ -69,6 +69,8 @@ fn catalog() -> Vec<types::InstanceType> {
                     system_reserved: None,
                     eviction_threshold: None,
                 }),
+                price_overlaid: false,
+                capacity_overlaid: false,
             });
         }
     }

@@ -96,6 +96,8 @@ fn instance_types() -> Vec<types::InstanceType> {
                     system_reserved: None,
                     eviction_threshold: None,
                 }),
+                price_overlaid: false,
+                capacity_overlaid: false,
             }
         })
         .collect()

@@ -75,6 +75,8 @@ fn request() -> sched::SolveRequest {
             .collect(),
         }),
         overhead: None,
+        price_overlaid: false,
+        capacity_overlaid: false,
     };
     let pod = sched::Pod {
         namespace: "default".into(),

@@ -291,6 +291,8 @@ mod tests {
                 quantities: capacity,
             }),
             overhead: None,
+            price_overlaid: false,
+            capacity_overlaid: false,
         }
     }
 

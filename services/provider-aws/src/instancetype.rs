@@ -756,6 +756,8 @@ pub fn instance_type(
         offerings,
         capacity: Some(resource_list(capacity(info, ctx))),
         overhead: Some(overhead(info, ctx)),
+        price_overlaid: false,
+        capacity_overlaid: false,
     })
 }
 

@@ -156,12 +156,6 @@ pub struct KwokProvider {
     inner: Arc<Inner>,
 }
 
-/// The (type, offering) pairs that satisfy a claim, best first: the claim's
-/// instance-type order if it gives one, else by price. A type matches when
-/// its requirements intersect the claim's (a key only the claim names is
-/// a label the node gets from the claim) and its allocatable fits the
-/// claim's requests; an offering when it is available in a zone and
-/// capacity type the claim allows.
 /// Extended resources the claim requests that an instance type does not
 /// report (`reported`): what a NodeOverlay's capacity adds (a device a
 /// plugin publishes on the node). The simulated cloud has them, as
@@ -191,6 +185,12 @@ where
     all.into_iter().collect()
 }
 
+/// The (type, offering) pairs that satisfy a claim, best first: the claim's
+/// instance-type order if it gives one, else by price. A type matches when
+/// its requirements intersect the claim's (a key only the claim names is
+/// a label the node gets from the claim) and its allocatable fits the
+/// claim's requests (with the [`simulated_devices`] it lacks); an offering
+/// when it is available in a zone and capacity type the claim allows.
 pub fn candidates<'a>(
     catalog: &'a [types::InstanceType],
     claim: &pv::NodeClaim,

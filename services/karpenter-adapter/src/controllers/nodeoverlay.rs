@@ -10,9 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use karpenter_api::ConditionsExt as _;
 use karpenter_api::nodeoverlay::{
     CONDITION_VALIDATION_SUCCEEDED, CONFLICT_MESSAGE, REASON_CONFLICT, REASON_RUNTIME_VALIDATION,
 };
+use karpenter_api::nodepool::NodeClassReadiness;
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_snapshot::overlay::Verdict;
 use kube::{Resource, ResourceExt};
@@ -48,22 +50,23 @@ impl Reconciler for NodeOverlays {
         if index.node_overlays.is_empty() {
             return Vec::new();
         }
+        // Pools and classes by what changes a verdict (their spec and their
+        // readiness), not every status write (a pool's usage moves with
+        // every node).
+        let pools = index.node_pools.iter().map(|p| {
+            let ready = p.status.as_ref().is_some_and(|s| s.conditions.is_ready());
+            format!("{:?}/{ready}", p.metadata.generation)
+        });
+        let classes = index.node_classes.iter().map(|c| {
+            let ready = NodeClassReadiness::of(Some(c)).ready;
+            format!("{:?}/{ready}", c.metadata.generation)
+        });
+        let states: Vec<String> = pools.chain(classes).collect();
         let versions = index
             .node_overlays
             .iter()
             .map(|o| o.meta().resource_version.as_deref())
-            .chain(
-                index
-                    .node_pools
-                    .iter()
-                    .map(|p| p.meta().resource_version.as_deref()),
-            )
-            .chain(
-                index
-                    .node_classes
-                    .iter()
-                    .map(|c| c.meta().resource_version.as_deref()),
-            );
+            .chain(states.iter().map(|v| Some(v.as_str())));
         vec![((String::new(), String::new()), fingerprint(versions))]
     }
 
@@ -86,6 +89,8 @@ impl Reconciler for NodeOverlays {
                     .into_iter()
                     .collect(),
                 instance_type_catalog: pool.name_any(),
+                // Provisioning pools, kept below only with their catalog.
+                ready: true,
                 ..Default::default()
             })
             .filter(|pool| {

@@ -14,11 +14,19 @@
 //!   nodes without do-not-disrupt pods before those with them, fewest pods
 //!   to move first. Budgets do not apply, as upstream.
 //!
+//! The runner may run a pool again on an index from before this
+//! controller's own writes (the watch lags); the claims it created or
+//! deleted and the index does not show yet are counted as they will be
+//! (Karpenter reserves node counts in its cluster state for the same
+//! reason), so a pool never gets twice what it lacks, nor loses twice its
+//! excess.
+//!
 //! Static pools are never provisioned for pending pods, consolidated or
 //! emptied (`NodePool::provisions`, the planner's candidates).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use karpenter_api::{ConditionsExt as _, NodeClaim, NodePool};
 use kube::{Resource, ResourceExt};
@@ -35,44 +43,110 @@ use crate::state::watch::Versions;
 const RECHECK: Duration = Duration::from_secs(60);
 /// How soon a pool at its `limits.nodes` is looked at again.
 const AT_LIMIT: Duration = Duration::from_secs(30);
+/// Claims created or deleted in one pass at most (`replicas` has no upper
+/// bound); the rest follow in the next pass, at once.
+const MAX_PER_PASS: i64 = 100;
+/// How long a write the index does not show yet is counted.
+const UNSEEN_FOR: Duration = Duration::from_secs(60);
 
 /// Scales static pools up and down to `replicas`.
 pub struct StaticPools {
     pub ctx: Context,
+    unseen: Mutex<Unseen>,
 }
 
-/// A static pool's claims: all of them, and those not being deleted.
-fn claims_of<'a>(index: &'a Index, pool: &str) -> (Vec<&'a Arc<NodeClaim>>, i64) {
-    let all: Vec<&Arc<NodeClaim>> = index
-        .node_claims
-        .iter()
-        .filter(|c| c.node_pool() == Some(pool))
-        .collect();
-    let total = i64::try_from(all.len()).unwrap_or(i64::MAX);
-    (all, total)
+/// This controller's writes the index may not show yet, by claim name.
+#[derive(Default)]
+struct Unseen {
+    /// Created, with their pool.
+    created: HashMap<String, (String, Instant)>,
+    deleted: HashMap<String, Instant>,
 }
 
-fn active(claims: &[&Arc<NodeClaim>]) -> Vec<Arc<NodeClaim>> {
-    claims
-        .iter()
-        .filter(|c| c.meta().deletion_timestamp.is_none())
-        .map(|c| Arc::clone(c))
-        .collect()
+impl Unseen {
+    /// Forgets what the index shows now, or what is too old to wait for.
+    fn prune(&mut self, index: &Index) {
+        self.created.retain(|name, (_, at)| {
+            at.elapsed() < UNSEEN_FOR && index.node_claims.named(name).is_none()
+        });
+        self.deleted.retain(|name, at| {
+            at.elapsed() < UNSEEN_FOR
+                && index
+                    .node_claims
+                    .named(name)
+                    .is_some_and(|c| c.meta().deletion_timestamp.is_none())
+        });
+    }
+}
+
+/// A static pool's claims as they will be once the index shows this
+/// controller's writes: those not being deleted, and how many in any state.
+struct Counted {
+    active: Vec<Arc<NodeClaim>>,
+    /// Created but not shown yet.
+    created: i64,
+    total: i64,
+}
+
+impl Counted {
+    fn active(&self) -> i64 {
+        i64::try_from(self.active.len())
+            .unwrap_or(i64::MAX)
+            .saturating_add(self.created)
+    }
 }
 
 impl StaticPools {
+    pub fn new(ctx: Context) -> Self {
+        Self {
+            ctx,
+            unseen: Mutex::default(),
+        }
+    }
+
+    fn unseen(&self) -> std::sync::MutexGuard<'_, Unseen> {
+        // A panic while holding it leaves plain data; go on with it.
+        self.unseen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, index: &Index, pool: &str) -> Counted {
+        let mut unseen = self.unseen();
+        unseen.prune(index);
+        let all: Vec<&Arc<NodeClaim>> = index
+            .node_claims
+            .iter()
+            .filter(|c| c.node_pool() == Some(pool))
+            .collect();
+        let active = all
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .filter(|c| !unseen.deleted.contains_key(&c.name_any()))
+            .map(|c| Arc::clone(c))
+            .collect();
+        let created = unseen.created.values().filter(|(p, _)| p == pool).count();
+        let created = i64::try_from(created).unwrap_or(i64::MAX);
+        let total = i64::try_from(all.len())
+            .unwrap_or(i64::MAX)
+            .saturating_add(created);
+        Counted {
+            active,
+            created,
+            total,
+        }
+    }
+
     /// The order Karpenter removes a static pool's claims in (cheapest to
-    /// lose first).
+    /// lose first): never launched, nothing to move, then do-not-disrupt
+    /// last and the fewest pods to move first.
     fn removal_order(&self, index: &Index, mut claims: Vec<Arc<NodeClaim>>) -> Vec<Arc<NodeClaim>> {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let rank = |claim: &NodeClaim| {
-            let Some(node) = index.node_of(claim).filter(|_| {
-                claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|id| !id.is_empty())
-            }) else {
+            let launched = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|id| !id.is_empty());
+            let Some(node) = index.node_of(claim).filter(|_| launched) else {
                 return (0, false, 0);
             };
             let pods = index.pods_on(&node.name_any());
@@ -85,32 +159,58 @@ impl StaticPools {
         claims
     }
 
+    async fn scale_down(
+        &self,
+        index: &Index,
+        pool: &str,
+        counted: Counted,
+        excess: i64,
+    ) -> Result<Requeue> {
+        tracing::info!(nodepool = %pool, current = counted.active(), deprovision = excess,
+            "deprovisioning nodeclaims to satisfy replica count");
+        let api = self.ctx.node_claims();
+        let doomed = self.removal_order(index, counted.active);
+        let take = usize::try_from(excess.min(MAX_PER_PASS)).unwrap_or(0);
+        for claim in doomed.iter().take(take) {
+            patch::delete(&api, claim.as_ref()).await?;
+            self.unseen()
+                .deleted
+                .insert(claim.name_any(), Instant::now());
+        }
+        Ok(Some(if excess > MAX_PER_PASS {
+            Duration::ZERO
+        } else {
+            RECHECK
+        }))
+    }
+
     async fn scale_up(
         &self,
         index: &Arc<Index>,
         pool: &Arc<NodePool>,
-        active: i64,
-        total: i64,
+        counted: &Counted,
     ) -> Result<Requeue> {
-        let missing = pool.spec.static_claims_to_create(active, total);
-        let lacking = pool.spec.replicas.unwrap_or(0) > active;
+        let name = pool.name_any();
+        let missing = pool
+            .spec
+            .static_claims_to_create(counted.active(), counted.total);
         if missing <= 0 {
-            if lacking {
-                tracing::info!(nodepool = %pool.name_any(), "nodepool node limit reached");
+            if pool.spec.static_claims_to_create(counted.active(), 0) > 0 {
+                tracing::info!(nodepool = %name, "nodepool node limit reached");
                 return Ok(Some(AT_LIMIT));
             }
             return Ok(Some(RECHECK));
         }
         tracing::info!(
-            nodepool = %pool.name_any(),
-            current = active,
+            nodepool = %name,
+            current = counted.active(),
             desired = pool.spec.replicas.unwrap_or(0),
             provision = missing,
             "provisioning nodeclaims to satisfy replica count"
         );
-        let plan = karpenter_snapshot::static_claim_plan(pool);
-        let plans = vec![plan; usize::try_from(missing).unwrap_or(0)];
-        create_all(
+        let this_pass = usize::try_from(missing.min(MAX_PER_PASS)).unwrap_or(0);
+        let plans = vec![karpenter_snapshot::static_claim_plan(pool); this_pass];
+        let created = create_all(
             &self.ctx,
             index,
             std::slice::from_ref(pool),
@@ -118,7 +218,16 @@ impl StaticPools {
             "provisioned",
         )
         .await?;
-        Ok(Some(RECHECK))
+        let now = Instant::now();
+        let mut unseen = self.unseen();
+        for claim in created {
+            unseen.created.insert(claim, (name.clone(), now));
+        }
+        Ok(Some(if missing > MAX_PER_PASS {
+            Duration::ZERO
+        } else {
+            RECHECK
+        }))
     }
 }
 
@@ -136,10 +245,14 @@ impl Reconciler for StaticPools {
             .filter(|p| p.spec.is_static() && self.ctx.manages_pool(p))
             .map(|pool| {
                 let name = pool.name_any();
-                let (claims, _) = claims_of(index, &name);
+                let claims = index
+                    .node_claims
+                    .iter()
+                    .filter(|c| c.node_pool() == Some(name.as_str()));
                 let versions = std::iter::once(pool.meta().resource_version.as_deref())
-                    .chain(claims.iter().map(|c| c.meta().resource_version.as_deref()));
-                ((String::new(), name), fingerprint(versions))
+                    .chain(claims.map(|c| c.meta().resource_version.as_deref()));
+                let print = fingerprint(versions);
+                ((String::new(), name), print)
             })
             .collect()
     }
@@ -154,19 +267,10 @@ impl Reconciler for StaticPools {
         {
             return Ok(None);
         }
-        let (claims, total) = claims_of(&index, &key.1);
-        let active = active(&claims);
-        let active_count = i64::try_from(active.len()).unwrap_or(i64::MAX);
-        let excess = pool.spec.static_claims_in_excess(active_count);
+        let counted = self.count(&index, &key.1);
+        let excess = pool.spec.static_claims_in_excess(counted.active());
         if excess > 0 {
-            tracing::info!(nodepool = %key.1, current = active_count, desired = pool.spec.replicas.unwrap_or(0),
-                deprovision = excess, "deprovisioning nodeclaims to satisfy replica count");
-            let api = self.ctx.node_claims();
-            let doomed = self.removal_order(&index, active);
-            for claim in doomed.iter().take(usize::try_from(excess).unwrap_or(0)) {
-                patch::delete(&api, claim.as_ref()).await?;
-            }
-            return Ok(Some(RECHECK));
+            return self.scale_down(&index, &key.1, counted, excess).await;
         }
         // Karpenter provisions only for a Ready pool.
         if !pool
@@ -176,6 +280,6 @@ impl Reconciler for StaticPools {
         {
             return Ok(None);
         }
-        self.scale_up(&index, &pool, active_count, total).await
+        self.scale_up(&index, &pool, &counted).await
     }
 }

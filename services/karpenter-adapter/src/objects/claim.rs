@@ -106,6 +106,15 @@ pub fn node_claim(plan: &sched::NodeClaimPlan, template: &Template<'_>) -> NodeC
         plan.min_values_relaxed.to_string(),
     );
     annotations.extend(template.node_class_hash.clone());
+    use karpenter_api::nodeoverlay::{CAPACITY_OVERLAY_APPLIED, PRICE_OVERLAY_APPLIED};
+    for (applied, key) in [
+        (plan.price_overlay_applied, PRICE_OVERLAY_APPLIED),
+        (plan.capacity_overlay_applied, CAPACITY_OVERLAY_APPLIED),
+    ] {
+        if applied {
+            annotations.insert(key.to_owned(), "true".to_owned());
+        }
+    }
 
     // The instance types the plan allows, written sorted as upstream does.
     let mut requirements: Vec<NodeSelectorRequirementWithMinValues> = plan

@@ -302,8 +302,12 @@ macro_rules! watched_kinds {
         // be installed otherwise); off, its store is listed and empty.
         if $gates.enabled(karpenter_core::feature_gates::$gate) {
             watched_kinds!(@watch typed, $entry, $variant, $client, $class, $gates, $updates, $tasks);
-        } else if $updates.try_send(Update::$variant(Event::InitDone)).is_err() {
-            tracing::error!(kind = stringify!($variant), "the index's update channel refused a first list");
+        } else {
+            let updates = $updates.clone();
+            $tasks.spawn(async move {
+                // Only fails once the owner has stopped, with the adapter.
+                let _ = updates.send(Update::$variant(Event::InitDone)).await;
+            });
         }
     };
     (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $gates:ident, $updates:ident, $tasks:ident) => {
