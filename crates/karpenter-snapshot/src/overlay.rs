@@ -8,7 +8,8 @@
 //!       an update of the same weight already there ──▶ Conflict (applied nowhere)
 //!     otherwise its updates are recorded: the first (highest-weight) value of
 //!     an offering's price or of a resource wins; lower weights only fill gaps
-//!   pools with updates get their own copy of their catalog, overlaid
+//!   a pool's catalog is overlaid in place when only that pool plans with
+//!   it (the adapter's, one per pool); a pool sharing it gets an overlaid copy
 //! ```
 //!
 //! An instance type is selected in a pool when the overlay's requirements
@@ -23,6 +24,7 @@ use karpenter_api::NodeOverlay;
 use karpenter_api::nodeoverlay::order_by_weight;
 use karpenter_core::labels::{self, LabelRules};
 use karpenter_core::requirements::{NoneWellKnown, Requirement, Requirements};
+use karpenter_proto::convert::pool_catalog_index;
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
 
@@ -43,9 +45,10 @@ pub enum Verdict {
 /// Each overlay's name and verdict, in the order overlays apply.
 pub type Verdicts = Vec<(String, Verdict)>;
 
-/// Applies `overlays` to the catalogs of the snapshot's pools: each pool an
-/// overlay touches gets its own overlaid copy of its catalog (named
-/// `<catalog>/overlaid/<pool>`). Returns every overlay's verdict.
+/// Applies `overlays` to the catalogs of the snapshot's pools. A catalog
+/// only one pool plans with is overlaid in place; a pool sharing its
+/// catalog gets its own overlaid copy (named `<catalog>/overlaid/<pool>`).
+/// Returns every overlay's verdict.
 pub fn apply(
     snapshot: &mut sched::ClusterSnapshot,
     overlays: &[&NodeOverlay],
@@ -53,10 +56,11 @@ pub fn apply(
 ) -> Verdicts {
     let mut ordered = overlays.to_vec();
     order_by_weight(&mut ordered);
+    let catalogs = &snapshot.instance_type_catalogs;
     let pools: Vec<PoolView> = snapshot
         .node_pools
         .iter()
-        .filter_map(|pool| PoolView::new(pool, &snapshot.instance_type_catalogs))
+        .filter_map(|pool| PoolView::new(pool, catalogs))
         .collect();
     let mut updates = vec![PoolUpdates::default(); pools.len()];
     let mut verdicts = Vec::new();
@@ -72,19 +76,53 @@ pub fn apply(
         };
         verdicts.push((name, verdict));
     }
-    let overlaid: Vec<(String, sched::InstanceTypeCatalog)> = pools
-        .iter()
-        .zip(&updates)
+    let changed: Vec<(String, usize, PoolUpdates)> = pools
+        .into_iter()
+        .zip(updates)
         .filter(|(_, u)| !u.is_empty())
-        .map(|(pool, u)| (pool.name.clone(), u.overlaid(pool)))
+        .map(|(pool, u)| (pool.name.to_owned(), pool.catalog, u))
         .collect();
-    for (pool_name, catalog) in overlaid {
-        if let Some(pool) = snapshot.node_pools.iter_mut().find(|p| p.name == pool_name) {
-            pool.instance_type_catalog = catalog.name.clone();
-        }
-        snapshot.instance_type_catalogs.push(catalog);
+    for (pool_name, catalog, updates) in changed {
+        write(snapshot, &pool_name, catalog, &updates);
     }
     verdicts
+}
+
+/// Writes one pool's updates into its catalog, or into a copy of it when
+/// other pools plan with the same catalog.
+fn write(
+    snapshot: &mut sched::ClusterSnapshot,
+    pool_name: &str,
+    catalog: usize,
+    updates: &PoolUpdates,
+) {
+    let Some(original) = snapshot.instance_type_catalogs.get(catalog) else {
+        return;
+    };
+    let names = || {
+        snapshot
+            .instance_type_catalogs
+            .iter()
+            .map(|c| c.name.as_str())
+    };
+    let sharing = snapshot
+        .node_pools
+        .iter()
+        .filter(|p| pool_catalog_index(names(), &p.instance_type_catalog) == Some(catalog))
+        .count();
+    if sharing <= 1 {
+        if let Some(own) = snapshot.instance_type_catalogs.get_mut(catalog) {
+            updates.write(own);
+        }
+        return;
+    }
+    let mut copy = original.clone();
+    copy.name = format!("{}/overlaid/{pool_name}", original.name);
+    updates.write(&mut copy);
+    if let Some(pool) = snapshot.node_pools.iter_mut().find(|p| p.name == pool_name) {
+        pool.instance_type_catalog = copy.name.clone();
+    }
+    snapshot.instance_type_catalogs.push(copy);
 }
 
 /// Karpenter's `AdjustedPrice`: `adjustment` empty leaves `base`; without a
@@ -108,44 +146,82 @@ pub fn adjusted_price(base: f64, adjustment: &str) -> f64 {
     adjusted.max(0.0)
 }
 
-/// A pool as overlays see it: its catalog and what its instance types are
-/// matched with besides their own requirements.
-struct PoolView {
-    name: String,
-    catalog: sched::InstanceTypeCatalog,
-    /// The pool's name and template labels, as requirements.
-    pool_side: Requirements,
+/// A pool as overlays see it: its catalog, and each of its instance types
+/// with what the type and its offerings are matched on (worked out once,
+/// for every overlay).
+struct PoolView<'s> {
+    name: &'s str,
+    /// The catalog's index in the snapshot.
+    catalog: usize,
+    /// By the catalog's order; `None` for a type whose requirements cannot
+    /// be read (nothing selects it).
+    types: Vec<Option<TypeView>>,
 }
 
-impl PoolView {
+/// An instance type as overlays match it in one pool.
+struct TypeView {
+    /// Its requirements with the pool's name and template labels, and the
+    /// zones and capacity types of its offerings when it does not say them.
+    type_side: Requirements,
+    /// Each offering's zone, capacity type and requirements; `None` when
+    /// they cannot be read.
+    offerings: Vec<Option<Requirements>>,
+}
+
+impl<'s> PoolView<'s> {
     /// `None` for a pool that does not plan this round (not ready, or its
     /// instance types could not be had): overlays are judged over the
     /// pools that plan.
-    fn new(pool: &sched::NodePool, catalogs: &[sched::InstanceTypeCatalog]) -> Option<Self> {
+    fn new(pool: &'s sched::NodePool, catalogs: &[sched::InstanceTypeCatalog]) -> Option<Self> {
         if !pool.ready {
             return None;
         }
         let names = catalogs.iter().map(|c| c.name.as_str());
-        let index =
-            karpenter_proto::convert::pool_catalog_index(names, &pool.instance_type_catalog)?;
-        let catalog = catalogs.get(index)?;
+        let catalog = pool_catalog_index(names, &pool.instance_type_catalog)?;
         let mut pool_side = Requirements::from_labels(&pool.labels);
         pool_side.add(Requirement::single(labels::NODE_POOL, &pool.name));
+        let types = catalogs
+            .get(catalog)?
+            .instance_types
+            .iter()
+            .map(|it| TypeView::new(it, &pool_side))
+            .collect();
         Some(PoolView {
-            name: pool.name.clone(),
-            catalog: catalog.clone(),
-            pool_side,
+            name: &pool.name,
+            catalog,
+            types,
         })
     }
 
-    /// The offerings of instance type `it` that `requirements` select, when
+    /// The offerings of instance type `i` that `requirements` select, when
     /// the type itself is selected.
-    fn selected(&self, it: &types::InstanceType, requirements: &Requirements) -> Vec<usize> {
-        // A type whose requirements cannot be read is selected by nothing.
-        let Ok(own) = karpenter_proto::convert::requirements("", &it.requirements) else {
+    fn selected(&self, i: usize, requirements: &Requirements) -> Vec<usize> {
+        let Some(Some(view)) = self.types.get(i) else {
             return Vec::new();
         };
-        let mut type_side = self.pool_side.clone();
+        if view
+            .type_side
+            .compatible(requirements, &NoneWellKnown)
+            .is_err()
+        {
+            return Vec::new();
+        }
+        view.offerings
+            .iter()
+            .enumerate()
+            .filter(|(_, side)| {
+                side.as_ref()
+                    .is_some_and(|side| requirements.intersects(side).is_ok())
+            })
+            .map(|(j, _)| j)
+            .collect()
+    }
+}
+
+impl TypeView {
+    fn new(it: &types::InstanceType, pool_side: &Requirements) -> Option<Self> {
+        let own = karpenter_proto::convert::requirements("", &it.requirements).ok()?;
+        let mut type_side = pool_side.clone();
         type_side.add_all(&own);
         let zones = it.offerings.iter().map(|o| o.zone.as_str());
         let capacity_types = it.offerings.iter().map(|o| o.capacity_type.as_str());
@@ -158,17 +234,10 @@ impl PoolView {
                 capacity_types,
             ));
         }
-        if type_side.compatible(requirements, &NoneWellKnown).is_err() {
-            return Vec::new();
-        }
-        it.offerings
-            .iter()
-            .enumerate()
-            .filter(|(_, offering)| {
-                offering_side(offering).is_some_and(|side| requirements.intersects(&side).is_ok())
-            })
-            .map(|(j, _)| j)
-            .collect()
+        Some(TypeView {
+            type_side,
+            offerings: it.offerings.iter().map(offering_side).collect(),
+        })
     }
 }
 
@@ -206,19 +275,15 @@ impl PoolUpdates {
         self.prices.is_empty() && self.capacity.is_empty()
     }
 
-    /// The pool's catalog with these updates.
-    fn overlaid(&self, pool: &PoolView) -> sched::InstanceTypeCatalog {
-        let mut catalog = pool.catalog.clone();
-        catalog.name = format!("{}/overlaid/{}", pool.catalog.name, pool.name);
+    /// Writes these updates into `catalog` (the pool's), marking the
+    /// types they change.
+    fn write(&self, catalog: &mut sched::InstanceTypeCatalog) {
         for ((i, j), update) in &self.prices {
-            if let Some(offering) = catalog
-                .instance_types
-                .get_mut(*i)
-                .and_then(|it| it.offerings.get_mut(*j))
-            {
+            let Some(it) = catalog.instance_types.get_mut(*i) else {
+                continue;
+            };
+            if let Some(offering) = it.offerings.get_mut(*j) {
                 offering.price = adjusted_price(offering.price, &update.value);
-            }
-            if let Some(it) = catalog.instance_types.get_mut(*i) {
                 it.price_overlaid = true;
             }
         }
@@ -232,7 +297,6 @@ impl PoolUpdates {
                 capacity.quantities.insert(name.clone(), update.value);
             }
         }
-        catalog
     }
 }
 
@@ -267,21 +331,18 @@ impl Parsed {
     /// Every (pool, instance type, selected offerings) this overlay touches.
     fn touches<'p>(
         &self,
-        pools: &'p [PoolView],
+        pools: &'p [PoolView<'_>],
     ) -> impl Iterator<Item = (usize, usize, Vec<usize>)> + use<'_, 'p> {
         pools.iter().enumerate().flat_map(move |(p, pool)| {
-            pool.catalog
-                .instance_types
-                .iter()
-                .enumerate()
-                .map(move |(i, it)| (p, i, pool.selected(it, &self.requirements)))
+            (0..pool.types.len())
+                .map(move |i| (p, i, pool.selected(i, &self.requirements)))
                 .filter(|(_, _, offerings)| !offerings.is_empty())
         })
     }
 
     /// Whether an overlay of the same weight already set what this one sets,
     /// anywhere: then it applies nowhere.
-    fn conflicts(&self, pools: &[PoolView], updates: &[PoolUpdates]) -> bool {
+    fn conflicts(&self, pools: &[PoolView<'_>], updates: &[PoolUpdates]) -> bool {
         self.touches(pools).any(|(p, i, offerings)| {
             let pool = &updates[p];
             let price_conflict = self.price.is_some()
@@ -302,7 +363,7 @@ impl Parsed {
     }
 
     /// Records this overlay's updates where no higher weight set them.
-    fn record(&self, pools: &[PoolView], updates: &mut [PoolUpdates]) {
+    fn record(&self, pools: &[PoolView<'_>], updates: &mut [PoolUpdates]) {
         let touched: Vec<_> = self.touches(pools).collect();
         for (p, i, offerings) in touched {
             let pool = &mut updates[p];

@@ -524,6 +524,32 @@ fn an_overlay_of_a_core_resource_is_invalid_and_changes_nothing() {
 }
 
 #[test]
+fn a_catalog_of_one_pool_is_overlaid_in_place() {
+    // As the adapter asks the provider: one catalog per pool, named after it.
+    let mut snapshot = cluster(vec![default_type()]);
+    snapshot.instance_type_catalogs[0].name = "np1".into();
+    snapshot
+        .instance_type_catalogs
+        .push(sched::InstanceTypeCatalog {
+            name: "np2".into(),
+            instance_types: vec![default_type()],
+        });
+    snapshot.node_pools[0].instance_type_catalog = "np1".into();
+    snapshot.node_pools[1].instance_type_catalog = "np2".into();
+    run(
+        &mut snapshot,
+        &[overlay(
+            "all",
+            json!({"requirements": [], "priceAdjustment": "+1"}),
+        )],
+    );
+    assert_eq!(snapshot.instance_type_catalogs.len(), 2, "no copies");
+    assert_eq!(snapshot.node_pools[0].instance_type_catalog, "np1");
+    assert_eq!(prices(&snapshot, "np1", "default"), [2.02]);
+    assert_eq!(prices(&snapshot, "np2", "default"), [2.02]);
+}
+
+#[test]
 fn an_invalid_overlay_applies_nowhere() {
     let mut snapshot = cluster(vec![default_type()]);
     let verdicts = run(
