@@ -150,6 +150,8 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// The provider's well-known labels (with `--provider`).
     pub well_known_labels: Vec<String>,
+    /// `--feature-gates`, read.
+    pub gates: FeatureGates,
 }
 
 /// The wall clock as a protobuf timestamp (whole seconds).
@@ -243,6 +245,7 @@ pub fn build_snapshot_at(
         built,
         warnings,
         well_known_labels: well_known,
+        gates,
     })
 }
 
@@ -513,7 +516,8 @@ fn static_claims(built: &Built, warnings: &mut Vec<String>) -> Vec<sched::NodeCl
 pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<String>), CliError> {
     let runtime = runtime()?;
     let mut prepared = build_snapshot(args, &runtime)?;
-    let static_plans = if feature_gates(&args.feature_gates)?
+    let static_plans = if prepared
+        .gates
         .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
     {
         static_claims(&prepared.built, &mut prepared.warnings)

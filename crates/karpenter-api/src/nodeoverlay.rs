@@ -36,7 +36,7 @@ pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
 /// NodeClaim annotation: one of them has capacity a NodeOverlay added.
 pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
 /// Extended resources only: these are never overlaid.
-pub const RESTRICTED_CAPACITY: &[&str] = &["cpu", "memory", "ephemeral-storage", "pods"];
+pub const RESTRICTED_CAPACITY: &[&str] = &karpenter_core::resources::CORE;
 
 /// The desired state of a NodeOverlay.
 // Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.

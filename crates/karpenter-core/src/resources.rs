@@ -13,6 +13,9 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+/// The resources every node reports and [`Resources`] keeps as its own
+/// fields; any other is an extended resource (a device, hugepages).
+pub const CORE: [&str; 4] = [CPU, MEMORY, EPHEMERAL_STORAGE, PODS];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Resources {

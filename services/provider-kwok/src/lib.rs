@@ -164,12 +164,14 @@ fn simulated_devices(
     claim: &pv::NodeClaim,
     reported: &BTreeMap<String, i64>,
 ) -> BTreeMap<String, i64> {
-    const CORE: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
     claim
         .resources
         .iter()
         .flat_map(|r| r.quantities.iter())
-        .filter(|(name, _)| !CORE.contains(&name.as_str()) && !reported.contains_key(*name))
+        .filter(|(name, _)| {
+            !karpenter_core::resources::CORE.contains(&name.as_str())
+                && !reported.contains_key(*name)
+        })
         .map(|(name, quantity)| (name.clone(), *quantity))
         .collect()
 }

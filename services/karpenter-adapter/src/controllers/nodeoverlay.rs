@@ -1,10 +1,10 @@
 //! NodeOverlay status (Karpenter's `nodeoverlay` controller, gate
 //! `NodeOverlay`): every overlay's `ValidationSucceeded` and its roll-up
-//! `Ready`, from the same evaluation the live snapshot makes
-//! ([`crate::scheduling::overlay`] over the provisioning pools and their
-//! catalogs): `RuntimeValidation` for an overlay the API server took but
-//! Karpenter's rules refuse, `Conflict` for one an overlay of its weight
-//! already covers. Re-evaluated when an overlay, a pool or a node class
+//! `Ready`, from the live snapshot provisioning and disruption plan with
+//! ([`crate::scheduling::prepare`]: the provisioning pools, their catalogs,
+//! the overlays over them): `RuntimeValidation` for an overlay the API
+//! server took but Karpenter's rules refuse, `Conflict` for one an overlay
+//! of its weight already covers. Re-evaluated when an overlay, a pool or a node class
 //! changes, and every 6 hours (the provider's prices move), as upstream.
 
 use std::sync::Arc;
@@ -15,16 +15,15 @@ use karpenter_api::nodeoverlay::{
     CONDITION_VALIDATION_SUCCEEDED, CONFLICT_MESSAGE, REASON_CONFLICT, REASON_RUNTIME_VALIDATION,
 };
 use karpenter_api::nodepool::NodeClassReadiness;
-use karpenter_proto::scheduler::v1 as sched;
 use karpenter_snapshot::overlay::Verdict;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
 use crate::error::Result;
 use crate::objects::conditions::Conditions;
 use crate::objects::patch;
-use crate::scheduling::{catalogs, overlay, provisioning_pools};
+use crate::scheduling::{prepare, provisioning_pools};
 use crate::state::index::{Index, Key};
 use crate::state::watch::Versions;
 
@@ -71,36 +70,9 @@ impl Reconciler for NodeOverlays {
     }
 
     async fn reconcile(&self, _key: Key, index: Arc<Index>) -> Result<Requeue> {
+        // The very evaluation provisioning and disruption make.
         let pools = provisioning_pools(&self.ctx, &index);
-        let mut snapshot = sched::ClusterSnapshot {
-            instance_type_catalogs: catalogs(&self.ctx, &index, &pools).await,
-            ..Default::default()
-        };
-        snapshot.node_pools = pools
-            .iter()
-            .map(|pool| sched::NodePool {
-                name: pool.name_any(),
-                labels: pool
-                    .spec
-                    .template
-                    .metadata
-                    .labels
-                    .clone()
-                    .into_iter()
-                    .collect(),
-                instance_type_catalog: pool.name_any(),
-                // Provisioning pools, kept below only with their catalog.
-                ready: true,
-                ..Default::default()
-            })
-            .filter(|pool| {
-                snapshot
-                    .instance_type_catalogs
-                    .iter()
-                    .any(|c| c.name == pool.name)
-            })
-            .collect();
-        let verdicts = overlay(&index, &mut snapshot, &self.ctx.label_rules);
+        let verdicts = prepare(&self.ctx, &index, pools).await.overlays;
         let api = kube::Api::<karpenter_api::NodeOverlay>::all(self.ctx.client.clone());
         for (name, verdict) in verdicts {
             let Some(current) = index.node_overlays.named(&name) else {

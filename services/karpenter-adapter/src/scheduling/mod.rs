@@ -108,6 +108,8 @@ pub fn pool_usage(index: &Index, pool: &str) -> BTreeMap<String, i64> {
 pub struct Prepared {
     pub pools: Vec<Arc<NodePool>>,
     pub built: karpenter_snapshot::Built,
+    /// What became of each NodeOverlay in this snapshot.
+    pub overlays: karpenter_snapshot::overlay::Verdicts,
 }
 
 /// What Solve and PlanDisruption are both asked about: `pools` (from
@@ -115,8 +117,12 @@ pub struct Prepared {
 pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) -> Prepared {
     let catalogs = catalogs(ctx, index, &pools).await;
     let classes = node_classes(ctx, index);
-    let built = snapshot(index, &pools, classes, catalogs, &ctx.label_rules, now());
-    Prepared { pools, built }
+    let (built, overlays) = snapshot(index, &pools, classes, catalogs, &ctx.label_rules, now());
+    Prepared {
+        pools,
+        built,
+        overlays,
+    }
 }
 
 /// The pools that may get new claims: the provider's, and provisioning
@@ -199,7 +205,10 @@ pub fn snapshot(
     catalogs: Vec<sched::InstanceTypeCatalog>,
     rules: &LabelRules,
     now: prost_types::Timestamp,
-) -> karpenter_snapshot::Built {
+) -> (
+    karpenter_snapshot::Built,
+    karpenter_snapshot::overlay::Verdicts,
+) {
     let pool_catalogs = catalogs
         .iter()
         .map(|c| (c.name.clone(), c.name.clone()))
@@ -247,14 +256,14 @@ pub fn snapshot(
             pool.ready = false;
         }
     }
-    overlay(index, &mut built.snapshot, rules);
+    let overlays = overlay(index, &mut built.snapshot, rules);
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
-    built
+    (built, overlays)
 }
 
 /// Applies the index's NodeOverlays (only watched with the `NodeOverlay`
 /// gate on) to the pools' catalogs; what became of each overlay.
-pub fn overlay(
+fn overlay(
     index: &Index,
     snapshot: &mut sched::ClusterSnapshot,
     rules: &LabelRules,

@@ -186,7 +186,9 @@ async fn plan(
     sched::PlanDisruptionResponse,
 )> {
     let pools = scheduling::provisioning_pools(ctx, index);
-    let scheduling::Prepared { pools, mut built } = scheduling::prepare(ctx, index, pools).await;
+    let scheduling::Prepared {
+        pools, mut built, ..
+    } = scheduling::prepare(ctx, index, pools).await;
     ctx.nominations.mark(&mut built.snapshot);
     let plan = ctx
         .clients

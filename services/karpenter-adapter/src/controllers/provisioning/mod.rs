@@ -103,7 +103,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         tracing::warn!("pods are pending but no node pool is ready to provision for them");
         return Ok(Vec::new());
     }
-    let scheduling::Prepared { pools, built } = scheduling::prepare(ctx, index, pools).await;
+    let scheduling::Prepared { pools, built, .. } = scheduling::prepare(ctx, index, pools).await;
     report_skipped(ctx, index, &built.skipped);
     let pending = built.pending_pod_count();
     if pending == 0 {
