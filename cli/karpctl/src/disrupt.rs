@@ -43,12 +43,12 @@ pub fn parse_now(text: &str) -> Result<prost_types::Timestamp, InputError> {
 pub fn plan_disruption(
     args: &PlanArgs,
     built: &Built,
-    well_known: Vec<String>,
+    options: sched::SchedulingOptions,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<sched::PlanDisruptionResponse, CliError> {
     let request = sched::PlanDisruptionRequest {
         cluster: Some(built.snapshot.clone()),
-        options: Some(plan::options(args, well_known)?),
+        options: Some(options),
     };
     let response = match &args.scheduler {
         None => karpenter_planner_wire::plan_disruption_request(&request)
@@ -78,12 +78,8 @@ pub fn run(
     };
     let runtime = plan::runtime()?;
     let prepared = plan::build_snapshot_at(&args.plan, &runtime, now)?;
-    let response = plan_disruption(
-        &args.plan,
-        &prepared.built,
-        prepared.well_known_labels,
-        &runtime,
-    )?;
+    let options = plan::options(&args.plan, &prepared.gates, prepared.well_known_labels);
+    let response = plan_disruption(&args.plan, &prepared.built, options, &runtime)?;
     let value = output::disrupt_value(&response);
     let format = plan::format(args.plan.output, stdout_is_terminal);
     let text = output::render_as(&value, format, output::disrupt_table)

@@ -113,10 +113,11 @@ pub fn feature_gates(text: &str) -> Result<FeatureGates, InputError> {
 
 pub fn options(
     args: &PlanArgs,
+    gates: &FeatureGates,
     well_known_labels: Vec<String>,
-) -> Result<sched::SchedulingOptions, InputError> {
+) -> sched::SchedulingOptions {
     use sched::scheduling_options as so;
-    Ok(sched::SchedulingOptions {
+    sched::SchedulingOptions {
         min_values_policy: match args.min_values_policy {
             MinValuesPolicy::Strict => so::MinValuesPolicy::Strict,
             MinValuesPolicy::BestEffort => so::MinValuesPolicy::BestEffort,
@@ -125,12 +126,12 @@ pub fn options(
             PreferencePolicy::Respect => so::PreferencePolicy::Respect,
             PreferencePolicy::Ignore => so::PreferencePolicy::Ignore,
         } as i32,
-        feature_gates: feature_gates(&args.feature_gates)?.to_map(),
+        feature_gates: gates.to_map(),
         well_known_labels,
         // Karpenter's default (IGNORE_DRA_REQUESTS=true): pods with DRA
         // requests are reported unschedulable.
         plan_dra_pods: false,
-    })
+    }
 }
 
 /// Reads the manifests of `plan` (files or the embedded example).
@@ -377,12 +378,12 @@ pub fn solve(
     args: &PlanArgs,
     built: &Built,
     snapshot: sched::ClusterSnapshot,
-    well_known: Vec<String>,
+    options: sched::SchedulingOptions,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<sched::SolveResponse, CliError> {
     let request = sched::SolveRequest {
         cluster: Some(snapshot),
-        options: Some(options(args, well_known)?),
+        options: Some(options),
     };
     let response = match &args.scheduler {
         None => karpenter_planner_wire::solve_request(&request)
@@ -526,14 +527,8 @@ pub fn run(args: &PlanArgs, stdout_is_terminal: bool) -> Result<(String, Vec<Str
     };
     // The request takes the snapshot: errors are located by its origins.
     let snapshot = std::mem::take(&mut prepared.built.snapshot);
-    let response = solve(
-        args,
-        &prepared.built,
-        snapshot,
-        prepared.well_known_labels,
-        &runtime,
-    )?;
-    let mut response = response;
+    let options = options(args, &prepared.gates, prepared.well_known_labels);
+    let mut response = solve(args, &prepared.built, snapshot, options, &runtime)?;
     response.node_claims.extend(static_plans);
     let value = output::plan_value(&response);
     let format = format(args.output, stdout_is_terminal);

@@ -68,10 +68,15 @@ pub fn apply(
         let name = overlay.metadata.name.clone().unwrap_or_default();
         let verdict = match Parsed::new(overlay, rules) {
             Err(message) => Verdict::Invalid(message),
-            Ok(parsed) if parsed.conflicts(&pools, &updates) => Verdict::Conflict,
             Ok(parsed) => {
-                parsed.record(&pools, &mut updates);
-                Verdict::Applied
+                // What it selects is worked out once, for both steps.
+                let touched: Vec<Touch> = parsed.touches(&pools).collect();
+                if parsed.conflicts(&touched, &updates) {
+                    Verdict::Conflict
+                } else {
+                    parsed.record(touched, &mut updates);
+                    Verdict::Applied
+                }
             }
         };
         verdicts.push((name, verdict));
@@ -300,6 +305,10 @@ impl PoolUpdates {
     }
 }
 
+/// A pool (by position), one of its instance types, and the offerings of
+/// it an overlay selects.
+type Touch = (usize, usize, Vec<usize>);
+
 /// A valid overlay, read.
 struct Parsed {
     weight: i32,
@@ -329,10 +338,7 @@ impl Parsed {
     }
 
     /// Every (pool, instance type, selected offerings) this overlay touches.
-    fn touches<'p>(
-        &self,
-        pools: &'p [PoolView<'_>],
-    ) -> impl Iterator<Item = (usize, usize, Vec<usize>)> + use<'_, 'p> {
+    fn touches<'p>(&self, pools: &'p [PoolView<'_>]) -> impl Iterator<Item = Touch> + use<'_, 'p> {
         pools.iter().enumerate().flat_map(move |(p, pool)| {
             (0..pool.types.len())
                 .map(move |i| (p, i, pool.selected(i, &self.requirements)))
@@ -342,8 +348,8 @@ impl Parsed {
 
     /// Whether an overlay of the same weight already set what this one sets,
     /// anywhere: then it applies nowhere.
-    fn conflicts(&self, pools: &[PoolView<'_>], updates: &[PoolUpdates]) -> bool {
-        self.touches(pools).any(|(p, i, offerings)| {
+    fn conflicts(&self, touched: &[Touch], updates: &[PoolUpdates]) -> bool {
+        touched.iter().any(|&(p, i, ref offerings)| {
             let pool = &updates[p];
             let price_conflict = self.price.is_some()
                 && offerings.iter().any(|j| {
@@ -363,8 +369,7 @@ impl Parsed {
     }
 
     /// Records this overlay's updates where no higher weight set them.
-    fn record(&self, pools: &[PoolView<'_>], updates: &mut [PoolUpdates]) {
-        let touched: Vec<_> = self.touches(pools).collect();
+    fn record(&self, touched: Vec<Touch>, updates: &mut [PoolUpdates]) {
         for (p, i, offerings) in touched {
             let pool = &mut updates[p];
             if let Some(price) = &self.price {

@@ -4,8 +4,9 @@
 //! ([`crate::scheduling::prepare`]: the provisioning pools, their catalogs,
 //! the overlays over them): `RuntimeValidation` for an overlay the API
 //! server took but Karpenter's rules refuse, `Conflict` for one an overlay
-//! of its weight already covers. Re-evaluated when an overlay, a pool or a node class
-//! changes, and every 6 hours (the provider's prices move), as upstream.
+//! of its weight already covers. Re-evaluated when an overlay, a pool or a
+//! node class changes, and every 6 hours (the provider's prices move), as
+//! upstream.
 
 use std::sync::Arc;
 use std::time::Duration;
