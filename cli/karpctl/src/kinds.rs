@@ -44,6 +44,7 @@ pub fn served(group: &str) -> Option<&'static [&'static str]> {
         ],
         "karpenter.sh" => &["NodeClaim", "NodeOverlay", "NodePool"],
         "karpenter.k8s.aws" => &["EC2NodeClass"],
+        "autoscaling.x-k8s.io" => &["CapacityBuffer"],
         _ => return None,
     })
 }

@@ -185,7 +185,9 @@ pub fn build_snapshot_at(
     let docs = load_documents(args)?;
     let docs = snapshot::upgrade(docs, &mut warnings)?;
     check_fields(&docs, args.validate, &mut warnings)?;
-    let mut built = snapshot::build(docs, now)?;
+    let gates = feature_gates(&args.feature_gates)?;
+    let buffers = gates.enabled(karpenter_core::feature_gates::CAPACITY_BUFFER);
+    let mut built = snapshot::build(docs, now, buffers)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();
     // The manifests' node classes are EC2NodeClasses: AWS's label rules,
@@ -239,7 +241,6 @@ pub fn build_snapshot_at(
             .instance_type_catalogs
             .push(builtin_catalog::catalog());
     }
-    let gates = feature_gates(&args.feature_gates)?;
     overlay_catalogs(&mut built, &gates, &rules, &mut warnings);
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     Ok(Prepared {

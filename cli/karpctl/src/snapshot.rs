@@ -18,6 +18,8 @@
 //! | Namespace, PriorityClass, PVC/PV/StorageClass | as Kubernetes uses them |
 //! | InstanceTypeCatalog | instance types and offerings |
 //! | NodeOverlay (`v1alpha1`) | with the `NodeOverlay` gate, prices and capacity of the instance types it selects, per pool |
+//! | CapacityBuffer (`v1beta1`, `v1alpha1`) | with the `CapacityBuffer` gate, its virtual pods (pending, `capacity-buffer-<name>-<i>`) |
+//! | PodTemplate | what a buffer's `podTemplateRef` names |
 //!
 //! Other kinds are skipped with a warning.
 
@@ -142,6 +144,8 @@ struct Typed {
     replica_sets: Vec<(usize, k8s_openapi::api::apps::v1::ReplicaSet)>,
     stateful_sets: Vec<(usize, k8s_openapi::api::apps::v1::StatefulSet)>,
     jobs: Vec<(usize, k8s_openapi::api::batch::v1::Job)>,
+    capacity_buffers: Vec<(usize, karpenter_api::CapacityBuffer)>,
+    pod_templates: Vec<(usize, k8s_openapi::api::core::v1::PodTemplate)>,
     /// NodeClaims whose manifest gives no `spec.expireAfter`.
     claims_expiring_with_pool: std::collections::BTreeSet<usize>,
 }
@@ -244,6 +248,10 @@ fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputE
             ("", "Namespace") => read.objects.namespaces.push((id, typed(doc)?)),
             ("", "PersistentVolumeClaim") => read.objects.pvcs.push((id, typed(doc)?)),
             ("", "PersistentVolume") => read.objects.pvs.push((id, typed(doc)?)),
+            ("", "PodTemplate") => read.objects.pod_templates.push((id, typed(doc)?)),
+            ("autoscaling.x-k8s.io", "CapacityBuffer") => {
+                read.objects.capacity_buffers.push((id, typed(doc)?));
+            }
             ("scheduling.k8s.io", "PriorityClass") => {
                 read.objects.priority_classes.push((id, typed(doc)?));
             }
@@ -287,8 +295,13 @@ fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputE
     Ok(read)
 }
 
-/// Builds the snapshot from (already upgraded) documents, at `now`.
-pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, InputError> {
+/// Builds the snapshot from (already upgraded) documents, at `now`;
+/// CapacityBuffers add their virtual pods when `buffers` (the gate) is on.
+pub fn build(
+    docs: Vec<Document>,
+    now: prost_types::Timestamp,
+    buffers: bool,
+) -> Result<Built, InputError> {
     let mut built = Built {
         documents: docs.iter().map(|d| d.origin.to_string()).collect(),
         ..Built::default()
@@ -329,12 +342,24 @@ pub fn build(docs: Vec<Document>, now: prost_types::Timestamp) -> Result<Built, 
         replica_sets: sources(&objects.replica_sets),
         stateful_sets: sources(&objects.stateful_sets),
         jobs: sources(&objects.jobs),
+        capacity_buffers: if buffers {
+            sources(&objects.capacity_buffers)
+        } else {
+            Vec::new()
+        },
+        pod_templates: sources(&objects.pod_templates),
         node_classes: classes,
         catalogs,
         pool_catalogs: BTreeMap::new(),
         now: Some(now),
         claims_expiring_with_pool: objects.claims_expiring_with_pool.clone(),
     };
+    if !buffers && !objects.capacity_buffers.is_empty() {
+        built.warnings.push(format!(
+            "notice: {} CapacityBuffer document(s) ignored: the CapacityBuffer feature gate is off (--feature-gates CapacityBuffer=true)",
+            objects.capacity_buffers.len()
+        ));
+    }
     let result = karpenter_snapshot::build(&input, Mode::Manifests).map_err(|e| InputError {
         location: built.documents[e.id].clone(),
         field: e.field,
@@ -361,7 +386,7 @@ pub fn from_text(name: &str, text: &str, now: prost_types::Timestamp) -> Result<
     })?;
     let mut warnings = Vec::new();
     let docs = upgrade(docs, &mut warnings)?;
-    let mut built = build(docs, now)?;
+    let mut built = build(docs, now, false)?;
     warnings.append(&mut built.warnings);
     built.warnings = warnings;
     Ok(built)

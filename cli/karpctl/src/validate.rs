@@ -27,6 +27,9 @@ struct BuiltinSchema {
     json: Value,
 }
 
+/// CapacityBuffer's API group (`v1beta1` served, `v1alpha1` read as it).
+const BUFFER_GROUP: &str = "autoscaling.x-k8s.io";
+
 /// What the validators found in one document.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -69,7 +72,14 @@ impl Validators {
     /// Validates one document.
     pub fn check(&self, doc: &Document) -> Report {
         let (group, version, kind) = (doc.group(), doc.version(), doc.kind());
-        if !matches!(group, "karpenter.sh" | "karpenter.k8s.aws") {
+        if group == BUFFER_GROUP && version == "v1alpha1" {
+            // Cluster Autoscaler's older CapacityBuffer version has the same
+            // fields: it is judged by the served version's schema.
+            let mut upgraded = doc.clone();
+            upgraded.value["apiVersion"] = Value::String(format!("{BUFFER_GROUP}/v1beta1"));
+            return self.check(&upgraded);
+        }
+        if !matches!(group, "karpenter.sh" | "karpenter.k8s.aws" | BUFFER_GROUP) {
             return Report {
                 unknown_fields: self.builtin_unknown_fields(doc),
                 skipped: true,
@@ -84,7 +94,10 @@ impl Validators {
         else {
             // v1 and NodeOverlay's v1alpha1 are served; Karpenter's older
             // versions (v1alpha5, v1beta1, the AWS group's v1alpha1) are not.
-            let error = if version == "v1" || (group, version) == ("karpenter.sh", "v1alpha1") {
+            let served = version == "v1"
+                || (group, version) == ("karpenter.sh", "v1alpha1")
+                || group == BUFFER_GROUP;
+            let error = if served {
                 kind_error(doc)
                     .unwrap_or_else(|| format!("kind: {} has no kind {kind:?}", doc.api_version()))
             } else {

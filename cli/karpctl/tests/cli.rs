@@ -916,3 +916,120 @@ spec:
         "gate off"
     );
 }
+
+const BUFFERS: &str = r#"---
+apiVersion: v1
+kind: PodTemplate
+metadata: {name: headroom, namespace: default}
+template:
+  metadata: {labels: {app: headroom}}
+  spec:
+    containers:
+    - {name: c, image: pause, resources: {requests: {cpu: "1", memory: 1Gi}}}
+---
+apiVersion: autoscaling.x-k8s.io/v1beta1
+kind: CapacityBuffer
+metadata: {name: headroom, namespace: default}
+spec:
+  podTemplateRef: {name: headroom}
+  replicas: 3
+  limits: {cpu: 2500m}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: c, image: nginx, resources: {requests: {cpu: 500m, memory: 512Mi}}}
+---
+apiVersion: autoscaling.x-k8s.io/v1alpha1
+kind: CapacityBuffer
+metadata: {name: web-headroom, namespace: default}
+spec:
+  scalableRef: {kind: Deployment, name: web}
+  percentage: 20
+"#;
+
+/// The pods of every node claim a plan lists.
+fn claimed_pods(plan: &Value) -> Vec<String> {
+    let mut pods: Vec<String> = plan["nodeClaims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["pods"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    pods.sort();
+    pods
+}
+
+/// PLAN_CLI's CapacityBuffer input: with the gate, each buffer's virtual
+/// pods (sized by replicas capped by limits, or a percentage of its
+/// workload; `v1alpha1` read as `v1beta1`) are planned for; without it
+/// the buffers are ignored with a notice.
+#[test]
+fn plan_provisions_capacity_buffers_behind_their_gate() {
+    let dir = manifests_dir(&[
+        ("pool.yaml", &pool("default", 1, "", "")),
+        ("buffers.yaml", BUFFERS),
+    ]);
+    let plan_with = |gates: &str| {
+        let out = karpctl(&[
+            "plan",
+            "-f",
+            &dir.path().display().to_string(),
+            "-o",
+            "json",
+            "--feature-gates",
+            gates,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+        (claimed_pods(&plan), stderr(&out))
+    };
+    let (pods, _) = plan_with("CapacityBuffer=true");
+    let buffer_pods: Vec<&String> = pods
+        .iter()
+        .filter(|p| p.contains("capacity-buffer-"))
+        .collect();
+    assert_eq!(
+        buffer_pods,
+        [
+            "default/capacity-buffer-headroom-1",
+            "default/capacity-buffer-headroom-2",
+            "default/capacity-buffer-web-headroom-1",
+            "default/capacity-buffer-web-headroom-2",
+        ],
+        "{pods:?}"
+    );
+    assert_eq!(pods.len(), 14, "{pods:?}");
+    let (pods, notices) = plan_with("CapacityBuffer=false");
+    assert_eq!(pods.len(), 10, "{pods:?}");
+    assert!(
+        notices.contains("2 CapacityBuffer document(s) ignored"),
+        "{notices}"
+    );
+}
+
+#[test]
+fn plan_refuses_a_capacity_buffer_its_crd_refuses() {
+    let buffer = r#"apiVersion: autoscaling.x-k8s.io/v1beta1
+kind: CapacityBuffer
+metadata: {name: bad, namespace: default}
+spec:
+  podTemplateRef: {name: headroom}
+"#;
+    let dir = manifests_dir(&[("buffer.yaml", buffer)]);
+    let out = karpctl(&["plan", "-f", &dir.path().display().to_string()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("If podTemplateRef is set, replicas or limits must also be set"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -188,6 +188,7 @@ fn builtin_definitions() -> &'static serde_json::Map<String, Value> {
             "",
             "PersistentVolumeClaim"
         );
+        kind!(api::core::v1::PodTemplate, "", "PodTemplate");
         kind!(api::core::v1::Service, "", "Service");
         kind!(
             api::core::v1::ReplicationController,

@@ -183,6 +183,9 @@ fn core_builtins() -> Vec<ResourceInfo> {
             .namespace_scoped()
             .with_short_names(&["pvc"])
             .with_subresources(&["status"]),
+        builtin("", "podtemplates", "PodTemplate")
+            .namespace_scoped()
+            .with_generation(),
         builtin("", "services", "Service")
             .namespace_scoped()
             .with_short_names(&["svc"])

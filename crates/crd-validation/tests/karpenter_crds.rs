@@ -781,3 +781,56 @@ fn nodeoverlay_v1alpha1() {
     assert_eq!(check(json!({"requirements": [], "weight": 0})).len(), 1);
     assert_eq!(check(json!({})).len(), 1, "requirements are required");
 }
+
+/// The CapacityBuffer CRD's rules as upstream's
+/// (`autoscaling.x-k8s.io_capacitybuffers.yaml`): a template reference needs
+/// a size, the two references exclude each other, sizes are not negative,
+/// and the strategy is defaulted.
+#[test]
+fn capacitybuffer_v1beta1() {
+    let v = CrdValidator::from_yaml(include_str!(
+        "../../../deploy/crds/autoscaling.x-k8s.io_capacitybuffers.yaml"
+    ))
+    .expect("the project's CapacityBuffer CRD loads");
+    let buffer = |spec: Value| {
+        json!({
+            "apiVersion": "autoscaling.x-k8s.io/v1beta1",
+            "kind": "CapacityBuffer",
+            "metadata": {"name": "b", "namespace": "default"},
+            "spec": spec
+        })
+    };
+    let check = |spec: Value| lint(&v, &mut buffer(spec), None);
+    for ok in [
+        json!({"podTemplateRef": {"name": "t"}, "replicas": 2}),
+        json!({"podTemplateRef": {"name": "t"}, "limits": {"cpu": "4"}}),
+        json!({"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": 20}),
+        json!({"scalableRef": {"apiGroup": "apps", "kind": "StatefulSet", "name": "db"}}),
+    ] {
+        assert_eq!(check(ok.clone()), Vec::<String>::new(), "{ok}");
+    }
+    assert_eq!(
+        check(json!({"podTemplateRef": {"name": "t"}})),
+        ["spec: Invalid value: If podTemplateRef is set, replicas or limits must also be set"]
+    );
+    assert_eq!(
+        check(
+            json!({"podTemplateRef": {"name": "t"}, "replicas": 1, "scalableRef": {"kind": "Deployment", "name": "web"}})
+        ),
+        ["spec: Invalid value: You must define either PodTemplateRef or ScalableRef, but not both"]
+    );
+    assert_eq!(
+        check(json!({"podTemplateRef": {"name": "t"}, "replicas": -1})),
+        [
+            "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
+        ]
+    );
+    assert!(!check(json!({"scalableRef": {"kind": "Deployment", "name": ""}})).is_empty());
+    let mut object = buffer(json!({"podTemplateRef": {"name": "t"}, "replicas": 1}));
+    let outcome = v.validate("v1beta1", &mut object, None).expect("served");
+    assert!(outcome.violations.is_empty(), "{:?}", messages(&outcome));
+    assert_eq!(
+        object["spec"]["provisioningStrategy"],
+        "buffer.x-k8s.io/active-capacity"
+    );
+}

@@ -10,6 +10,7 @@ use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
+use crate::capacitybuffer::CapacityBuffer;
 use crate::ec2nodeclass::EC2NodeClass;
 use crate::nodeclaim::NodeClaim;
 use crate::nodeoverlay::NodeOverlay;
@@ -22,7 +23,7 @@ pub const CRD_OUTPUT_DIRS: &[&str] = &["deploy/crds", "charts/karpenter/crds"];
 /// The command that regenerates the CRD files.
 pub const REGENERATE_COMMAND: &str = "cargo run -p karpctl -- crds --write";
 
-/// The CRDs of NodePool, NodeClaim, NodeOverlay and EC2NodeClass, in that order.
+/// The CRDs of NodePool, NodeClaim, NodeOverlay, CapacityBuffer and EC2NodeClass, in that order.
 ///
 /// # Panics
 /// Only if this crate's own types produce a schema that is not a valid `JSONSchemaProps`, which
@@ -32,6 +33,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         build::<NodePool>(true),
         build::<NodeClaim>(true),
         build::<NodeOverlay>(true),
+        build::<CapacityBuffer>(true),
         build::<EC2NodeClass>(false),
     ]
 }

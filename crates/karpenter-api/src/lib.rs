@@ -17,6 +17,8 @@
 //!   holds what those selectors resolved to.
 //! * [`NodeOverlay`] (`karpenter.sh/v1alpha1`, gate `NodeOverlay`): a price, price adjustment
 //!   or extra extended resources for the instance types and offerings its requirements select.
+//! * [`CapacityBuffer`] (`autoscaling.x-k8s.io/v1beta1`, gate `CapacityBuffer`, namespaced):
+//!   headroom kept as virtual pods made from a PodTemplate or a workload's template.
 //!
 //! The Rust types are the single source of truth for the CRDs: [`crds`] builds them (OpenAPI
 //! schema with defaults, patterns, enums, limits and the CEL `x-kubernetes-validations` rules of
@@ -37,6 +39,7 @@
 //! conditions), [`schema`] (how the structural schema is produced).
 
 pub mod aws;
+pub mod capacitybuffer;
 pub mod common;
 mod crd;
 pub mod duration;
@@ -51,6 +54,7 @@ pub mod schema;
 /// Well-known label, annotation, taint and tag keys (their home is `karpenter-core`).
 pub use karpenter_core::labels;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use common::{
     CONDITION_READY, Condition, ConditionStatus, ConditionsExt, NodeClassReference,
     NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorRequirementWithMinValues,

@@ -46,6 +46,7 @@ fn crd_file_names_follow_karpenter() {
             "karpenter.sh_nodepools.yaml",
             "karpenter.sh_nodeclaims.yaml",
             "karpenter.sh_nodeoverlays.yaml",
+            "autoscaling.x-k8s.io_capacitybuffers.yaml",
             "karpenter.k8s.aws_ec2nodeclasses.yaml"
         ]
     );

@@ -17,8 +17,8 @@ use karpenter_planner::model::{
     OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
 };
 use karpenter_proto::convert::{
-    InvalidField, checked_resources, label_selector, non_empty, requirement, requirements,
-    resources, taints, tolerations,
+    InvalidField, checked_resources, label_selector, non_empty, pod_requests, requirement,
+    requirements, resources, taints, tolerations,
 };
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
@@ -134,47 +134,6 @@ fn node_selector_term(
     Ok(result)
 }
 
-/// Kubernetes' effective pod requests: the larger of (containers + sidecars)
-/// and the peak during init, plus overhead. A resource with only a limit is
-/// requested at its limit, as the API server defaults it.
-pub fn pod_requests(pod: &sched::Pod) -> Resources {
-    fn container(c: &sched::Container) -> Resources {
-        let mut requests = resources(c.requests.as_ref());
-        if let Some(limits) = &c.limits {
-            for (name, quantity) in &limits.quantities {
-                let has_request = c
-                    .requests
-                    .as_ref()
-                    .is_some_and(|r| r.quantities.contains_key(name));
-                if !has_request {
-                    requests.set(name, *quantity);
-                }
-            }
-        }
-        requests
-    }
-    let mut total = Resources::default();
-    for c in &pod.containers {
-        total.add(&container(c));
-    }
-    let mut sidecars = Resources::default();
-    let mut init_peak = Resources::default();
-    for c in &pod.init_containers {
-        let requests = container(c);
-        if c.restart_policy_always {
-            total.add(&requests);
-            sidecars.add(&requests);
-            init_peak.max_with(&sidecars);
-        } else {
-            init_peak.max_with(&requests.plus(&sidecars));
-        }
-    }
-    total.max_with(&init_peak);
-    total.add(&resources(pod.overhead.as_ref()));
-    total.pods = 1;
-    total
-}
-
 /// A wire pod in the planner's model; `now` (seconds, nanos) is the
 /// snapshot's, against which a duration-valued do-not-disrupt is compared.
 pub fn pod(
@@ -239,6 +198,7 @@ pub fn pod(
         terminating: p.terminating,
         not_ready: p.not_ready,
         dra_requests: p.dra_requests,
+        buffer: !p.capacity_buffer.is_empty(),
     })
 }
 

@@ -86,6 +86,8 @@ pub struct Pod {
     pub not_ready: bool,
     /// Asks for devices through Dynamic Resource Allocation.
     pub dra_requests: bool,
+    /// A CapacityBuffer's virtual pod (always pending, never bound).
+    pub buffer: bool,
 }
 
 impl Pod {

@@ -1388,3 +1388,101 @@ fn a_zonal_spread_keeps_its_zone_when_replaced() {
         Some("test-zone-2")
     );
 }
+
+// --- CapacityBuffer virtual pods (upstream's "Buffer Pods" context) ------------
+
+/// A CapacityBuffer's virtual pod: pending, lowest priority.
+fn buffer_pod(name: &str, cpu: i64) -> Pod {
+    let mut p = pod(name).cpu(cpu);
+    p.buffer = true;
+    p.priority = i32::MIN;
+    p
+}
+
+#[test]
+fn should_not_empty_consolidate_a_node_with_only_buffer_pods() {
+    let mut scenario = cluster(vec![managed("a", "medium", "on-demand", "test-zone-1")]);
+    scenario.pending = vec![buffer_pod("capacity-buffer-b-1", 1000)];
+    let plan = scenario.plan();
+    assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+    assert_eq!(
+        plan.unconsolidatable.get("a").map(String::as_str),
+        Some("Node \"a\" has buffer pods")
+    );
+}
+
+#[test]
+fn should_consolidate_a_buffer_node_once_buffer_pods_are_cleared() {
+    let mut scenario = cluster(vec![managed("a", "medium", "on-demand", "test-zone-1")]);
+    scenario.pending = vec![buffer_pod("capacity-buffer-b-1", 1000)];
+    assert!(scenario.plan().commands.is_empty());
+    scenario.pending.clear();
+    assert_eq!(disrupted(&scenario.plan()), vec!["a"]);
+}
+
+#[test]
+fn should_skip_buffer_only_nodes_in_single_node_consolidation_but_protect_via_emptiness() {
+    let mut scenario = cluster(vec![
+        managed("a", "xlarge", "on-demand", "test-zone-1"),
+        on(
+            managed("b", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("real", "b", 1000)],
+        ),
+    ]);
+    // Six buffer pods of 4 CPUs: room on both nodes (`a` takes the most).
+    scenario.pending = (1..=6)
+        .map(|i| buffer_pod(&format!("capacity-buffer-b-{i}"), 4000))
+        .collect();
+    // Upstream's test reconciles once: the first command. (Once `real`
+    // has moved onto `a`, `a` is no longer buffer-only.)
+    let plan = scenario.plan();
+    let first = plan.commands.first().expect("a command");
+    assert_eq!(first.candidates, vec!["b"], "{:?}", plan.commands);
+    assert!(first.replacements.is_empty());
+}
+
+#[test]
+fn should_allow_consolidation_of_a_node_with_real_pods_and_buffer_pods_to_a_cheaper_instance() {
+    let mut scenario = cluster(vec![on(
+        managed("a", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("real", "a", 1000)],
+    )]);
+    scenario.pending = vec![
+        buffer_pod("capacity-buffer-b-1", 1000),
+        buffer_pod("capacity-buffer-b-2", 1000),
+    ];
+    let plan = scenario.plan();
+    assert_eq!(disrupted(&plan), vec!["a"]);
+    let command = &plan.commands[0];
+    assert_eq!(command.reason, Reason::Underutilized);
+    // The replacement holds the real pod and the buffer's room: 3 CPUs
+    // need a medium, not a small.
+    let replacement = &command.replacements[0];
+    assert_eq!(
+        replacement
+            .cheapest
+            .as_ref()
+            .map(|c| c.instance_type.as_str()),
+        Some("medium")
+    );
+    assert_eq!(replacement.pods.len(), 3);
+}
+
+/// Without the buffer, the same node is replaced by a smaller type: the
+/// buffer's room is what made the replacement larger.
+#[test]
+fn buffer_room_sizes_a_replacement() {
+    let scenario = cluster(vec![on(
+        managed("a", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("real", "a", 1000)],
+    )]);
+    let plan = scenario.plan();
+    let replacement = &plan.commands[0].replacements[0];
+    assert_eq!(
+        replacement
+            .cheapest
+            .as_ref()
+            .map(|c| c.instance_type.as_str()),
+        Some("small")
+    );
+}

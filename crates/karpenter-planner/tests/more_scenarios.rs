@@ -21,7 +21,7 @@ fn scenario() -> Scenario {
 
 // The daemon's container requests 1 CPU, its limits 10,000 CPU and 10,000Gi:
 // the memory limit stands in for the missing memory request (the caller
-// works effective requests out: `from_wire::pod_requests`, checked by the
+// works effective requests out: `karpenter_proto::convert::pod_requests`, checked by the
 // scheduler's wire tests for this pod).
 #[test]
 fn daemonset_memory_limit_stands_in_for_its_request() {

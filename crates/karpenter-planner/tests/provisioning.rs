@@ -474,7 +474,7 @@ fn pods_capacity_limits_packing() {
 }
 
 // The planner sees a pod's effective requests; the caller works them out
-// (`from_wire::pod_requests`, checked by the scheduler's wire tests for
+// (`karpenter_proto::convert::pod_requests`, checked by the scheduler's wire tests for
 // these very pods).
 #[test]
 fn init_containers_and_overhead_count() {

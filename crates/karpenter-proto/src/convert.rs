@@ -6,6 +6,7 @@
 //!   types::Requirement ──requirements(field, list)──▶ core Requirements   (bad input: InvalidField naming the path)
 //!   core Requirements ──requirement_list──▶ Vec<types::Requirement>
 //!   types::ResourceList ◀──────────────────────▶ core Resources
+//!   sched::Pod ──pod_requests──▶ core Resources   (Kubernetes' effective requests)
 //!   types::Taint / sched::Toleration ──────────────▶ core Taint / Toleration
 //!   sched::LabelSelector ───────────────────────▶ core LabelSelector
 //! ```
@@ -149,6 +150,47 @@ pub fn resources(list: Option<&types::ResourceList>) -> Resources {
     list.map_or_else(Resources::default, |list| {
         Resources::from_map(&list.quantities)
     })
+}
+
+/// Kubernetes' effective pod requests: the larger of (containers + sidecars)
+/// and the peak during init, plus overhead. A resource with only a limit is
+/// requested at its limit, as the API server defaults it.
+pub fn pod_requests(pod: &sched::Pod) -> Resources {
+    fn container(c: &sched::Container) -> Resources {
+        let mut requests = resources(c.requests.as_ref());
+        if let Some(limits) = &c.limits {
+            for (name, quantity) in &limits.quantities {
+                let has_request = c
+                    .requests
+                    .as_ref()
+                    .is_some_and(|r| r.quantities.contains_key(name));
+                if !has_request {
+                    requests.set(name, *quantity);
+                }
+            }
+        }
+        requests
+    }
+    let mut total = Resources::default();
+    for c in &pod.containers {
+        total.add(&container(c));
+    }
+    let mut sidecars = Resources::default();
+    let mut init_peak = Resources::default();
+    for c in &pod.init_containers {
+        let requests = container(c);
+        if c.restart_policy_always {
+            total.add(&requests);
+            sidecars.add(&requests);
+            init_peak.max_with(&sidecars);
+        } else {
+            init_peak.max_with(&requests.plus(&sidecars));
+        }
+    }
+    total.max_with(&init_peak);
+    total.add(&resources(pod.overhead.as_ref()));
+    total.pods = 1;
+    total
 }
 
 /// Quantities, none of them negative.

@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod buffer;
 mod fields;
 mod node;
 mod nodepool;
@@ -38,11 +39,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CapacityBuffer, NodeClaim, NodePool};
 use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
@@ -105,6 +108,11 @@ pub struct Objects<'a> {
     pub replica_sets: Vec<Source<'a, ReplicaSet>>,
     pub stateful_sets: Vec<Source<'a, StatefulSet>>,
     pub jobs: Vec<Source<'a, Job>>,
+    /// CapacityBuffers (given only with the `CapacityBuffer` gate on): each
+    /// ready one adds its virtual pods to the pending pods.
+    pub capacity_buffers: Vec<Source<'a, CapacityBuffer>>,
+    /// The PodTemplates buffers name.
+    pub pod_templates: Vec<Source<'a, PodTemplate>>,
     pub node_classes: NodeClasses,
     /// Instance types; every pool uses the one named in
     /// [`Objects::pool_catalogs`], else the first.
@@ -300,6 +308,7 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
             builder.place_pod(id, pod.into(), &nodes, &mut seen_pods, "workload")?;
         }
     }
+    builder.place_buffers(objects, &context, &nodes, &mut seen_pods)?;
     let mut daemon_sets = Vec::new();
     {
         let running = workload::newest_daemon_pods(
@@ -481,9 +490,9 @@ impl Builder {
                 namespace: pod.namespace.clone(),
                 name: pod.name.clone(),
                 field: "metadata.name".into(),
-                message: if what == "workload" {
+                message: if what == "workload" || what == "CapacityBuffer" {
                     format!(
-                        "pod {}/{} (expanded from this workload) is defined twice",
+                        "pod {}/{} (expanded from this {what}) is defined twice",
                         pod.namespace, pod.name
                     )
                 } else {
@@ -513,6 +522,62 @@ impl Builder {
                     pod.node_name
                 ),
             );
+        }
+        Ok(())
+    }
+
+    /// Every ready buffer's virtual pods, pending. A buffer that is not
+    /// ready adds none (in manifest mode, with a warning saying why).
+    fn place_buffers(
+        &mut self,
+        objects: &Objects<'_>,
+        context: &pod::PodContext,
+        nodes: &node::Nodes,
+        seen: &mut BTreeSet<(String, String)>,
+    ) -> Result<(), ObjectError> {
+        if objects.capacity_buffers.is_empty() {
+            return Ok(());
+        }
+        let workloads = buffer::Workloads::from_objects(objects);
+        for source in &objects.capacity_buffers {
+            let object = source.object;
+            let resolved = match buffer::resolve(object, &workloads) {
+                buffer::Resolution::Ready(resolved) => resolved,
+                buffer::Resolution::NotReady { reason, message } => {
+                    if self.mode == Mode::Manifests {
+                        self.warn(
+                            source.id,
+                            format!("not ready for provisioning ({reason}): {message}"),
+                        );
+                    }
+                    continue;
+                }
+            };
+            if self.mode == Mode::Manifests && resolved.replicas > buffer::MAX_VIRTUAL_PODS {
+                self.warn(
+                    source.id,
+                    format!(
+                        "{} replicas: planned with the first {}",
+                        resolved.replicas,
+                        buffer::MAX_VIRTUAL_PODS
+                    ),
+                );
+            }
+            let (namespace, name) = (
+                pod::namespace_of(&object.metadata),
+                object.metadata.name.clone().unwrap_or_default(),
+            );
+            let pods = buffer::virtual_pods(object, &resolved, context)
+                .map_err(|e| ObjectError::at(source.id, "CapacityBuffer", &namespace, &name, e));
+            for pod in self.keep(pods)?.unwrap_or_default() {
+                self.place_pod(
+                    source.id,
+                    PlacedPod::from(pod),
+                    nodes,
+                    seen,
+                    "CapacityBuffer",
+                )?;
+            }
         }
         Ok(())
     }

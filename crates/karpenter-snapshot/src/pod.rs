@@ -344,6 +344,11 @@ impl PreparedPod {
         &self.pod.name
     }
 
+    /// The pod as far as it is read, before its context finishes it.
+    pub(crate) fn wire(&self) -> &sched::Pod {
+        &self.pod
+    }
+
     /// The pod placed among `ctx`'s objects.
     pub fn place(&self, ctx: &PodContext) -> fields::Result<PlacedPod> {
         let priority = priority(
@@ -457,6 +462,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         not_ready: false,
         do_not_disrupt_until: None,
         dra_requests: dra_requests(spec),
+        capacity_buffer: String::new(),
     };
     Ok(PreparedPod {
         pod: Arc::new(pod),

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clients::Clients;
+use crate::controllers::capacitybuffer::CapacityBuffers;
 use crate::controllers::node::health::NodeHealth;
 use crate::controllers::node::termination::Termination;
 use crate::controllers::nodeclaim::consistency::Consistency;
@@ -502,6 +503,16 @@ fn spawn_controllers(
     {
         let overlays = Arc::new(NodeOverlays { ctx: c.clone() });
         tasks.spawn("nodeoverlay", runner::run(overlays, s.clone(), 1));
+    }
+    if c.settings
+        .feature_gates
+        .enabled(karpenter_core::feature_gates::CAPACITY_BUFFER)
+    {
+        let buffers = Arc::new(CapacityBuffers { ctx: c.clone() });
+        tasks.spawn(
+            "capacitybuffer",
+            runner::run(buffers, s.clone(), CONCURRENCY),
+        );
     }
 }
 

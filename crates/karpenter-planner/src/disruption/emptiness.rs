@@ -1,8 +1,9 @@
 //! Emptiness: every empty, consolidatable candidate removed in one command,
 //! as far as its pool's budget for `Empty` and the PDBs allow. Nothing moves,
-//! so nothing is simulated.
+//! so nothing is simulated. A node holding CapacityBuffer room (provisioning
+//! puts virtual pods on it) is not empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Cluster, Reason, StateNode};
 
@@ -14,6 +15,8 @@ use super::{Command, Method};
 pub(super) fn command(
     state: &Cluster,
     graceful: &[Candidate],
+    holding_buffers: &BTreeSet<String>,
+    unconsolidatable: &mut BTreeMap<String, String>,
     blocked: &mut BTreeMap<String, String>,
     evaluated: &mut usize,
 ) -> Option<Command> {
@@ -21,6 +24,11 @@ pub(super) fn command(
     let mut empty = Vec::new();
     for candidate in graceful {
         if !candidate.reschedulable.is_empty() || !candidate.consolidatable {
+            continue;
+        }
+        let name = &state.nodes[candidate.node].name;
+        if holding_buffers.contains(name) {
+            unconsolidatable.insert(name.clone(), format!("Node {name:?} has buffer pods"));
             continue;
         }
         let Some(budget) = budget_left(state, &mut budgets, candidate, Reason::Empty, blocked)

@@ -49,7 +49,7 @@ mod expiration;
 mod lower_bound;
 mod simulate;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{Cluster, PodKey};
 use crate::solve::{Options, PlannedClaim, Prepared};
@@ -192,15 +192,48 @@ fn round(
     {
         return None;
     }
-    if let Some(command) = emptiness::command(state, &graceful, blocked, evaluated) {
+    // Emptiness needs no simulation unless CapacityBuffers hold room:
+    // then a node provisioning puts virtual pods on is not empty.
+    let mut prepared = None;
+    let holding = if state.pending.iter().any(|p| p.buffer) {
+        buffer_hosts(prepared.insert(Prepared::new(state, scheduling)), state)
+    } else {
+        BTreeSet::new()
+    };
+    let empty = emptiness::command(
+        state,
+        &graceful,
+        &holding,
+        findings.unconsolidatable,
+        blocked,
+        evaluated,
+    );
+    if let Some(command) = empty {
         return Some(vec![command]);
     }
-    // Emptiness needs no simulation; every later method does.
-    let prepared = Prepared::new(state, scheduling);
+    let prepared = prepared.unwrap_or_else(|| Prepared::new(state, scheduling));
     if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {
         return Some(vec![command]);
     }
     consolidation::commands(&prepared, state, &graceful, options, findings)
+}
+
+/// The nodes provisioning would put CapacityBuffer virtual pods on (with
+/// every pending pod scheduled as provisioning schedules them).
+fn buffer_hosts(prepared: &Prepared<'_>, state: &Cluster) -> BTreeSet<String> {
+    let virtual_pods: HashSet<&PodKey> = state
+        .pending
+        .iter()
+        .filter(|p| p.buffer)
+        .map(|p| &p.key)
+        .collect();
+    let solution = prepared.run(&[], state.pending.iter());
+    solution
+        .existing
+        .into_iter()
+        .filter(|(_, pods)| pods.iter().any(|p| virtual_pods.contains(p)))
+        .map(|(node, _)| node)
+        .collect()
 }
 
 /// What the managed nodes not being deleted cost per hour.

@@ -74,10 +74,23 @@ pub(super) fn move_pods(
         }
         placements.insert(node_name.clone(), moved);
     }
+    // A claim only CapacityBuffer room needs is a replacement too: the
+    // removal takes the room the buffer holds (Karpenter simulates its
+    // virtual pods with the pending ones).
+    let buffer_keys: HashSet<&PodKey> = cluster
+        .pending
+        .iter()
+        .filter(|p| p.buffer)
+        .map(|p| &p.key)
+        .collect();
     let replacements = solution
         .new_claims
         .into_iter()
-        .filter(|c| c.pods.iter().any(|p| moving_keys.contains(p)))
+        .filter(|c| {
+            c.pods
+                .iter()
+                .any(|p| moving_keys.contains(p) || buffer_keys.contains(p))
+        })
         .collect();
     Moved {
         stranded,

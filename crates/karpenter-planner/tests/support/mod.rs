@@ -411,6 +411,7 @@ pub fn pod(name: &str) -> Pod {
         terminating: false,
         not_ready: false,
         dra_requests: false,
+        buffer: false,
     }
 }
 

@@ -5,6 +5,7 @@
 //! loop. Everything they decide is derived from the objects
 //! (level-triggered), so a restart picks up where the last process stopped.
 
+pub mod capacitybuffer;
 pub mod disruption;
 pub mod interruption;
 pub mod node;

@@ -56,6 +56,17 @@ impl<'a> Conditions<'a> {
         }
     }
 
+    /// Conditions of a kind without Karpenter's root `Ready` (Kubernetes'
+    /// `SetStatusCondition` on a plain list, as CapacityBuffer's).
+    pub fn without_root(list: &'a mut Vec<Condition>, generation: i64) -> Self {
+        Self {
+            list,
+            generation,
+            now: Timestamp::now(),
+            dependents: &[],
+        }
+    }
+
     pub fn get(&self, type_: &str) -> Option<&Condition> {
         self.list.iter().find(|c| c.type_ == type_)
     }

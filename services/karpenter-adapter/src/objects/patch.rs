@@ -80,6 +80,13 @@ impl WithStatus for karpenter_api::NodeOverlay {
     }
 }
 
+impl WithStatus for karpenter_api::CapacityBuffer {
+    type Status = karpenter_api::CapacityBufferStatus;
+    fn status_part(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+}
+
 impl WithStatus for karpenter_api::NodePool {
     type Status = karpenter_api::nodepool::NodePoolStatus;
     fn status_part(&self) -> Option<&Self::Status> {

@@ -233,6 +233,13 @@ pub fn snapshot(
         persistent_volume_claims: sources(index.persistent_volume_claims.iter()),
         persistent_volumes: sources(index.persistent_volumes.iter()),
         storage_classes: sources(index.storage_classes.iter()),
+        // Only watched with the CapacityBuffer gate on; in live mode the
+        // workloads are only what buffers refer to (never expanded).
+        capacity_buffers: sources(index.capacity_buffers.iter()),
+        pod_templates: sources(index.pod_templates.iter()),
+        deployments: sources(index.deployments.iter()),
+        stateful_sets: sources(index.stateful_sets.iter()),
+        replica_sets: sources(index.replica_sets.iter()),
         node_classes: classes,
         catalogs,
         pool_catalogs,

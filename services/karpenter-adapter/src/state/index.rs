@@ -20,13 +20,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use imbl::OrdMap;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::{NodeClaim, NodeOverlay, NodePool};
+use karpenter_api::{CapacityBuffer, NodeClaim, NodeOverlay, NodePool};
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
@@ -343,6 +345,13 @@ watched_kinds! {
     CsiNode => csi_nodes: CSINode, wakes other, typed;
     /// NodeOverlays (gate `NodeOverlay`): they change the pools' catalogs.
     NodeOverlay => node_overlays: NodeOverlay, wakes node_pools, gated NODE_OVERLAY;
+    /// CapacityBuffers and what they name (gate `CapacityBuffer`): their
+    /// virtual pods are planned with the pending pods.
+    CapacityBuffer => capacity_buffers: CapacityBuffer, wakes other, gated CAPACITY_BUFFER;
+    PodTemplate => pod_templates: PodTemplate, wakes other, gated CAPACITY_BUFFER;
+    Deployment => deployments: Deployment, wakes other, gated CAPACITY_BUFFER;
+    StatefulSet => stateful_sets: StatefulSet, wakes other, gated CAPACITY_BUFFER;
+    ReplicaSet => replica_sets: ReplicaSet, wakes other, gated CAPACITY_BUFFER;
 }
 
 impl Index {

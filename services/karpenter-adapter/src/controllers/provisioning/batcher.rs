@@ -5,7 +5,7 @@
 //! A pod triggers when it becomes provisionable, when it changes, and again
 //! every [`RETRIGGER`] while it stays provisionable (Karpenter requeues each
 //! pending pod every ten seconds). A pod that already triggered in the open
-//! window does not extend it.
+//! window does not extend it. A CapacityBuffer triggers the same way.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -72,6 +72,20 @@ pub fn provisionable(index: &Index) -> impl Iterator<Item = (String, String)> + 
         })
 }
 
+/// CapacityBuffers (watched with their gate on) trigger as pods do: their
+/// virtual pods are pending every batch, and a real pod that took their
+/// room (kube-scheduler binds it; nothing is pending) is only noticed by
+/// planning again, which the retrigger does (upstream requeues each buffer
+/// every 30 s).
+fn buffers(index: &Index) -> impl Iterator<Item = (String, String)> + '_ {
+    index.capacity_buffers.iter().map(|b| {
+        (
+            format!("capacitybuffer/{}", b.key()),
+            b.meta().resource_version.clone().unwrap_or_default(),
+        )
+    })
+}
+
 impl Batcher {
     pub fn new(idle: Duration, max: Duration) -> Self {
         Self {
@@ -97,7 +111,7 @@ impl Batcher {
             self.seen.clear();
         }
         self.provisioning = provisioning;
-        for (uid, version) in provisionable(index) {
+        for (uid, version) in provisionable(index).chain(buffers(index)) {
             let fresh = self
                 .seen
                 .get(&uid)

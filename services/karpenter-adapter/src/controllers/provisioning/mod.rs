@@ -27,7 +27,7 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::controllers::Context;
+use crate::controllers::{Context, capacitybuffer};
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
 use crate::metrics::{ControllerLabels, CreatedLabels};
@@ -107,8 +107,15 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     report_skipped(ctx, index, &built.skipped);
     let pending = built.pending_pod_count();
     if pending == 0 {
+        // Buffers that hold no pods still get their Provisioning condition
+        // (not ready, or empty).
+        if !index.capacity_buffers.is_empty() {
+            let nothing = sched::SolveResponse::default();
+            capacitybuffer::record_provisioning(ctx, index, &BTreeMap::new(), &nothing).await;
+        }
         return Ok(Vec::new());
     }
+    let virtual_pods = virtual_pods(&built);
     let solved = ctx
         .clients
         .solve(built, scheduling::options(ctx))
@@ -134,6 +141,9 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     );
     let created = create_all(ctx, index, &pools, &solved.node_claims, "provisioned").await;
     nominate_existing(ctx, index, &solved.existing_nodes);
+    if !index.capacity_buffers.is_empty() {
+        capacitybuffer::record_provisioning(ctx, index, &virtual_pods, &solved).await;
+    }
     report_pools_without_instance_types(ctx, index, &solved.pools_without_instance_types);
     for unschedulable in &solved.unschedulable {
         if let Some(pod) = pod_of(index, unschedulable.pod.as_ref()) {
@@ -365,13 +375,36 @@ fn describe_types(shown: &[&str], total: usize) -> String {
     text
 }
 
+/// The CapacityBuffer virtual pods among the pending pods: (namespace,
+/// name) → the buffer's key.
+fn virtual_pods(built: &karpenter_snapshot::Built) -> BTreeMap<(String, String), String> {
+    built
+        .snapshot
+        .pending_pods
+        .iter()
+        .chain(built.pods.pending.iter().map(|p| p.base()))
+        .filter(|p| !p.capacity_buffer.is_empty())
+        .map(|p| {
+            let key = (p.namespace.clone(), p.name.clone());
+            (key, p.capacity_buffer.clone())
+        })
+        .collect()
+}
+
 /// Pods planned onto existing or in-flight capacity are told where, and
-/// the nodes are nominated (disruption leaves them alone for a while).
+/// the nodes are nominated (disruption leaves them alone for a while). Only
+/// real pods nominate: CapacityBuffer virtual pods (not in the index) come
+/// back every batch, and a nomination would keep their nodes from ever
+/// being disrupted (emptiness keeps nodes holding them instead).
 fn nominate_existing(ctx: &Context, index: &Index, placements: &[sched::NodePlacement]) {
     ctx.nominations.nominate(
         placements
             .iter()
-            .filter(|p| !p.pods.is_empty())
+            .filter(|p| {
+                p.pods
+                    .iter()
+                    .any(|pod| index.pods.get(&pod.namespace, &pod.name).is_some())
+            })
             .map(|p| p.node.as_str()),
         crate::state::nominations::window(ctx.settings.batch_max_duration),
     );
