@@ -6,6 +6,7 @@ use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::labels::LabelRules;
 use karpenter_proto::provider::v1 as pv;
 use karpenter_proto::scheduler::v1 as sched;
+use karpenter_snapshot::spread::SchedulerConfig;
 
 use crate::input::{self, Document, InputError};
 use crate::output::{self, Format};
@@ -60,6 +61,12 @@ pub struct PlanArgs {
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=false.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
+    /// kube-scheduler's default topology spread constraints, the document
+    /// itself (YAML or JSON): `{podTopologySpread: {defaultConstraints:
+    /// [...]}}`, each without a labelSelector (deduced per pod from the
+    /// Services that select it and its controller).
+    #[arg(long, default_value = "")]
+    pub scheduler_config: String,
     /// Unknown fields, as kubectl's flag: refused
     /// (`strict`, the default), reported (`warn`) or not looked for (`ignore`).
     #[arg(long, value_enum, default_value = "strict")]
@@ -187,7 +194,9 @@ pub fn build_snapshot_at(
     check_fields(&docs, args.validate, &mut warnings)?;
     let gates = feature_gates(&args.feature_gates)?;
     let buffers = gates.enabled(karpenter_core::feature_gates::CAPACITY_BUFFER);
-    let mut built = snapshot::build(docs, now, buffers)?;
+    let scheduler_config = SchedulerConfig::parse(&args.scheduler_config)
+        .map_err(|message| InputError::file("--scheduler-config", message))?;
+    let mut built = snapshot::build(docs, now, buffers, &scheduler_config)?;
     warnings.append(&mut built.warnings);
     let mut well_known = Vec::new();
     // The manifests' node classes are EC2NodeClasses: AWS's label rules,

@@ -20,6 +20,7 @@
 //! | NodeOverlay (`v1alpha1`) | with the `NodeOverlay` gate, prices and capacity of the instance types it selects, per pool |
 //! | CapacityBuffer (`v1beta1`, `v1alpha1`) | with the `CapacityBuffer` gate, its virtual pods (pending, `capacity-buffer-<name>-<i>`) |
 //! | PodTemplate | what a buffer's `podTemplateRef` names |
+//! | Service | with `--scheduler-config` default constraints, the selectors they deduce |
 //!
 //! Other kinds are skipped with a warning.
 
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
+use karpenter_snapshot::spread::SchedulerConfig;
 use karpenter_snapshot::{Mode, NodeClasses, Objects, Source, prepare_object};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -146,6 +148,7 @@ struct Typed {
     jobs: Vec<(usize, k8s_openapi::api::batch::v1::Job)>,
     capacity_buffers: Vec<(usize, karpenter_api::CapacityBuffer)>,
     pod_templates: Vec<(usize, k8s_openapi::api::core::v1::PodTemplate)>,
+    services: Vec<(usize, k8s_openapi::api::core::v1::Service)>,
     /// NodeClaims whose manifest gives no `spec.expireAfter`.
     claims_expiring_with_pool: std::collections::BTreeSet<usize>,
 }
@@ -219,7 +222,13 @@ impl Read {
 
 /// Sorts the documents by kind; a kind no API group serves is an error, a
 /// known kind planning does not use is a warning.
-fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputError> {
+/// Services are read only when `services` (default spread constraints are
+/// configured); otherwise they are skipped like any kind planning does not use.
+fn read_documents(
+    docs: Vec<Document>,
+    built: &mut Built,
+    services: bool,
+) -> Result<Read, InputError> {
     let mut read = Read {
         objects: Typed::default(),
         catalog_types: Vec::new(),
@@ -249,6 +258,7 @@ fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputE
             ("", "PersistentVolumeClaim") => read.objects.pvcs.push((id, typed(doc)?)),
             ("", "PersistentVolume") => read.objects.pvs.push((id, typed(doc)?)),
             ("", "PodTemplate") => read.objects.pod_templates.push((id, typed(doc)?)),
+            ("", "Service") if services => read.objects.services.push((id, typed(doc)?)),
             ("autoscaling.x-k8s.io", "CapacityBuffer") => {
                 read.objects.capacity_buffers.push((id, typed(doc)?));
             }
@@ -296,11 +306,13 @@ fn read_documents(docs: Vec<Document>, built: &mut Built) -> Result<Read, InputE
 }
 
 /// Builds the snapshot from (already upgraded) documents, at `now`;
-/// CapacityBuffers add their virtual pods when `buffers` (the gate) is on.
+/// CapacityBuffers add their virtual pods when `buffers` (the gate) is on;
+/// pods without spread constraints get `scheduler_config`'s defaults.
 pub fn build(
     docs: Vec<Document>,
     now: prost_types::Timestamp,
     buffers: bool,
+    scheduler_config: &SchedulerConfig,
 ) -> Result<Built, InputError> {
     let mut built = Built {
         documents: docs.iter().map(|d| d.origin.to_string()).collect(),
@@ -311,7 +323,7 @@ pub fn build(
         catalog_types,
         classes,
         ..
-    } = read_documents(docs, &mut built)?;
+    } = read_documents(docs, &mut built, !scheduler_config.is_empty())?;
     built.static_pools = objects
         .node_pools
         .iter()
@@ -348,6 +360,8 @@ pub fn build(
             Vec::new()
         },
         pod_templates: sources(&objects.pod_templates),
+        scheduler_config: Some(scheduler_config),
+        services: sources(&objects.services),
         node_classes: classes,
         catalogs,
         pool_catalogs: BTreeMap::new(),
@@ -386,7 +400,7 @@ pub fn from_text(name: &str, text: &str, now: prost_types::Timestamp) -> Result<
     })?;
     let mut warnings = Vec::new();
     let docs = upgrade(docs, &mut warnings)?;
-    let mut built = build(docs, now, false)?;
+    let mut built = build(docs, now, false, &SchedulerConfig::default())?;
     warnings.append(&mut built.warnings);
     built.warnings = warnings;
     Ok(built)

@@ -1033,3 +1033,71 @@ spec:
         stderr(&out)
     );
 }
+
+const SPREAD_WORKLOAD: &str = r#"---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: c, image: nginx, resources: {requests: {cpu: "1", memory: 1Gi}}}
+"#;
+
+/// PLAN_CLI's `--scheduler-config`: kube-scheduler's default zonal spread
+/// applies to pods without constraints of their own (their selector
+/// deduced from the Service and the workload), spreading the Deployment
+/// over the zones; a document kube-scheduler would refuse is refused.
+#[test]
+fn plan_applies_the_scheduler_configs_default_spread() {
+    let dir = manifests_dir(&[
+        ("pool.yaml", &pool("default", 1, "", "")),
+        ("web.yaml", SPREAD_WORKLOAD),
+    ]);
+    let zones = |extra: &[&str]| {
+        let path = dir.path().display().to_string();
+        let mut args = vec!["plan", "-f", &path, "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = karpctl(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+        let mut zones: Vec<String> = plan["nodeClaims"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["cheapest"]["zone"].as_str().map(str::to_owned))
+            .collect();
+        zones.sort();
+        zones.dedup();
+        zones.len()
+    };
+    assert_eq!(zones(&[]), 1);
+    let config = "{podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}]}}";
+    assert_eq!(zones(&["--scheduler-config", config]), 4);
+
+    let bad = "{podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]}}";
+    let out = karpctl(&[
+        "plan",
+        "-f",
+        &dir.path().display().to_string(),
+        "--scheduler-config",
+        bad,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--scheduler-config: validating scheduler config, podTopologySpread.defaultConstraints[0].labelSelector must not be set"),
+        "{}",
+        stderr(&out)
+    );
+}

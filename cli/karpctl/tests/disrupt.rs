@@ -28,7 +28,13 @@ fn stderr(o: &Output) -> String {
 fn build(docs: Vec<input::Document>) -> sched::ClusterSnapshot {
     let mut warnings = Vec::new();
     let docs = snapshot::upgrade(docs, &mut warnings).expect("upgrade");
-    let mut built = snapshot::build(docs, karpctl::plan::wall_clock(), false).expect("build");
+    let mut built = snapshot::build(
+        docs,
+        karpctl::plan::wall_clock(),
+        false,
+        &Default::default(),
+    )
+    .expect("build");
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     built.snapshot
 }

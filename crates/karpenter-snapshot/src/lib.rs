@@ -32,6 +32,7 @@ pub mod overlay;
 mod pdb;
 mod placed;
 mod pod;
+pub mod spread;
 mod volumes;
 mod workload;
 
@@ -40,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -113,6 +114,13 @@ pub struct Objects<'a> {
     pub capacity_buffers: Vec<Source<'a, CapacityBuffer>>,
     /// The PodTemplates buffers name.
     pub pod_templates: Vec<Source<'a, PodTemplate>>,
+    /// The scheduler's default topology spread constraints
+    /// (`--scheduler-config`), applied to pods without constraints of their
+    /// own, with selectors deduced from `services` and the pods' ReplicaSets
+    /// and StatefulSets ([`spread`]).
+    pub scheduler_config: Option<&'a spread::SchedulerConfig>,
+    /// Read only with default constraints configured.
+    pub services: Vec<Source<'a, Service>>,
     pub node_classes: NodeClasses,
     /// Instance types; every pool uses the one named in
     /// [`Objects::pool_catalogs`], else the first.

@@ -3,7 +3,8 @@
 //! ```text
 //!   caller's index ── PreparedPod (Arc<sched::Pod>) ──┐
 //!                                                     ├─▶ PlacedPod { base: shared, finish }
-//!   this build ── priority, volumes, do-not-disrupt ──┘        │
+//!   this build ── priority, volumes, do-not-disrupt, ─┘        │
+//!                 default spread constraints                    │
 //!                                                               ├─ into_pod(): the wire pod (materialized)
 //!                                                               └─ written straight into the request's bytes
 //! ```
@@ -37,6 +38,9 @@ pub(crate) struct Finish {
     pub volumes: Vec<sched::Volume>,
     pub do_not_disrupt: bool,
     pub do_not_disrupt_until: Option<prost_types::Timestamp>,
+    /// The scheduler's default topology spread constraints, for a pod with
+    /// none of its own (so the prepared pod has none either).
+    pub spread: Vec<sched::TopologySpreadConstraint>,
 }
 
 impl Finish {
@@ -48,6 +52,7 @@ impl Finish {
             volumes: self.volumes.clone(),
             do_not_disrupt: self.do_not_disrupt,
             do_not_disrupt_until: self.do_not_disrupt_until,
+            topology_spread_constraints: self.spread.clone(),
             ..sched::Pod::default()
         }
     }
@@ -79,14 +84,19 @@ impl PlacedPod {
             volumes,
             do_not_disrupt,
             do_not_disrupt_until,
+            spread,
         } = self.finish;
-        sched::Pod {
+        let mut pod = sched::Pod {
             priority,
             volumes,
             do_not_disrupt,
             do_not_disrupt_until,
             ..Arc::unwrap_or_clone(self.base)
+        };
+        if !spread.is_empty() {
+            pod.topology_spread_constraints = spread;
         }
+        pod
     }
 
     /// The finished wire pod, leaving this one as it is.
@@ -109,6 +119,7 @@ impl From<sched::Pod> for PlacedPod {
             volumes: std::mem::take(&mut pod.volumes),
             do_not_disrupt: std::mem::take(&mut pod.do_not_disrupt),
             do_not_disrupt_until: pod.do_not_disrupt_until.take(),
+            spread: Vec::new(),
         };
         Self::new(Arc::new(pod), finish)
     }

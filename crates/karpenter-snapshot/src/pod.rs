@@ -26,6 +26,8 @@ pub struct PodContext {
     pub storage_classes: BTreeMap<String, k8s_openapi::api::storage::v1::StorageClass>,
     /// The StorageClass annotated as the default.
     pub default_storage_class: Option<String>,
+    /// The scheduler's default topology spread constraints, when configured.
+    pub default_spread: Option<crate::spread::DefaultSpread>,
 }
 
 const DEFAULT_STORAGE_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
@@ -94,8 +96,34 @@ impl PodContext {
             }
             context.storage_classes.insert(name, class.clone());
         }
+        context.default_spread = default_spread(objects, builder.mode);
         Ok(context)
     }
+}
+
+/// What default constraints need, when a scheduler configuration sets some.
+fn default_spread(objects: &Objects<'_>, mode: Mode) -> Option<crate::spread::DefaultSpread> {
+    let config = objects.scheduler_config.filter(|c| !c.is_empty())?;
+    let mut spread = crate::spread::DefaultSpread::new(config);
+    objects
+        .services
+        .iter()
+        .for_each(|s| spread.service(s.object));
+    objects
+        .replica_sets
+        .iter()
+        .for_each(|r| spread.replica_set(r.object));
+    objects
+        .stateful_sets
+        .iter()
+        .for_each(|s| spread.stateful_set(s.object));
+    if mode == Mode::Manifests {
+        objects
+            .deployments
+            .iter()
+            .for_each(|d| spread.deployment(d.object));
+    }
+    Some(spread)
 }
 
 /// The namespace of an object, `default` when unset.
@@ -362,7 +390,14 @@ impl PreparedPod {
             annotations.insert(labels::DO_NOT_DISRUPT.to_owned(), value.clone());
         }
         let protection = do_not_disrupt_of(&annotations, self.start.as_ref());
+        let spread = match &ctx.default_spread {
+            Some(defaults) if self.pod.topology_spread_constraints.is_empty() => {
+                defaults.for_pod(&self.pod)
+            }
+            _ => Vec::new(),
+        };
         let finish = Finish {
+            spread,
             priority,
             volumes: crate::volumes::resolve(&self.claims, ctx),
             do_not_disrupt: protection == DoNotDisrupt::Always,
@@ -659,7 +694,7 @@ fn affinity_term(t: &core::PodAffinityTerm, p: &str) -> fields::Result<sched::Po
     })
 }
 
-fn spread(
+pub(crate) fn spread(
     list: &[core::TopologySpreadConstraint],
     path: &str,
 ) -> fields::Result<Vec<sched::TopologySpreadConstraint>> {

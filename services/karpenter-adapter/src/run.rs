@@ -269,12 +269,12 @@ async fn lead(
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
-    let (snapshots, writes) = crate::state::watch::start(
-        client.clone(),
-        node_class.clone(),
-        &settings.feature_gates,
-        tasks,
-    );
+    let watching = crate::state::index::Watching {
+        gates: &settings.feature_gates,
+        default_spread: !settings.scheduler_config.is_empty(),
+    };
+    let (snapshots, writes) =
+        crate::state::watch::start(client.clone(), node_class.clone(), &watching, tasks);
     {
         let mut listed = snapshots.clone();
         tasks.spawn(async move {

@@ -25,6 +25,12 @@ pub struct Settings {
     /// defaults; unknown names are ignored, as Karpenter does).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = feature_gates)]
     pub feature_gates: FeatureGates,
+    /// kube-scheduler's default topology spread constraints, the document
+    /// itself (YAML or JSON): `{podTopologySpread: {defaultConstraints:
+    /// [...]}}`; applied while planning to pods without constraints of
+    /// their own, each with a selector deduced as kube-scheduler does.
+    #[arg(long, env = "SCHEDULER_CONFIG", default_value = "", value_parser = scheduler_config)]
+    pub scheduler_config: SchedulerConfig,
     /// Requests per second the Kubernetes client may make.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200)]
     pub kube_client_qps: u32,
@@ -136,6 +142,12 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub use karpenter_core::feature_gates::FeatureGates;
+pub use karpenter_snapshot::spread::SchedulerConfig;
+
+/// `--scheduler-config`, checked as kube-scheduler checks it.
+pub fn scheduler_config(text: &str) -> Result<SchedulerConfig, String> {
+    SchedulerConfig::parse(text)
+}
 
 /// `Name=true,Other=false` over Karpenter's defaults
 /// ([`karpenter_core::feature_gates`]); a name that is not a gate is kept

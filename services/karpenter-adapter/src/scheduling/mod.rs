@@ -117,7 +117,12 @@ pub struct Prepared {
 pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) -> Prepared {
     let catalogs = catalogs(ctx, index, &pools).await;
     let classes = node_classes(ctx, index);
-    let (built, overlays) = snapshot(index, &pools, classes, catalogs, &ctx.label_rules, now());
+    let settings = Snapshotting {
+        rules: &ctx.label_rules,
+        scheduler_config: &ctx.settings.scheduler_config,
+        now: now(),
+    };
+    let (built, overlays) = snapshot(index, &pools, classes, catalogs, &settings);
     Prepared {
         pools,
         built,
@@ -195,16 +200,23 @@ pub fn node_classes(ctx: &Context, index: &Index) -> karpenter_snapshot::NodeCla
     class_readiness(index, group, ctx.node_class_kind())
 }
 
+/// What a live snapshot is built under besides the index.
+pub struct Snapshotting<'a> {
+    /// The cluster's label rules, NodeOverlays are judged under.
+    pub rules: &'a LabelRules,
+    /// Default topology spread constraints (`--scheduler-config`).
+    pub scheduler_config: &'a karpenter_snapshot::spread::SchedulerConfig,
+    pub now: prost_types::Timestamp,
+}
+
 /// The live snapshot: `pools` with `catalogs` (one per pool, by pool name)
-/// overlaid by the index's NodeOverlays (judged under `rules`), and their
-/// usage from the index.
+/// overlaid by the index's NodeOverlays, and their usage from the index.
 pub fn snapshot(
     index: &Index,
     pools: &[std::sync::Arc<NodePool>],
     classes: NodeClasses,
     catalogs: Vec<sched::InstanceTypeCatalog>,
-    rules: &LabelRules,
-    now: prost_types::Timestamp,
+    settings: &Snapshotting<'_>,
 ) -> (
     karpenter_snapshot::Built,
     karpenter_snapshot::overlay::Verdicts,
@@ -240,10 +252,12 @@ pub fn snapshot(
         deployments: sources(index.deployments.iter()),
         stateful_sets: sources(index.stateful_sets.iter()),
         replica_sets: sources(index.replica_sets.iter()),
+        scheduler_config: Some(settings.scheduler_config),
+        services: sources(index.services.iter()),
         node_classes: classes,
         catalogs,
         pool_catalogs,
-        now: Some(now),
+        now: Some(settings.now),
         ..Objects::default()
     };
     // Live mode never fails: bad objects are in `skipped`.
@@ -263,7 +277,7 @@ pub fn snapshot(
             pool.ready = false;
         }
     }
-    let overlays = overlay(index, &mut built.snapshot, rules);
+    let overlays = overlay(index, &mut built.snapshot, settings.rules);
     karpenter_snapshot::fill_from_catalogs(&mut built.snapshot);
     (built, overlays)
 }

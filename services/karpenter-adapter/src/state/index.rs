@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use imbl::OrdMap;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -230,9 +230,10 @@ struct Lookups {
 /// variant, the [`Index`] store, what a store keeps, which [`Changed`] flag
 /// a change raises (so which controllers wake), and how it is watched
 /// (`typed`: a Kubernetes kind; `node_class`: the provider's node-class
-/// kind, known only at run time; `gated GATE`: a typed alpha kind, watched
-/// only with its feature gate on). From it come the `Update` enum, the
-/// `Index` fields, applying an update, `listed`, and the watches started.
+/// kind, known only at run time; `when WANT`: a typed kind watched only
+/// when the settings need it, [`Watching`]'s `WANT`). From it come the
+/// `Update` enum, the `Index` fields, applying an update, `listed`, and the
+/// watches started.
 macro_rules! watched_kinds {
     ($($(#[$doc:meta])* $variant:ident => $field:ident: $entry:ty, wakes $wake:ident, $($how:ident)+;)*) => {
         /// A watch event of one kind, or the adapter's own write told ahead
@@ -292,18 +293,19 @@ macro_rules! watched_kinds {
         pub(crate) fn start_watches(
             client: &kube::Client,
             node_class: &kube::api::ApiResource,
-            gates: &karpenter_core::feature_gates::FeatureGates,
+            watching: &Watching<'_>,
             updates: &tokio::sync::mpsc::Sender<Update>,
             tasks: &mut tokio::task::JoinSet<()>,
         ) {
-            $(watched_kinds!(@watch $($how)+, $entry, $variant, client, node_class, gates, updates, tasks);)*
+            $(watched_kinds!(@watch $($how)+, $entry, $variant, client, node_class, watching, updates, tasks);)*
         }
     };
-    (@watch gated $gate:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $gates:ident, $updates:ident, $tasks:ident) => {
-        // An alpha kind is watched only with its gate on (its CRD may not
-        // be installed otherwise); off, its store is listed and empty.
-        if $gates.enabled(karpenter_core::feature_gates::$gate) {
-            watched_kinds!(@watch typed, $entry, $variant, $client, $class, $gates, $updates, $tasks);
+    (@watch when $want:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $watching:ident, $updates:ident, $tasks:ident) => {
+        // A kind only some settings need (an alpha kind's CRD may not even
+        // be installed) is watched only then; otherwise its store is listed
+        // and empty.
+        if $watching.$want() {
+            watched_kinds!(@watch typed, $entry, $variant, $client, $class, $watching, $updates, $tasks);
         } else {
             let updates = $updates.clone();
             $tasks.spawn(async move {
@@ -312,7 +314,7 @@ macro_rules! watched_kinds {
             });
         }
     };
-    (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $gates:ident, $updates:ident, $tasks:ident) => {
+    (@watch $how:ident, $entry:ty, $variant:ident, $client:ident, $class:ident, $watching:ident, $updates:ident, $tasks:ident) => {
         crate::state::watch::spawn_watch::<$entry>(
             $tasks,
             watched_kinds!(@api $how, $client, $class),
@@ -344,14 +346,45 @@ watched_kinds! {
     StorageClass => storage_classes: StorageClass, wakes other, typed;
     CsiNode => csi_nodes: CSINode, wakes other, typed;
     /// NodeOverlays (gate `NodeOverlay`): they change the pools' catalogs.
-    NodeOverlay => node_overlays: NodeOverlay, wakes node_pools, gated NODE_OVERLAY;
+    NodeOverlay => node_overlays: NodeOverlay, wakes node_pools, when node_overlays;
     /// CapacityBuffers and what they name (gate `CapacityBuffer`): their
     /// virtual pods are planned with the pending pods.
-    CapacityBuffer => capacity_buffers: CapacityBuffer, wakes other, gated CAPACITY_BUFFER;
-    PodTemplate => pod_templates: PodTemplate, wakes other, gated CAPACITY_BUFFER;
-    Deployment => deployments: Deployment, wakes other, gated CAPACITY_BUFFER;
-    StatefulSet => stateful_sets: StatefulSet, wakes other, gated CAPACITY_BUFFER;
-    ReplicaSet => replica_sets: ReplicaSet, wakes other, gated CAPACITY_BUFFER;
+    CapacityBuffer => capacity_buffers: CapacityBuffer, wakes other, when capacity_buffers;
+    PodTemplate => pod_templates: PodTemplate, wakes other, when capacity_buffers;
+    Deployment => deployments: Deployment, wakes other, when capacity_buffers;
+    /// Buffers' workloads, and the controllers default spread constraints
+    /// deduce selectors from.
+    StatefulSet => stateful_sets: StatefulSet, wakes other, when workload_owners;
+    ReplicaSet => replica_sets: ReplicaSet, wakes other, when workload_owners;
+    /// Services, for default spread constraints' selectors.
+    Service => services: Service, wakes other, when default_spread;
+}
+
+/// Which of the optional kinds the settings need watched.
+pub struct Watching<'a> {
+    pub gates: &'a karpenter_core::feature_gates::FeatureGates,
+    /// `--scheduler-config` sets default topology spread constraints.
+    pub default_spread: bool,
+}
+
+impl Watching<'_> {
+    fn node_overlays(&self) -> bool {
+        self.gates
+            .enabled(karpenter_core::feature_gates::NODE_OVERLAY)
+    }
+
+    fn capacity_buffers(&self) -> bool {
+        self.gates
+            .enabled(karpenter_core::feature_gates::CAPACITY_BUFFER)
+    }
+
+    fn default_spread(&self) -> bool {
+        self.default_spread
+    }
+
+    fn workload_owners(&self) -> bool {
+        self.capacity_buffers() || self.default_spread
+    }
 }
 
 impl Index {

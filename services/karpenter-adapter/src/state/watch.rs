@@ -78,12 +78,12 @@ impl Writes {
 pub fn start(
     client: kube::Client,
     node_class: ApiResource,
-    gates: &karpenter_core::feature_gates::FeatureGates,
+    watching: &index::Watching<'_>,
     tasks: &mut JoinSet<()>,
 ) -> (watch::Receiver<Published>, Writes) {
     let (updates, received) = mpsc::channel::<Update>(UPDATE_BACKLOG);
     let (publish, snapshots) = watch::channel(Published::default());
-    index::start_watches(&client, &node_class, gates, &updates, tasks);
+    index::start_watches(&client, &node_class, watching, &updates, tasks);
     tasks.spawn(own(received, publish));
     (snapshots, Writes { updates })
 }
