@@ -16,6 +16,7 @@
 //! | EC2NodeClass | only its readiness (a pool whose class is not ready is not ready) |
 //! | PodDisruptionBudget | a budget; without `status.disruptionsAllowed`, computed from the input's pods |
 //! | Namespace, PriorityClass, PVC/PV/StorageClass | as Kubernetes uses them |
+//! | CSINode | its node's attachable-volume limits per CSI driver |
 //! | InstanceTypeCatalog | instance types and offerings |
 //! | NodeOverlay (`v1alpha1`) | with the `NodeOverlay` gate, prices and capacity of the instance types it selects, per pool |
 //! | CapacityBuffer (`v1beta1`, `v1alpha1`) | with the `CapacityBuffer` gate, its virtual pods (pending, `capacity-buffer-<name>-<i>`) |
@@ -149,6 +150,7 @@ struct Typed {
     capacity_buffers: Vec<(usize, karpenter_api::CapacityBuffer)>,
     pod_templates: Vec<(usize, k8s_openapi::api::core::v1::PodTemplate)>,
     services: Vec<(usize, k8s_openapi::api::core::v1::Service)>,
+    csi_nodes: Vec<(usize, k8s_openapi::api::storage::v1::CSINode)>,
     /// NodeClaims whose manifest gives no `spec.expireAfter`.
     claims_expiring_with_pool: std::collections::BTreeSet<usize>,
 }
@@ -265,6 +267,7 @@ fn read_documents(
             ("scheduling.k8s.io", "PriorityClass") => {
                 read.objects.priority_classes.push((id, typed(doc)?));
             }
+            ("storage.k8s.io", "CSINode") => read.objects.csi_nodes.push((id, typed(doc)?)),
             ("storage.k8s.io", "StorageClass") => {
                 read.objects.storage_classes.push((id, typed(doc)?));
             }
@@ -350,6 +353,7 @@ pub fn build(
         persistent_volume_claims: sources(&objects.pvcs),
         persistent_volumes: sources(&objects.pvs),
         storage_classes: sources(&objects.storage_classes),
+        csi_nodes: sources(&objects.csi_nodes),
         deployments: sources(&objects.deployments),
         replica_sets: sources(&objects.replica_sets),
         stateful_sets: sources(&objects.stateful_sets),

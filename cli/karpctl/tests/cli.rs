@@ -1101,3 +1101,87 @@ fn plan_applies_the_scheduler_configs_default_spread() {
         stderr(&out)
     );
 }
+
+const VOLUME_CATALOG: &str = r#"kind: InstanceTypeCatalog
+instanceTypes:
+- name: one-volume.large
+  capacity: {cpu: "4", memory: 8Gi, pods: "29"}
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux}
+  volumeAttachmentLimits: {ebs.csi.aws.com: 1}
+  offerings:
+  - {zone: zone-a, capacityType: on-demand, price: 0.1, available: true}
+- name: many-volumes.large
+  capacity: {cpu: "4", memory: 8Gi, pods: "29"}
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux}
+  volumeAttachmentLimits: {ebs.csi.aws.com: 25}
+  offerings:
+  - {zone: zone-a, capacityType: on-demand, price: 0.2, available: true}
+"#;
+
+/// Pods with their own claim of an EBS StorageClass.
+fn pods_with_claims(names: &[&str]) -> String {
+    let mut out = String::from(
+        "---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp3}\nprovisioner: ebs.csi.aws.com\n",
+    );
+    for name in names {
+        out.push_str(&format!(
+            r#"---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data-{name}, namespace: default}}
+spec:
+  storageClassName: gp3
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers:
+  - {{name: c, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}
+  volumes:
+  - {{name: data, persistentVolumeClaim: {{claimName: data-{name}}}}}
+"#
+        ));
+    }
+    out
+}
+
+/// PLAN_CLI's `volumeAttachmentLimits`: a node's options are the types that
+/// can attach every volume its pods claim; one pod fits the cheaper type.
+#[test]
+fn plan_respects_instance_type_volume_attachment_limits() {
+    let plan_of = |names: &[&str]| {
+        let dir = manifests_dir(&[
+            ("catalog.yaml", VOLUME_CATALOG),
+            ("pool.yaml", &pool("default", 1, "", "")),
+            ("pods.yaml", &pods_with_claims(names)),
+        ]);
+        let out = karpctl(&[
+            "plan",
+            "-f",
+            &dir.path().display().to_string(),
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    let one = plan_of(&["a"]);
+    assert_eq!(
+        one["nodeClaims"][0]["cheapest"]["instanceType"],
+        "one-volume.large"
+    );
+    let three = plan_of(&["a", "b", "c"]);
+    assert_eq!(
+        three["nodeClaims"].as_array().map(Vec::len),
+        Some(1),
+        "{three}"
+    );
+    assert_eq!(
+        three["nodeClaims"][0]["instanceTypes"],
+        serde_json::json!(["many-volumes.large"]),
+        "{three}"
+    );
+}

@@ -54,6 +54,9 @@ struct TypeDoc {
     labels: BTreeMap<String, OneOrMany>,
     #[serde(default)]
     offerings: Vec<OfferingDoc>,
+    /// CSI driver → how many of its volumes the type can attach.
+    #[serde(default)]
+    volume_attachment_limits: BTreeMap<String, i64>,
 }
 
 #[derive(Deserialize)]
@@ -233,6 +236,14 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<types::InstanceType, Catalog
     for (key, values) in missing {
         requirements.push(in_values(key, values));
     }
+    for (driver, count) in &it.volume_attachment_limits {
+        if *count < 0 {
+            return Err(CatalogError::new(
+                format!("{path}.volumeAttachmentLimits.{driver}"),
+                format!("must not be negative, got {count}"),
+            ));
+        }
+    }
     Ok(types::InstanceType {
         name: it.name,
         requirements,
@@ -247,6 +258,7 @@ fn instance_type(it: TypeDoc, path: &str) -> Result<types::InstanceType, Catalog
         }),
         price_overlaid: false,
         capacity_overlaid: false,
+        volume_attachment_limits: it.volume_attachment_limits,
     })
 }
 

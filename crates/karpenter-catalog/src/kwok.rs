@@ -124,6 +124,7 @@ pub fn instance_type(
         }),
         price_overlaid: false,
         capacity_overlaid: false,
+        volume_attachment_limits: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ use karpenter_planner::model::{
     AffinityTerm, Budget, Cluster, DaemonSet, DisruptionState, InstanceType, NodePool, Offering,
     OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
 };
+use karpenter_planner::volumes::{VolumeLimits, VolumeRef};
 use karpenter_proto::convert::{
     InvalidField, checked_resources, label_selector, non_empty, pod_requests, requirement,
     requirements, resources, taints, tolerations,
@@ -199,6 +200,15 @@ pub fn pod(
         not_ready: p.not_ready,
         dra_requests: p.dra_requests,
         buffer: !p.capacity_buffer.is_empty(),
+        volumes: p
+            .volumes
+            .iter()
+            .filter(|v| !v.driver.is_empty() && !v.claim_id.is_empty())
+            .map(|v| VolumeRef {
+                driver: v.driver.clone(),
+                claim: v.claim_id.clone(),
+            })
+            .collect(),
     })
 }
 
@@ -433,6 +443,10 @@ pub fn instance_type(field: &str, it: &types::InstanceType) -> Result<InstanceTy
         offerings,
         allocatable: Resources::from_map(&allocatable),
         capacity,
+        volume_limits: volume_limits(
+            &format!("{field}.volume_attachment_limits"),
+            &it.volume_attachment_limits,
+        )?,
     })
 }
 
@@ -644,7 +658,27 @@ fn state_node(
         zone,
         instance_type,
         planned: false,
+        volume_limits: volume_limits(&format!("{field}.volume_limits"), &n.volume_limits)?,
     })
+}
+
+/// Attach limits per CSI driver, none negative.
+fn volume_limits(
+    field: &str,
+    limits: &BTreeMap<String, i64>,
+) -> Result<VolumeLimits, InvalidField> {
+    limits
+        .iter()
+        .map(|(driver, count)| {
+            if *count < 0 {
+                return Err(InvalidField::new(
+                    format!("{field}[{driver}]"),
+                    format!("must not be negative, got {count}"),
+                ));
+            }
+            Ok((driver.clone(), *count))
+        })
+        .collect()
 }
 
 /// A request understood: the planner's model, plus what was left out.

@@ -104,6 +104,7 @@ fn instance_type(name: &str, cpu: i64) -> types::InstanceType {
         }),
         price_overlaid: false,
         capacity_overlaid: false,
+        volume_attachment_limits: Default::default(),
     }
 }
 

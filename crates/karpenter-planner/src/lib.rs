@@ -30,5 +30,6 @@ pub mod model;
 mod pods;
 pub mod solve;
 pub mod topology;
+pub mod volumes;
 
 use karpenter_core::{labels, requirements, resources, selector, taints};

@@ -88,6 +88,8 @@ pub struct Pod {
     pub dra_requests: bool,
     /// A CapacityBuffer's virtual pod (always pending, never bound).
     pub buffer: bool,
+    /// Volumes that count against a node's attach limits.
+    pub volumes: Vec<crate::volumes::VolumeRef>,
 }
 
 impl Pod {
@@ -134,6 +136,8 @@ pub struct InstanceType {
     pub offerings: Vec<Offering>,
     pub capacity: Resources,
     pub allocatable: Resources,
+    /// How many volumes of each CSI driver it can attach.
+    pub volume_limits: crate::volumes::VolumeLimits,
 }
 
 impl InstanceType {
@@ -365,6 +369,8 @@ pub struct StateNode {
     /// A node the disruption planner itself added (a replacement): never a
     /// candidate in the same plan.
     pub planned: bool,
+    /// How many volumes of each CSI driver it can attach.
+    pub volume_limits: crate::volumes::VolumeLimits,
 }
 
 impl StateNode {

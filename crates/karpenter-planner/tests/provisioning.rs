@@ -1003,3 +1003,97 @@ fn same_input_same_output() {
     let b = scenario().solve(pods).solution;
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
+
+// --- attachable-volume limits (Karpenter's "Volume Limits" context) ----------
+
+const EBS: &str = "ebs.csi.aws.com";
+
+fn with_volume(pod: karpenter_planner::model::Pod, claim: &str) -> karpenter_planner::model::Pod {
+    let mut pod = pod;
+    pod.volumes.push(karpenter_planner::volumes::VolumeRef {
+        driver: EBS.into(),
+        claim: format!("default/{claim}"),
+    });
+    pod
+}
+
+/// "should launch multiple nodes if required due to volume limits": an
+/// existing node whose CSINode allows two EBS volumes takes two pods with
+/// their own claims; the third needs a new node.
+#[test]
+fn an_existing_nodes_volume_limit_sends_further_pods_to_a_new_node() {
+    let mut scenario = scenario();
+    let mut existing = node("existing", &[(ARCH, "amd64"), (OS, "linux")], roomy());
+    existing.volume_limits = [(EBS.to_owned(), 2)].into();
+    scenario.nodes = vec![existing];
+    let pods: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|name| with_volume(pod(name).cpu(100), &format!("claim-{name}")))
+        .collect();
+    let outcome = scenario.solve(pods);
+    let on_existing = ["a", "b", "c"]
+        .iter()
+        .filter(|p| outcome.existing_node_of(p) == Some("existing"))
+        .count();
+    assert_eq!(on_existing, 2);
+    assert_eq!(outcome.claims().len(), 1);
+}
+
+/// "should launch a single node if all pods use the same PVC": a claim
+/// shared by pods counts once against the limit.
+#[test]
+fn pods_sharing_a_claim_count_once_against_the_limit() {
+    let mut scenario = scenario();
+    let mut existing = node("existing", &[(ARCH, "amd64"), (OS, "linux")], roomy());
+    existing.volume_limits = [(EBS.to_owned(), 1)].into();
+    scenario.nodes = vec![existing];
+    let pods: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|name| with_volume(pod(name).cpu(100), "shared"))
+        .collect();
+    let outcome = scenario.solve(pods);
+    for name in ["a", "b", "c"] {
+        assert_eq!(outcome.existing_node_of(name), Some("existing"), "{name}");
+    }
+    assert!(outcome.claims().is_empty());
+}
+
+/// A catalog's `volumeAttachmentLimits`: a new node's options are the types
+/// that can attach all of its pods' volumes; a driver without a limit is
+/// unlimited.
+#[test]
+fn instance_type_volume_limits_narrow_a_new_nodes_options() {
+    let mut types = default_instance_types();
+    for it in &mut types {
+        // The smaller half of the catalog attaches one EBS volume.
+        let limit = if it.capacity.cpu <= 4_000 { 1 } else { 8 };
+        it.volume_limits = [(EBS.to_owned(), limit)].into();
+    }
+    let scenario = Scenario::with_instance_types(vec![default_pool()], types.clone());
+    let pods: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|name| with_volume(pod(name).cpu(100), &format!("claim-{name}")))
+        .collect();
+    let outcome = scenario.solve(pods);
+    assert_eq!(outcome.claims().len(), 1, "one node for all three");
+    let options = &outcome.claims()[0].instance_types;
+    assert!(!options.is_empty());
+    for name in options {
+        let it = types
+            .iter()
+            .find(|t| &t.name == name)
+            .expect("a catalog type");
+        assert!(
+            it.capacity.cpu > 4_000,
+            "{name} cannot attach three volumes"
+        );
+    }
+    // Another driver's volumes are not limited.
+    let mut other = pod("d").cpu(100);
+    other.volumes.push(karpenter_planner::volumes::VolumeRef {
+        driver: "efs.csi.aws.com".into(),
+        claim: "default/efs".into(),
+    });
+    let outcome = scenario.solve(vec![other]);
+    assert!(outcome.scheduled("d"));
+}

@@ -45,7 +45,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{CapacityBuffer, NodeClaim, NodePool};
 use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as sched;
@@ -104,6 +104,8 @@ pub struct Objects<'a> {
     pub persistent_volume_claims: Vec<Source<'a, PersistentVolumeClaim>>,
     pub persistent_volumes: Vec<Source<'a, PersistentVolume>>,
     pub storage_classes: Vec<Source<'a, StorageClass>>,
+    /// Each node's attachable-volume limits per CSI driver.
+    pub csi_nodes: Vec<Source<'a, CSINode>>,
     /// Expanded into pods in manifest mode only.
     pub deployments: Vec<Source<'a, Deployment>>,
     pub replica_sets: Vec<Source<'a, ReplicaSet>>,
@@ -302,6 +304,7 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
         }
     }
     node::apply_pool_expiries(&mut builder.built.snapshot, pool_expiries);
+    node::apply_volume_limits(&mut builder.built.snapshot, &objects.csi_nodes);
 
     let mut seen_pods = BTreeSet::new();
     for source in &objects.pods {
@@ -606,8 +609,9 @@ impl Builder {
     }
 }
 
-/// Fills in what depends on the catalogs: node prices, and capacity of
-/// in-flight claims that report none (from their instance type). A node's
+/// Fills in what depends on the catalogs: node prices, capacity of
+/// in-flight claims that report none, and the volume limits of nodes no
+/// CSINode gives (from their instance type). A node's
 /// type is looked up in its pool's catalog first (overlaid prices apply to
 /// the nodes a pool already has), then in the first catalog that has it.
 pub fn fill_from_catalogs(snapshot: &mut sched::ClusterSnapshot) {
@@ -650,10 +654,15 @@ pub fn fill_from_catalogs(snapshot: &mut sched::ClusterSnapshot) {
         let allocatable = types::ResourceList {
             quantities: karpenter_proto::convert::allocatable(it),
         };
-        updates.push((i, price, it.capacity.clone(), allocatable));
+        let limits = it.volume_attachment_limits.clone();
+        updates.push((i, price, it.capacity.clone(), allocatable, limits));
     }
-    for (i, price, capacity, allocatable) in updates {
+    for (i, price, capacity, allocatable, limits) in updates {
         let node = &mut snapshot.nodes[i];
+        // A CSINode's own count wins over the type's.
+        if node.volume_limits.is_empty() {
+            node.volume_limits = limits;
+        }
         if let Some(price) = price
             && node.price == 0.0
         {

@@ -113,7 +113,35 @@ pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::State
         creation_timestamp: fields::optional_timestamp(meta.creation_timestamp.as_ref()),
         disruption: Some(disruption),
         name,
+        volume_limits: Default::default(),
     })
+}
+
+/// Each node's attachable-volume limits from its CSINode (Karpenter's
+/// `populateVolumeLimits`: every driver's `allocatable.count`).
+pub(crate) fn apply_volume_limits(
+    snapshot: &mut sched::ClusterSnapshot,
+    csi_nodes: &[crate::Source<'_, k8s_openapi::api::storage::v1::CSINode>],
+) {
+    if csi_nodes.is_empty() {
+        return;
+    }
+    let by_name: std::collections::BTreeMap<&str, &k8s_openapi::api::storage::v1::CSINode> =
+        csi_nodes
+            .iter()
+            .filter_map(|s| Some((s.object.metadata.name.as_deref()?, s.object)))
+            .collect();
+    for node in &mut snapshot.nodes {
+        let Some(csi) = by_name.get(node.name.as_str()) else {
+            continue;
+        };
+        for driver in &csi.spec.drivers {
+            if let Some(count) = driver.allocatable.as_ref().and_then(|a| a.count) {
+                node.volume_limits
+                    .insert(driver.name.clone(), i64::from(count.max(0)));
+            }
+        }
+    }
 }
 
 /// A claim whose expiry comes from its pool (it sets no `expireAfter`):
@@ -347,6 +375,7 @@ fn in_flight_node(
         price: 0.0,
         creation_timestamp: claimed.creation,
         disruption: Some(claimed.disruption),
+        volume_limits: Default::default(),
     })
 }
 

@@ -39,6 +39,7 @@ fn instance_type(name: &str, arch: &str, offerings: Vec<types::Offering>) -> typ
         overhead: None,
         price_overlaid: false,
         capacity_overlaid: false,
+        volume_attachment_limits: Default::default(),
     }
 }
 

@@ -71,6 +71,7 @@ fn catalog() -> Vec<types::InstanceType> {
                 }),
                 price_overlaid: false,
                 capacity_overlaid: false,
+                volume_attachment_limits: Default::default(),
             });
         }
     }

@@ -98,6 +98,7 @@ fn instance_types() -> Vec<types::InstanceType> {
                 }),
                 price_overlaid: false,
                 capacity_overlaid: false,
+                volume_attachment_limits: Default::default(),
             }
         })
         .collect()

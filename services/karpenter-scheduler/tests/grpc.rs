@@ -77,6 +77,7 @@ fn request() -> sched::SolveRequest {
         overhead: None,
         price_overlaid: false,
         capacity_overlaid: false,
+        volume_attachment_limits: Default::default(),
     };
     let pod = sched::Pod {
         namespace: "default".into(),

@@ -293,6 +293,7 @@ mod tests {
             overhead: None,
             price_overlaid: false,
             capacity_overlaid: false,
+            volume_attachment_limits: Default::default(),
         }
     }
 

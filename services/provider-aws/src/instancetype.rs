@@ -758,6 +758,9 @@ pub fn instance_type(
         overhead: Some(overhead(info, ctx)),
         price_overlaid: false,
         capacity_overlaid: false,
+        // As Karpenter's AWS provider: attach limits come from each node's
+        // CSINode (the EBS CSI driver reports them), not from the type.
+        volume_attachment_limits: Default::default(),
     })
 }
 

@@ -142,6 +142,10 @@ fn replacement(
             .as_ref()
             .map(|it| it.capacity.clone())
             .unwrap_or_default(),
+        volume_limits: it
+            .as_ref()
+            .map(|it| it.volume_limits.clone())
+            .unwrap_or_default(),
         pods,
         // Later rounds of the plan run after the replacement is up (as
         // Karpenter's later loops do); it is never a candidate itself.

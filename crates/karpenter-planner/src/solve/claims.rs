@@ -2,12 +2,15 @@
 //! changes, and which claims are known to refuse a class of pods so a scan
 //! can skip them.
 
+use std::borrow::Cow;
+
 use crate::hostports::HostPortUsage;
 use crate::labels;
 use crate::model::Pod;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
+use crate::volumes::{VolumeUsage, exceeded_message};
 
 use super::MinValuesPolicy;
 use super::instance_types::{FilterInput, Filtered, Totals, filter_instance_types};
@@ -30,6 +33,7 @@ pub(super) struct Claim {
     max_room: Resources,
     pub(super) pods: Vec<usize>,
     ports: HostPortUsage,
+    volumes: VolumeUsage,
     pub(super) min_values_relaxed: bool,
 }
 
@@ -276,6 +280,7 @@ impl Scheduler<'_> {
             requests: Resources::default(),
             pods: Vec::new(),
             ports: HostPortUsage::default(),
+            volumes: VolumeUsage::default(),
             min_values_relaxed: false,
         })
     }
@@ -348,10 +353,11 @@ impl Scheduler<'_> {
         let merged = merge(&claim.requirements, &data.requirements);
         let mut requirements =
             self.add_topology(pod, taints, data, merged, self.well_known, explain)?;
+        let options = self.within_volume_limits(claim, pod, explain)?;
         let totals = daemons.totals(&claim.requests.plus(&pod.requests), &pod.host_ports);
-        let filtered = filter_instance_types(
+        let mut filtered = filter_instance_types(
             self.catalog(claim.template),
-            &claim.instance_types,
+            &options,
             &FilterInput {
                 requirements: &requirements,
                 previous: Some(&claim.requirements),
@@ -366,6 +372,11 @@ impl Scheduler<'_> {
             },
         )
         .map_err(Reject::transient)?;
+        if let Cow::Owned(options) = options
+            && filtered.remaining.is_none()
+        {
+            filtered.remaining = Some(options);
+        }
         for (key, count) in &filtered.relaxed_min_values {
             if let Some(requirement) = requirements.to_mut().remove(key) {
                 requirements
@@ -374,6 +385,48 @@ impl Scheduler<'_> {
             }
         }
         Ok((changed(requirements), filtered))
+    }
+
+    /// The claim's instance types that can attach the pod's volumes too
+    /// (each type's limit per CSI driver); all of them, borrowed, when the
+    /// pod has none or no type limits them.
+    fn within_volume_limits<'c>(
+        &self,
+        claim: &'c Claim,
+        pod: &Pod,
+        explain: bool,
+    ) -> Result<Cow<'c, [usize]>, Reject> {
+        if pod.volumes.is_empty() {
+            return Ok(Cow::Borrowed(&claim.instance_types));
+        }
+        let catalog = self.catalog(claim.template);
+        let mut exceeded = None;
+        let within: Vec<usize> = claim
+            .instance_types
+            .iter()
+            .copied()
+            .filter(|i| {
+                match claim
+                    .volumes
+                    .exceeds(&pod.volumes, &catalog[*i].volume_limits)
+                {
+                    None => true,
+                    Some(found) => {
+                        exceeded.get_or_insert(found);
+                        false
+                    }
+                }
+            })
+            .collect();
+        match exceeded {
+            None => Ok(Cow::Borrowed(&claim.instance_types)),
+            Some(_) if !within.is_empty() => Ok(Cow::Owned(within)),
+            Some(found) => {
+                Err(Reject::transient(explain.then(|| {
+                    format!("checking volume usage, {}", exceeded_message(&found))
+                })))
+            }
+        }
     }
 
     /// Adds the pod to the claim with what `can_add_claim` worked out, and
@@ -405,6 +458,7 @@ impl Scheduler<'_> {
         }
         claim.headroom = claim.max_room.minus(&claim.requests);
         claim.ports.add(&pod.host_ports);
+        claim.volumes.add(&pod.volumes);
         if let Some(requirements) = requirements {
             claim.requirements = requirements;
         }

@@ -12,6 +12,7 @@ use crate::pods::pod_requirements;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
+use crate::volumes::VolumeUsage;
 
 use super::scheduler::{PodData, Reject, Scheduler, changed, merge};
 
@@ -20,6 +21,7 @@ pub(super) struct NodeBase {
     requirements: Arc<Requirements>,
     remaining: Resources,
     ports: HostPortUsage,
+    volumes: VolumeUsage,
 }
 
 /// What a run changed on an existing node.
@@ -28,6 +30,7 @@ pub(super) struct NodeState {
     requirements: Requirements,
     remaining: Resources,
     ports: HostPortUsage,
+    volumes: VolumeUsage,
 }
 
 /// An existing node in one run: its shared base until a pod lands on it.
@@ -55,6 +58,12 @@ impl ExistingNode<'_> {
         self.state.as_ref().map_or(&self.base.ports, |s| &s.ports)
     }
 
+    fn volumes(&self) -> &VolumeUsage {
+        self.state
+            .as_ref()
+            .map_or(&self.base.volumes, |s| &s.volumes)
+    }
+
     fn state_mut(&mut self) -> &mut NodeState {
         let base = self.base;
         self.state.get_or_insert_with(|| {
@@ -62,17 +71,20 @@ impl ExistingNode<'_> {
                 requirements: (*base.requirements).clone(),
                 remaining: base.remaining.clone(),
                 ports: base.ports.clone(),
+                volumes: base.volumes.clone(),
             })
         })
     }
 }
 
 /// An existing node as every run starts from it: what its pods (and the
-/// daemon pods still to come) leave of its allocatable, its host ports.
+/// daemon pods still to come) leave of its allocatable, its host ports and
+/// attached volumes.
 pub(super) fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> NodeBase {
     let requirements = Arc::clone(&node.label_requirements);
     let mut used = Resources::default();
     let mut ports = HostPortUsage::default();
+    let mut volumes = VolumeUsage::default();
     let mut daemon_used = Resources::default();
     for pod in &node.pods {
         if pod.is_terminal() {
@@ -80,6 +92,7 @@ pub(super) fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> No
         }
         used.add(&pod.requests);
         ports.add(&pod.host_ports);
+        volumes.add(&pod.volumes);
         if pod.is_daemon() {
             daemon_used.add(&pod.requests);
         }
@@ -104,6 +117,7 @@ pub(super) fn node_base(cluster: &Cluster, node: &crate::model::StateNode) -> No
         remaining: node.allocatable.minus(&used).minus(&daemon_missing),
         requirements,
         ports,
+        volumes,
     }
 }
 
@@ -157,6 +171,7 @@ impl Scheduler<'_> {
                 let state = existing.state_mut();
                 state.remaining.subtract(&pod.requests);
                 state.ports.add(&pod.host_ports);
+                state.volumes.add(&pod.volumes);
                 if let Some(requirements) = requirements {
                     state.requirements = requirements;
                 }
@@ -186,6 +201,14 @@ impl Scheduler<'_> {
         }
         if existing.ports().conflict(&pod.host_ports).is_some() {
             return Err(Reject::permanent(None));
+        }
+        // Transient: pods of one class may attach different claims.
+        if existing
+            .volumes()
+            .exceeds(&pod.volumes, &node.volume_limits)
+            .is_some()
+        {
+            return Err(Reject::transient(None));
         }
         if !pod.requests.fits(existing.remaining()) {
             return Err(Reject::transient(None));

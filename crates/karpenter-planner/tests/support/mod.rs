@@ -180,6 +180,7 @@ pub fn instance_type(
         offerings,
         capacity: Resources::from_map(&capacity_map),
         allocatable: Resources::from_map(&allocatable),
+        volume_limits: Default::default(),
     }
 }
 
@@ -412,6 +413,7 @@ pub fn pod(name: &str) -> Pod {
         not_ready: false,
         dra_requests: false,
         buffer: false,
+        volumes: Vec::new(),
     }
 }
 
@@ -599,6 +601,7 @@ pub fn node(name: &str, pairs: &[(&str, &str)], allocatable: Resources) -> State
         zone: String::new(),
         instance_type: String::new(),
         planned: false,
+        volume_limits: Default::default(),
     };
     node.labels
         .entry(labels::HOSTNAME.to_owned())

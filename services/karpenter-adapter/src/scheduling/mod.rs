@@ -245,6 +245,7 @@ pub fn snapshot(
         persistent_volume_claims: sources(index.persistent_volume_claims.iter()),
         persistent_volumes: sources(index.persistent_volumes.iter()),
         storage_classes: sources(index.storage_classes.iter()),
+        csi_nodes: sources(index.csi_nodes.iter()),
         // Only watched with the CapacityBuffer gate on; in live mode the
         // workloads are only what buffers refer to (never expanded).
         capacity_buffers: sources(index.capacity_buffers.iter()),
