@@ -316,7 +316,7 @@ async fn lead(
         metrics: metrics.clone(),
         timing: options.timing,
         nominations: Nominations::default(),
-        claim_traces: Default::default(),
+        created_claims: Default::default(),
         writes,
         evictions: Default::default(),
     };

@@ -201,22 +201,29 @@ async fn insufficient_capacity_deletes_the_claim_and_a_later_batch_launches() {
         ))
         .await;
     cluster.deployment("inflate", 1, "1", json!({})).await;
-    let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(cluster.client.clone());
-    eventually(
-        "an InsufficientCapacityError event",
-        Duration::from_secs(30),
-        || {
-            let events = events.clone();
-            async move {
-                events.list(&Default::default()).await.is_ok_and(|l| {
-                    l.items
-                        .iter()
-                        .any(|e| e.reason.as_deref() == Some("InsufficientCapacityError"))
-                })
-            }
-        },
-    )
-    .await;
+    // On the claim, and (Karpenter v1.15.1) on the pod it left pending.
+    for kind in ["NodeClaim", "Pod"] {
+        eventually(
+            &format!("an InsufficientCapacityError event on the {kind}"),
+            Duration::from_secs(30),
+            || async {
+                cluster
+                    .events("InsufficientCapacityError")
+                    .await
+                    .iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.involved_object.kind.as_deref() == Some(kind)
+                            && (kind == "NodeClaim"
+                                || e.involved_object
+                                    .name
+                                    .as_deref()
+                                    .is_some_and(|n| n.starts_with("inflate-")))
+                    })
+            },
+        )
+        .await;
+    }
     assert!(cluster.nodes().await.is_empty(), "nothing launched");
     // Capacity comes back: the pod is planned again and launches.
     cluster.kwok.clear_faults();

@@ -30,7 +30,7 @@ use crate::clients::Clients;
 use crate::events::Recorder;
 use crate::metrics::AdapterMetrics;
 use crate::settings::Settings;
-use crate::state::claim_traces::ClaimTraces;
+use crate::state::created_claims::CreatedClaims;
 use crate::state::index::Index;
 use crate::state::nominations::Nominations;
 
@@ -53,7 +53,7 @@ pub struct Context {
     /// Nodes provisioning planned pending pods onto.
     pub nominations: Nominations,
     /// The trace each claim was created in, for its launch.
-    pub claim_traces: ClaimTraces,
+    pub created_claims: CreatedClaims,
     /// Tells the index what this adapter created, ahead of the watch.
     pub writes: crate::state::watch::Writes,
     /// Pods whose eviction was refused, and when to ask again.

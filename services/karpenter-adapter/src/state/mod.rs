@@ -4,7 +4,7 @@
 //! trace each claim was created in). Pure except for [`watch`], so it is
 //! tested with synthetic events.
 
-pub mod claim_traces;
+pub mod created_claims;
 pub mod index;
 pub mod nominations;
 pub mod pod_entry;

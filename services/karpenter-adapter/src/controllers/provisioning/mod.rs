@@ -327,7 +327,7 @@ async fn create(
         .await?;
     let name = created.name_any();
     ctx.writes.created(created).await;
-    ctx.claim_traces.remember(&name);
+    ctx.created_claims.remember(&name, &plan.pods);
     let shown: Vec<&str> = plan
         .instance_types
         .iter()

@@ -3,15 +3,16 @@
 //!
 //! No capacity for any offering (RESOURCE_EXHAUSTED) or a node class that
 //! cannot launch (FAILED_PRECONDITION) deletes the claim, so the next batch
-//! plans again with what is left. Any other failure leaves `Launched`
+//! plans again with what is left; the capacity error is also told to the
+//! pods planned onto the claim that are still pending (Karpenter v1.15.1). Any other failure leaves `Launched`
 //! Unknown with the reason and is retried with backoff: `Create` is
 //! idempotent by claim name, so a retry never launches a second instance.
 
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_LAUNCHED;
 use karpenter_proto::provider::v1 as pv;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 use tonic::Code;
 use tracing::Instrument as _;
 
@@ -53,6 +54,7 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
         delete_for(ctx, claim, "nodeclass_not_found").await?;
         return Ok(Step::Deleted);
     };
+    let planned = ctx.created_claims.pods_of(&claim.name_any());
     match create(ctx, claim, node_class).await {
         Ok(instance) => {
             populate(claim, &instance);
@@ -84,6 +86,9 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
                 ),
             ));
             tracing::warn!(error = %status.message(), "failed launching nodeclaim: {}", refusal.why);
+            if status.code() == Code::ResourceExhausted {
+                tell_pending_pods(ctx, index, claim, &planned, status.message());
+            }
             delete_for(ctx, claim, refusal.counted_as).await?;
             Ok(Step::Deleted)
         }
@@ -95,6 +100,39 @@ pub(super) async fn launch(ctx: &Context, index: &Index, claim: &mut NodeClaim) 
             );
             Err(Error::peer("Create")(status))
         }
+    }
+}
+
+/// The capacity error on each pod planned onto the claim that is still
+/// pending (in the index, unbound, not being deleted): its node will not
+/// come, and the next batch plans it again.
+fn tell_pending_pods(
+    ctx: &Context,
+    index: &Index,
+    claim: &NodeClaim,
+    planned: &[karpenter_proto::scheduler::v1::PodRef],
+    message: &str,
+) {
+    let name = claim.name_any();
+    for pod in planned {
+        let Some(entry) = index.pods.get(&pod.namespace, &pod.name) else {
+            continue;
+        };
+        if entry.node_name.is_some() || entry.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        ctx.recorder.emit(
+            Event::new(
+                entry.as_ref(),
+                Kind::Warning,
+                "InsufficientCapacityError",
+                format!(
+                    "NodeClaim {name} planned for this pod could not launch: {}",
+                    truncate(message, 300)
+                ),
+            )
+            .dedupe_on(name.clone()),
+        );
     }
 }
 
@@ -140,7 +178,7 @@ async fn create(
 ) -> std::result::Result<pv::Instance, tonic::Status> {
     let name = claim.name_any();
     let span = tracing::info_span!("launch", nodeclaim = %name);
-    if let Some(parent) = ctx.claim_traces.of(&name) {
+    if let Some(parent) = ctx.created_claims.of(&name) {
         parent.adopt(&span);
     }
     let created = ctx
@@ -151,7 +189,7 @@ async fn create(
     // A transient failure is retried in the same trace; anything else is
     // the end of this claim's launch.
     if !matches!(&created, Err(status) if crate::clients::transient(status)) {
-        ctx.claim_traces.forget(&name);
+        ctx.created_claims.forget(&name);
     }
     created
 }
