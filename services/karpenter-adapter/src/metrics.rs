@@ -66,6 +66,15 @@ pub struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    /// `approved` (the move started).
+    pub decision: String,
+    pub nodepool: String,
+    /// The pool's consolidation policy (`WhenEmptyOrUnderutilized`, `Balanced`, ...).
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CostLabels {
     /// `current` (the managed nodes now), `planned` (once the plan's
     /// commands are done), `lower_bound` (the cheapest any set of nodes
@@ -218,6 +227,10 @@ adapter_metrics! {
     // Disruption decisions and the cluster's cost.
     disruption_decisions: Family<DecisionLabels, Counter>
         => "voluntary_disruption_decisions", "Disruption commands started, by decision (delete or replace), reason and consolidation type";
+    consolidation_moves: Family<MoveLabels, Counter>
+        => "consolidation_moves", "Consolidation moves started, by decision, node pool and consolidation policy (each pool of a multi-node move counts once)";
+    consolidation_score: Family<MoveLabels, Histogram> = Family::new_with_constructor(score_buckets)
+        => "consolidation_score", "Balanced consolidation scores of the moves started (a move's share of its pool's cost saved over its share of the pool's disruption), by decision, node pool and policy";
     disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
         => "disruption_cluster_cost_per_hour", "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods";
 
@@ -266,6 +279,12 @@ adapter_metrics! {
         => "leader", "1 while this replica holds the leader lease";
     peer_up: Family<PeerLabels, Gauge>
         => "peer_up", "1 while the peer (scheduler, provider) answers its gRPC health check (ours)";
+}
+
+/// Karpenter's buckets for Balanced consolidation scores (1.0 and up pass
+/// its default threshold band).
+fn score_buckets() -> Histogram {
+    Histogram::new([0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0])
 }
 
 fn duration_buckets() -> Histogram {

@@ -212,6 +212,21 @@ async fn a_balanced_pool_replaces_an_oversized_node_and_says_why() {
             .any(|m| m.contains(">= threshold 0.50 (k: 2, savings ")),
         "{approved:?}"
     );
+    // Karpenter's Balanced metrics: the move, and its score.
+    let metrics = adapter.metrics().await;
+    let labels = r#"decision="approved",nodepool="default",policy="Balanced""#;
+    assert!(
+        metrics.contains(&format!(
+            "karpenter_consolidation_moves_total{{{labels}}} 1"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "karpenter_consolidation_score_count{{{labels}}} 1"
+        )),
+        "{metrics}"
+    );
     adapter.stop().await;
 }
 

@@ -149,6 +149,7 @@ fn score_message(score: &sched::BalancedScore) -> String {
 /// approved: on the candidate of a single-node command, on each Balanced
 /// NodePool of a multi-node one.
 pub fn approved(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) {
+    count_move(ctx, index, command);
     if command.candidates.len() == 1 {
         if let Some(score) = command.balanced_scores.first() {
             let text = score_message(score);
@@ -167,6 +168,49 @@ pub fn approved(ctx: &Context, index: &Index, command: &sched::DisruptionCommand
             Event::new(pool.as_ref(), Kind::Normal, "ConsolidationApproved", &text)
                 .dedupe_on(text.clone()),
         );
+    }
+}
+
+/// Karpenter's consolidation move metrics for a started consolidation:
+/// `karpenter_consolidation_moves_total` once for each pool of its
+/// candidates, and `karpenter_consolidation_score` for each Balanced pool's
+/// score.
+fn count_move(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) {
+    if !is_consolidation(command) {
+        return;
+    }
+    let labels = |nodepool: &str| {
+        let policy = index
+            .node_pools
+            .named(nodepool)
+            .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
+            .unwrap_or_default();
+        crate::metrics::MoveLabels {
+            decision: "approved".to_owned(),
+            nodepool: nodepool.to_owned(),
+            policy,
+        }
+    };
+    let pools: std::collections::BTreeSet<&str> = command
+        .candidates
+        .iter()
+        .filter_map(|name| index.nodes.named(name))
+        .filter_map(|node| {
+            kube::ResourceExt::labels(node.as_ref()).get(karpenter_api::labels::NODE_POOL)
+        })
+        .map(String::as_str)
+        .collect();
+    for pool in pools {
+        ctx.metrics
+            .consolidation_moves
+            .get_or_create(&labels(pool))
+            .inc();
+    }
+    for score in &command.balanced_scores {
+        ctx.metrics
+            .consolidation_score
+            .get_or_create(&labels(&score.node_pool))
+            .observe(score.score);
     }
 }
 
