@@ -27,7 +27,7 @@ struct BuiltinSchema {
     json: Value,
 }
 
-/// CapacityBuffer's API group (`v1beta1` served, `v1alpha1` read as it).
+/// CapacityBuffer's API group (its CRD serves `v1beta1` and `v1alpha1`).
 const BUFFER_GROUP: &str = "autoscaling.x-k8s.io";
 
 /// What the validators found in one document.
@@ -72,13 +72,6 @@ impl Validators {
     /// Validates one document.
     pub fn check(&self, doc: &Document) -> Report {
         let (group, version, kind) = (doc.group(), doc.version(), doc.kind());
-        if group == BUFFER_GROUP && version == "v1alpha1" {
-            // Cluster Autoscaler's older CapacityBuffer version has the same
-            // fields: it is judged by the served version's schema.
-            let mut upgraded = doc.clone();
-            upgraded.value["apiVersion"] = Value::String(format!("{BUFFER_GROUP}/v1beta1"));
-            return self.check(&upgraded);
-        }
         if !matches!(group, "karpenter.sh" | "karpenter.k8s.aws" | BUFFER_GROUP) {
             return Report {
                 unknown_fields: self.builtin_unknown_fields(doc),

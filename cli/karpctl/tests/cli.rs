@@ -256,6 +256,40 @@ fn upstream_v1_15_manifests_validate() {
         "{}",
         stdout(&out)
     );
+    // CapacityBuffers of both served versions, as v1.15's documentation
+    // writes them.
+    let buffers = testdata("upstream-v1.15/capacitybuffer.yaml");
+    let out = karpctl(&["validate", "-f", &buffers]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("2 documents valid, 0 invalid"),
+        "{}",
+        stdout(&out)
+    );
+    // Planned for with the gate: 5 pods of 2 CPUs capped at 20 CPUs and
+    // 40Gi (5), and 20% of 10 replicas (2).
+    let pool_dir = manifests_dir(&[("pool.yaml", &pool("default", 1, "", ""))]);
+    let out = karpctl(&[
+        "plan",
+        "-f",
+        &buffers,
+        "-f",
+        &pool_dir.path().display().to_string(),
+        "-o",
+        "json",
+        "--feature-gates",
+        "CapacityBuffer=true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let pods = claimed_pods(&plan);
+    let count = |prefix: &str| pods.iter().filter(|p| p.starts_with(prefix)).count();
+    assert_eq!(
+        count("default/capacity-buffer-web-app-buffer-"),
+        5,
+        "{pods:?}"
+    );
+    assert_eq!(count("default/capacity-buffer-api-buffer-"), 2, "{pods:?}");
 }
 
 /// What `kubectl apply` refuses, plan, disrupt and validate refuse: exit

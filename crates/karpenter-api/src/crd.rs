@@ -33,9 +33,24 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         build::<NodePool>(true),
         build::<NodeClaim>(true),
         build::<NodeOverlay>(true),
-        build::<CapacityBuffer>(true),
+        also_served_as(build::<CapacityBuffer>(true), "v1alpha1"),
         build::<EC2NodeClass>(false),
     ]
+}
+
+/// The CRD also served at an older `version` of the same schema (not
+/// stored: objects written at it are stored at the CRD's version). A
+/// CapacityBuffer written as Karpenter v1.15's documentation and Cluster
+/// Autoscaler's older releases write it, `autoscaling.x-k8s.io/v1alpha1`,
+/// applies as it is.
+fn also_served_as(mut crd: CustomResourceDefinition, version: &str) -> CustomResourceDefinition {
+    if let Some(stored) = crd.spec.versions.first() {
+        let mut older = stored.clone();
+        older.name = version.to_owned();
+        older.storage = false;
+        crd.spec.versions.push(older);
+    }
+    crd
 }
 
 fn build<K: CustomResourceExt + JsonSchema>(spec_required: bool) -> CustomResourceDefinition {

@@ -3,7 +3,8 @@
 //! gets capacity with no pod pending, its status says how it resolved and
 //! where its room is, emptiness keeps the node that holds the room, real
 //! pods take it and the buffer gets room again, and deleting the buffer
-//! lets its node go.
+//! lets its node go. A buffer written at `v1alpha1` (Karpenter v1.15's
+//! documented version) is the same object.
 
 mod common;
 
@@ -45,6 +46,29 @@ async fn create_buffer(cluster: &Cluster, name: &str, spec: serde_json::Value) {
         .create(&PostParams::default(), &buffer)
         .await
         .expect("buffer created");
+}
+
+/// A buffer written at Cluster Autoscaler's and Karpenter v1.15's
+/// documented version, `v1alpha1` (the CRD serves it beside `v1beta1`).
+async fn create_v1alpha1_buffer(cluster: &Cluster, name: &str, spec: serde_json::Value) {
+    let resource = kube::api::ApiResource {
+        group: "autoscaling.x-k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "autoscaling.x-k8s.io/v1alpha1".into(),
+        kind: "CapacityBuffer".into(),
+        plural: "capacitybuffers".into(),
+    };
+    let object: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1alpha1",
+        "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec
+    }))
+    .expect("buffer");
+    Api::<kube::api::DynamicObject>::namespaced_with(cluster.client.clone(), "default", &resource)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("v1alpha1 buffer created");
 }
 
 /// `(type, status, reason)` of each condition of the buffer, and its replicas.
@@ -168,7 +192,7 @@ async fn a_buffer_that_names_nothing_says_why_and_gets_no_node() {
         json!({"podTemplateRef": {"name": "nope"}, "replicas": 2}),
     )
     .await;
-    create_buffer(
+    create_v1alpha1_buffer(
         &cluster,
         "by-workload",
         json!({"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": 50}),
