@@ -180,13 +180,15 @@ pub struct ScalableRef {
 pub struct CapacityBufferStatus {
     /// The PodTemplate the buffer's pods are made from (a `podTemplateRef`
     /// buffer only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Unset is written as `null` (not left out), so a status patch clears
+    // it when the buffer moves to a `scalableRef`; so is the generation.
+    #[serde(default)]
     pub pod_template_ref: Option<LocalObjectRef>,
     /// How many virtual pods the buffer holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     /// The `metadata.generation` of that PodTemplate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub pod_template_generation: Option<i64>,
     /// `ReadyForProvisioning` and `Provisioning`.
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
@@ -217,4 +219,36 @@ impl CapacityBuffer {
 /// The name of a buffer's `index`-th virtual pod (from 1).
 pub fn virtual_pod_name(buffer: &str, index: i32) -> String {
     format!("capacity-buffer-{buffer}-{index}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A status whose buffer no longer names a PodTemplate clears the
+    /// template fields in a merge patch (they are written as `null`).
+    #[test]
+    fn unset_template_fields_are_written_as_null() {
+        let status = CapacityBufferStatus {
+            replicas: Some(2),
+            ..CapacityBufferStatus::default()
+        };
+        let value = serde_json::to_value(&status).expect("serializes");
+        assert_eq!(value["podTemplateRef"], serde_json::Value::Null);
+        assert!(
+            value
+                .as_object()
+                .is_some_and(|o| o.contains_key("podTemplateRef"))
+        );
+        assert!(
+            value
+                .as_object()
+                .is_some_and(|o| o.contains_key("podTemplateGeneration"))
+        );
+        assert!(
+            !value
+                .as_object()
+                .is_some_and(|o| o.contains_key("provisioningStrategy"))
+        );
+    }
 }

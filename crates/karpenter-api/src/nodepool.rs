@@ -372,6 +372,17 @@ pub enum ConsolidationPolicy {
     Balanced,
 }
 
+impl ConsolidationPolicy {
+    /// The policy as the API spells it (`spec.disruption.consolidationPolicy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsolidationPolicy::WhenEmpty => "WhenEmpty",
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+            ConsolidationPolicy::Balanced => "Balanced",
+        }
+    }
+}
+
 /// The disruption method a budget applies to.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,

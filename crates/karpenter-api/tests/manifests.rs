@@ -342,3 +342,14 @@ status:
     assert_eq!(class.zones(), ["ap-northeast-2a"]);
     round_trip(&class);
 }
+
+#[test]
+fn consolidation_policies_are_spelled_as_the_api_spells_them() {
+    use karpenter_api::ConsolidationPolicy as P;
+    for policy in [P::WhenEmpty, P::WhenEmptyOrUnderutilized, P::Balanced] {
+        assert_eq!(
+            serde_json::to_value(policy).expect("serializes"),
+            serde_json::Value::String(policy.as_str().to_owned())
+        );
+    }
+}

@@ -31,9 +31,9 @@ use karpenter_proto::scheduler::v1 as sched;
 use crate::fields::FieldError;
 use crate::pod::{self, PodContext, PodSource, namespace_of};
 
-/// The most virtual pods one buffer is planned with: a buffer sized by a
-/// large limit over a tiny request cannot make the planner hold millions
-/// of pods.
+/// The most virtual pods a snapshot is planned with, over all buffers: a
+/// buffer sized by a large limit over a tiny request, or many buffers,
+/// cannot make the planner hold millions of pods.
 pub const MAX_VIRTUAL_PODS: i32 = 10_000;
 
 /// What buffers may refer to, by namespace and name.
@@ -324,15 +324,16 @@ fn source<'s>(
     }
 }
 
-/// The virtual pods of a resolved buffer (at most [`MAX_VIRTUAL_PODS`]):
-/// the template without its PersistentVolumeClaim and ephemeral volumes,
-/// at the lowest priority, marked with the buffer's key.
+/// The virtual pods of a resolved buffer (at most `at_most`): the
+/// template without its PersistentVolumeClaim and ephemeral volumes, at the
+/// lowest priority, marked with the buffer's key.
 pub fn virtual_pods(
     buffer: &CapacityBuffer,
     resolved: &Resolved<'_>,
+    at_most: i32,
     ctx: &PodContext,
 ) -> Result<Vec<sched::Pod>, FieldError> {
-    let count = resolved.replicas.clamp(0, MAX_VIRTUAL_PODS);
+    let count = resolved.replicas.clamp(0, at_most.max(0));
     if count == 0 {
         return Ok(Vec::new());
     }

@@ -550,6 +550,7 @@ impl Builder {
             return Ok(());
         }
         let workloads = buffer::Workloads::from_objects(objects);
+        let mut room = buffer::MAX_VIRTUAL_PODS;
         for source in &objects.capacity_buffers {
             let object = source.object;
             let resolved = match buffer::resolve(object, &workloads) {
@@ -564,11 +565,11 @@ impl Builder {
                     continue;
                 }
             };
-            if self.mode == Mode::Manifests && resolved.replicas > buffer::MAX_VIRTUAL_PODS {
+            if self.mode == Mode::Manifests && resolved.replicas > room {
                 self.warn(
                     source.id,
                     format!(
-                        "{} replicas: planned with the first {}",
+                        "{} replicas: planned with {room} (at most {} virtual pods over all buffers)",
                         resolved.replicas,
                         buffer::MAX_VIRTUAL_PODS
                     ),
@@ -578,9 +579,11 @@ impl Builder {
                 pod::namespace_of(&object.metadata),
                 object.metadata.name.clone().unwrap_or_default(),
             );
-            let pods = buffer::virtual_pods(object, &resolved, context)
+            let pods = buffer::virtual_pods(object, &resolved, room, context)
                 .map_err(|e| ObjectError::at(source.id, "CapacityBuffer", &namespace, &name, e));
-            for pod in self.keep(pods)?.unwrap_or_default() {
+            let pods = self.keep(pods)?.unwrap_or_default();
+            room = room.saturating_sub(i32::try_from(pods.len()).unwrap_or(i32::MAX));
+            for pod in pods {
                 self.place_pod(
                     source.id,
                     PlacedPod::from(pod),

@@ -311,20 +311,31 @@ fn a_ready_buffer_adds_its_virtual_pods_as_pending_pods() {
     );
 }
 
-/// A buffer sized by a huge limit over a small request is planned with at
-/// most `MAX_VIRTUAL_PODS` pods, and says so in manifest mode.
+/// A buffer sized by a huge limit over a small request, and the buffers
+/// after it, are planned with at most `MAX_VIRTUAL_PODS` pods in all, and
+/// say so in manifest mode.
 #[test]
-fn a_huge_buffer_is_planned_with_a_bounded_number_of_pods() {
+fn huge_buffers_are_planned_with_a_bounded_number_of_pods() {
     let template = pod_template("tiny");
-    let object = buffer(
+    let huge = buffer(
         "huge",
         json!({"podTemplateRef": {"name": "tiny"}, "limits": {"cpu": "2000000"}}),
     );
+    let second = buffer(
+        "second",
+        json!({"podTemplateRef": {"name": "tiny"}, "replicas": 5}),
+    );
     let objects = Objects {
-        capacity_buffers: vec![Source {
-            id: 0,
-            object: &object,
-        }],
+        capacity_buffers: vec![
+            Source {
+                id: 0,
+                object: &huge,
+            },
+            Source {
+                id: 2,
+                object: &second,
+            },
+        ],
         pod_templates: vec![Source {
             id: 1,
             object: &template,
@@ -333,11 +344,19 @@ fn a_huge_buffer_is_planned_with_a_bounded_number_of_pods() {
     };
     let built = build(&objects, Mode::Manifests).expect("builds");
     assert_eq!(built.snapshot.pending_pods.len(), MAX_VIRTUAL_PODS as usize);
-    assert!(
+    let warned = |id: usize, text: &str| {
         built
             .warnings
             .iter()
-            .any(|w| w.message.contains("2000000 replicas")),
+            .any(|w| w.id == id && w.message.contains(text))
+    };
+    assert!(
+        warned(0, "2000000 replicas: planned with 10000"),
+        "{:?}",
+        built.warnings
+    );
+    assert!(
+        warned(2, "5 replicas: planned with 0"),
         "{:?}",
         built.warnings
     );

@@ -183,8 +183,9 @@ fn count_move(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) 
         let policy = index
             .node_pools
             .named(nodepool)
-            .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
-            .unwrap_or_default();
+            .map(|p| p.spec.disruption.consolidation_policy.as_str())
+            .unwrap_or_default()
+            .to_owned();
         crate::metrics::MoveLabels {
             decision: "approved".to_owned(),
             nodepool: nodepool.to_owned(),
