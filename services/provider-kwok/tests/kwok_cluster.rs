@@ -200,7 +200,9 @@ async fn deployment_pods_bind_once_provider_kwok_nodes_appear() {
     assert_eq!(again.provider_id, created.provider_id);
 
     let nodes: Api<Node> = Api::all(e.client.clone());
-    eventually("the node", || {
+    // The Node is written, then its status: wait for both (under load the
+    // first read could fall between them).
+    eventually("the node with its status", || {
         let nodes = nodes.clone();
         async move {
             nodes
@@ -208,7 +210,8 @@ async fn deployment_pods_bind_once_provider_kwok_nodes_appear() {
                 .await
                 .ok()
                 .flatten()
-                .is_some()
+                .and_then(|n| n.status)
+                .is_some_and(|s| s.allocatable.is_some())
         }
     })
     .await;
