@@ -42,27 +42,40 @@ impl VolumeUsage {
         if volumes.is_empty() || limits.is_empty() {
             return None;
         }
-        let drivers: BTreeSet<&str> = volumes.iter().map(|v| v.driver.as_str()).collect();
-        drivers.into_iter().find_map(|driver| {
-            let limit = *limits.get(driver)?;
-            let mut attached: BTreeSet<&str> = self
-                .claims
-                .get(driver)
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .collect();
-            attached.extend(
-                volumes
-                    .iter()
-                    .filter(|v| v.driver == driver)
-                    .map(|v| v.claim.as_str()),
-            );
-            let count = attached.len();
-            (i64::try_from(count).unwrap_or(i64::MAX) > limit)
-                .then(|| (driver.to_owned(), count, limit))
-        })
+        first_over(&self.attached_with(volumes), limits)
     }
+
+    /// How many volumes each driver of `volumes` would then have attached
+    /// (worked out once, to weigh against several limits).
+    pub fn attached_with<'v>(&self, volumes: &'v [VolumeRef]) -> BTreeMap<&'v str, usize> {
+        let mut attached: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for v in volumes {
+            attached
+                .entry(v.driver.as_str())
+                .or_insert_with(|| {
+                    let held = self.claims.get(&v.driver).into_iter().flatten();
+                    held.map(String::as_str).collect()
+                })
+                .insert(v.claim.as_str());
+        }
+        attached
+            .into_iter()
+            .map(|(d, claims)| (d, claims.len()))
+            .collect()
+    }
+}
+
+/// The first driver whose `attached` count passes its limit in `limits`:
+/// (driver, volumes attached, limit).
+pub fn first_over(
+    attached: &BTreeMap<&str, usize>,
+    limits: &VolumeLimits,
+) -> Option<(String, usize, i64)> {
+    attached.iter().find_map(|(driver, count)| {
+        let limit = *limits.get(*driver)?;
+        (i64::try_from(*count).unwrap_or(i64::MAX) > limit)
+            .then(|| ((*driver).to_owned(), *count, limit))
+    })
 }
 
 /// Karpenter's message for a volume limit a pod would pass.

@@ -56,19 +56,34 @@ fn key(meta: &ObjectMeta) -> (String, String) {
 impl<'a> Workloads<'a> {
     /// The PodTemplates and scalable workloads among `objects`.
     pub fn from_objects(objects: &crate::Objects<'a>) -> Self {
+        Self::of(
+            objects.pod_templates.iter().map(|s| s.object),
+            objects.deployments.iter().map(|s| s.object),
+            objects.stateful_sets.iter().map(|s| s.object),
+            objects.replica_sets.iter().map(|s| s.object),
+        )
+    }
+
+    /// These PodTemplates and scalable workloads.
+    pub fn of(
+        pod_templates: impl IntoIterator<Item = &'a core::PodTemplate>,
+        deployments: impl IntoIterator<Item = &'a Deployment>,
+        stateful_sets: impl IntoIterator<Item = &'a StatefulSet>,
+        replica_sets: impl IntoIterator<Item = &'a ReplicaSet>,
+    ) -> Self {
         let mut workloads = Workloads::default();
-        for source in &objects.pod_templates {
-            workloads.pod_template(source.object);
-        }
-        for source in &objects.deployments {
-            workloads.deployment(source.object);
-        }
-        for source in &objects.stateful_sets {
-            workloads.stateful_set(source.object);
-        }
-        for source in &objects.replica_sets {
-            workloads.replica_set(source.object);
-        }
+        pod_templates
+            .into_iter()
+            .for_each(|t| workloads.pod_template(t));
+        deployments
+            .into_iter()
+            .for_each(|d| workloads.deployment(d));
+        stateful_sets
+            .into_iter()
+            .for_each(|s| workloads.stateful_set(s));
+        replica_sets
+            .into_iter()
+            .for_each(|r| workloads.replica_set(r));
         workloads
     }
 

@@ -10,7 +10,7 @@ use crate::model::Pod;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
-use crate::volumes::{VolumeUsage, exceeded_message};
+use crate::volumes::{VolumeUsage, exceeded_message, first_over};
 
 use super::MinValuesPolicy;
 use super::instance_types::{FilterInput, Filtered, Totals, filter_instance_types};
@@ -400,23 +400,22 @@ impl Scheduler<'_> {
             return Ok(Cow::Borrowed(&claim.instance_types));
         }
         let catalog = self.catalog(claim.template);
+        // What the claim would attach does not depend on the type.
+        let attached = claim.volumes.attached_with(&pod.volumes);
         let mut exceeded = None;
         let within: Vec<usize> = claim
             .instance_types
             .iter()
             .copied()
-            .filter(|i| {
-                match claim
-                    .volumes
-                    .exceeds(&pod.volumes, &catalog[*i].volume_limits)
-                {
+            .filter(
+                |i| match first_over(&attached, &catalog[*i].volume_limits) {
                     None => true,
                     Some(found) => {
                         exceeded.get_or_insert(found);
                         false
                     }
-                }
-            })
+                },
+            )
             .collect();
         match exceeded {
             None => Ok(Cow::Borrowed(&claim.instance_types)),

@@ -36,24 +36,12 @@ const REQUEUE: Duration = Duration::from_secs(30);
 
 /// What buffers may name, from the index.
 pub fn workloads(index: &Index) -> Workloads<'_> {
-    let mut workloads = Workloads::default();
-    index
-        .pod_templates
-        .iter()
-        .for_each(|t| workloads.pod_template(t));
-    index
-        .deployments
-        .iter()
-        .for_each(|d| workloads.deployment(d));
-    index
-        .stateful_sets
-        .iter()
-        .for_each(|s| workloads.stateful_set(s));
-    index
-        .replica_sets
-        .iter()
-        .for_each(|r| workloads.replica_set(r));
-    workloads
+    Workloads::of(
+        index.pod_templates.iter().map(AsRef::as_ref),
+        index.deployments.iter().map(AsRef::as_ref),
+        index.stateful_sets.iter().map(AsRef::as_ref),
+        index.replica_sets.iter().map(AsRef::as_ref),
+    )
 }
 
 /// The buffer status controller.
