@@ -178,6 +178,7 @@ pub fn method_name(method: i32) -> &'static str {
     match sched::DisruptionMethod::try_from(method) {
         Ok(sched::DisruptionMethod::Emptiness) => "Emptiness",
         Ok(sched::DisruptionMethod::Drift) => "Drift",
+        Ok(sched::DisruptionMethod::StaticDrift) => "StaticDrift",
         Ok(sched::DisruptionMethod::Expiration) => "Expiration",
         Ok(sched::DisruptionMethod::MultiNodeConsolidation) => "MultiNodeConsolidation",
         Ok(sched::DisruptionMethod::SingleNodeConsolidation) => "SingleNodeConsolidation",

@@ -1061,3 +1061,43 @@ fn duration_do_not_disrupt_holds_drift_until_the_longest_has_passed() {
         "past the longest: drifted"
     );
 }
+
+/// Upstream's static drift: a static pool's drifted node is replaced by the
+/// pool's template (one node, no pods, the provider picks the type), where
+/// a dynamic pool's empty drifted node is only deleted.
+#[test]
+fn a_static_pools_drifted_node_is_replaced_by_its_template() {
+    let dir = drifted_node_with_pods(&[], "2024-05-01T10:10:00Z");
+    let path = dir.path().join("cluster.yaml");
+    let dynamic = std::fs::read_to_string(&path).expect("read");
+    let plan = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        let dir = dir.path().display().to_string();
+        disrupt_json(&[
+            "disrupt",
+            "-f",
+            &dir,
+            "--now",
+            "2024-05-01T11:00:00Z",
+            "-o",
+            "json",
+        ])
+    };
+    let v = plan(&dynamic);
+    let command = &v["commands"][0];
+    assert_eq!(command["candidates"], json!(["node-drifted"]), "{v}");
+    assert_eq!(command["replacements"], json!([]), "empty: deleted");
+
+    let fixed = dynamic.replacen("spec:\n  template:", "spec:\n  replicas: 1\n  template:", 1);
+    assert_ne!(fixed, dynamic);
+    let v = plan(&fixed);
+    let commands = v["commands"].as_array().expect("commands");
+    assert_eq!(commands.len(), 1, "{v}");
+    assert_eq!(commands[0]["reason"], "Drifted");
+    assert_eq!(commands[0]["method"], "StaticDrift");
+    assert_eq!(commands[0]["candidates"], json!(["node-drifted"]));
+    let replacement = &commands[0]["replacements"][0];
+    assert_eq!(replacement["nodePool"], "default");
+    assert_eq!(replacement["pods"], json!([]));
+    assert_eq!(replacement["instanceTypes"], json!([]), "{replacement}");
+}

@@ -193,6 +193,15 @@ impl NodeClaim {
             .map(String::as_str)
     }
 
+    /// A disruption command took this claim (its `DisruptionReason` is
+    /// True): it is on its way out once its replacements are up, and a
+    /// static pool counts it apart (Karpenter's pending disruption).
+    pub fn is_pending_disruption(&self) -> bool {
+        self.conditions().iter().any(|c| {
+            c.type_ == CONDITION_DISRUPTION_REASON && c.status == crate::ConditionStatus::True
+        })
+    }
+
     /// The conditions, empty without a status.
     pub fn conditions(&self) -> &[Condition] {
         self.status

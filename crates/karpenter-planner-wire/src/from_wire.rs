@@ -564,6 +564,12 @@ pub fn node_pool(
             reasons: disruption_reasons(&format!("{bfield}.reasons"), &b.reasons)?,
         });
     }
+    if np.replicas.is_some_and(|r| r < 0) {
+        return Err(InvalidField::new(
+            format!("{field}.replicas"),
+            "must not be negative",
+        ));
+    }
     Ok(NodePool {
         name: np.name.clone(),
         weight: np.weight,
@@ -584,6 +590,7 @@ pub fn node_pool(
         budgets,
         expire_after: duration(np.expire_after.as_ref()),
         template_hash: np.template_hash.clone(),
+        replicas: np.replicas,
     })
 }
 

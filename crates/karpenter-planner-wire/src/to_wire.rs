@@ -200,6 +200,7 @@ fn disruption_method(method: Method) -> sched::DisruptionMethod {
     match method {
         Method::Emptiness => sched::DisruptionMethod::Emptiness,
         Method::Drift => sched::DisruptionMethod::Drift,
+        Method::StaticDrift => sched::DisruptionMethod::StaticDrift,
         Method::Expiration => sched::DisruptionMethod::Expiration,
         Method::MultiNodeConsolidation => sched::DisruptionMethod::MultiNodeConsolidation,
         Method::SingleNodeConsolidation => sched::DisruptionMethod::SingleNodeConsolidation,

@@ -306,6 +306,19 @@ pub struct NodePool {
     /// `expireAfter`; `None`: `Never`.
     pub expire_after: Option<Duration>,
     pub template_hash: String,
+    /// `spec.replicas`: set for a static pool, whose nodes only static
+    /// drift (and expiry) disrupt.
+    pub replicas: Option<i64>,
+}
+
+/// The pool limit on how many nodes it may have (`limits.nodes`).
+pub const NODES_LIMIT: &str = "nodes";
+
+impl NodePool {
+    /// A static pool (Karpenter's `OwnedByStaticNodePool`).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
+    }
 }
 
 /// What disruption needs to know about a node claim beyond its node: its

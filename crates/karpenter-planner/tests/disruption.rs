@@ -1486,3 +1486,184 @@ fn buffer_room_sizes_a_replacement() {
         Some("small")
     );
 }
+
+// --- static drift (upstream staticdrift_test.go) ---------------------------------------------
+
+/// `count` drifted nodes `s0..` of a static pool `np` of `replicas`, each
+/// with a pod that keeps it from being empty.
+fn static_pool(count: usize, replicas: i64) -> Scenario {
+    let nodes = (0..count)
+        .map(|i| {
+            let name = format!("s{i}");
+            let mut node = on(
+                managed(&name, "large", "on-demand", "test-zone-1"),
+                vec![running(&format!("{name}-p"), &name, 1000)],
+            );
+            node.disruption.drifted_reason = "NodePoolDrifted".into();
+            node
+        })
+        .collect();
+    let mut cluster = cluster(nodes);
+    cluster.pool().replicas = Some(replicas);
+    cluster
+}
+
+fn static_drifted(plan: &DisruptionPlan) -> Vec<String> {
+    assert!(
+        plan.commands
+            .iter()
+            .all(|c| c.method == Method::StaticDrift && c.reason == Reason::Drifted),
+        "{plan:?}"
+    );
+    disrupted(plan)
+}
+
+#[test]
+fn static_drift_respects_a_node_count_budget() {
+    let mut cluster = static_pool(5, 5);
+    cluster.pool().budgets = vec![Budget {
+        reasons: vec![Reason::Drifted],
+        ..budget("2")
+    }];
+    let plan = cluster.plan();
+    assert_eq!(static_drifted(&plan).len(), 2, "{plan:?}");
+    for node in ["s2", "s3", "s4"] {
+        assert!(
+            blocked(&plan, node).is_some_and(|r| r.contains("disruption budget")),
+            "{plan:?}"
+        );
+    }
+}
+
+#[test]
+fn static_drift_respects_a_percentage_budget() {
+    let mut cluster = static_pool(5, 5);
+    // 50% of 5 nodes rounds up to 3.
+    cluster.pool().budgets = vec![budget("50%")];
+    assert_eq!(static_drifted(&cluster.plan()).len(), 3);
+}
+
+#[test]
+fn each_static_drift_command_replaces_one_node_with_the_pools_template() {
+    let plan = static_pool(2, 2).plan();
+    assert_eq!(plan.commands.len(), 2, "{plan:?}");
+    for command in &plan.commands {
+        assert_eq!(command.candidates.len(), 1);
+        assert_eq!(command.replacements.len(), 1);
+        let replacement = &command.replacements[0];
+        assert_eq!(replacement.node_pool, "np");
+        assert!(replacement.pods.is_empty(), "the template carries no pods");
+        assert!(
+            replacement.instance_types.is_empty(),
+            "the provider picks the instance type at launch"
+        );
+        assert_eq!(
+            replacement
+                .labels
+                .get("karpenter.sh/nodepool")
+                .map(String::as_str),
+            Some("np")
+        );
+    }
+}
+
+#[test]
+fn static_drift_waits_when_limits_nodes_leave_no_room() {
+    let mut cluster = static_pool(5, 5);
+    cluster.pool().limits.insert("nodes".into(), 5);
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    assert!(blocked(&plan, "s0").is_some_and(|r| r.contains("limits.nodes")));
+}
+
+#[test]
+fn static_drift_takes_what_limits_nodes_leave() {
+    let mut cluster = static_pool(2, 5);
+    cluster.pool().limits.insert("nodes".into(), 5);
+    assert_eq!(static_drifted(&cluster.plan()), vec!["s0", "s1"]);
+
+    let mut cluster = static_pool(5, 5);
+    cluster.pool().limits.insert("nodes".into(), 7);
+    assert_eq!(static_drifted(&cluster.plan()).len(), 2);
+}
+
+// Upstream runs one reconcile per replacement with room for one at a time;
+// one plan stops where that reconcile does, never over the limit.
+#[test]
+fn static_drift_with_room_for_one_replaces_one_node_per_plan() {
+    let mut cluster = static_pool(5, 5);
+    cluster.pool().limits.insert("nodes".into(), 6);
+    let plan = cluster.plan();
+    assert_eq!(static_drifted(&plan).len(), 1, "{plan:?}");
+}
+
+#[test]
+fn static_drift_waits_for_an_overscaled_pool_to_scale_down() {
+    let cluster = static_pool(2, 1);
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    assert!(blocked(&plan, "s0").is_some_and(|r| r.contains("scale down")));
+}
+
+#[test]
+fn static_pools_with_zero_replicas_or_no_limit_are_handled() {
+    assert!(static_pool(0, 0).plan().commands.is_empty());
+    let plan = static_pool(3, 3).plan();
+    assert_eq!(
+        static_drifted(&plan).len(),
+        3,
+        "no limits.nodes: only the budget"
+    );
+}
+
+#[test]
+fn static_drift_ignores_nodes_that_are_not_drifted_or_are_do_not_disrupt() {
+    let mut cluster = static_pool(3, 3);
+    cluster.nodes[0].disruption.drifted_reason.clear();
+    cluster.nodes[1].disruption.do_not_disrupt = true;
+    let plan = cluster.plan();
+    assert_eq!(static_drifted(&plan), vec!["s2"]);
+    assert!(blocked(&plan, "s1").is_some_and(|r| r.contains("do-not-disrupt")));
+}
+
+#[test]
+fn static_pools_nodes_are_never_emptied_or_consolidated() {
+    // Empty and underutilized nodes of a static pool stay, where a dynamic
+    // pool would lose them.
+    let mut cluster = cluster(vec![
+        managed("empty", "large", "on-demand", "test-zone-1"),
+        on(
+            managed("busy", "xlarge", "on-demand", "test-zone-1"),
+            vec![running("p", "busy", 500)],
+        ),
+    ]);
+    assert!(
+        !cluster.plan().commands.is_empty(),
+        "a dynamic pool consolidates"
+    );
+    cluster.pool().replicas = Some(2);
+    let plan = cluster.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn static_drift_handles_several_static_pools_independently() {
+    let mut cluster = static_pool(2, 2);
+    let mut other = np("other");
+    other.replicas = Some(3);
+    other.budgets = vec![budget("1")];
+    cluster.pools.push(other);
+    for i in 0..3 {
+        let name = format!("o{i}");
+        let mut node = on(
+            managed(&name, "large", "on-demand", "test-zone-1").in_pool("other"),
+            vec![running(&format!("{name}-p"), &name, 1000)],
+        );
+        node.disruption.drifted_reason = "NodePoolDrifted".into();
+        cluster.nodes.push(node);
+    }
+    let plan = cluster.plan();
+    let disrupted = static_drifted(&plan);
+    assert_eq!(disrupted.iter().filter(|n| n.starts_with('s')).count(), 2);
+    assert_eq!(disrupted.iter().filter(|n| n.starts_with('o')).count(), 1);
+}

@@ -108,6 +108,7 @@ pub(crate) fn node_pool(
             .and_then(|a| a.get(labels::NODE_POOL_HASH))
             .cloned()
             .unwrap_or_default(),
+        replicas: pool.spec.replicas,
         name,
     })
 }

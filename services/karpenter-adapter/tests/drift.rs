@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, eventually, label, test_timing};
+use common::{Cluster, eventually, test_timing};
 use karpenter_adapter::controllers::Timing;
 use karpenter_api::NodePool;
 use kube::api::{Api, Patch, PatchParams};
@@ -39,15 +39,7 @@ async fn relabel(cluster: &Cluster, team: &str) {
 }
 
 async fn teams(cluster: &Cluster) -> Vec<String> {
-    let mut teams: Vec<String> = cluster
-        .nodes()
-        .await
-        .iter()
-        .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .map(|n| label(n, TEAM).unwrap_or_default().to_owned())
-        .collect();
-    teams.sort();
-    teams
+    common::serving_label_values(&cluster.nodes().await, TEAM)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

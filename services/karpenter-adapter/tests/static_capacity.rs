@@ -1,7 +1,9 @@
 //! Static NodePools end to end (Karpenter's `static.provisioning` and
 //! `static.deprovisioning`, gate `StaticCapacity`, on provider-kwok): a
 //! static pool keeps `replicas` nodes without pending pods, within
-//! `limits.nodes`, follows `kubectl scale nodepool`, and is not emptied.
+//! `limits.nodes`, follows `kubectl scale nodepool`, and is not emptied;
+//! a template change replaces its nodes one budget at a time (static
+//! drift), never past `limits.nodes` nor below `replicas`.
 
 mod common;
 
@@ -107,4 +109,71 @@ async fn a_static_pool_stops_at_limits_nodes_and_waits_for_its_gate() {
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(cluster.claims().await.len(), 2, "never past limits.nodes");
+}
+
+const TEAM: &str = "example.com/team";
+
+fn teams_of(nodes: &[k8s_openapi::api::core::v1::Node]) -> Vec<String> {
+    common::serving_label_values(nodes, TEAM)
+}
+
+// Upstream staticdrift_test.go and the static capacity e2e: a drifted static
+// node is replaced by the pool's template, within the Drifted budget and
+// limits.nodes, and the pool is never scaled down under its replacements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_static_pools_drifted_nodes_are_replaced_within_budget_and_limits() {
+    let cluster = Cluster::start().await;
+    let settings = cluster.settings(&["--feature-gates", "StaticCapacity=true"]);
+    let _adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    let mut pool = static_pool(2, json!({"nodes": "3"}));
+    pool["spec"]["template"]["metadata"]["labels"] = json!({TEAM: "a"});
+    pool["spec"]["disruption"]["budgets"] = json!([{"nodes": "1", "reasons": ["Drifted"]}]);
+    cluster.node_pool(pool).await;
+    eventually("two nodes of team a", Duration::from_secs(60), || async {
+        teams_of(&cluster.nodes().await) == ["a", "a"]
+    })
+    .await;
+
+    Api::<NodePool>::all(cluster.client.clone())
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {TEAM: "b"}}}}})),
+        )
+        .await
+        .expect("template changed");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(150);
+    let mut most_claims = 0;
+    loop {
+        let claims = cluster.claims().await;
+        most_claims = most_claims.max(claims.len());
+        let nodes = cluster.nodes().await;
+        let serving = nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .count();
+        assert!(
+            serving >= 2,
+            "a static pool never drops below replicas while it drifts: {serving} nodes, {} claims",
+            claims.len()
+        );
+        if teams_of(&nodes) == ["b", "b"] && claims.len() == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both nodes replaced by the new template; nodes {:?}, {} claims",
+            teams_of(&nodes),
+            claims.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        most_claims <= 3,
+        "never past limits.nodes: {most_claims} claims at once"
+    );
+    assert!(
+        most_claims == 3,
+        "each replacement launched before its node went"
+    );
 }

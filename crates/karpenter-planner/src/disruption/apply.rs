@@ -9,8 +9,8 @@ use crate::model::{Cluster, Pod, PodKey, StateNode};
 use crate::requirements::Requirements;
 use crate::solve::PlannedClaim;
 
-use super::Command;
 use super::candidates::is_evictable;
+use super::{Command, Method};
 
 /// Carries a command out on the working copy: candidates marked for
 /// deletion (they count against budgets until gone), their pods moved where
@@ -21,10 +21,43 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
     let mut moved = drain(cluster, &candidates);
     place(cluster, command, &mut moved);
     for (i, claim) in command.replacements.iter().enumerate() {
-        if let Some(node) = replacement(cluster, command, i, claim, &mut moved) {
+        let node = match replacement(cluster, command, i, claim, &mut moved) {
+            Some(node) => Some(node),
+            None if command.method == Method::StaticDrift => template_stand_in(cluster, command),
+            None => None,
+        };
+        if let Some(node) = node {
             cluster.nodes.push(node);
         }
     }
+}
+
+/// A static drift replacement in the working copy: the provider picks its
+/// instance type at launch, so the plan counts it (against `replicas`,
+/// `limits.nodes` and the cost) as the node it replaces, with no pods. It
+/// is still launching: budgets count initialized nodes only, so it does not
+/// raise a percentage budget while its predecessor still counts.
+fn template_stand_in(cluster: &Cluster, command: &Command) -> Option<StateNode> {
+    let replaced = command.candidates.first()?;
+    let node = cluster.nodes.iter().find(|n| &n.name == replaced)?;
+    let name = format!("{replaced}-replacement-{}-0", node.node_pool);
+    let mut node_labels = node.labels.clone();
+    node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+    Some(StateNode {
+        name: name.clone(),
+        node_claim_name: name,
+        label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+        labels: node_labels,
+        pods: Vec::new(),
+        has_node: true,
+        initialized: false,
+        marked_for_deletion: false,
+        unschedulable: false,
+        creation_seconds: cluster.now_seconds,
+        disruption: crate::model::DisruptionState::default(),
+        planned: true,
+        ..node.clone()
+    })
 }
 
 /// Evictions use up the PDBs' allowances for the rest of the plan.

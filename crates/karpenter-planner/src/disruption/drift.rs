@@ -46,7 +46,10 @@ fn drifted_candidates(state: &Cluster, blocked: &mut BTreeMap<String, String>) -
     let mut eventual_blocked = BTreeMap::new();
     let mut drifted: Vec<Candidate> = build_candidates(state, true, &mut eventual_blocked)
         .into_iter()
-        .filter(|c| !state.nodes[c.node].disruption.drifted_reason.is_empty())
+        .filter(|c| {
+            !state.nodes[c.node].disruption.drifted_reason.is_empty()
+                && !state.node_pools[c.pool].is_static()
+        })
         .collect();
     for (node, reason) in eventual_blocked {
         if !state

@@ -4,7 +4,8 @@
 //! ```text
 //!   expired nodes ──────────────────────────────▶ Expired (forceful, no budget)
 //!   candidates (managed, initialized, not blocked by do-not-disrupt / PDBs)
-//!     round: Emptiness ─▶ Drift ─▶ Multi-node ─▶ Single-node   (first that acts)
+//!     round: Emptiness ─▶ Static drift ─▶ Drift ─▶ Multi-node ─▶ Single-node
+//!            (the first that acts)
 //!            each command is simulated with the scheduler (its pods must fit
 //!            on the rest of the cluster plus at most one cheaper replacement),
 //!            checked against the pool's budgets, then applied to a working
@@ -29,6 +30,7 @@
 //!   simulate        where a command's pods would go (a scheduling run without its nodes)
 //!   expiration      expired nodes: forceful, first, all at once
 //!   emptiness       empty nodes, in one command
+//!   static_drift    a static pool's drifted nodes, each replaced by its template
 //!   drift           one drifted node per command, no price check
 //!   consolidation   computeConsolidation and the price rules of a replacement
 //!     multi           prefixes by binary search; beyond Karpenter, sets that are not prefixes
@@ -48,6 +50,7 @@ mod emptiness;
 mod expiration;
 mod lower_bound;
 mod simulate;
+mod static_drift;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -68,6 +71,8 @@ pub use lower_bound::lower_bound;
 pub enum Method {
     Emptiness,
     Drift,
+    /// A static pool's drifted node, replaced by the pool's template.
+    StaticDrift,
     Expiration,
     MultiNodeConsolidation,
     SingleNodeConsolidation,
@@ -183,7 +188,11 @@ fn round(
 ) -> Option<Vec<Command>> {
     let blocked = &mut *findings.blocked;
     let evaluated = &mut *findings.evaluated;
-    let graceful = build_candidates(state, false, blocked);
+    // Static pools' nodes are only ever replaced by static drift.
+    let graceful: Vec<_> = build_candidates(state, false, blocked)
+        .into_iter()
+        .filter(|c| !state.node_pools[c.pool].is_static())
+        .collect();
     if graceful.is_empty()
         && !state
             .nodes
@@ -210,6 +219,10 @@ fn round(
     );
     if let Some(command) = empty {
         return Some(vec![command]);
+    }
+    let static_drift = static_drift::commands(state, blocked, evaluated);
+    if !static_drift.is_empty() {
+        return Some(static_drift);
     }
     let prepared = prepared.unwrap_or_else(|| Prepared::new(state, scheduling));
     if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {

@@ -6,6 +6,7 @@
 //!
 //! Also which pods are not Karpenter's to schedule at all.
 
+use crate::model::NODES_LIMIT;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::columns::TypeColumns;
@@ -267,9 +268,6 @@ impl WellKnown for WellKnownSet {
         self.0.contains(key)
     }
 }
-
-/// The pool limit on how many nodes it may have (`limits.nodes`).
-const NODES_LIMIT: &str = "nodes";
 
 /// What one node with `capacity` costs against the limit `name`: its
 /// capacity, or 1 for the `nodes` limit.

@@ -332,6 +332,7 @@ pub fn pool(name: &str) -> NodePool {
         budgets: Vec::new(),
         expire_after: None,
         template_hash: String::new(),
+        replicas: None,
     }
 }
 

@@ -8,7 +8,12 @@
 //!   each new claim is the pool's template with no pods
 //!   (`karpenter_snapshot::static_claim_plan`), created as provisioning
 //!   creates claims.
-//! - Deprovisioning: claims over `replicas` are deleted (graceful
+//! - Drift: the disruption controller replaces a drifted node from the
+//!   template (the planner's static drift). While the command runs, the
+//!   old claim is pending disruption (`NodeClaim::is_pending_disruption`):
+//!   it counts toward `replicas` for scale up, not for scale down, so
+//!   neither the replacement nor the old node is taken for an excess.
+//! - Deprovisioning: running claims over `replicas` are deleted (graceful
 //!   termination drains them), taken in Karpenter's order: claims that never
 //!   launched, then claims whose node has nothing to move, then the rest,
 //!   nodes without do-not-disrupt pods before those with them, fewest pods
@@ -80,19 +85,29 @@ impl Unseen {
 }
 
 /// A static pool's claims as they will be once the index shows this
-/// controller's writes: those not being deleted, and how many in any state.
+/// controller's writes: those running (not being deleted, not taken by a
+/// disruption command), those a command took (static drift replaces them:
+/// their replacements are running already), and how many in any state.
 struct Counted {
-    active: Vec<Arc<NodeClaim>>,
+    running: Vec<Arc<NodeClaim>>,
+    pending_disruption: i64,
     /// Created but not shown yet.
     created: i64,
     total: i64,
 }
 
 impl Counted {
-    fn active(&self) -> i64 {
-        i64::try_from(self.active.len())
+    /// The claims that serve the pool: scale down never goes below
+    /// `replicas` of them (a replacement in flight is not an excess).
+    fn running(&self) -> i64 {
+        i64::try_from(self.running.len())
             .unwrap_or(i64::MAX)
             .saturating_add(self.created)
+    }
+
+    /// The claims not being deleted: scale up fills `replicas` of them.
+    fn active(&self) -> i64 {
+        self.running().saturating_add(self.pending_disruption)
     }
 }
 
@@ -117,19 +132,20 @@ impl StaticPools {
             .iter()
             .filter(|c| c.node_pool() == Some(pool))
             .collect();
-        let active = all
+        let (pending, running): (Vec<Arc<NodeClaim>>, Vec<Arc<NodeClaim>>) = all
             .iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
             .filter(|c| !unseen.deleted.contains_key(&c.name_any()))
             .map(|c| Arc::clone(c))
-            .collect();
+            .partition(|c| c.is_pending_disruption());
         let created = unseen.created.values().filter(|(p, _)| p == pool).count();
         let created = i64::try_from(created).unwrap_or(i64::MAX);
         let total = i64::try_from(all.len())
             .unwrap_or(i64::MAX)
             .saturating_add(created);
         Counted {
-            active,
+            running,
+            pending_disruption: i64::try_from(pending.len()).unwrap_or(i64::MAX),
             created,
             total,
         }
@@ -166,10 +182,10 @@ impl StaticPools {
         counted: Counted,
         excess: i64,
     ) -> Result<Requeue> {
-        tracing::info!(nodepool = %pool, current = counted.active(), deprovision = excess,
+        tracing::info!(nodepool = %pool, current = counted.running(), deprovision = excess,
             "deprovisioning nodeclaims to satisfy replica count");
         let api = self.ctx.node_claims();
-        let doomed = self.removal_order(index, counted.active);
+        let doomed = self.removal_order(index, counted.running);
         let take = usize::try_from(excess.min(MAX_PER_PASS)).unwrap_or(0);
         for claim in doomed.iter().take(take) {
             patch::delete(&api, claim.as_ref()).await?;
@@ -268,7 +284,7 @@ impl Reconciler for StaticPools {
             return Ok(None);
         }
         let counted = self.count(&index, &key.1);
-        let excess = pool.spec.static_claims_in_excess(counted.active());
+        let excess = pool.spec.static_claims_in_excess(counted.running());
         if excess > 0 {
             return self.scale_down(&index, &key.1, counted, excess).await;
         }

@@ -117,17 +117,16 @@ pub fn node_claim(plan: &sched::NodeClaimPlan, template: &Template<'_>) -> NodeC
     }
 
     // The instance types the plan allows, written sorted as upstream does.
+    // A plan that names none (a static pool's template) keeps its own
+    // instance-type requirement: the provider picks within it.
     let mut requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
         .requirements
         .iter()
         .filter(|r| {
-            ![
-                labels::INSTANCE_TYPE,
-                labels::HOSTNAME,
-                labels::REGISTERED,
-                labels::INITIALIZED,
-            ]
-            .contains(&r.key.as_str())
+            let replaced = r.key == labels::INSTANCE_TYPE && !plan.instance_types.is_empty();
+            !replaced
+                && ![labels::HOSTNAME, labels::REGISTERED, labels::INITIALIZED]
+                    .contains(&r.key.as_str())
         })
         .filter_map(requirement)
         .collect();
@@ -353,6 +352,34 @@ mod tests {
             values: values.iter().map(|v| (*v).into()).collect(),
             min_values: None,
         }
+    }
+
+    // A static pool's template names no instance types: the claim keeps the
+    // pool's own instance-type requirement (found by the static drift e2e:
+    // without it the provider launched any type and the claim drifted at
+    // once).
+    #[test]
+    fn a_plan_without_instance_types_keeps_the_templates_requirement() {
+        let plan = sched::NodeClaimPlan {
+            node_pool: "default".into(),
+            requirements: vec![req(labels::INSTANCE_TYPE, types::Operator::In, &["c-2x"])],
+            ..Default::default()
+        };
+        let claim = node_claim(
+            &plan,
+            &Template {
+                pool: &pool(),
+                provider_well_known: &[],
+                node_class_hash: BTreeMap::new(),
+            },
+        );
+        let types = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .expect("the template's instance types");
+        assert_eq!(types.values, ["c-2x"]);
     }
 
     #[test]

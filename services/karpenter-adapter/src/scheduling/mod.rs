@@ -141,6 +141,24 @@ pub fn provisioning_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
         .collect()
 }
 
+/// The pools PlanDisruption is asked about: those that provision, and the
+/// provider's Ready static pools (never provisioned for pods; static drift
+/// replaces their drifted nodes from their template).
+pub fn disruption_pools(ctx: &Context, index: &Index) -> Vec<Arc<NodePool>> {
+    index
+        .node_pools
+        .iter()
+        .filter(|pool| {
+            ctx.manages_pool(pool)
+                && (pool.provisions()
+                    || (pool.spec.is_static()
+                        && pool.is_ready()
+                        && pool.metadata.deletion_timestamp.is_none()))
+        })
+        .cloned()
+        .collect()
+}
+
 /// The instance types of each pool, from the provider; a pool whose lookup
 /// fails is left out of this batch.
 pub async fn catalogs(

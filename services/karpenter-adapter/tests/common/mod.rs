@@ -474,6 +474,18 @@ pub fn label<'a>(object: &'a impl kube::Resource, key: &str) -> Option<&'a str> 
         .map(String::as_str)
 }
 
+/// The values of label `key` on the nodes not being deleted (empty for a
+/// node without it), sorted.
+pub fn serving_label_values(nodes: &[k8s_openapi::api::core::v1::Node], key: &str) -> Vec<String> {
+    let mut values: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .map(|n| label(n, key).unwrap_or_default().to_owned())
+        .collect();
+    values.sort();
+    values
+}
+
 pub fn condition(claim: &NodeClaim, type_: &str) -> Option<String> {
     claim
         .conditions()

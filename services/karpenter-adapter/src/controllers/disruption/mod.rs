@@ -185,7 +185,7 @@ async fn plan(
     Vec<Arc<karpenter_api::NodePool>>,
     sched::PlanDisruptionResponse,
 )> {
-    let pools = scheduling::provisioning_pools(ctx, index);
+    let pools = scheduling::disruption_pools(ctx, index);
     let scheduling::Prepared {
         pools, mut built, ..
     } = scheduling::prepare(ctx, index, pools).await;
