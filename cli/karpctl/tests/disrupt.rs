@@ -532,6 +532,7 @@ fn response() -> sched::PlanDisruptionResponse {
         candidates_evaluated: 6,
         rejected: vec![],
         unconsolidatable: vec![],
+        rejected_moves: vec![],
     }
 }
 

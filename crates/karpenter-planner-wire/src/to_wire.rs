@@ -248,6 +248,17 @@ pub fn plan_response(
             .collect(),
         blocked: blocked_candidates(&plan.blocked),
         unconsolidatable: blocked_candidates(&plan.unconsolidatable),
+        rejected_moves: plan
+            .rejected_moves
+            .iter()
+            .map(|(candidate, scores)| sched::RejectedMove {
+                candidate: candidate.clone(),
+                scores: scores
+                    .iter()
+                    .map(|(pool, score)| balanced_score(pool, score))
+                    .collect(),
+            })
+            .collect(),
         cost: Some(sched::ClusterCost {
             before: plan.cost_before,
             after: plan.cost_after,

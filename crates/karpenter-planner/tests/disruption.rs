@@ -572,6 +572,31 @@ fn balanced_rejects_a_move_that_disrupts_more_than_it_saves() {
     balanced.pool().consolidation = ConsolidationPolicy::Balanced;
     let plan = balanced.plan();
     assert!(plan.commands.is_empty(), "{plan:?}");
+    // Not even deleting it outright would pass (upstream's CanPassThreshold),
+    // so no move is weighed and none is reported as rejected.
+    assert!(plan.rejected_moves.is_empty(), "{plan:?}");
+}
+
+/// A move a Balanced pool weighs and rejects is reported with its score,
+/// for upstream's `karpenter_consolidation_moves_total{decision="rejected"}`:
+/// with twenty 100m pods, deleting `busy` outright would pass (25% of the
+/// cost for 44% of the disruption) but the replacement by a `medium` it
+/// needs saves 12.5%.
+#[test]
+fn a_move_a_balanced_pool_rejects_is_reported_with_its_score() {
+    let mut balanced = many_small_pods_on_a_large_node();
+    let busy = balanced.nodes.iter_mut().find(|n| n.name == "busy");
+    busy.expect("busy").pods.truncate(20);
+    balanced.pool().consolidation = ConsolidationPolicy::Balanced;
+    let plan = balanced.plan();
+    assert!(plan.commands.is_empty(), "{plan:?}");
+    let scores = plan.rejected_moves.get("busy").expect("a rejected move");
+    let score = scores.get("np").expect("the pool's score");
+    assert!(!score.approved() && score.value() < 0.5, "{score:?}");
+    assert!(
+        !plan.unconsolidatable.contains_key("busy"),
+        "a rejection is not an Unconsolidatable reason"
+    );
 }
 
 /// Upstream's "should approve replacing an oversized node": a nearly idle

@@ -111,6 +111,10 @@ pub struct DisruptionPlan {
     /// Node name -> why consolidation could not take it on its own
     /// (Karpenter's `Unconsolidatable` reasons), for nodes no command took.
     pub unconsolidatable: BTreeMap<String, String>,
+    /// Node name -> the scores with which its Balanced pool rejected
+    /// removing or replacing it on its own (the latest round's), for nodes
+    /// no command took; upstream counts such moves as `rejected`.
+    pub rejected_moves: BTreeMap<String, BTreeMap<String, BalancedScore>>,
     pub cost_before: f64,
     pub cost_after: f64,
     pub lower_bound: f64,
@@ -139,6 +143,7 @@ pub fn plan(
 
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
     let mut unconsolidatable: BTreeMap<String, String> = BTreeMap::new();
+    let mut rejected_moves = BTreeMap::new();
     while !scheduling.interrupted()
         && let Some(commands) = round(
             &state,
@@ -148,6 +153,7 @@ pub fn plan(
                 blocked: &mut blocked,
                 unconsolidatable: &mut unconsolidatable,
                 evaluated: &mut plan.candidates_evaluated,
+                rejected_moves: &mut rejected_moves,
             },
         )
     {
@@ -163,8 +169,10 @@ pub fn plan(
         .collect();
     blocked.retain(|node, _| !disrupted.contains(node.as_str()));
     unconsolidatable.retain(|node, _| !disrupted.contains(node.as_str()));
+    rejected_moves.retain(|node, _| !disrupted.contains(node.as_str()));
     plan.blocked = blocked;
     plan.unconsolidatable = unconsolidatable;
+    plan.rejected_moves = rejected_moves;
     plan.cost_after = managed_cost(&state);
     plan
 }
@@ -177,6 +185,8 @@ pub(super) struct Findings<'a> {
     pub(super) unconsolidatable: &'a mut BTreeMap<String, String>,
     /// How many candidates were weighed.
     pub(super) evaluated: &'a mut usize,
+    /// Single-node moves a Balanced pool rejected, by candidate.
+    pub(super) rejected_moves: &'a mut BTreeMap<String, BTreeMap<String, BalancedScore>>,
 }
 
 /// One pass of Karpenter's disruption loop: the first method that acts.

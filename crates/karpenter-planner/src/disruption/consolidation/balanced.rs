@@ -124,15 +124,17 @@ impl Balanced {
     }
 
     /// The scores of the Balanced pools among `candidates`' for a move
-    /// saving `savings` per hour, by pool name; `None` when one of them
-    /// scores it below the threshold.
+    /// saving `savings` per hour, by pool name: `Ok` when every one
+    /// approves, `Err` with all of them when one scores it below the
+    /// threshold.
     pub(super) fn scores(
         &self,
         cluster: &Cluster,
         candidates: &[&Candidate],
         savings: f64,
-    ) -> Option<BTreeMap<String, Score>> {
+    ) -> Result<BTreeMap<String, Score>, BTreeMap<String, Score>> {
         let mut scores = BTreeMap::new();
+        let mut approved = true;
         let source_cost: f64 = candidates.iter().map(|c| c.price).sum();
         let mut pools: Vec<usize> = candidates.iter().map(|c| c.pool).collect();
         pools.sort_unstable();
@@ -150,12 +152,10 @@ impl Balanced {
                 savings
             };
             let score = Score::of(pool_savings, disruption, totals);
-            if !score.approved() {
-                return None;
-            }
+            approved &= score.approved();
             scores.insert(cluster.node_pools[*pool].name.clone(), score);
         }
-        Some(scores)
+        if approved { Ok(scores) } else { Err(scores) }
     }
 }
 

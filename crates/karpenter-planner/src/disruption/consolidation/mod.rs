@@ -55,7 +55,6 @@ pub(super) fn commands(
     findings: &mut Findings<'_>,
 ) -> Option<Vec<Command>> {
     let consolidatable = consolidatable(state, graceful, findings.unconsolidatable);
-    let (blocked, evaluated) = (&mut *findings.blocked, &mut *findings.evaluated);
     if consolidatable.is_empty() {
         return None;
     }
@@ -66,15 +65,17 @@ pub(super) fn commands(
         options,
         balanced: Balanced::new(state, &consolidatable),
     };
-    if let Some(command) = consolidation.multi_node(&consolidatable, blocked, evaluated) {
+    if let Some(command) =
+        consolidation.multi_node(&consolidatable, findings.blocked, findings.evaluated)
+    {
         return Some(vec![command]);
     }
-    let taken = consolidation.single_node(&consolidatable, findings.unconsolidatable, evaluated);
+    let taken = consolidation.single_node(&consolidatable, findings);
     if !taken.is_empty() {
         return Some(taken);
     }
     consolidation
-        .multi_node_beyond_prefix(&consolidatable, evaluated)
+        .multi_node_beyond_prefix(&consolidatable, findings.evaluated)
         .map(|command| vec![command])
 }
 
@@ -154,7 +155,7 @@ impl Consolidation<'_> {
         command.balanced_scores = self
             .balanced
             .scores(self.state, candidates, command.savings_per_hour)
-            .ok_or(NotConsolidated::ScoredTooLow)?;
+            .map_err(NotConsolidated::ScoredTooLow)?;
         Ok(command)
     }
 
@@ -249,8 +250,9 @@ enum NotConsolidated {
     /// No consolidation exists (Karpenter's `Unconsolidatable` reasons).
     Unconsolidatable(String),
     /// One exists, but a Balanced pool scores it below the threshold
-    /// (never an event, as upstream: such refusals are routine).
-    ScoredTooLow,
+    /// (never an event, as upstream: such refusals are routine); the
+    /// scores of its Balanced pools, for the rejected-move metrics.
+    ScoredTooLow(BTreeMap<String, Score>),
 }
 
 /// What a replacement is sought for: the claim the simulation planned for the candidates'

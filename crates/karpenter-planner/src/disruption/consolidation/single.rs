@@ -4,14 +4,14 @@
 //! ones taken before it is taken, which reaches the state Karpenter's
 //! successive loops would.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use crate::disruption::budgets::budget_mapping;
 use crate::disruption::candidates::{Candidate, pdb_blocks};
-use crate::disruption::{Command, Method};
+use crate::disruption::{Command, Findings, Method};
 use crate::model::Reason;
 
-use super::Consolidation;
+use super::{Consolidation, NotConsolidated};
 
 impl Consolidation<'_> {
     /// The single-node commands of a round. A command stays valid when its
@@ -20,8 +20,7 @@ impl Consolidation<'_> {
     pub(super) fn single_node(
         &self,
         consolidatable: &[&Candidate],
-        unconsolidatable: &mut BTreeMap<String, String>,
-        evaluated: &mut usize,
+        findings: &mut Findings<'_>,
     ) -> Vec<Command> {
         let state = self.state;
         let mut remaining_budget = budget_mapping(state, Reason::Underutilized);
@@ -37,12 +36,19 @@ impl Consolidation<'_> {
             {
                 continue;
             }
-            *evaluated += 1;
+            *findings.evaluated += 1;
             // An error means no saving, or the pods have nowhere else to go:
-            // the node stays, and says why.
+            // the node stays, and says why; or its Balanced pool rejected
+            // the move, which is counted.
             let consolidated = self.consolidate(&[*candidate], Method::SingleNodeConsolidation);
-            if let Err(super::NotConsolidated::Unconsolidatable(why)) = &consolidated {
-                unconsolidatable.insert(name.clone(), why.clone());
+            match &consolidated {
+                Err(NotConsolidated::Unconsolidatable(why)) => {
+                    findings.unconsolidatable.insert(name.clone(), why.clone());
+                }
+                Err(NotConsolidated::ScoredTooLow(scores)) => {
+                    findings.rejected_moves.insert(name.clone(), scores.clone());
+                }
+                Ok(_) => {}
             }
             if let Ok(command) = consolidated {
                 let conflicts = command

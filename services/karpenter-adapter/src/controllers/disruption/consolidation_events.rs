@@ -179,19 +179,7 @@ fn count_move(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) 
     if !is_consolidation(command) {
         return;
     }
-    let labels = |nodepool: &str| {
-        let policy = index
-            .node_pools
-            .named(nodepool)
-            .map(|p| p.spec.disruption.consolidation_policy.as_str())
-            .unwrap_or_default()
-            .to_owned();
-        crate::metrics::MoveLabels {
-            decision: "approved".to_owned(),
-            nodepool: nodepool.to_owned(),
-            policy,
-        }
-    };
+    let labels = |nodepool: &str| move_labels(index, nodepool, "approved");
     let pools: std::collections::BTreeSet<&str> = command
         .candidates
         .iter()
@@ -212,6 +200,39 @@ fn count_move(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) 
             .consolidation_score
             .get_or_create(&labels(&score.node_pool))
             .observe(score.score);
+    }
+}
+
+/// The labels of Karpenter's consolidation move metrics for a move of
+/// `nodepool`'s nodes: `decision`, the pool, its consolidation policy.
+fn move_labels(index: &Index, nodepool: &str, decision: &str) -> crate::metrics::MoveLabels {
+    let policy = index
+        .node_pools
+        .named(nodepool)
+        .map(|p| p.spec.disruption.consolidation_policy.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    crate::metrics::MoveLabels {
+        decision: decision.to_owned(),
+        nodepool: nodepool.to_owned(),
+        policy,
+    }
+}
+
+/// Karpenter's metrics for the single-node moves a Balanced pool rejected
+/// in a plan: `karpenter_consolidation_moves_total` and
+/// `karpenter_consolidation_score` with `decision="rejected"` (never an
+/// event: upstream keeps rejections out of events, they are routine).
+pub fn rejected_moves(ctx: &Context, index: &Index, moves: &[sched::RejectedMove]) {
+    for rejected in moves {
+        for score in &rejected.scores {
+            let labels = move_labels(index, &score.node_pool, "rejected");
+            ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
+            ctx.metrics
+                .consolidation_score
+                .get_or_create(&labels)
+                .observe(score.score);
+        }
     }
 }
 

@@ -198,6 +198,7 @@ async fn plan(
     report_blocked(ctx, index, &plan.blocked);
     pod_events::report(ctx, index, k8s_openapi::jiff::Timestamp::now());
     consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
+    consolidation_events::rejected_moves(ctx, index, &plan.rejected_moves);
     if let Some(cost) = &plan.cost {
         for (estimate, value) in [
             ("current", cost.before),
