@@ -256,6 +256,15 @@ fn upstream_v1_15_manifests_validate() {
         "{}",
         stdout(&out)
     );
+    // EC2NodeClasses with v1.15's open kubelet block and expressions.
+    let classes = testdata("upstream-v1.15/ec2nodeclass.yaml");
+    let out = karpctl(&["validate", "-f", &classes]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("2 documents valid, 0 invalid"),
+        "{}",
+        stdout(&out)
+    );
     // CapacityBuffers of both served versions, as v1.15's documentation
     // writes them.
     let buffers = testdata("upstream-v1.15/capacitybuffer.yaml");

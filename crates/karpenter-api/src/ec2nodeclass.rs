@@ -6,14 +6,12 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::common::{Condition, NodeSelectorRequirement, empty, nullable};
-use crate::duration::GoDuration;
 use crate::schema::{self, add_rules, patterns, rule};
 
 /// EC2NodeClass condition: subnets were resolved.
@@ -117,10 +115,10 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(schema_with = "tags_schema")]
     pub tags: BTreeMap<String, String>,
-    /// Kubelet settings for the nodes (a subset of the kubelet configuration).
+    /// Kubelet settings for the nodes: any field of the kubelet's configuration file,
+    /// checked by the provider (Karpenter v1.15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = kubelet_rules)]
-    pub kubelet: Option<KubeletConfiguration>,
+    pub kubelet: Option<Kubelet>,
     /// Block devices attached to the instances.
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
     #[schemars(length(max = 50), transform = block_device_mappings_rules)]
@@ -679,161 +677,7 @@ impl AMIAlias {
     }
 }
 
-/// Kubelet settings. A subset of the kubelet configuration; names follow the kubelet's.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct KubeletConfiguration {
-    /// IP addresses of the cluster DNS servers.
-    #[serde(
-        default,
-        rename = "clusterDNS",
-        skip_serializing_if = "empty",
-        deserialize_with = "nullable"
-    )]
-    pub cluster_dns: Vec<String>,
-    /// Overrides the maximum number of pods per node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub max_pods: Option<i32>,
-    /// Pods per CPU core; the effective limit is the lower of this and `maxPods`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub pods_per_core: Option<i32>,
-    /// Resources reserved for the OS and system daemons (cpu, memory, ephemeral-storage, pid).
-    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
-    #[schemars(schema_with = "system_reserved_schema")]
-    pub system_reserved: BTreeMap<String, String>,
-    /// Resources reserved for Kubernetes components (cpu, memory, ephemeral-storage, pid).
-    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
-    #[schemars(schema_with = "kube_reserved_schema")]
-    pub kube_reserved: BTreeMap<String, String>,
-    /// Hard eviction thresholds by signal (`memory.available`, `nodefs.available`, ...).
-    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
-    #[schemars(schema_with = "eviction_hard_schema")]
-    pub eviction_hard: BTreeMap<String, String>,
-    /// Soft eviction thresholds by signal; each needs a grace period.
-    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
-    #[schemars(schema_with = "eviction_soft_schema")]
-    pub eviction_soft: BTreeMap<String, String>,
-    /// Grace periods of the soft eviction thresholds by signal.
-    #[serde(default, skip_serializing_if = "empty", deserialize_with = "nullable")]
-    #[schemars(schema_with = "eviction_soft_grace_period_schema")]
-    pub eviction_soft_grace_period: BTreeMap<String, GoDuration>,
-    /// The longest grace period (seconds) given to pods evicted for a soft threshold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eviction_max_pod_grace_period: Option<i32>,
-    /// Disk usage percent above which image garbage collection always runs (0-100, above the low threshold).
-    #[serde(
-        default,
-        rename = "imageGCHighThresholdPercent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schemars(range(min = 0, max = 100))]
-    pub image_gc_high_threshold_percent: Option<i32>,
-    /// Disk usage percent below which image garbage collection never runs (0-100, below the high threshold).
-    #[serde(
-        default,
-        rename = "imageGCLowThresholdPercent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schemars(range(min = 0, max = 100))]
-    pub image_gc_low_threshold_percent: Option<i32>,
-    /// Whether CPU CFS quotas are enforced for containers with CPU limits.
-    #[serde(
-        default,
-        rename = "cpuCFSQuota",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub cpu_cfs_quota: Option<bool>,
-}
-
-/// `['a','b']`: a list of names as a CEL literal (and as the rules'
-/// messages show it).
-fn cel_list(names: &[&str]) -> String {
-    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-    format!("[{}]", quoted.join(","))
-}
-
-fn kubelet_rules(schema: &mut Schema) {
-    add_rules(
-        schema,
-        [
-            rule(
-                "has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ?  self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent  : true",
-                "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
-            ),
-            rule(
-                "has(self.evictionSoft) ? self.evictionSoft.all(e, (e in self.evictionSoftGracePeriod)):true",
-                "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
-            ),
-            rule(
-                "has(self.evictionSoftGracePeriod) ? self.evictionSoftGracePeriod.all(e, (e in self.evictionSoft)):true",
-                "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
-            ),
-        ],
-    );
-}
-
-fn reserved_schema(field: &str) -> Schema {
-    json_schema!({
-        "type": "object",
-        "additionalProperties": { "type": "string", "pattern": patterns::QUANTITY },
-        "x-kubernetes-validations": [
-            rule(
-                &format!(
-                    "self.all(x, {})",
-                    RESERVED_RESOURCES
-                        .iter()
-                        .map(|r| format!("x=='{r}'"))
-                        .collect::<Vec<_>>()
-                        .join(" || ")
-                ),
-                &format!("valid keys for {field} are {}", cel_list(&RESERVED_RESOURCES)),
-            ),
-            rule("self.all(x, !self[x].startsWith('-'))", &format!("{field} value cannot be a negative resource quantity")),
-        ],
-    })
-}
-
-fn system_reserved_schema(_: &mut SchemaGenerator) -> Schema {
-    reserved_schema("systemReserved")
-}
-
-fn kube_reserved_schema(_: &mut SchemaGenerator) -> Schema {
-    reserved_schema("kubeReserved")
-}
-
-fn eviction_rule(field: &str) -> Value {
-    let signals = cel_list(&EVICTION_SIGNALS);
-    rule(
-        &format!("self.all(x, x in {signals})"),
-        &format!("valid keys for {field} are {signals}"),
-    )
-}
-
-fn eviction_threshold_schema(field: &str) -> Schema {
-    json_schema!({
-        "type": "object",
-        "additionalProperties": { "type": "string", "pattern": patterns::EVICTION_THRESHOLD },
-        "x-kubernetes-validations": [eviction_rule(field)],
-    })
-}
-
-fn eviction_hard_schema(_: &mut SchemaGenerator) -> Schema {
-    eviction_threshold_schema("evictionHard")
-}
-
-fn eviction_soft_schema(_: &mut SchemaGenerator) -> Schema {
-    eviction_threshold_schema("evictionSoft")
-}
-
-fn eviction_soft_grace_period_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "additionalProperties": { "type": "string" },
-        "x-kubernetes-validations": [eviction_rule("evictionSoftGracePeriod")],
-    })
-}
+pub use crate::kubelet::{Kubelet, KubeletConfiguration};
 
 /// Whether an Instance Metadata Service endpoint is on.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]

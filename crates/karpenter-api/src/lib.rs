@@ -45,6 +45,7 @@ mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
 pub mod hash;
+pub mod kubelet;
 pub mod node;
 pub mod nodeclaim;
 pub mod nodeoverlay;

@@ -438,18 +438,7 @@ fn ec2nodeclass_defaults() {
         json!(["id", "zone"])
     );
     for field in [
-        "kubelet.maxPods",
-        "kubelet.podsPerCore",
-        "kubelet.systemReserved",
-        "kubelet.kubeReserved",
-        "kubelet.evictionHard",
-        "kubelet.evictionSoft",
-        "kubelet.evictionSoftGracePeriod",
-        "kubelet.evictionMaxPodGracePeriod",
-        "kubelet.imageGCHighThresholdPercent",
-        "kubelet.imageGCLowThresholdPercent",
-        "kubelet.cpuCFSQuota",
-        "kubelet.clusterDNS",
+        "kubelet",
         "capacityReservationSelectorTerms",
         "associatePublicIPAddress",
         "userData",
@@ -655,46 +644,6 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
                 ],
             ),
             (
-                "spec.kubelet",
-                &[
-                    "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
-                    "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
-                    "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
-                ],
-            ),
-            (
-                "spec.kubelet.systemReserved",
-                &[
-                    "valid keys for systemReserved are ['cpu','memory','ephemeral-storage','pid']",
-                    "systemReserved value cannot be a negative resource quantity",
-                ],
-            ),
-            (
-                "spec.kubelet.kubeReserved",
-                &[
-                    "valid keys for kubeReserved are ['cpu','memory','ephemeral-storage','pid']",
-                    "kubeReserved value cannot be a negative resource quantity",
-                ],
-            ),
-            (
-                "spec.kubelet.evictionHard",
-                &[
-                    "valid keys for evictionHard are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
-                ],
-            ),
-            (
-                "spec.kubelet.evictionSoft",
-                &[
-                    "valid keys for evictionSoft are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
-                ],
-            ),
-            (
-                "spec.kubelet.evictionSoftGracePeriod",
-                &[
-                    "valid keys for evictionSoftGracePeriod are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
-                ],
-            ),
-            (
                 "spec.blockDeviceMappings",
                 &["must have only one blockDeviceMappings with rootVolume"],
             ),
@@ -732,13 +681,15 @@ fn ec2nodeclass_cel_rules_sit_on_the_right_fields() {
 #[test]
 fn rule_counts_are_complete() {
     // 20 NodePool and 10 NodeClaim rules, as in Karpenter's CRDs since v1.9
-    // dropped the kubernetes.io and k8s.io domain rules; 54 EC2NodeClass
+    // dropped the kubernetes.io and k8s.io domain rules; 44 EC2NodeClass
     // (v1.14 added the Windows2025 alias rule and those of
-    // placementGroupSelector, networkInterfaces and connectionTracking).
+    // placementGroupSelector, networkInterfaces and connectionTracking;
+    // v1.15 made spec.kubelet an open object, checked by the provider, and
+    // dropped its ten rules).
     let count = |name| collect_rules(&schema(name)).len();
     assert_eq!(count(NODEPOOLS), 20);
     assert_eq!(count(NODECLAIMS), 10);
-    assert_eq!(count(EC2NODECLASSES), 54);
+    assert_eq!(count(EC2NODECLASSES), 44);
 }
 
 #[test]

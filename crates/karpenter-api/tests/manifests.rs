@@ -309,7 +309,9 @@ status:
     let kubelet = spec
         .kubelet
         .as_ref()
-        .unwrap_or_else(|| panic!("kubelet expected"));
+        .unwrap_or_else(|| panic!("kubelet expected"))
+        .parse()
+        .unwrap_or_else(|e| panic!("kubelet: {e}"));
     assert_eq!(
         kubelet
             .eviction_soft_grace_period

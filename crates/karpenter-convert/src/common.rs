@@ -9,7 +9,7 @@ use crate::nodeclass::drop_status;
 use crate::note::NoteKind;
 
 use karpenter_api::aws::labels;
-use karpenter_core::kubelet::{EVICTION_SIGNALS, RESERVED_RESOURCES};
+use karpenter_core::kubelet::{EVICTION_SIGNALS, MAPPED_FIELDS, RESERVED_RESOURCES};
 use karpenter_core::object_meta;
 
 pub(crate) const GROUP_CORE: &str = labels::KARPENTER_GROUP;
@@ -240,21 +240,6 @@ pub(crate) fn requirement_keys(requirements: &[Value]) -> Vec<String> {
         .collect()
 }
 
-const KUBELET_FIELDS: &[&str] = &[
-    "clusterDNS",
-    "maxPods",
-    "podsPerCore",
-    "systemReserved",
-    "kubeReserved",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMaxPodGracePeriod",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "cpuCFSQuota",
-];
-
 /// A kubelet string map whose keys v1 limits to `allowed`; every other key is kept but noted,
 /// with `why`, for the user to act on.
 fn keys_within(
@@ -278,7 +263,7 @@ fn keys_within(
 /// `EC2NodeClass.spec.kubelet` block.
 pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<String, Value>> {
     let mut out = Map::new();
-    for field in KUBELET_FIELDS {
+    for field in &MAPPED_FIELDS {
         let path = kc.child(field);
         let Some(value) = kc.take(ctx, field) else {
             continue;
@@ -329,7 +314,7 @@ pub(crate) fn convert_kubelet(ctx: &mut Ctx<'_>, mut kc: Obj) -> Result<Map<Stri
         "containerRuntime is gone since v1beta1: containerd is the only supported runtime",
     );
     let kc_path = kc.path().to_string();
-    kc.finish(ctx, KUBELET_FIELDS);
+    kc.finish(ctx, &MAPPED_FIELDS);
 
     let soft: Vec<&String> = out
         .get("evictionSoft")

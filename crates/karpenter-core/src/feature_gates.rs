@@ -39,13 +39,7 @@ pub struct FeatureGates {
 
 impl Default for FeatureGates {
     fn default() -> Self {
-        FeatureGates {
-            gates: DEFAULTS
-                .iter()
-                .map(|(name, on)| ((*name).to_owned(), *on))
-                .collect(),
-            unknown: Vec::new(),
-        }
+        Self::defaults(DEFAULTS)
     }
 }
 
@@ -62,7 +56,24 @@ impl FeatureGates {
     /// Reads `Name=true,Other=false` over the defaults. Names that are not
     /// gates are kept in [`FeatureGates::unknown`], not set.
     pub fn parse(text: &str) -> Result<Self, FeatureGateError> {
-        let mut gates = FeatureGates::default();
+        Self::parse_over(DEFAULTS, text)
+    }
+
+    /// Another set of gates at their defaults (a provider's own, such as
+    /// provider-aws's `AWS_FEATURE_GATES`).
+    pub fn defaults(defaults: &[(&str, bool)]) -> Self {
+        FeatureGates {
+            gates: defaults
+                .iter()
+                .map(|(name, on)| ((*name).to_owned(), *on))
+                .collect(),
+            unknown: Vec::new(),
+        }
+    }
+
+    /// Reads `Name=true,Other=false` over another set of gates' defaults.
+    pub fn parse_over(defaults: &[(&str, bool)], text: &str) -> Result<Self, FeatureGateError> {
+        let mut gates = FeatureGates::defaults(defaults);
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, value) = part
                 .split_once('=')

@@ -52,6 +52,9 @@ pub struct Settings {
     pub launch_template_ttl: Duration,
     /// How often unused launch templates are looked for.
     pub janitor_interval: Duration,
+    /// `AWS_FEATURE_GATES` `NodeClassCEL`: kubelet settings may be CEL
+    /// expressions evaluated per instance type.
+    pub node_class_cel: bool,
 }
 
 impl Settings {
@@ -77,6 +80,7 @@ impl Settings {
             max_attempts: 5,
             launch_template_ttl: Duration::from_secs(10 * 60),
             janitor_interval: Duration::from_secs(60),
+            node_class_cel: false,
         }
     }
 }

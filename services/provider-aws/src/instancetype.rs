@@ -335,6 +335,8 @@ pub struct Context {
     pub connection_tracking: bool,
     /// The node class enables nested virtualization.
     pub nested_virtualization: bool,
+    /// `NodeClassCEL`: the kubelet settings' expressions are evaluated.
+    pub node_class_cel: bool,
 }
 
 /// Whether a type can launch as the node class asks: AL2023 does not run on
@@ -414,7 +416,11 @@ pub fn memory_capacity_bytes(info: &TypeInfo, overhead_percent: f64) -> i64 {
 /// Pods per node: `maxPods` when set, else the family's default; capped by
 /// `podsPerCore` where the family's kubelet takes it.
 pub fn pods(info: &TypeInfo, ctx: &Context) -> i64 {
-    let kubelet = ctx.kubelet.as_ref();
+    pods_with(info, ctx, ctx.kubelet.as_ref())
+}
+
+/// [`pods`] with other kubelet settings than the context's.
+fn pods_with(info: &TypeInfo, ctx: &Context, kubelet: Option<&KubeletConfiguration>) -> i64 {
     let family = traits(ctx.family);
     let mut pods = match kubelet.and_then(|k| k.max_pods) {
         Some(max) => i64::from(max),
@@ -427,6 +433,41 @@ pub fn pods(info: &TypeInfo, ctx: &Context) -> i64 {
         pods = pods.min(i64::from(per_core) * info.vcpus);
     }
     pods
+}
+
+/// What a kubelet expression knows of the type.
+pub fn facts(info: &TypeInfo) -> crate::kubelet::Facts {
+    crate::kubelet::Facts {
+        instance_type: info.name.clone(),
+        vcpus: info.vcpus,
+        memory_mib: info.memory_mib,
+        default_enis: info.default_card_enis,
+        ips_per_eni: info.ipv4_per_eni,
+    }
+}
+
+/// The context's kubelet settings for this type with their expressions
+/// evaluated (`None` when they have none): what its capacity is computed
+/// from and what its launch template's user data says.
+pub fn resolved_kubelet(
+    info: &TypeInfo,
+    ctx: &Context,
+) -> Result<Option<KubeletConfiguration>, String> {
+    let Some(kubelet) = ctx.kubelet.as_ref().filter(|k| k.has_expressions()) else {
+        return Ok(None);
+    };
+    let mut without_max_pods = kubelet.clone();
+    without_max_pods.max_pods = None;
+    without_max_pods.max_pods_expression = None;
+    let default_pods = pods_with(info, ctx, Some(&without_max_pods));
+    crate::kubelet::resolve(
+        kubelet,
+        &facts(info),
+        ctx.node_class_cel,
+        default_pods,
+        |resolved| pods_with(info, ctx, Some(resolved)),
+    )
+    .map(Some)
 }
 
 /// Bytes of ephemeral storage on a node of this type.
@@ -735,6 +776,22 @@ pub fn instance_type(
     if offerings.is_empty() {
         return None;
     }
+    let resolved_ctx;
+    let ctx = match resolved_kubelet(info, ctx) {
+        Ok(None) => ctx,
+        Ok(Some(kubelet)) => {
+            resolved_ctx = Context {
+                kubelet: Some(kubelet),
+                ..ctx.clone()
+            };
+            &resolved_ctx
+        }
+        // The type cannot be planned for: it is left out (the others stay).
+        Err(error) => {
+            tracing::warn!(instance_type = %info.name, %error, "kubelet expressions do not resolve; type left out");
+            return None;
+        }
+    };
     let mut requirements = type_requirements(info, ctx);
     let zones: BTreeSet<String> = offerings.iter().map(|o| o.zone.clone()).collect();
     let capacity_types: BTreeSet<String> =
@@ -836,7 +893,12 @@ mod tests {
         Context {
             region: "us-east-1".into(),
             zones: Vec::new(),
-            kubelet: serde_json::from_value(kubelet).expect("kubelet"),
+            kubelet: (!kubelet.is_null()).then(|| {
+                serde_json::from_value::<karpenter_api::ec2nodeclass::Kubelet>(kubelet)
+                    .expect("kubelet")
+                    .parse()
+                    .expect("valid kubelet")
+            }),
             family,
             ephemeral_storage_bytes: 20 << 30,
             raid0: false,
@@ -845,7 +907,52 @@ mod tests {
             network_interfaces: Vec::new(),
             connection_tracking: false,
             nested_virtualization: false,
+            node_class_cel: true,
         }
+    }
+
+    // Upstream instancetype suite: "should resolve maxPods from an
+    // expression when it evaluates in range", "should resolve
+    // systemReserved expressions into the instance type's reserved
+    // overhead", "should use the default maxPods (not the expression
+    // result) when the gate is disabled".
+    #[test]
+    fn kubelet_expressions_set_each_types_pods_and_reserved_resources() {
+        let m5 = named("m5.large");
+        let ctx = context(
+            AMIFamily::AL2023,
+            serde_json::json!({
+                "maxPods": "min(max_pods, 20)",
+                "systemReserved": {"cpu": "vcpus * 50", "memory": "max_pods * 8"}
+            }),
+        );
+        let source = Priced;
+        let zones = BTreeSet::from(["zone-a".to_string()]);
+        let it = instance_type(&m5, &ctx, &zones, &source).expect("listed");
+        let capacity = it.capacity.expect("capacity").quantities;
+        assert_eq!(capacity["pods"], 20, "min(29, 20)");
+        let system = it
+            .overhead
+            .expect("overhead")
+            .system_reserved
+            .expect("system");
+        assert_eq!(system.quantities["cpu"], 100, "2 vCPUs x 50m");
+        assert_eq!(
+            system.quantities["memory"],
+            160 << 20,
+            "20 pods x 8 = 160Mi"
+        );
+
+        let off = Context {
+            node_class_cel: false,
+            ..ctx
+        };
+        let it = instance_type(&m5, &off, &zones, &source).expect("listed");
+        assert_eq!(
+            it.capacity.expect("capacity").quantities["pods"],
+            29,
+            "the default"
+        );
     }
 
     fn kube_memory_mib(info: &TypeInfo, ctx: &Context) -> i64 {
@@ -910,6 +1017,7 @@ mod tests {
         let mut ctx = context(
             AMIFamily::AL2023,
             serde_json::json!({"evictionSoft": {"memory.available": "50%"},
+                               "evictionSoftGracePeriod": {"memory.available": "1m"},
                                "evictionHard": {"nodefs.available": "100%"}}),
         );
         ctx.raid0 = true;

@@ -27,6 +27,7 @@ pub mod error;
 pub mod fleet;
 pub mod instancetype;
 pub mod interruption;
+pub mod kubelet;
 pub mod limits;
 pub mod nodeclass;
 pub mod provider;

@@ -55,6 +55,11 @@ struct Args {
     /// vCPU and memory (Karpenter uses tables built into its binary).
     #[arg(long, env = "ISOLATED_VPC", default_value_t = false, action = clap::ArgAction::Set)]
     isolated_vpc: bool,
+    /// provider-aws's feature gates, `Name=true,...` (Karpenter's
+    /// `AWS_FEATURE_GATES`): `NodeClassCEL` (default false). Names that are
+    /// not gates are ignored with a warning.
+    #[arg(long, env = "AWS_FEATURE_GATES", default_value = "")]
+    aws_feature_gates: String,
     /// Seconds between price refreshes.
     #[arg(long, env = "PRICING_REFRESH_SECONDS", default_value_t = 12 * 60 * 60)]
     pricing_refresh_seconds: u64,
@@ -105,5 +110,14 @@ fn settings(args: Args) -> anyhow::Result<provider_aws::Settings> {
     settings.reserved_enis = args.reserved_enis;
     settings.isolated_vpc = args.isolated_vpc;
     settings.pricing_refresh = Duration::from_secs(args.pricing_refresh_seconds.max(60));
+    let gates = karpenter_core::feature_gates::FeatureGates::parse_over(
+        provider_aws::kubelet::FEATURE_GATE_DEFAULTS,
+        &args.aws_feature_gates,
+    )
+    .map_err(|e| anyhow::anyhow!("AWS_FEATURE_GATES: {e}"))?;
+    for name in gates.unknown() {
+        tracing::warn!(gate = %name, "AWS_FEATURE_GATES names a gate provider-aws does not have; ignored");
+    }
+    settings.node_class_cel = gates.enabled(provider_aws::kubelet::NODE_CLASS_CEL);
     Ok(settings)
 }

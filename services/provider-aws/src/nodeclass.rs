@@ -17,7 +17,9 @@ use crate::cluster::ClusterDetails;
 use crate::error::{Error, error_code};
 
 /// The version of the spec hash scheme.
-pub const HASH_VERSION: &str = "v1";
+// v2: objects hashed with their keys sorted (`spec.kubelet` keeps the
+// fields as written since Karpenter v1.15, in the order written).
+pub const HASH_VERSION: &str = "v2";
 
 /// A resolved subnet with what launches need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +73,22 @@ impl NodeClass {
         self.alias().map(|a| a.family).unwrap_or(AMIFamily::Custom)
     }
 
+    /// The kubelet settings, parsed (`None` when there are none); settings
+    /// the kubelet would not take are refused, naming the field (under
+    /// `node_claim.node_class.`, where a launch request carries them).
+    pub fn kubelet(&self) -> Result<Option<nc::KubeletConfiguration>, Error> {
+        let Some(kubelet) = &self.spec.kubelet else {
+            return Ok(None);
+        };
+        kubelet.parse().map(Some).map_err(|errors| {
+            let field = errors
+                .0
+                .first()
+                .map_or("spec.kubelet", |p| p.field.as_str());
+            Error::invalid(format!("node_claim.node_class.{field}"), errors.to_string())
+        })
+    }
+
     pub fn alias(&self) -> Option<nc::AMIAlias> {
         self.spec
             .ami_selector_terms
@@ -96,7 +114,23 @@ pub fn spec_hash(spec: &EC2NodeClassSpec) -> String {
             map.remove(key);
         }
     }
-    fnv64(value.to_string().as_bytes()).to_string()
+    fnv64(sorted(value).to_string().as_bytes()).to_string()
+}
+
+/// `value` with every object's keys in order, so that the same settings
+/// written in another order hash the same.
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted).collect())
+        }
+        other => other,
+    }
 }
 
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
@@ -935,11 +969,21 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String) -> pv::Condit
 /// Whether nodes of this class can join the cluster: its endpoint, CA and
 /// service CIDR are known, and the class's user data can be merged.
 fn validation(
+    settings: &Settings,
     cluster: &ClusterDetails,
     cluster_error: Option<&str>,
     node_class: &NodeClass,
 ) -> pv::Condition {
     let mut problems = Vec::new();
+    let kubelet = crate::kubelet::validate(
+        node_class.spec.kubelet.as_ref(),
+        node_class.family(),
+        settings.node_class_cel,
+    )
+    .err();
+    if let Some(refusal) = &kubelet {
+        problems.push(refusal.message.clone());
+    }
     let missing = cluster.missing();
     if !missing.is_empty() {
         let mut problem = format!(
@@ -968,6 +1012,8 @@ fn validation(
     }
     let reason = if !missing.is_empty() {
         "ClusterDetailsUnresolved"
+    } else if let Some(refusal) = &kubelet {
+        refusal.reason
     } else if unsupported_placement {
         "PlacementGroupUnsupported"
     } else {
@@ -1049,7 +1095,7 @@ pub async fn resolve_status(
             ),
         },
     ];
-    conditions.push(validation(cluster, cluster_error, node_class));
+    conditions.push(validation(settings, cluster, cluster_error, node_class));
     let not_ready: Vec<String> = conditions
         .iter()
         .filter(|c| c.status != "True")

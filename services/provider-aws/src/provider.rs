@@ -89,7 +89,8 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
                 zones
             })
             .unwrap_or_default(),
-        kubelet: nc.and_then(|nc| nc.spec.kubelet.clone()),
+        // An invalid class is not launched from (its validation says why).
+        kubelet: nc.and_then(|nc| nc.kubelet().ok().flatten()),
         family: nc.map(NodeClass::family).unwrap_or(AMIFamily::AL2023),
         ephemeral_storage_bytes: nc.map(volumes::ephemeral_storage_bytes).unwrap_or(20 << 30),
         raid0: nc
@@ -101,8 +102,13 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
             .unwrap_or_default(),
         connection_tracking: nc.is_some_and(|nc| nc.spec.connection_tracking.is_some()),
         nested_virtualization: nc.is_some_and(|nc| nc.spec.nested_virtualization()),
+        node_class_cel: settings.node_class_cel,
     }
 }
+
+/// What splits a launch's types into launch templates: the AMI, the pods
+/// their user data sets, and their resolved reserved resources.
+type TemplateKey = (String, i64, String);
 
 fn provider_id(zone: &str, instance_id: &str) -> String {
     format!("aws:///{zone}/{instance_id}")
@@ -358,7 +364,8 @@ impl Provider {
                 }
                 break;
             }
-            let groups = self.template_groups(&cluster, claim, &nc, capacity_type, &candidates)?;
+            let groups =
+                self.template_groups(&cluster, claim, &nc, capacity_type, &candidates, &built)?;
             for group in &groups {
                 self.ensure_launch_template(&group.template).await?;
             }
@@ -426,7 +433,8 @@ impl Provider {
 
     /// The launch templates of a launch: each candidate goes with the
     /// first (newest) AMI whose requirements it meets, and the types of an
-    /// AMI are split by the pods their user data sets.
+    /// AMI are split by the pods their user data sets and by their kubelet
+    /// settings (which differ by type when they are expressions).
     fn template_groups<'c>(
         &self,
         cluster: &ClusterDetails,
@@ -434,9 +442,16 @@ impl Provider {
         nc: &NodeClass,
         capacity_type: &str,
         candidates: &'c [Candidate],
+        built: &[(TypeInfo, types::InstanceType)],
     ) -> Result<Vec<Group<'c>>, Error> {
-        let mut keys: Vec<(String, i64)> = Vec::new();
-        let mut members: BTreeMap<(String, i64), Vec<&'c Candidate>> = BTreeMap::new();
+        let kubelet = nc.kubelet()?;
+        let ctx = context(&self.settings, Some(nc));
+        let mut keys: Vec<TemplateKey> = Vec::new();
+        let mut members: BTreeMap<TemplateKey, Vec<&'c Candidate>> = BTreeMap::new();
+        let mut settings: BTreeMap<
+            TemplateKey,
+            Option<karpenter_api::ec2nodeclass::KubeletConfiguration>,
+        > = BTreeMap::new();
         for candidate in candidates {
             let Some(type_reqs) = requirements_of(&candidate.instance_type.requirements) else {
                 continue;
@@ -447,9 +462,22 @@ impl Provider {
             }) else {
                 continue;
             };
-            let key = (ami.id.clone(), candidate.pods());
+            let resolved = built
+                .iter()
+                .find(|(info, _)| info.name == candidate.instance_type.name)
+                .map(|(info, _)| instancetype::resolved_kubelet(info, &ctx))
+                .transpose()
+                .map_err(|e| Error::invalid("node_claim.node_class.spec.kubelet", e))?
+                .flatten();
+            let type_kubelet = resolved.or_else(|| kubelet.clone());
+            let signature = type_kubelet
+                .as_ref()
+                .map(|k| format!("{:?}{:?}", k.kube_reserved, k.system_reserved))
+                .unwrap_or_default();
+            let key = (ami.id.clone(), candidate.pods(), signature);
             if !members.contains_key(&key) {
                 keys.push(key.clone());
+                settings.insert(key.clone(), type_kubelet);
             }
             members.entry(key).or_default().push(candidate);
         }
@@ -468,6 +496,7 @@ impl Provider {
                     capacity_type,
                     &key.0,
                     key.1,
+                    settings.get(&key).and_then(Option::as_ref),
                 )?;
                 Ok(Group {
                     template,

@@ -14,6 +14,7 @@
 //!   use) are deleted
 //! ```
 
+use karpenter_api::ec2nodeclass::KubeletConfiguration;
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
@@ -159,7 +160,9 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// The template for `claim`'s types that run `ami` with `max_pods` pods.
+    /// The template for `claim`'s types that run `ami` with `max_pods` pods
+    /// and `kubelet` (the node class's settings as resolved for them).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: &Settings,
         cluster: &ClusterDetails,
@@ -168,6 +171,7 @@ impl Spec {
         capacity_type: &str,
         ami: &str,
         max_pods: i64,
+        kubelet: Option<&KubeletConfiguration>,
     ) -> Result<Self, Error> {
         let family = nc.family();
         let mut labels: BTreeMap<String, String> = claim.labels.clone().into_iter().collect();
@@ -193,7 +197,7 @@ impl Spec {
             cluster,
             labels,
             taints,
-            kubelet: nc.spec.kubelet.as_ref(),
+            kubelet,
             max_pods,
             raid0: nc.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0),
             user_data: nc.spec.user_data.as_deref(),

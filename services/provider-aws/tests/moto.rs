@@ -259,16 +259,7 @@ async fn instance_types_carry_labels_capacity_overhead_and_prices() {
     custom.spec_json = spec.to_string();
     let describe_calls = world.proxy.count("ec2:DescribeInstanceTypes");
     let started = Instant::now();
-    let custom_types = world
-        .client
-        .get_instance_types(pv::GetInstanceTypesRequest {
-            node_pool: "default".into(),
-            node_class: Some(custom),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .instance_types;
+    let custom_types = instance_types_of(&world, custom).await;
     let warm = started.elapsed();
     assert_eq!(
         world.proxy.count("ec2:DescribeInstanceTypes"),
@@ -642,16 +633,7 @@ async fn insufficient_capacity_falls_back_to_another_offering_and_is_remembered(
     assert_eq!(instance.capacity_type, "on-demand", "spot had no capacity");
     assert_eq!(world.proxy.count("ec2:CreateFleet"), 2);
     // The spot offerings are now unavailable in the catalog...
-    let types = world
-        .client
-        .get_instance_types(pv::GetInstanceTypesRequest {
-            node_pool: "default".into(),
-            node_class: Some(node_class.clone()),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .instance_types;
+    let types = instance_types_of(&world, node_class.clone()).await;
     let failed = world.proxy.with(|s| s.ice_answers[0].clone());
     assert!(!failed.is_empty());
     for (t, zone) in &failed {
@@ -1352,16 +1334,7 @@ async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
     nc.spec_json = spec.to_string();
     let (nc, _) = resolved(&mut world, nc).await;
     // Bottlerocket's ephemeral storage is its 20 GiB data volume.
-    let types = world
-        .client
-        .get_instance_types(pv::GetInstanceTypesRequest {
-            node_pool: "default".into(),
-            node_class: Some(nc.clone()),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .instance_types;
+    let types = instance_types_of(&world, nc.clone()).await;
     let t4g = types.iter().find(|t| t.name == "t4g.medium").unwrap();
     assert_eq!(
         t4g.capacity.as_ref().unwrap().quantities["ephemeral-storage"],
@@ -1956,4 +1929,196 @@ async fn an_idle_replicas_janitor_keeps_the_templates_the_busy_replica_uses() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     world.assert_least_privilege();
+}
+
+/// The instance types the provider lists for the default pool and `nc`.
+async fn instance_types_of(world: &World, nc: pv::NodeClass) -> Vec<types::InstanceType> {
+    world
+        .client
+        .clone()
+        .get_instance_types(pv::GetInstanceTypesRequest {
+            node_pool: "default".into(),
+            node_class: Some(nc),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance_types
+}
+
+/// The validation condition of a resolved node class.
+fn validation_of(response: &pv::ResolveNodeClassResponse) -> (String, String, String) {
+    let c = response
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "ValidationSucceeded")
+        .expect("validation condition");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+fn with_kubelet(nc: &pv::NodeClass, family: &str, kubelet: serde_json::Value) -> pv::NodeClass {
+    let mut nc = nc.clone();
+    let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+    spec["kubelet"] = kubelet;
+    if family != "AL2023" {
+        spec["amiFamily"] = family.into();
+        spec["amiSelectorTerms"] =
+            serde_json::json!([{"alias": format!("{}@latest", family.to_lowercase())}]);
+    }
+    nc.spec_json = spec.to_string();
+    nc
+}
+
+/// Karpenter v1.15's `spec.kubelet` (upstream validation_test.go and the
+/// launch template suite): any kubelet field reaches AL2023's nodeadm
+/// config as written; other families refuse what they would not apply; a
+/// structurally invalid block, or an expression while NodeClassCEL is off,
+/// holds the node class with upstream's reasons; with the gate on, the
+/// expressions are resolved per instance type into the capacity and into
+/// the user data as numbers ("should resolve a maxPods CEL expression into
+/// the inline config as an integer, not the raw expression").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_15_kubelet_settings_are_validated_passed_through_and_resolved() {
+    let mut world = World::start_with(|s| s.node_class_cel = true).await;
+    let base = seed_node_class();
+    let cases = [
+        (
+            "AL2023",
+            serde_json::json!({"maxPods": "many"}),
+            "True",
+            "ValidationSucceeded",
+        ),
+        (
+            "AL2023",
+            serde_json::json!({"shutdownGracePeriod": 30}),
+            "False",
+            "InvalidKubeletConfiguration",
+        ),
+        (
+            "AL2023",
+            serde_json::json!({"notAField": true}),
+            "False",
+            "InvalidKubeletConfiguration",
+        ),
+        (
+            "AL2023",
+            serde_json::json!({"registerWithTaints": []}),
+            "False",
+            "InvalidKubeletConfiguration",
+        ),
+        (
+            "AL2023",
+            serde_json::json!({"kubeReserved": {"cpu": "vcpus *"}}),
+            "False",
+            "KubeletExpressionInvalid",
+        ),
+        (
+            "Bottlerocket",
+            serde_json::json!({"shutdownGracePeriod": "30s"}),
+            "False",
+            "UnsupportedKubeletConfiguration",
+        ),
+    ];
+    for (family, kubelet, status, reason) in cases {
+        let nc = with_kubelet(&base, family, kubelet.clone());
+        let (_, response) = resolved(&mut world, nc).await;
+        let (got_status, got_reason, message) = validation_of(&response);
+        if reason == "ValidationSucceeded" {
+            // "many" is an unknown variable: not an expression that compiles.
+            assert_eq!(
+                got_reason, "KubeletExpressionInvalid",
+                "{kubelet}: {message}"
+            );
+            continue;
+        }
+        assert_eq!(
+            (got_status.as_str(), got_reason.as_str()),
+            (status, reason),
+            "{family} {kubelet}: {message}"
+        );
+        assert!(message.contains("spec.kubelet"), "{message}");
+    }
+
+    let nc = with_kubelet(
+        &base,
+        "AL2023",
+        serde_json::json!({
+            "shutdownGracePeriod": "30s",
+            "maxPods": "min(max_pods, 7)",
+            "systemReserved": {"cpu": "vcpus * 50"}
+        }),
+    );
+    let (nc, response) = resolved(&mut world, nc).await;
+    assert_eq!(
+        validation_of(&response).0,
+        "True",
+        "{:?}",
+        response.conditions
+    );
+    let types = instance_types_of(&world, nc.clone()).await;
+    let t4g = types
+        .iter()
+        .find(|t| t.name == "t4g.small")
+        .expect("t4g.small");
+    assert_eq!(t4g.capacity.as_ref().unwrap().quantities["pods"], 7);
+    let system = t4g
+        .overhead
+        .as_ref()
+        .unwrap()
+        .system_reserved
+        .as_ref()
+        .unwrap();
+    assert_eq!(system.quantities["cpu"], 100, "2 vCPUs x 50m");
+
+    create(&mut world, seed_node_claim("kubelet-v115", &nc))
+        .await
+        .expect("launches");
+    let templates = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap();
+    let mut seen = false;
+    for template in templates.launch_templates() {
+        let user_data =
+            userdata::of_template(&world.setup, template.launch_template_name().unwrap()).await;
+        let parts = userdata::mime_parts(&user_data);
+        let config = userdata::node_config(&parts.last().expect("NodeConfig").payload);
+        let kubelet = &config["spec"]["kubelet"]["config"];
+        assert_eq!(
+            kubelet["shutdownGracePeriod"].as_str(),
+            Some("30s"),
+            "{user_data}"
+        );
+        assert_eq!(
+            kubelet["maxPods"].as_i64(),
+            Some(7),
+            "a number, not the expression: {user_data}"
+        );
+        // 50m per vCPU of the template's types (t4g with 2 or 4 vCPUs).
+        let cpu = kubelet["systemReserved"]["cpu"].as_str();
+        assert!(matches!(cpu, Some("100m" | "200m")), "{user_data}");
+        seen = true;
+    }
+    assert!(seen, "a launch template");
+
+    // With the gate off, the same node class is held.
+    let mut off = World::start().await;
+    let nc = with_kubelet(
+        &base,
+        "AL2023",
+        serde_json::json!({"maxPods": "min(max_pods, 7)"}),
+    );
+    let (_, response) = resolved(&mut off, nc).await;
+    let (status, reason, message) = validation_of(&response);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "KubeletExpressionsDisabled")
+    );
+    assert_eq!(
+        message,
+        "spec.kubelet contains a CEL expression, but the NodeClassCEL feature gate is disabled"
+    );
 }

@@ -595,12 +595,23 @@ async fn values_that_would_break_out_of_the_bootstrap_script_are_refused() {
     node_class.spec_json = spec.to_string();
     reserved.node_class = Some(node_class);
 
-    for (claim, field) in [
-        (labelled, "node_claim.labels[example.com/team]"),
-        (tainted, "node_claim.taints.value"),
+    // The provider resolves the caller's node class itself: kubelet
+    // settings it would not take hold the class (not ready), naming them.
+    for (claim, field, code) in [
+        (
+            labelled,
+            "node_claim.labels[example.com/team]",
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            tainted,
+            "node_claim.taints.value",
+            tonic::Code::InvalidArgument,
+        ),
         (
             reserved,
-            "node_claim.node_class.spec.kubelet.evictionHard[memory.available]",
+            "spec.kubelet.evictionHard[memory.available]",
+            tonic::Code::FailedPrecondition,
         ),
     ] {
         let name = claim.name.clone();
@@ -611,11 +622,7 @@ async fn values_that_would_break_out_of_the_bootstrap_script_are_refused() {
             })
             .await
             .expect_err("refused");
-        assert_eq!(
-            refused.code(),
-            tonic::Code::InvalidArgument,
-            "{name}: {refused:?}"
-        );
+        assert_eq!(refused.code(), code, "{name}: {refused:?}");
         assert!(
             refused.message().contains(field),
             "{name}: the refusal names {field}: {}",

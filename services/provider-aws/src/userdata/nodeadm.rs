@@ -82,14 +82,21 @@ fn is_yaml_mapping(text: &str) -> bool {
     serde_yaml::from_str::<serde_yaml::Mapping>(text).is_ok()
 }
 
-/// The kubelet configuration: the node class's, with the pods planned per
-/// instance type, the cluster DNS and the taints to register with.
+/// The kubelet configuration: the node class's (every field it sets: only
+/// AL2023's nodeadm takes fields beyond the ones Karpenter reads), with the
+/// pods planned per instance type, the cluster DNS and the taints to
+/// register with.
 fn kubelet_config(b: &Bootstrap<'_>) -> Result<Map<String, Value>, UserDataError> {
     let mut config = match b.kubelet.map(serde_json::to_value).transpose() {
         Ok(Some(Value::Object(map))) => map,
         Ok(_) => Map::new(),
         Err(e) => return Err(UserDataError::Invalid(format!("kubelet settings: {e}"))),
     };
+    if let Some(kubelet) = b.kubelet {
+        for (field, value) in &kubelet.passthrough {
+            config.entry(field.clone()).or_insert_with(|| value.clone());
+        }
+    }
     config.entry("maxPods").or_insert_with(|| json!(b.max_pods));
     if let Some(dns) = b.cluster_dns() {
         config.entry("clusterDNS").or_insert_with(|| json!([dns]));
