@@ -261,7 +261,7 @@ fn upstream_v1_15_manifests_validate() {
     let out = karpctl(&["validate", "-f", &classes]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("2 documents valid, 0 invalid"),
+        stdout(&out).contains("3 documents valid, 0 invalid"),
         "{}",
         stdout(&out)
     );

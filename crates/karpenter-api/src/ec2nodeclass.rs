@@ -154,6 +154,19 @@ pub struct EC2NodeClassSpec {
     /// CPU options of the instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_options: Option<CPUOptions>,
+    /// AWS Nitro Enclaves on the instances (Karpenter v1.15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enclave_options: Option<EnclaveOptions>,
+}
+
+/// Whether the instances have AWS Nitro Enclaves enabled.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnclaveOptions {
+    /// Enables Nitro Enclaves in the launch template; instance types that do not support them
+    /// are not launched. Karpenter installs nothing for them (allocator, device plugin): the
+    /// user data and a NodeOverlay for their resources are the user's.
+    pub enabled: bool,
 }
 
 /// A placement group, by exactly one of name and ID.
@@ -296,6 +309,11 @@ pub struct CPUOptions {
 }
 
 impl EC2NodeClassSpec {
+    /// Whether the node class enables Nitro Enclaves.
+    pub fn enclaves(&self) -> bool {
+        self.enclave_options.as_ref().is_some_and(|o| o.enabled)
+    }
+
     /// Whether the node class asks for nested virtualization.
     pub fn nested_virtualization(&self) -> bool {
         self.cpu_options

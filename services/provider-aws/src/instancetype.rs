@@ -77,6 +77,8 @@ pub struct TypeInfo {
     pub ena: bool,
     /// The processor supports nested virtualization.
     pub nested_virtualization: bool,
+    /// EC2 lists the type's `NitroEnclavesSupport` as supported.
+    pub nitro_enclaves: bool,
     pub spot: bool,
     pub on_demand: bool,
     pub limits: Limits,
@@ -203,6 +205,9 @@ impl TypeInfo {
                 .supported_features()
                 .iter()
                 .any(|f| f.as_str() == "nested-virtualization"),
+            nitro_enclaves: info
+                .nitro_enclaves_support()
+                .is_some_and(|s| s.as_str() == "supported"),
             spot: usage.contains(&"spot"),
             on_demand: usage.contains(&"on-demand"),
             name,
@@ -335,13 +340,16 @@ pub struct Context {
     pub connection_tracking: bool,
     /// The node class enables nested virtualization.
     pub nested_virtualization: bool,
+    /// The node class enables Nitro Enclaves.
+    pub enclaves: bool,
     /// `NodeClassCEL`: the kubelet settings' expressions are evaluated.
     pub node_class_cel: bool,
 }
 
 /// Whether a type can launch as the node class asks: AL2023 does not run on
 /// the first Graviton generation, connection-tracking timeouts need Nitro,
-/// nested virtualization a processor that supports it, and the node class's
+/// nested virtualization a processor that supports it, Nitro Enclaves a type
+/// EC2 lists as supporting them, and the node class's
 /// interfaces must exist on the type (its cards, device indices, ENA, EFA
 /// count). An incompatible type stays listed, with nothing to launch.
 pub fn runs_on(info: &TypeInfo, ctx: &Context) -> bool {
@@ -349,6 +357,7 @@ pub fn runs_on(info: &TypeInfo, ctx: &Context) -> bool {
     family_runs_it
         && (!ctx.connection_tracking || info.hypervisor == "nitro")
         && (!ctx.nested_virtualization || info.nested_virtualization)
+        && (!ctx.enclaves || info.nitro_enclaves)
         && interfaces_fit(info, &ctx.network_interfaces)
 }
 
@@ -847,6 +856,7 @@ mod tests {
             card_enis: BTreeMap::from([(0, 3)]),
             ena: true,
             nested_virtualization: false,
+            nitro_enclaves: false,
             spot: true,
             on_demand: true,
             limits: Limits::default(),
@@ -907,6 +917,7 @@ mod tests {
             network_interfaces: Vec::new(),
             connection_tracking: false,
             nested_virtualization: false,
+            enclaves: false,
             node_class_cel: true,
         }
     }
@@ -1096,6 +1107,17 @@ mod tests {
         };
         assert!(runs_on(&p5, &nested));
         assert!(!runs_on(&m5, &nested), "the processor must support it");
+
+        // The v1.15 task "Using Nitro Enclaves": enabled enclaves keep only
+        // the types EC2 lists as supporting them.
+        let enclaves = Context {
+            enclaves: true,
+            ..base.clone()
+        };
+        let mut m5_xlarge = named("m5.xlarge");
+        m5_xlarge.nitro_enclaves = true;
+        assert!(runs_on(&m5_xlarge, &enclaves));
+        assert!(!runs_on(&m5, &enclaves), "NitroEnclavesSupport unsupported");
 
         let nic = |card, device, interface_type| NetworkInterface {
             network_card_index: card,

@@ -102,6 +102,7 @@ fn context(settings: &Settings, nc: Option<&NodeClass>) -> Context {
             .unwrap_or_default(),
         connection_tracking: nc.is_some_and(|nc| nc.spec.connection_tracking.is_some()),
         nested_virtualization: nc.is_some_and(|nc| nc.spec.nested_virtualization()),
+        enclaves: nc.is_some_and(|nc| nc.spec.enclaves()),
         node_class_cel: settings.node_class_cel,
     }
 }

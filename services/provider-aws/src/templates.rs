@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
     ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateCpuOptionsRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateEnclaveOptionsRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
@@ -155,6 +156,8 @@ pub struct Spec {
     network_interfaces: Vec<NetworkInterface>,
     connection_tracking: Option<ConnectionTracking>,
     nested_virtualization: Option<FeatureState>,
+    /// `enclaveOptions.enabled`, when the node class says.
+    enclaves: Option<bool>,
     ipv6: bool,
     spot: bool,
 }
@@ -229,6 +232,7 @@ impl Spec {
                 .cpu_options
                 .as_ref()
                 .and_then(|c| c.nested_virtualization),
+            enclaves: nc.spec.enclave_options.as_ref().map(|o| o.enabled),
             ipv6: cluster.ipv6(),
             spot: capacity_type == l::CAPACITY_TYPE_SPOT,
         };
@@ -330,6 +334,11 @@ impl Spec {
             .set_cpu_options(self.nested_virtualization.map(|state| {
                 LaunchTemplateCpuOptionsRequest::builder()
                     .nested_virtualization(NestedVirtualizationSpecification::from(state.as_str()))
+                    .build()
+            }))
+            .set_enclave_options(self.enclaves.map(|enabled| {
+                LaunchTemplateEnclaveOptionsRequest::builder()
+                    .enabled(enabled)
                     .build()
             }))
             .set_tag_specifications(Some(resource_tags))

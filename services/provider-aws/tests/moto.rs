@@ -2122,3 +2122,61 @@ async fn v1_15_kubelet_settings_are_validated_passed_through_and_resolved() {
         "spec.kubelet contains a CEL expression, but the NodeClassCEL feature gate is disabled"
     );
 }
+
+/// Karpenter v1.15's "Using Nitro Enclaves": `enclaveOptions.enabled`
+/// turns enclaves on in the launch template and launches only the types EC2
+/// lists as supporting them (t4g does not; m6g does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enclave_options_reach_the_launch_template_and_pick_types_that_support_them() {
+    let mut world = World::start().await;
+    let mut nc = seed_node_class();
+    let mut spec: serde_json::Value = serde_json::from_str(&nc.spec_json).unwrap();
+    spec["enclaveOptions"] = serde_json::json!({"enabled": true});
+    nc.spec_json = spec.to_string();
+    let (nc, response) = resolved(&mut world, nc).await;
+    assert_eq!(
+        validation_of(&response).0,
+        "True",
+        "{:?}",
+        response.conditions
+    );
+    let types = instance_types_of(&world, nc.clone()).await;
+    let launchable = |name: &str| {
+        types
+            .iter()
+            .find(|t| t.name == name)
+            .is_some_and(|t| t.offerings.iter().any(|o| o.available))
+    };
+    assert!(!launchable("t4g.small"), "t4g does not support enclaves");
+    assert!(launchable("m6g.large"));
+
+    let mut claim = seed_node_claim("enclaves", &nc);
+    claim.requirements[0] = requirement("karpenter.k8s.aws/instance-family", &["t4g", "m6g"]);
+    let instance = create(&mut world, claim).await.expect("launches");
+    assert!(instance.instance_type.starts_with("m6g."), "{instance:?}");
+    let templates = world
+        .setup
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap();
+    for template in templates.launch_templates() {
+        let versions = world
+            .setup
+            .ec2
+            .describe_launch_template_versions()
+            .launch_template_id(template.launch_template_id().unwrap())
+            .send()
+            .await
+            .unwrap();
+        let data = versions.launch_template_versions()[0]
+            .launch_template_data()
+            .unwrap();
+        assert_eq!(
+            data.enclave_options().and_then(|e| e.enabled()),
+            Some(true),
+            "{data:?}"
+        );
+    }
+}
