@@ -533,6 +533,7 @@ fn response() -> sched::PlanDisruptionResponse {
         rejected: vec![],
         unconsolidatable: vec![],
         rejected_moves: vec![],
+        deletion_costs: vec![],
     }
 }
 

@@ -19,6 +19,7 @@ pub const SPOT_TO_SPOT_CONSOLIDATION: &str = "SpotToSpotConsolidation";
 pub const NODE_OVERLAY: &str = "NodeOverlay";
 pub const STATIC_CAPACITY: &str = "StaticCapacity";
 pub const CAPACITY_BUFFER: &str = "CapacityBuffer";
+pub const POD_DELETION_COST_MANAGEMENT: &str = "PodDeletionCostManagement";
 
 /// Every gate with Karpenter's default.
 pub const DEFAULTS: &[(&str, bool)] = &[
@@ -28,6 +29,7 @@ pub const DEFAULTS: &[(&str, bool)] = &[
     (NODE_OVERLAY, false),
     (STATIC_CAPACITY, false),
     (CAPACITY_BUFFER, false),
+    (POD_DELETION_COST_MANAGEMENT, false),
 ];
 
 /// The gates in force: Karpenter's defaults with what the text set.

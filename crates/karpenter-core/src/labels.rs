@@ -40,6 +40,9 @@ pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
 pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 /// Pod annotation ranking which pods a ReplicaSet removes first.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// A pod's cost to evict as the user sets it for Karpenter (v1.15), read
+/// before `POD_DELETION_COST`.
+pub const DISRUPTION_COST: &str = "karpenter.sh/disruption-cost";
 /// Taint on a node that is cordoned (`spec.unschedulable`).
 pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Deprecated alias of [`TOPOLOGY_ZONE`].

@@ -193,6 +193,7 @@ pub fn pod(
             || p.do_not_disrupt_until
                 .is_some_and(|until| (until.seconds, until.nanos) > now),
         deletion_cost: p.deletion_cost,
+        disruption_cost: p.disruption_cost,
         owner_kind: p.owner_kind.clone(),
         creation_seconds: seconds(p.creation_timestamp.as_ref()),
         phase: p.phase.clone(),

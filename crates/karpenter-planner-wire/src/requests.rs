@@ -50,16 +50,16 @@ pub fn plan_disruption_request_until(
     request: &sched::PlanDisruptionRequest,
     interrupt: Option<Arc<AtomicBool>>,
 ) -> Result<sched::PlanDisruptionResponse, InvalidField> {
-    let disruption = DisruptionOptions {
-        spot_to_spot: request
+    let gate = |name: &str| {
+        request
             .options
             .as_ref()
-            .and_then(|o| {
-                o.feature_gates
-                    .get(karpenter_core::feature_gates::SPOT_TO_SPOT_CONSOLIDATION)
-                    .copied()
-            })
-            .unwrap_or(false),
+            .and_then(|o| o.feature_gates.get(name).copied())
+            .unwrap_or(false)
+    };
+    let disruption = DisruptionOptions {
+        spot_to_spot: gate(karpenter_core::feature_gates::SPOT_TO_SPOT_CONSOLIDATION),
+        manages_deletion_cost: gate(karpenter_core::feature_gates::POD_DELETION_COST_MANAGEMENT),
     };
     with_cluster(
         request.cluster.as_ref(),

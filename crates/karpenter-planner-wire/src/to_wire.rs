@@ -248,6 +248,14 @@ pub fn plan_response(
             .collect(),
         blocked: blocked_candidates(&plan.blocked),
         unconsolidatable: blocked_candidates(&plan.unconsolidatable),
+        deletion_costs: plan
+            .deletion_costs
+            .iter()
+            .map(|d| sched::NodeDeletionCost {
+                node: d.node.clone(),
+                cost: d.cost,
+            })
+            .collect(),
         rejected_moves: plan
             .rejected_moves
             .iter()

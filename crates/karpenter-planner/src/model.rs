@@ -77,7 +77,10 @@ pub struct Pod {
     pub host_ports: Vec<HostPort>,
     pub priority: i32,
     pub do_not_disrupt: bool,
+    /// `controller.kubernetes.io/pod-deletion-cost`.
     pub deletion_cost: i32,
+    /// `karpenter.sh/disruption-cost`, read first.
+    pub disruption_cost: Option<i32>,
     pub owner_kind: String,
     pub creation_seconds: i64,
     pub phase: String,

@@ -1692,3 +1692,140 @@ fn static_drift_handles_several_static_pools_independently() {
     assert_eq!(disrupted.iter().filter(|n| n.starts_with('s')).count(), 2);
     assert_eq!(disrupted.iter().filter(|n| n.starts_with('o')).count(), 1);
 }
+
+// --- pod deletion cost (upstream pkg/controllers/pod/deletioncost ranking_test.go) ----------
+
+fn ranking(cluster: &mut Scenario) -> Vec<(String, Option<i32>)> {
+    cluster.disruption.manages_deletion_cost = true;
+    cluster
+        .plan()
+        .deletion_costs
+        .into_iter()
+        .map(|d| (d.node, d.cost))
+        .collect()
+}
+
+fn busy(name: &str, instance_type: &str) -> StateNode {
+    on(
+        managed(name, instance_type, "on-demand", "test-zone-1"),
+        vec![running(&format!("{name}-p"), name, 100)],
+    )
+}
+
+#[test]
+fn deletion_costs_rank_nodes_from_minus_their_count_in_savings_order() {
+    // The pricier node per unit of disruption ranks first (most negative).
+    let mut cluster = cluster(vec![
+        busy("small-1", "small"),
+        busy("large-1", "large"),
+        busy("medium-1", "medium"),
+    ]);
+    assert_eq!(
+        ranking(&mut cluster),
+        [
+            ("large-1".to_owned(), Some(-3)),
+            ("medium-1".to_owned(), Some(-2)),
+            ("small-1".to_owned(), Some(-1)),
+        ]
+    );
+    cluster.disruption.manages_deletion_cost = false;
+    assert!(
+        cluster.plan().deletion_costs.is_empty(),
+        "gate off: no ranking"
+    );
+}
+
+#[test]
+fn disrupted_nodes_rank_below_all_and_protected_nodes_are_cleared() {
+    let mut leaving = busy("leaving", "small");
+    leaving.disruption.disrupting = true;
+    leaving.disruption.do_not_disrupt = true;
+    let mut protected = busy("protected", "large");
+    protected.disruption.do_not_disrupt = true;
+    let mut stateful = busy("stateful", "large");
+    stateful.pods[0].owner_kind = "StatefulSet".into();
+    let mut system = busy("system", "medium");
+    system.pods[0].owner_kind = String::new();
+    system.pods[0].key.namespace = "kube-system".into();
+    let mut cluster = cluster(vec![
+        leaving,
+        protected,
+        stateful,
+        system,
+        busy("plain", "small"),
+    ]);
+    let costs = ranking(&mut cluster);
+    let of = |node: &str| costs.iter().find(|(n, _)| n == node).map(|(_, c)| *c);
+    assert_eq!(of("leaving"), Some(Some(i32::MIN)), "{costs:?}");
+    assert_eq!(of("protected"), Some(None), "do-not-disrupt: cleared");
+    assert_eq!(
+        of("stateful"),
+        Some(None),
+        "a StatefulSet pod pins its node"
+    );
+    assert_eq!(
+        of("system"),
+        Some(Some(-2)),
+        "bare kube-system pods do not pin"
+    );
+    assert_eq!(of("plain"), Some(Some(-1)));
+}
+
+#[test]
+fn drifted_nodes_rank_first_within_the_drift_budget() {
+    let drifted = |name: &str| {
+        let mut node = busy(name, "small");
+        node.disruption.drifted_reason = "NodePoolDrifted".into();
+        node
+    };
+    let mut cluster = cluster(vec![drifted("d1"), drifted("d2"), busy("big", "xlarge")]);
+    cluster.pool().budgets = vec![
+        Budget {
+            reasons: vec![Reason::Drifted],
+            ..budget("1")
+        },
+        budget("100%"),
+    ];
+    assert_eq!(
+        ranking(&mut cluster),
+        [
+            ("d1".to_owned(), Some(-2)),
+            ("big".to_owned(), Some(-1)),
+            ("d2".to_owned(), None),
+        ],
+        "drift before consolidation; past the drift budget: cleared"
+    );
+    // consolidateAfter Never clears consolidatable nodes, not drifted ones.
+    cluster.pool().consolidate_after = None;
+    cluster.pool().budgets = vec![budget("100%")];
+    assert_eq!(
+        ranking(&mut cluster),
+        [
+            ("d1".to_owned(), Some(-2)),
+            ("d2".to_owned(), Some(-1)),
+            ("big".to_owned(), None),
+        ]
+    );
+}
+
+// Upstream pkg/utils/disruption: karpenter.sh/disruption-cost is read
+// first; pod-deletion-cost only while Karpenter does not write it.
+#[test]
+fn disruption_cost_is_read_before_pod_deletion_cost() {
+    let costly = |name: &str, deletion: i32, disruption: Option<i32>| {
+        let mut node = busy(name, "medium");
+        node.pods[0].deletion_cost = deletion;
+        node.pods[0].disruption_cost = disruption;
+        node
+    };
+    // A negative pod-deletion-cost would make "z" the first to go, but
+    // Karpenter writes that annotation itself now and does not read it;
+    // "b"'s disruption cost always counts.
+    let mut cluster = cluster(vec![
+        costly("z", -1_000_000_000, None),
+        costly("b", 0, Some(1_000_000_000)),
+        costly("c", 0, None),
+    ]);
+    let order: Vec<String> = ranking(&mut cluster).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(order, ["c", "z", "b"]);
+}

@@ -459,6 +459,9 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         })?,
         None => 0,
     };
+    // Not validated by the API server: a value that is not an int32 counts
+    // for nothing, as upstream.
+    let disruption_cost = annotation(labels::DISRUPTION_COST).and_then(|t| t.parse::<i32>().ok());
     let uid = meta
         .uid
         .clone()
@@ -487,6 +490,7 @@ pub fn prepare(src: &PodSource<'_>) -> fields::Result<PreparedPod> {
         priority_class_name: spec.priority_class_name.clone().unwrap_or_default(),
         do_not_disrupt: false,
         deletion_cost,
+        disruption_cost,
         owner_kind: src.owner_kind.clone(),
         owner_name: src.owner_name.clone(),
         creation_timestamp,

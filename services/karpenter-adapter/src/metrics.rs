@@ -109,6 +109,11 @@ pub struct CodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MessageTypeLabels {
     pub message_type: String,
 }
@@ -259,6 +264,12 @@ adapter_metrics! {
         => "pods_drained", "Pods evicted or deleted by a drain";
     pods_eviction_requests: Family<CodeLabels, Counter>
         => "pods_eviction_requests", "Eviction requests, by response code";
+
+    // PodDeletionCostManagement.
+    deletion_cost_writes: Family<ResultLabels, Counter>
+        => "pod_deletion_cost_pod_annotation_writes", "Writes of controller.kubernetes.io/pod-deletion-cost, by result (updated, skipped_unchanged, skipped_notfound, skipped_conflict, error)";
+    deletion_cost_pending_nodes: Family<PoolLabels, Gauge>
+        => "pod_deletion_cost_nodes_with_pending_annotation_writes", "Nodes whose pods' pod-deletion-cost the last pass wrote, by node pool";
 
     // Provisioning batches.
     scheduling_duration: Family<ControllerLabels, Histogram> = Family::new_with_constructor(duration_buckets)

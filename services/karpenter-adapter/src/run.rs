@@ -319,6 +319,7 @@ async fn lead(
         created_claims: Default::default(),
         writes,
         evictions: Default::default(),
+        deletion_costs: Default::default(),
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);

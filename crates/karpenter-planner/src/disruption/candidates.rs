@@ -27,6 +27,22 @@ pub(super) struct Candidate {
     pub(super) consolidatable: bool,
 }
 
+/// Which annotation gives each pod's eviction cost (Karpenter v1.15):
+/// `karpenter.sh/disruption-cost` when set, else
+/// `controller.kubernetes.io/pod-deletion-cost`, unless Karpenter writes
+/// that one itself (`manages_deletion_cost`: it would read its own ranking
+/// back). Settled once per plan, into `deletion_cost`.
+pub(super) fn settle_eviction_costs(cluster: &mut Cluster, manages_deletion_cost: bool) {
+    for pod in cluster.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()) {
+        let annotated = if manages_deletion_cost {
+            0
+        } else {
+            pod.deletion_cost
+        };
+        pod.deletion_cost = pod.disruption_cost.unwrap_or(annotated);
+    }
+}
+
 /// Karpenter's EvictionCost: about 1 per pod, raised by its deletion cost
 /// and priority, so candidates whose pods matter less go first.
 fn eviction_cost(pod: &Pod) -> f64 {
@@ -149,7 +165,7 @@ fn is_consolidatable(cluster: &Cluster, node: &StateNode) -> bool {
 }
 
 /// Why a managed node cannot be a candidate at all, if it cannot.
-fn candidate_block(
+pub(super) fn candidate_block(
     cluster: &Cluster,
     node: &StateNode,
     pool: Option<usize>,

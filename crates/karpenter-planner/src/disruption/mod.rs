@@ -37,12 +37,14 @@
 //!     single          every candidate; every command that stays valid
 //!   apply           a command carried out on the plan's working copy
 //!   lower_bound     the cost no plan can beat
+//!   deletion_cost   the pod-deletion-cost ranking (gate PodDeletionCostManagement)
 //! ```
 
 mod apply;
 mod budgets;
 mod candidates;
 mod consolidation;
+pub mod deletion_cost;
 
 pub use consolidation::{BALANCED_K, Score as BalancedScore};
 mod drift;
@@ -82,6 +84,10 @@ pub enum Method {
 pub struct DisruptionOptions {
     /// The SpotToSpotConsolidation feature gate (off by default).
     pub spot_to_spot: bool,
+    /// The PodDeletionCostManagement feature gate: the plan ranks nodes
+    /// for `controller.kubernetes.io/pod-deletion-cost`, and that
+    /// annotation is no longer read as an eviction cost.
+    pub manages_deletion_cost: bool,
 }
 
 /// One disruption: the candidates removed together, and the claims that
@@ -119,6 +125,9 @@ pub struct DisruptionPlan {
     pub cost_after: f64,
     pub lower_bound: f64,
     pub candidates_evaluated: usize,
+    /// With `manages_deletion_cost`: the pod-deletion-cost of each managed
+    /// node's pods, ranked on the cluster as given.
+    pub deletion_costs: Vec<deletion_cost::NodeDeletionCost>,
 }
 
 /// Plans every disruption Karpenter would carry out, from this snapshot on.
@@ -128,9 +137,15 @@ pub fn plan(
     options: &DisruptionOptions,
 ) -> DisruptionPlan {
     let mut state = cluster.clone();
+    candidates::settle_eviction_costs(&mut state, options.manages_deletion_cost);
     let mut plan = DisruptionPlan {
         cost_before: managed_cost(cluster),
         lower_bound: lower_bound(cluster),
+        deletion_costs: if options.manages_deletion_cost {
+            deletion_cost::ranking(&state)
+        } else {
+            Vec::new()
+        },
         ..DisruptionPlan::default()
     };
 

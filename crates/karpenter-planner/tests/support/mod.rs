@@ -407,6 +407,7 @@ pub fn pod(name: &str) -> Pod {
         priority: 0,
         do_not_disrupt: false,
         deletion_cost: 0,
+        disruption_cost: None,
         owner_kind: String::new(),
         creation_seconds: 0,
         phase: String::new(),

@@ -15,6 +15,7 @@ pub mod nodeoverlay;
 pub mod nodepool;
 pub mod nodepool_static;
 pub mod observability;
+pub mod pod_deletion_cost;
 pub mod provisioning;
 pub mod runner;
 
@@ -58,6 +59,9 @@ pub struct Context {
     pub writes: crate::state::watch::Writes,
     /// Pods whose eviction was refused, and when to ask again.
     pub evictions: node::termination::evictions::Evictions,
+    /// Writes pod-deletion-cost from the disruption plans (gate
+    /// PodDeletionCostManagement).
+    pub deletion_costs: pod_deletion_cost::DeletionCostWriter,
 }
 
 /// Durations the controllers run by; tests shorten them.
@@ -81,6 +85,8 @@ pub struct Timing {
     pub validation_delay: Duration,
     /// How long a command may wait for its replacements.
     pub disruption_timeout: Duration,
+    /// How often pod-deletion-cost may be written (Karpenter: a minute).
+    pub deletion_cost_every: Duration,
 }
 
 impl Default for Timing {
@@ -95,6 +101,7 @@ impl Default for Timing {
             disruption_poll: Duration::from_secs(10),
             validation_delay: Duration::from_secs(15),
             disruption_timeout: Duration::from_secs(10 * 60),
+            deletion_cost_every: Duration::from_secs(60),
         }
     }
 }

@@ -65,6 +65,7 @@ pub fn test_timing() -> Timing {
         disruption_poll: Duration::from_secs(1),
         validation_delay: Duration::from_secs(1),
         disruption_timeout: Duration::from_secs(60),
+        deletion_cost_every: Duration::from_secs(1),
         ..Timing::default()
     }
 }

@@ -199,6 +199,7 @@ async fn plan(
     pod_events::report(ctx, index, k8s_openapi::jiff::Timestamp::now());
     consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
     consolidation_events::rejected_moves(ctx, index, &plan.rejected_moves);
+    ctx.deletion_costs.offer(ctx, index, &plan.deletion_costs);
     if let Some(cost) = &plan.cost {
         for (estimate, value) in [
             ("current", cost.before),
