@@ -131,6 +131,25 @@ impl Context {
         self.manages(claim) && claim.meta().deletion_timestamp.is_none()
     }
 
+    /// The runner's keys of a claim controller: each claim it acts on
+    /// ([`Self::acts_on`]) by name, with the fingerprint `print` gives it
+    /// (`None`: not reconciled).
+    pub fn claim_keys(
+        &self,
+        index: &Index,
+        print: impl Fn(&NodeClaim) -> Option<u64>,
+    ) -> Vec<(crate::state::index::Key, u64)> {
+        index
+            .node_claims
+            .iter()
+            .filter(|claim| self.acts_on(claim))
+            .filter_map(|claim| {
+                let name = claim.meta().name.clone().unwrap_or_default();
+                Some(((String::new(), name), print(claim)?))
+            })
+            .collect()
+    }
+
     /// The claim named `name`, if the claim controllers act on it
     /// ([`Self::acts_on`]).
     pub fn claim_to_act_on(&self, index: &Index, name: &str) -> Option<Arc<NodeClaim>> {

@@ -79,21 +79,16 @@ impl Reconciler for Consistency {
     }
 
     fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
-        index
-            .node_claims
-            .iter()
-            .filter(|claim| self.ctx.acts_on(claim))
-            .map(|claim| {
-                // A Node's heartbeats change it all the time; its shape is
-                // rescanned every SCAN_PERIOD, so only its arrival counts.
-                let node = index.node_of(claim);
-                let versions = [
-                    claim.meta().resource_version.as_deref(),
-                    node.and_then(|n| n.meta().name.as_deref()),
-                ];
-                ((String::new(), claim.name_any()), fingerprint(versions))
-            })
-            .collect()
+        self.ctx.claim_keys(index, |claim| {
+            // A Node's heartbeats change it all the time; its shape is
+            // rescanned every SCAN_PERIOD, so only its arrival counts.
+            let node = index.node_of(claim);
+            let versions = [
+                claim.meta().resource_version.as_deref(),
+                node.and_then(|n| n.meta().name.as_deref()),
+            ];
+            Some(fingerprint(versions))
+        })
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {

@@ -188,20 +188,15 @@ impl Reconciler for ClaimDisruption {
             .iter()
             .map(|p| (p.name_any(), p.meta().resource_version.as_deref()))
             .collect();
-        index
-            .node_claims
-            .iter()
-            .filter(|c| self.ctx.acts_on(c))
-            .filter_map(|claim| {
-                let pool = pools.get(claim.node_pool()?)?;
-                let class = index
-                    .node_classes
-                    .named(&claim.spec.node_class_ref.name)
-                    .and_then(|c| c.meta().resource_version.as_deref());
-                let parts = [claim.meta().resource_version.as_deref(), *pool, class];
-                Some(((String::new(), claim.name_any()), fingerprint(parts)))
-            })
-            .collect()
+        self.ctx.claim_keys(index, |claim| {
+            let pool = pools.get(claim.node_pool()?)?;
+            let class = index
+                .node_classes
+                .named(&claim.spec.node_class_ref.name)
+                .and_then(|c| c.meta().resource_version.as_deref());
+            let parts = [claim.meta().resource_version.as_deref(), *pool, class];
+            Some(fingerprint(parts))
+        })
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {

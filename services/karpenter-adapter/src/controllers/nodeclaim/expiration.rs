@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter_api::NodeClaim;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use crate::controllers::runner::{Reconciler, fingerprint};
 use crate::controllers::{Context, Requeue};
@@ -53,15 +53,9 @@ impl Reconciler for Expiration {
     }
 
     fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
-        index
-            .node_claims
-            .iter()
-            .filter(|claim| self.ctx.acts_on(claim))
-            .map(|claim| {
-                let version = claim.meta().resource_version.as_deref();
-                ((String::new(), claim.name_any()), fingerprint([version]))
-            })
-            .collect()
+        self.ctx.claim_keys(index, |claim| {
+            Some(fingerprint([claim.meta().resource_version.as_deref()]))
+        })
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {

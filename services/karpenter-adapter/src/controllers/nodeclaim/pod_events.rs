@@ -93,20 +93,14 @@ impl Reconciler for PodEvents {
     fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
         self.seen()
             .retain(|name, _| index.node_claims.named(name).is_some());
-        index
-            .node_claims
-            .iter()
-            .filter(|c| self.ctx.acts_on(c))
-            .filter_map(|claim| {
-                let node = claim.status.as_ref()?.node_name.as_deref()?;
-                let states: Vec<String> = pod_states(index.pods_on(node))
-                    .into_iter()
-                    .map(|(uid, terminal, terminating)| format!("{uid}/{terminal}/{terminating}"))
-                    .collect();
-                let print = fingerprint(states.iter().map(|s| Some(s.as_str())));
-                Some(((String::new(), claim.name_any()), print))
-            })
-            .collect()
+        self.ctx.claim_keys(index, |claim| {
+            let node = claim.status.as_ref()?.node_name.as_deref()?;
+            let states: Vec<String> = pod_states(index.pods_on(node))
+                .into_iter()
+                .map(|(uid, terminal, terminating)| format!("{uid}/{terminal}/{terminating}"))
+                .collect();
+            Some(fingerprint(states.iter().map(|s| Some(s.as_str()))))
+        })
     }
 
     async fn reconcile(&self, key: Key, index: Arc<Index>) -> Result<Requeue> {
