@@ -2,100 +2,77 @@
 //! mistakes users make, never changed), settings ConfigMaps of old
 //! Karpenter releases (explained), and everything else.
 
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
 use serde_json::Value;
 
 use crate::ctx::{Ctx, child_path, index_path, suggest};
 use crate::note::NoteKind;
 
-/// Known fields of the v1 objects, by path pattern (`[]` for list items).
-const NODEPOOL_V1: &[(&str, &[&str])] = &[
-    (
-        "spec",
-        &["template", "disruption", "limits", "weight", "replicas"],
-    ),
-    ("spec.template", &["metadata", "spec"]),
-    ("spec.template.metadata", &["labels", "annotations"]),
-    (
-        "spec.template.spec",
-        &[
-            "taints",
-            "startupTaints",
-            "requirements",
-            "nodeClassRef",
-            "terminationGracePeriod",
-            "expireAfter",
-        ],
-    ),
-    (
-        "spec.template.spec.nodeClassRef",
-        &["group", "kind", "name"],
-    ),
-    (
-        "spec.disruption",
-        &[
-            "consolidateAfter",
-            "consolidationPolicy",
-            "consolidateWhen",
-            "decisionRatioThreshold",
-            "budgets",
-        ],
-    ),
-];
+/// The stored version's schema of this crate's CRD of `kind`: the one
+/// place that says which fields a v1 object has.
+fn schema_of(kind: &str) -> Option<&'static Value> {
+    static SCHEMAS: LazyLock<BTreeMap<String, Value>> = LazyLock::new(|| {
+        karpenter_api::crds()
+            .into_iter()
+            .filter_map(|crd| {
+                let version = crd.spec.versions.iter().find(|v| v.storage)?;
+                let schema = version.schema.as_ref()?.open_api_v3_schema.as_ref()?;
+                Some((
+                    crd.spec.names.kind.clone(),
+                    serde_json::to_value(schema).ok()?,
+                ))
+            })
+            .collect()
+    });
+    SCHEMAS.get(kind)
+}
 
-const EC2NODECLASS_V1: &[(&str, &[&str])] = &[(
-    "spec",
-    &[
-        "subnetSelectorTerms",
-        "securityGroupSelectorTerms",
-        "capacityReservationSelectorTerms",
-        "associatePublicIPAddress",
-        "ipPrefixCount",
-        "amiSelectorTerms",
-        "amiFamily",
-        "userData",
-        "role",
-        "instanceProfile",
-        "tags",
-        "kubelet",
-        "blockDeviceMappings",
-        "instanceStorePolicy",
-        "detailedMonitoring",
-        "metadataOptions",
-        "enclaveOptions",
-        "context",
-    ],
-)];
-
-/// Notes for a Karpenter v1 document: unknown fields (with a guess at the
-/// intended one) and empty values. The document itself is not changed.
+/// Notes for a Karpenter v1 document: unknown fields under `spec` (with a
+/// guess at the intended one) and empty values, as the CRD's schema has
+/// them. The document itself is not changed.
 pub(crate) fn lint_v1(ctx: &mut Ctx<'_>, kind: &str, doc: &Value) {
-    let schema = match kind {
-        "NodePool" => NODEPOOL_V1,
-        "EC2NodeClass" => EC2NODECLASS_V1,
-        _ => return,
+    if !matches!(kind, "NodePool" | "EC2NodeClass") {
+        return;
+    }
+    let (Some(spec), Some(schema)) = (
+        doc.get("spec"),
+        schema_of(kind).and_then(|s| s.pointer("/properties/spec")),
+    ) else {
+        return;
     };
-    for (path, known) in schema {
-        let Some(obj) = lookup(doc, path) else {
-            continue;
-        };
-        // An empty (null) object is reported by its parent's entry.
-        let Some(map) = obj.as_object() else {
-            continue;
-        };
-        for (key, value) in map {
-            let child = child_path(path, key);
-            if !known.contains(&key.as_str()) {
+    lint_object(ctx, kind, "spec", spec, schema);
+}
+
+/// The fields of the object at `path` against its `schema` (objects with
+/// declared properties only: maps and open objects take any key).
+fn lint_object(ctx: &mut Ctx<'_>, kind: &str, path: &str, value: &Value, schema: &Value) {
+    let open = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    let (Some(properties), Some(map), false) = (
+        schema.get("properties").and_then(Value::as_object),
+        value.as_object(),
+        open,
+    ) else {
+        return;
+    };
+    let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    for (key, field) in map {
+        let child = child_path(path, key);
+        match properties.get(key) {
+            None => {
                 let mut message = format!(
                     "`{key}` is not a field of a v1 {kind}; the API server rejects it (strict validation) or silently drops it"
                 );
-                if let Some(s) = suggest(key, known) {
+                if let Some(s) = suggest(key, &known) {
                     message.push_str(&format!(". Did you mean `{s}`?"));
                 }
-                if kind == "NodePool" && *path == "spec.template.spec" && key == "kubelet" {
+                if kind == "NodePool" && path == "spec.template.spec" && key == "kubelet" {
                     message = "kubelet moved to EC2NodeClass.spec.kubelet in v1".to_string();
                 }
                 ctx.note(NoteKind::ActionRequired, &child, message);
-            } else if value.is_null() {
+            }
+            Some(_) if field.is_null() => {
                 let mut message =
                     format!("`{key}` is present but empty (null); Kubernetes treats it as not set");
                 if key == "weight" {
@@ -103,12 +80,9 @@ pub(crate) fn lint_v1(ctx: &mut Ctx<'_>, kind: &str, doc: &Value) {
                 }
                 ctx.note(NoteKind::Info, &child, message);
             }
+            Some(field_schema) => lint_object(ctx, kind, &child, field, field_schema),
         }
     }
-}
-
-fn lookup<'v>(doc: &'v Value, path: &str) -> Option<&'v Value> {
-    path.split('.').try_fold(doc, |v, key| v.get(key))
 }
 
 /// Settings ConfigMaps of Karpenter before v0.32: they are no longer read.

@@ -703,3 +703,45 @@ fn cli_converts_files() {
         .expect("runs");
     assert!(!out.status.success());
 }
+
+/// A v1 document passes through with notes on the fields its CRD does not
+/// have, and none on the fields it does: the fields are the CRD's own
+/// (found by `karpctl convert` calling Karpenter v1.14's cpuOptions and
+/// networkInterfaces "not a field", from a list kept apart from the CRD).
+#[test]
+fn v1_documents_are_checked_against_their_crds_fields() {
+    let c = convert_yaml(
+        "current.yaml",
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: current}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{id: subnet-1}]
+  securityGroupSelectorTerms: [{id: sg-1}]
+  cpuOptions: {nestedVirtualization: enabled}
+  networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}]
+  connectionTracking: {tcpEstablishedTimeout: 3600}
+  enclaveOptions: {enabled: true}
+  kubelet: {shutdownGracePeriod: 30s}
+  metadataOptions: {httpTokens: required, httpPutResponseHopLimt: 2}
+  roles: oops
+"#,
+        &Options::default(),
+    )
+    .expect("converts");
+    let unknown: Vec<&str> = c
+        .notes
+        .iter()
+        .filter(|n| n.kind == NoteKind::ActionRequired)
+        .map(|n| n.path.as_str())
+        .collect();
+    assert_eq!(
+        unknown,
+        ["spec.metadataOptions.httpPutResponseHopLimt", "spec.roles"],
+        "{:?}",
+        c.notes
+    );
+}
