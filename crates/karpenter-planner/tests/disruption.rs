@@ -1627,7 +1627,7 @@ fn static_drift_waits_for_an_overscaled_pool_to_scale_down() {
     let cluster = static_pool(2, 1);
     let plan = cluster.plan();
     assert!(plan.commands.is_empty(), "{plan:?}");
-    assert!(blocked(&plan, "s0").is_some_and(|r| r.contains("scale down")));
+    assert!(blocked(&plan, "s0").is_some_and(|r| r.contains("drift waits")));
 }
 
 #[test]
@@ -1828,4 +1828,15 @@ fn disruption_cost_is_read_before_pod_deletion_cost() {
     ]);
     let order: Vec<String> = ranking(&mut cluster).into_iter().map(|(n, _)| n).collect();
     assert_eq!(order, ["c", "z", "b"]);
+}
+
+// Found in review: a pool left out of the request (not ready, or its
+// catalog unreadable) must not have its nodes' annotations cleared.
+#[test]
+fn nodes_of_pools_outside_the_request_are_neither_ranked_nor_cleared() {
+    let mut cluster = cluster(vec![
+        busy("kept", "small"),
+        busy("elsewhere", "small").in_pool("not-ready"),
+    ]);
+    assert_eq!(ranking(&mut cluster), [("kept".to_owned(), Some(-1))]);
 }

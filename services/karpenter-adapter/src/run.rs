@@ -344,6 +344,7 @@ async fn lead(
     // replica: none acts on this replica's index once another leads.
     reconciling.store(false, Ordering::SeqCst);
     controllers.stop().await;
+    ctx.deletion_costs.stop();
     metrics.leader.set(0);
     if let Err(error) = &outcome {
         tracing::error!(%error, "stopped leading");

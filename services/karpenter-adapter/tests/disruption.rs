@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{Cluster, eventually};
 use karpenter_api::{NodeClaim, NodePool};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -137,6 +138,50 @@ async fn claims_become_consolidatable_and_drift_when_their_pool_changes() {
         || async {
             only_claim(&cluster).await.is_some_and(|c| {
                 condition(&c, "Drifted") == Some(("True".into(), "NodePoolDrifted".into()))
+            })
+        },
+    )
+    .await;
+    adapter.stop().await;
+}
+
+/// Karpenter's node class hash controller: when the provider hashes its
+/// node classes differently (a new hash version), a claim with the old
+/// version takes the new version and the class's new hash (unless it has
+/// drifted already), so that it can drift again; before, a claim launched
+/// under the old version never drifted from its node class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_of_an_older_node_class_hash_version_take_the_new_hash() {
+    const HASH: &str = "karpenter.kwok.sh/kwoknodeclass-hash";
+    const VERSION: &str = "karpenter.kwok.sh/kwoknodeclass-hash-version";
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    cluster.deployment("inflate", 1, "1", json!({})).await;
+    eventually("the pod running", Duration::from_secs(40), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    let claim = only_claim(&cluster).await.expect("a claim");
+    let current = |key: &str| claim.annotations().get(key).cloned().expect("annotated");
+    let (hash, version) = (current(HASH), current(VERSION));
+    Api::<karpenter_api::NodeClaim>::all(cluster.client.clone())
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {HASH: "stale", VERSION: "v0"}}})),
+        )
+        .await
+        .expect("patched");
+    eventually(
+        "the claim takes the current version and hash",
+        Duration::from_secs(30),
+        || async {
+            only_claim(&cluster).await.is_some_and(|c| {
+                c.annotations().get(VERSION) == Some(&version)
+                    && c.annotations().get(HASH) == Some(&hash)
             })
         },
     )

@@ -117,6 +117,15 @@ pub struct Facts {
 static PROGRAMS: LazyLock<Mutex<HashMap<String, Arc<Program>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 const MAX_PROGRAMS: usize = 256;
+/// The longest expression taken: an expression runs for every instance
+/// type of every catalog build, so its cost is bounded by its length.
+const MAX_EXPRESSION_BYTES: usize = 1024;
+/// CEL's comprehension macros: their cost grows with the lists they walk,
+/// and nothing an expression needs is a list.
+const COMPREHENSIONS: [&str; 5] = [".map(", ".filter(", ".all(", ".exists(", ".exists_one("];
+/// The largest result taken (far beyond any instance's resources; keeps
+/// every unit conversion after it in range).
+const MAX_RESULT: i64 = 1 << 40;
 
 fn program(source: &str) -> Result<Arc<Program>, String> {
     let mut programs = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,6 +134,18 @@ fn program(source: &str) -> Result<Arc<Program>, String> {
     }
     if source.trim().is_empty() {
         return Err("an expression must not be empty".into());
+    }
+    if source.len() > MAX_EXPRESSION_BYTES {
+        return Err(format!(
+            "an expression may be at most {MAX_EXPRESSION_BYTES} bytes long"
+        ));
+    }
+    let compact: String = source.chars().filter(|c| !c.is_whitespace()).collect();
+    if let Some(found) = COMPREHENSIONS.iter().find(|m| compact.contains(*m)) {
+        return Err(format!(
+            "{} is not supported: an expression computes a number from the instance type's attributes",
+            found.trim_start_matches('.').trim_end_matches('(')
+        ));
     }
     let program = Arc::new(Program::compile(source).map_err(|e| e.to_string())?);
     if programs.len() >= MAX_PROGRAMS {
@@ -189,19 +210,28 @@ pub fn evaluate(source: &str, facts: &Facts, max_pods: i64) -> Result<i64, Strin
         "instance_type",
         Value::String(Arc::new(facts.instance_type.clone())),
     );
-    match program.execute(&ctx).map_err(|e| e.to_string())? {
-        Value::Int(i) => Ok(i),
-        Value::UInt(u) => i64::try_from(u).map_err(|_| "the result is out of range".to_owned()),
-        Value::Float(f) if f.is_finite() => Ok(f.trunc() as i64),
-        Value::Float(_) => Err("the result is not a finite number".into()),
-        _ => Err("expression must return int or double".into()),
+    let result = match program.execute(&ctx).map_err(|e| e.to_string())? {
+        Value::Int(i) => i,
+        Value::UInt(u) => i64::try_from(u).unwrap_or(i64::MAX),
+        Value::Float(f) if f.is_finite() => f.trunc() as i64,
+        Value::Float(_) => return Err("the result is not a finite number".into()),
+        _ => return Err("expression must return int or double".into()),
+    };
+    if result.unsigned_abs() > MAX_RESULT.unsigned_abs() {
+        return Err(format!(
+            "the result {result} is out of range (at most {MAX_RESULT})"
+        ));
     }
+    Ok(result)
 }
 
-/// A reserved value from an expression's result, with its resource's unit.
+/// A reserved value from an expression's (non-negative, bounded: see
+/// [`evaluate`]) result, with its resource's unit.
 pub fn reserved_quantity(resource: &str, value: i64) -> String {
-    let round_up =
-        |v: i64, step: i64| v.div_euclid(step) * step + if v % step == 0 { 0 } else { step };
+    let round_up = |v: i64, step: i64| {
+        let up = if v % step == 0 { 0 } else { step };
+        v.div_euclid(step).saturating_mul(step).saturating_add(up)
+    };
     match resource {
         "cpu" => format!("{}m", round_up(value, 10)),
         "memory" => format!("{}Mi", round_up(value, 16)),
@@ -318,6 +348,16 @@ mod tests {
         assert!(compile("gpus * 2").is_err(), "an unknown variable");
         assert!(compile("max(vcpus, 2, 3)").is_err(), "max takes two");
         assert!(compile("min(max_pods, 110)").is_ok());
+        assert!(
+            compile("[1, 2].map(x, [1, 2].map(y, x * y)).size()").is_err(),
+            "no comprehensions"
+        );
+        let long = vec!["1"; 400].join(" + ");
+        assert!(compile(&long).is_err(), "too long");
+        assert!(
+            evaluate("double(memory_mib) * 1e30", &m5_large(), 0).is_err(),
+            "out of range"
+        );
         assert_eq!(
             evaluate("double(memory_mib) / 1024.0 * 1.5", &m5_large(), 0),
             Ok(12)

@@ -74,10 +74,13 @@ fn group(cluster: &Cluster, node: &StateNode) -> Group {
 /// Every managed node's cost: the removed first, then the ranked, then the
 /// cleared.
 pub fn ranking(cluster: &Cluster) -> Vec<NodeDeletionCost> {
+    // A node whose pool is not in the request (not ready, or its catalog
+    // could not be read) is left as it is: neither ranked nor cleared.
     let mut nodes: Vec<(&StateNode, Group, f64)> = cluster
         .nodes
         .iter()
         .filter(|n| n.is_managed() && !n.planned)
+        .filter(|n| cluster.node_pools.iter().any(|p| p.name == n.node_pool))
         .map(|n| {
             let ratio = node_price(cluster, n) / reschedule_disruption_cost(n);
             (n, group(cluster, n), ratio)

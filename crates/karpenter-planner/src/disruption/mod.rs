@@ -245,9 +245,11 @@ fn round(
     if let Some(command) = empty {
         return Some(vec![command]);
     }
-    let static_drift = static_drift::commands(state, blocked, evaluated);
-    if !static_drift.is_empty() {
-        return Some(static_drift);
+    if state.node_pools.iter().any(|p| p.is_static()) {
+        let static_drift = static_drift::commands(state, blocked, evaluated);
+        if !static_drift.is_empty() {
+            return Some(static_drift);
+        }
     }
     let prepared = prepared.unwrap_or_else(|| Prepared::new(state, scheduling));
     if let Some(command) = drift::command(&prepared, state, blocked, evaluated) {

@@ -104,7 +104,7 @@ fn allowed(state: &Cluster, pool: &NodePool, budget: i64, drifted: usize) -> Res
     let staying = claims.iter().filter(|n| !n.marked_for_deletion).count();
     if i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
         return Err(format!(
-            "static nodepool {:?} holds {staying} nodeclaims for {replicas} replicas; drift waits for its scale down",
+            "static nodepool {:?} holds {staying} nodeclaims for {replicas} replicas (a scale down or a replacement is under way); drift waits",
             pool.name
         ));
     }

@@ -101,6 +101,7 @@ impl Reconciler for NodeClasses {
             .await
             .map_err(Error::peer("ResolveNodeClass"))?;
         let current = self.write_hash(&current, &resolved).await?;
+        self.rehash_claims(&index, &key.1, &resolved).await?;
         let status = resolved_status(&current, &resolved)?;
         if current.data.get("status") != Some(&status) {
             patch::merge_status(&api, &current, status).await?;
@@ -143,6 +144,53 @@ impl NodeClasses {
             json!({"metadata": {"annotations": wanted}}),
         )
         .await
+    }
+
+    /// When the provider's hash version changed (it hashes differently
+    /// now), each claim of the class takes the new version, and the new
+    /// hash unless it has a Drifted condition already (Karpenter's hash
+    /// controller): the old hash cannot be compared with the new one, and
+    /// without the new one a claim could never drift again.
+    async fn rehash_claims(
+        &self,
+        index: &Index,
+        class: &str,
+        resolved: &pv::ResolveNodeClassResponse,
+    ) -> Result<()> {
+        let info = &self.ctx.info;
+        let (hash_key, version_key) = (
+            &info.node_class_hash_annotation,
+            &info.node_class_hash_version_annotation,
+        );
+        if hash_key.is_empty() || version_key.is_empty() || resolved.hash_version.is_empty() {
+            return Ok(());
+        }
+        let kind = self.ctx.node_class_kind();
+        let stale = index.node_claims.iter().filter(|c| {
+            c.spec.node_class_ref.kind == kind
+                && c.spec.node_class_ref.name == class
+                && self.ctx.acts_on(c)
+                && c.annotations().get(version_key) != Some(&resolved.hash_version)
+        });
+        for claim in stale {
+            let mut annotations = serde_json::Map::new();
+            annotations.insert(version_key.clone(), json!(resolved.hash_version));
+            let drifted = claim
+                .conditions()
+                .iter()
+                .any(|c| c.type_ == karpenter_api::nodeclaim::CONDITION_DRIFTED);
+            if !drifted {
+                annotations.insert(hash_key.clone(), json!(resolved.hash));
+            }
+            let body = json!({"metadata": {"annotations": annotations}});
+            match patch::merge(&self.ctx.node_claims(), claim.as_ref(), body).await {
+                Ok(_) => {}
+                // A claim that changed or went is looked at next time.
+                Err(error) if error.is_conflict() || error.is_not_found() => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     async fn finalize(

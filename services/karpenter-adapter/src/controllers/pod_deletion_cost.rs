@@ -36,11 +36,13 @@ use crate::state::pod_entry::PodEntry;
 /// Ranked or cleared nodes written per pass (nodes being removed aside).
 pub const MAX_NODES_PER_PASS: usize = 50;
 
-/// One writer per adapter: when it last ran and whether it runs now.
+/// One writer per adapter: when it last ran, whether it runs now, and the
+/// pass in flight (stopped with the controllers, before the lease goes).
 #[derive(Clone, Debug, Default)]
 pub struct DeletionCostWriter {
     last_pass: Arc<Mutex<Option<Instant>>>,
     running: Arc<AtomicBool>,
+    pass: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl DeletionCostWriter {
@@ -65,10 +67,19 @@ impl DeletionCostWriter {
             writes
         };
         let (ctx, running) = (ctx.clone(), Arc::clone(&self.running));
-        tokio::spawn(async move {
+        let pass = tokio::spawn(async move {
             write_all(&ctx, writes).await;
             running.store(false, Ordering::Release);
         });
+        *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+    }
+
+    /// Stops the pass in flight: this replica no longer leads.
+    pub fn stop(&self) {
+        if let Some(pass) = self.pass.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            pass.abort();
+        }
+        self.running.store(false, Ordering::Release);
     }
 }
 

@@ -219,20 +219,40 @@ fn move_labels(index: &Index, nodepool: &str, decision: &str) -> crate::metrics:
     }
 }
 
-/// Karpenter's metrics for the single-node moves a Balanced pool rejected
-/// in a plan: `karpenter_consolidation_moves_total` and
-/// `karpenter_consolidation_score` with `decision="rejected"` (never an
-/// event: upstream keeps rejections out of events, they are routine).
-pub fn rejected_moves(ctx: &Context, index: &Index, moves: &[sched::RejectedMove]) {
-    for rejected in moves {
-        for score in &rejected.scores {
-            let labels = move_labels(index, &score.node_pool, "rejected");
-            ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
-            ctx.metrics
-                .consolidation_score
-                .get_or_create(&labels)
-                .observe(score.score);
+/// The single-node moves a Balanced pool rejected, counted once each:
+/// the plan runs every poll, and Karpenter weighs a move again only when
+/// the cluster changed, so a rejection the previous plan already counted
+/// (same candidate, same scores) is not counted again.
+#[derive(Debug, Default)]
+pub struct Rejections {
+    counted: std::collections::HashMap<String, Vec<u64>>,
+}
+
+impl Rejections {
+    /// Karpenter's metrics for the plan's new rejections:
+    /// `karpenter_consolidation_moves_total` and
+    /// `karpenter_consolidation_score` with `decision="rejected"` (never an
+    /// event: upstream keeps rejections out of events, they are routine).
+    pub fn count(&mut self, ctx: &Context, index: &Index, moves: &[sched::RejectedMove]) {
+        let previous = std::mem::take(&mut self.counted);
+        for rejected in moves {
+            let scores: Vec<u64> = rejected.scores.iter().map(|s| s.score.to_bits()).collect();
+            if previous.get(&rejected.candidate) != Some(&scores) {
+                count_rejected(ctx, index, rejected);
+            }
+            self.counted.insert(rejected.candidate.clone(), scores);
         }
+    }
+}
+
+fn count_rejected(ctx: &Context, index: &Index, rejected: &sched::RejectedMove) {
+    for score in &rejected.scores {
+        let labels = move_labels(index, &score.node_pool, "rejected");
+        ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
+        ctx.metrics
+            .consolidation_score
+            .get_or_create(&labels)
+            .observe(score.score);
     }
 }
 

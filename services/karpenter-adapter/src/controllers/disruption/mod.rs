@@ -56,6 +56,7 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
     let kind = ctx.node_class_kind().to_owned();
     let mut queue = Queue::default();
     let mut validating: Option<Validating> = None;
+    let mut rejections = consolidation_events::Rejections::default();
     let mut next_plan = Instant::now();
     let mut seen_changes = None;
     loop {
@@ -76,7 +77,14 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
         }
         if index.synced(&kind) {
             let span = tracing::info_span!("reconcile", controller = "disruption");
-            let pass = pass(&ctx, &index, &mut queue, &mut validating, &mut next_plan);
+            let pass = pass(
+                &ctx,
+                &index,
+                &mut queue,
+                &mut validating,
+                &mut rejections,
+                &mut next_plan,
+            );
             if let Err(error) = tracing::Instrument::instrument(pass, span).await {
                 tracing::warn!(%error, "disruption pass failed");
                 next_plan = Instant::now() + ctx.timing.disruption_poll;
@@ -94,6 +102,7 @@ async fn pass(
     index: &Arc<Index>,
     queue: &mut Queue,
     validating: &mut Option<Validating>,
+    rejections: &mut consolidation_events::Rejections,
     next_plan: &mut Instant,
 ) -> Result<()> {
     queue
@@ -117,6 +126,7 @@ async fn pass(
     }
     *next_plan = Instant::now() + ctx.timing.disruption_poll;
     let (pools, plan) = plan(ctx, index).await?;
+    rejections.count(ctx, index, &plan.rejected_moves);
     let (now, later): (Vec<_>, Vec<_>) = plan
         .commands
         .into_iter()
@@ -198,7 +208,6 @@ async fn plan(
     report_blocked(ctx, index, &plan.blocked);
     pod_events::report(ctx, index, k8s_openapi::jiff::Timestamp::now());
     consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
-    consolidation_events::rejected_moves(ctx, index, &plan.rejected_moves);
     ctx.deletion_costs.offer(ctx, index, &plan.deletion_costs);
     if let Some(cost) = &plan.cost {
         for (estimate, value) in [
