@@ -243,6 +243,8 @@ fn cluster_builtins() -> Vec<ResourceInfo> {
     vec![
         builtin("storage.k8s.io", "storageclasses", "StorageClass").with_short_names(&["sc"]),
         builtin("storage.k8s.io", "csinodes", "CSINode"),
+        builtin("storage.k8s.io", "volumeattachments", "VolumeAttachment")
+            .with_subresources(&["status"]),
         builtin("rbac.authorization.k8s.io", "clusterroles", "ClusterRole"),
         builtin(
             "rbac.authorization.k8s.io",

@@ -368,3 +368,94 @@ async fn another_providers_expired_claim_is_left_alone() {
     );
     adapter.stop().await;
 }
+
+/// Upstream termination suite ("should wait for volume attachments to be
+/// deleted before terminating the instance" and the AwaitingVolumeDetachment
+/// event): after the drain, a node whose drained pods' volume is still
+/// attached keeps its instance, says why on the node and in the claim's
+/// VolumesDetached condition, and goes once the attachment is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminating_node_waits_for_its_volumes_to_detach() {
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    scaled_out(&cluster, 1).await;
+    let victim = cluster.claims().await.remove(0);
+    let node_name = victim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("registered");
+    let attachments = Api::<VolumeAttachment>::all(cluster.client.clone());
+    let attachment: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-data-0"},
+        "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node_name,
+                 "source": {"persistentVolumeName": "pv-data-0"}}
+    }))
+    .expect("attachment");
+    attachments
+        .create(&Default::default(), &attachment)
+        .await
+        .expect("attached");
+    Api::<NodeClaim>::all(cluster.client.clone())
+        .delete(&victim.name_any(), &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let waiting = |c: &NodeClaim| {
+        c.conditions().iter().any(|k| {
+            k.type_ == "VolumesDetached"
+                && k.status == karpenter_api::ConditionStatus::Unknown
+                && k.reason == "AwaitingVolumeDetachment"
+        })
+    };
+    eventually(
+        "the claim waiting for its volumes",
+        Duration::from_secs(40),
+        || async {
+            cluster
+                .claims()
+                .await
+                .iter()
+                .any(|c| c.name_any() == victim.name_any() && waiting(c))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        cluster
+            .kwok
+            .instances()
+            .iter()
+            .any(|i| i.node_claim_name == victim.name_any()),
+        "the instance stays while the volume is attached"
+    );
+    let events = cluster.events("AwaitingVolumeDetachment").await;
+    assert!(
+        events.iter().any(|e| e.message.as_deref()
+            == Some("Awaiting deletion of bound volumeattachments (csi-data-0)")),
+        "{events:?}"
+    );
+    attachments
+        .delete("csi-data-0", &DeleteParams::default())
+        .await
+        .expect("detached");
+    eventually(
+        "the claim, its node and its instance gone",
+        Duration::from_secs(40),
+        || async {
+            !cluster
+                .claims()
+                .await
+                .iter()
+                .any(|c| c.name_any() == victim.name_any())
+                && !cluster
+                    .kwok
+                    .instances()
+                    .iter()
+                    .any(|i| i.node_claim_name == victim.name_any())
+        },
+    )
+    .await;
+    adapter.stop().await;
+}

@@ -7,11 +7,19 @@
 //!   Node deleted ──▶ delete its NodeClaim (if not already)
 //!                ──▶ instance already gone and Node not Ready? release at once
 //!                ──▶ taint karpenter.sh/disrupted:NoSchedule
-//!                ──▶ drain (Drained) ──▶ delete instance (InstanceTerminating) ──▶ gone? release finalizer
+//!                ──▶ drain (Drained) ──▶ volumes detached (VolumesDetached)
+//!                ──▶ delete instance (InstanceTerminating) ──▶ gone? release finalizer
 //! ```
+//!
+//! After the drain, the instance is kept until the attach-detach controller
+//! has deleted the VolumeAttachments of the pods that left (their volumes
+//! can then attach where the pods went), unless the claim's termination
+//! grace period has run out; attachments of pods that stay on the node
+//! (static, tolerating the disrupted taint) do not hold it.
 
 pub mod drain;
 pub mod evictions;
+pub mod volumes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,7 +170,7 @@ async fn terminate(ctx: &Context, index: &Index, node: &Node) -> Result<Requeue>
             ));
             Some(DRAIN_POLL)
         }
-        Drain::Done => finish_drain(ctx, &node, &mut next).await?,
+        Drain::Done => finish_drain(ctx, index, &node, &mut next, deadline).await?,
     };
     if next.status != claim.status {
         patch::status(&ctx.node_claims(), claim.as_ref(), &next).await?;
@@ -203,8 +211,15 @@ async fn drain_confirmed(
 }
 
 /// The drain is done: after the minimum drain time the claim is `Drained`,
-/// then the instance is deleted; `None` once it is gone.
-async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Result<Requeue> {
+/// then, once its volumes are detached, the instance is deleted; `None`
+/// once it is gone.
+async fn finish_drain(
+    ctx: &Context,
+    index: &Index,
+    node: &Node,
+    claim: &mut NodeClaim,
+    deadline: Option<k8s_openapi::jiff::Timestamp>,
+) -> Result<Requeue> {
     let mut conditions = claim_conditions(claim);
     let drained_at_least = conditions.is_unknown(DRAINED)
         && conditions.get(DRAINED).is_some()
@@ -227,6 +242,9 @@ async fn finish_drain(ctx: &Context, node: &Node, claim: &mut NodeClaim) -> Resu
     let provider_id = claim.provider_id().unwrap_or_default().to_owned();
     if provider_id.is_empty() {
         return Ok(None);
+    }
+    if !volumes::detached(ctx, index, node, claim, deadline).await? {
+        return Ok(Some(volumes::POLL));
     }
     let gone = ctx.clients.terminate_instance(&provider_id).await?;
     claim_conditions(claim).set_true(karpenter_api::nodeclaim::CONDITION_INSTANCE_TERMINATING);
