@@ -24,7 +24,7 @@ use crate::state::index::Index;
 /// The claim condition: the node's volumes are detached.
 pub const VOLUMES_DETACHED: &str = "VolumesDetached";
 /// How soon a node waiting for its volumes is looked at again.
-pub const POLL: Duration = Duration::from_secs(1);
+pub const POLL: Duration = Duration::from_secs(2);
 
 /// Whether the instance may go: its drained pods' volumes are detached,
 /// or the grace period is over. Sets `VolumesDetached` on the claim.
@@ -75,8 +75,10 @@ fn listed(names: &[String], shown: usize) -> String {
 async fn pending(ctx: &Context, index: &Index, node: &Node) -> Result<Vec<String>> {
     let name = node.name_any();
     let api: Api<VolumeAttachment> = Api::all(ctx.client.clone());
+    // Any recent state will do (the API server answers from its watch
+    // cache): this runs every few seconds for each node waiting here.
     let attachments: Vec<VolumeAttachment> = api
-        .list(&ListParams::default())
+        .list(&ListParams::default().match_any())
         .await?
         .items
         .into_iter()
