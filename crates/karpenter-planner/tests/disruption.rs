@@ -1840,3 +1840,30 @@ fn nodes_of_pools_outside_the_request_are_neither_ranked_nor_cleared() {
     ]);
     assert_eq!(ranking(&mut cluster), [("kept".to_owned(), Some(-1))]);
 }
+
+/// Upstream's multi-node Balanced metric: when no prefix goes ahead and a
+/// Balanced pool rejected one, that move is reported (once), with its
+/// candidates; a single-node move may still take one of them.
+#[test]
+fn a_rejected_multi_node_move_is_reported_once() {
+    let mut balanced = many_small_pods_on_a_large_node();
+    balanced.nodes.retain(|n| n.name != "busy");
+    for name in ["b1", "b2"] {
+        let pods = (0..40)
+            .map(|p| running(&format!("{name}-p{p}"), name, 10))
+            .collect();
+        balanced
+            .nodes
+            .push(on(managed(name, "large", "on-demand", "test-zone-1"), pods));
+    }
+    balanced.pool().consolidation = ConsolidationPolicy::Balanced;
+    let plan = balanced.plan();
+    let multi: Vec<&String> = plan
+        .rejected_moves
+        .keys()
+        .filter(|k| k.contains(','))
+        .collect();
+    assert_eq!(multi.len(), 1, "{plan:?}");
+    let scores = &plan.rejected_moves[multi[0]];
+    assert!(scores.values().all(|s| !s.approved()), "{scores:?}");
+}

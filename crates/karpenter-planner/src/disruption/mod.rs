@@ -119,7 +119,9 @@ pub struct DisruptionPlan {
     pub unconsolidatable: BTreeMap<String, String>,
     /// Node name -> the scores with which its Balanced pool rejected
     /// removing or replacing it on its own (the latest round's), for nodes
-    /// no command took; upstream counts such moves as `rejected`.
+    /// no command took; a multi-node move no prefix of which went ahead,
+    /// by its nodes' names comma-separated. Upstream counts such moves as
+    /// `rejected`.
     pub rejected_moves: BTreeMap<String, BTreeMap<String, BalancedScore>>,
     pub cost_before: f64,
     pub cost_after: f64,

@@ -65,9 +65,12 @@ pub(super) fn commands(
         options,
         balanced: Balanced::new(state, &consolidatable),
     };
-    if let Some(command) =
-        consolidation.multi_node(&consolidatable, findings.blocked, findings.evaluated)
-    {
+    if let Some(command) = consolidation.multi_node(
+        &consolidatable,
+        findings.blocked,
+        findings.evaluated,
+        findings.rejected_moves,
+    ) {
         return Some(vec![command]);
     }
     let taken = consolidation.single_node(&consolidatable, findings);

@@ -10,7 +10,7 @@ use crate::disruption::candidates::{Candidate, pdb_blocks};
 use crate::disruption::{Command, Method};
 use crate::model::Reason;
 
-use super::{Consolidation, MAX_MULTI_NODE_CANDIDATES};
+use super::{Consolidation, MAX_MULTI_NODE_CANDIDATES, NotConsolidated, Score};
 
 impl Consolidation<'_> {
     /// Karpenter's multi-node consolidation: the longest prefix of the
@@ -21,6 +21,7 @@ impl Consolidation<'_> {
         consolidatable: &[&Candidate],
         blocked: &mut BTreeMap<String, String>,
         evaluated: &mut usize,
+        rejected_moves: &mut BTreeMap<String, BTreeMap<String, Score>>,
     ) -> Option<Command> {
         let state = self.state;
         let mut budgets = budget_mapping(state, Reason::Underutilized);
@@ -44,6 +45,7 @@ impl Consolidation<'_> {
         let mut high = within_budget.len().min(MAX_MULTI_NODE_CANDIDATES + 1) - 1;
         let mut low = 1;
         let mut best = None;
+        let mut last_rejected = None;
         while low <= high {
             let mid = (low + high) / 2;
             let batch = &within_budget[..=mid];
@@ -55,13 +57,27 @@ impl Consolidation<'_> {
                     best = Some(command);
                     low = mid + 1;
                 }
-                _ => {
+                outcome => {
+                    if let Err(NotConsolidated::ScoredTooLow(scores)) = outcome {
+                        let names: Vec<&str> = batch
+                            .iter()
+                            .map(|c| state.nodes[c.node].name.as_str())
+                            .collect();
+                        last_rejected = Some((names.join(","), scores));
+                    }
                     if mid == 0 {
                         break;
                     }
                     high = mid - 1;
                 }
             }
+        }
+        // As Karpenter: when no prefix went ahead and a Balanced pool
+        // rejected one, the last (smallest) rejected move is counted once.
+        if best.is_none()
+            && let Some((names, scores)) = last_rejected
+        {
+            rejected_moves.insert(names, scores);
         }
         best
     }
