@@ -231,18 +231,6 @@ impl Kubelet {
             Err(KubeletErrors(problems))
         }
     }
-
-    /// Whether `maxPods` or a reserved value is a CEL expression, without
-    /// requiring the rest to be valid.
-    pub fn has_expressions(&self) -> bool {
-        self.0.get("maxPods").is_some_and(Value::is_string)
-            || ["kubeReserved", "systemReserved"].iter().any(|field| {
-                self.0
-                    .get(*field)
-                    .and_then(Value::as_object)
-                    .is_some_and(|m| m.values().filter_map(Value::as_str).any(is_expression))
-            })
-    }
 }
 
 /// `evictionSoftGracePeriod`'s values are non-negative durations.

@@ -447,6 +447,17 @@ impl Provider {
     ) -> Result<Vec<Group<'c>>, Error> {
         let kubelet = nc.kubelet()?;
         let ctx = context(&self.settings, Some(nc));
+        // Each candidate's type, to resolve its kubelet expressions (only
+        // settings with expressions differ by type).
+        let infos: std::collections::HashMap<&str, &TypeInfo> =
+            if kubelet.as_ref().is_some_and(|k| k.has_expressions()) {
+                built
+                    .iter()
+                    .map(|(info, _)| (info.name.as_str(), info))
+                    .collect()
+            } else {
+                Default::default()
+            };
         let mut keys: Vec<TemplateKey> = Vec::new();
         let mut members: BTreeMap<TemplateKey, Vec<&'c Candidate>> = BTreeMap::new();
         let mut settings: BTreeMap<
@@ -463,10 +474,9 @@ impl Provider {
             }) else {
                 continue;
             };
-            let resolved = built
-                .iter()
-                .find(|(info, _)| info.name == candidate.instance_type.name)
-                .map(|(info, _)| instancetype::resolved_kubelet(info, &ctx))
+            let resolved = infos
+                .get(candidate.instance_type.name.as_str())
+                .map(|info| instancetype::resolved_kubelet(info, &ctx))
                 .transpose()
                 .map_err(|e| Error::invalid("node_claim.node_class.spec.kubelet", e))?
                 .flatten();

@@ -407,17 +407,7 @@ async fn seed_003_node_class_end_to_end_launch_get_list_drift_terminate() {
             .unwrap()
             .starts_with("karpenter.k8s.aws/")
     );
-    let versions = world
-        .setup
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(template.launch_template_id().unwrap())
-        .send()
-        .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
-        .unwrap();
+    let data = launch_template_data(&world, template.launch_template_id().unwrap()).await;
     assert_eq!(data.image_id(), Some(world.made.ami_arm64.as_str()));
     let user_data =
         userdata::of_template(&world.setup, template.launch_template_name().unwrap()).await;
@@ -1350,21 +1340,13 @@ async fn other_alias_families_resolve_and_bottlerocket_launches_with_toml() {
         .send()
         .await
         .unwrap();
-    let versions = world
-        .setup
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(
-            templates.launch_templates()[0]
-                .launch_template_id()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
-        .unwrap();
+    let data = launch_template_data(
+        &world,
+        templates.launch_templates()[0]
+            .launch_template_id()
+            .unwrap(),
+    )
+    .await;
     let text = userdata::of_template(
         &world.setup,
         templates.launch_templates()[0]
@@ -1449,21 +1431,13 @@ async fn interfaces_connection_tracking_and_cpu_options_reach_the_launch_templat
         .send()
         .await
         .unwrap();
-    let versions = world
-        .setup
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(
-            templates.launch_templates()[0]
-                .launch_template_id()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
-        .unwrap();
+    let data = launch_template_data(
+        &world,
+        templates.launch_templates()[0]
+            .launch_template_id()
+            .unwrap(),
+    )
+    .await;
     let interfaces = data.network_interfaces();
     assert_eq!(interfaces.len(), 1, "{data:?}");
     let primary = &interfaces[0];
@@ -1931,6 +1905,25 @@ async fn an_idle_replicas_janitor_keeps_the_templates_the_busy_replica_uses() {
     world.assert_least_privilege();
 }
 
+/// The data of the first version of the launch template `id`.
+async fn launch_template_data(
+    world: &World,
+    id: &str,
+) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
+    let versions = world
+        .setup
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(id)
+        .send()
+        .await
+        .unwrap();
+    versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap()
+        .clone()
+}
+
 /// The instance types the provider lists for the default pool and `nc`.
 async fn instance_types_of(world: &World, nc: pv::NodeClass) -> Vec<types::InstanceType> {
     world
@@ -2162,17 +2155,7 @@ async fn enclave_options_reach_the_launch_template_and_pick_types_that_support_t
         .await
         .unwrap();
     for template in templates.launch_templates() {
-        let versions = world
-            .setup
-            .ec2
-            .describe_launch_template_versions()
-            .launch_template_id(template.launch_template_id().unwrap())
-            .send()
-            .await
-            .unwrap();
-        let data = versions.launch_template_versions()[0]
-            .launch_template_data()
-            .unwrap();
+        let data = launch_template_data(&world, template.launch_template_id().unwrap()).await;
         assert_eq!(
             data.enclave_options().and_then(|e| e.enabled()),
             Some(true),
