@@ -169,6 +169,7 @@ pub fn reason_name(reason: i32) -> &'static str {
         Ok(sched::DisruptionReason::Underutilized) => "Underutilized",
         Ok(sched::DisruptionReason::Drifted) => "Drifted",
         Ok(sched::DisruptionReason::Expired) => "Expired",
+        Ok(sched::DisruptionReason::Unhealthy) => "Unhealthy",
         Ok(sched::DisruptionReason::Unspecified) | Err(_) => "Unspecified",
     }
 }
@@ -182,6 +183,7 @@ pub fn method_name(method: i32) -> &'static str {
         Ok(sched::DisruptionMethod::Expiration) => "Expiration",
         Ok(sched::DisruptionMethod::MultiNodeConsolidation) => "MultiNodeConsolidation",
         Ok(sched::DisruptionMethod::SingleNodeConsolidation) => "SingleNodeConsolidation",
+        Ok(sched::DisruptionMethod::Repair) => "Repair",
         Ok(sched::DisruptionMethod::Unspecified) | Err(_) => "Unspecified",
     }
 }

@@ -487,6 +487,7 @@ fn response() -> sched::PlanDisruptionResponse {
                 savings_per_hour: 0.192,
                 placements: vec![],
                 balanced_scores: vec![],
+                ..Default::default()
             },
             sched::DisruptionCommand {
                 reason: sched::DisruptionReason::Underutilized as i32,
@@ -518,12 +519,14 @@ fn response() -> sched::PlanDisruptionResponse {
                 savings_per_hour: 0.288_000_000_1,
                 placements: vec![],
                 balanced_scores: vec![],
+                ..Default::default()
             },
         ],
         blocked: vec![sched::BlockedCandidate {
             node: "node-c".into(),
             reason: "pod default/db-0 has karpenter.sh/do-not-disrupt".into(),
         }],
+        repair_blocked: vec![],
         cost: Some(sched::ClusterCost {
             before: 0.96,
             after: 0.48,

@@ -50,6 +50,7 @@ pub mod node;
 pub mod nodeclaim;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod repair;
 pub mod schema;
 
 /// Well-known label, annotation, taint and tag keys (their home is `karpenter-core`).

@@ -394,6 +394,8 @@ pub enum DisruptionReason {
     Empty,
     /// Replacement of nodes that no longer match their NodePool or node class.
     Drifted,
+    /// Node repair: nodes whose conditions match a repair policy (v1.15).
+    Unhealthy,
 }
 
 /// Disruption settings of a NodePool.

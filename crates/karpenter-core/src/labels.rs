@@ -68,6 +68,9 @@ pub const REGISTERED: &str = "karpenter.sh/registered";
 pub const INITIALIZED: &str = "karpenter.sh/initialized";
 /// Annotation on a pod or node that blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Annotation on a Node or NodeClaim (`"true"`) that keeps node repair away
+/// from it, whatever its conditions.
+pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// Annotation with the hash of the NodePool template a NodeClaim was made from.
 pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// Annotation with the version of the hashing scheme behind [`NODE_POOL_HASH`].
@@ -80,6 +83,9 @@ pub const PROVIDER_COMPATIBILITY: &str = "compatibility.karpenter.sh/provider";
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Taint key put on nodes that Karpenter is disrupting (effect `NoSchedule`).
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
+/// Taint (`NoSchedule`) on a node being rebooted for repair: no new pods
+/// while it drains and restarts; it counts as disrupted for budgets.
+pub const REBOOTING_TAINT_KEY: &str = "karpenter.sh/rebooting";
 /// Taint key put on nodes until they register (effect `NoExecute`).
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
 /// On a node: its kubelet registered it with its taints, so registration

@@ -32,6 +32,7 @@ pub mod names;
 pub mod object_meta;
 pub mod quantity;
 pub mod rate;
+pub mod repair;
 pub mod requirements;
 pub mod resources;
 pub mod selector;

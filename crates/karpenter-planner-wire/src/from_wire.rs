@@ -13,8 +13,8 @@ use karpenter_planner::cron::Cron;
 use karpenter_planner::disruption::Reason;
 use karpenter_planner::hostports::HostPort;
 use karpenter_planner::model::{
-    AffinityTerm, Budget, Cluster, DaemonSet, DisruptionState, InstanceType, NodePool, Offering,
-    OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
+    AffinityTerm, Budget, Cluster, DaemonSet, DisruptionState, InstanceType, NodePool, NodeRepair,
+    Offering, OfferingSpace, Pdb, Pod, PodKey, SpreadConstraint, StateNode, WhenUnsatisfiable,
 };
 use karpenter_planner::volumes::{VolumeLimits, VolumeRef};
 use karpenter_proto::convert::{
@@ -460,6 +460,7 @@ fn disruption_reasons(field: &str, reasons: &[i32]) -> Result<Vec<Reason>, Inval
             Ok(sched::DisruptionReason::Underutilized) => Ok(Reason::Underutilized),
             Ok(sched::DisruptionReason::Drifted) => Ok(Reason::Drifted),
             Ok(sched::DisruptionReason::Expired) => Ok(Reason::Expired),
+            Ok(sched::DisruptionReason::Unhealthy) => Ok(Reason::Unhealthy),
             _ => Err(InvalidField::new(
                 format!("{field}[{i}]"),
                 format!("unknown reason {r}"),
@@ -487,6 +488,24 @@ fn disruption_state(state: Option<&sched::NodeClaimDisruptionState>) -> Disrupti
         initialized_seconds: at(&state.initialized_time),
         drifted_seconds: at(&state.drifted_time),
         instance_terminating: state.instance_terminating,
+        repair: state.repair.as_ref().map(node_repair),
+    }
+}
+
+fn node_repair(repair: &sched::NodeRepair) -> NodeRepair {
+    NodeRepair {
+        condition: repair.condition_type.clone(),
+        reason: repair.condition_reason.clone(),
+        eligible: repair.eligible,
+        reboot: repair.action() == sched::NodeRepairAction::Reboot,
+        termination_grace_period: duration(repair.termination_grace_period.as_ref()),
+        // A score that is not a number orders as the lowest.
+        score: if repair.score.is_finite() {
+            repair.score
+        } else {
+            f64::MIN
+        },
+        do_not_repair: repair.do_not_repair,
     }
 }
 

@@ -193,6 +193,7 @@ fn disruption_reason(reason: Reason) -> sched::DisruptionReason {
         Reason::Underutilized => sched::DisruptionReason::Underutilized,
         Reason::Drifted => sched::DisruptionReason::Drifted,
         Reason::Expired => sched::DisruptionReason::Expired,
+        Reason::Unhealthy => sched::DisruptionReason::Unhealthy,
     }
 }
 
@@ -204,6 +205,7 @@ fn disruption_method(method: Method) -> sched::DisruptionMethod {
         Method::Expiration => sched::DisruptionMethod::Expiration,
         Method::MultiNodeConsolidation => sched::DisruptionMethod::MultiNodeConsolidation,
         Method::SingleNodeConsolidation => sched::DisruptionMethod::SingleNodeConsolidation,
+        Method::Repair => sched::DisruptionMethod::Repair,
     }
 }
 
@@ -244,9 +246,15 @@ pub fn plan_response(
                     .iter()
                     .map(|(pool, score)| balanced_score(pool, score))
                     .collect(),
+                reboot: command.repair.is_some_and(|r| r.reboot),
+                termination_grace_period: command
+                    .repair
+                    .and_then(|r| r.termination_grace_period)
+                    .and_then(|d| prost_types::Duration::try_from(d).ok()),
             })
             .collect(),
         blocked: blocked_candidates(&plan.blocked),
+        repair_blocked: blocked_candidates(&plan.repair_blocked),
         unconsolidatable: blocked_candidates(&plan.unconsolidatable),
         deletion_costs: plan
             .deletion_costs

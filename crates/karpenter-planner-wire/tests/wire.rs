@@ -541,6 +541,18 @@ fn a_nodes_labels_name_its_host_and_pool_and_its_disruption_state_reaches_the_mo
             initialized_time: at(14),
             drifted_time: at(15),
             instance_terminating: true,
+            repair: Some(sched::NodeRepair {
+                condition_type: "Ready".into(),
+                condition_reason: "KubeletNotReady".into(),
+                eligible: true,
+                action: sched::NodeRepairAction::Reboot as i32,
+                termination_grace_period: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+                score: f64::NAN,
+                do_not_repair: true,
+            }),
         }),
         ..Default::default()
     }];
@@ -573,6 +585,21 @@ fn a_nodes_labels_name_its_host_and_pool_and_its_disruption_state_reaches_the_mo
             && d.node_not_ready
             && d.nominated
             && d.instance_terminating
+    );
+    let repair = d.repair.as_ref().expect("repair");
+    assert_eq!(
+        (repair.condition.as_str(), repair.reason.as_str()),
+        ("Ready", "KubeletNotReady")
+    );
+    assert!(repair.eligible && repair.reboot && repair.do_not_repair);
+    assert_eq!(
+        repair.termination_grace_period,
+        Some(std::time::Duration::from_secs(60))
+    );
+    assert_eq!(
+        repair.score,
+        f64::MIN,
+        "a score that is not a number orders last"
     );
     assert_eq!(
         (

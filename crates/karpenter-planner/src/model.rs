@@ -252,6 +252,8 @@ pub enum Reason {
     Underutilized,
     Drifted,
     Expired,
+    /// Node repair.
+    Unhealthy,
 }
 
 impl Reason {
@@ -261,6 +263,7 @@ impl Reason {
             Reason::Underutilized => "Underutilized",
             Reason::Drifted => "Drifted",
             Reason::Expired => "Expired",
+            Reason::Unhealthy => "Unhealthy",
         }
     }
 }
@@ -355,6 +358,26 @@ pub struct DisruptionState {
     pub drifted_seconds: Option<i64>,
     /// The claim's InstanceTerminating condition is True.
     pub instance_terminating: bool,
+    /// Set when a node condition matches a repair policy.
+    pub repair: Option<NodeRepair>,
+}
+
+/// The repair policy a node's conditions resolve to (the adapter resolves
+/// the provider's policies; the planner paces repairs).
+#[derive(Clone, Debug, Default)]
+pub struct NodeRepair {
+    pub condition: String,
+    pub reason: String,
+    /// The toleration has passed.
+    pub eligible: bool,
+    /// Reboot in place instead of replacing.
+    pub reboot: bool,
+    /// min(policy, claim terminationGracePeriod); `None`: the claim's own.
+    pub termination_grace_period: Option<Duration>,
+    /// Higher first.
+    pub score: f64,
+    /// `karpenter.sh/do-not-repair`.
+    pub do_not_repair: bool,
 }
 
 #[derive(Clone, Debug)]

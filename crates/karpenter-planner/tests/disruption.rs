@@ -1867,3 +1867,310 @@ fn a_rejected_multi_node_move_is_reported_once() {
     let scores = &plan.rejected_moves[multi[0]];
     assert!(scores.values().all(|s| !s.approved()), "{scores:?}");
 }
+
+// --- repair (v1.15: node repair as a voluntary disruption) ---------------------
+
+/// A node whose `Ready=False` matched a replace policy and is past its
+/// toleration (the snapshot builder resolves the policies).
+fn unhealthy(mut node: StateNode) -> StateNode {
+    node.disruption.node_not_ready = true;
+    node.disruption.repair = Some(karpenter_planner::model::NodeRepair {
+        condition: "Ready".into(),
+        reason: "KubeletNotReady".into(),
+        eligible: true,
+        reboot: false,
+        termination_grace_period: None,
+        score: 0.0,
+        do_not_repair: false,
+    });
+    node
+}
+
+fn repair_of(node: &mut StateNode) -> &mut karpenter_planner::model::NodeRepair {
+    node.disruption.repair.as_mut().expect("unhealthy")
+}
+
+fn repaired(plan: &DisruptionPlan) -> Vec<String> {
+    let mut nodes: Vec<String> = plan
+        .commands
+        .iter()
+        .filter(|c| c.method == Method::Repair && c.reason == Reason::Unhealthy)
+        .flat_map(|c| c.candidates.clone())
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+/// Two busy healthy nodes besides `nodes`, so nothing else is consolidated.
+fn with_busy_neighbours(mut nodes: Vec<StateNode>) -> Scenario {
+    for (i, zone) in ["test-zone-2", "test-zone-3"].into_iter().enumerate() {
+        let name = format!("busy{i}");
+        nodes.push(on(
+            managed(&name, "small", "on-demand", zone),
+            vec![running(&format!("{name}-p"), &name, 1800)],
+        ));
+    }
+    let mut cluster = cluster(nodes);
+    cluster.pool().consolidate_after = None;
+    cluster
+}
+
+/// Karpenter: "should pre-spin a replacement and terminate the unhealthy
+/// node only after the replacement is healthy". Repair comes before drift.
+#[test]
+fn an_unhealthy_node_with_pods_is_replaced_first() {
+    let mut sick = unhealthy(on(
+        managed("sick", "medium", "on-demand", "test-zone-1"),
+        vec![running("p", "sick", 3000)],
+    ));
+    sick.disruption.drifted_reason = "NodePoolDrifted".into();
+    let plan = with_busy_neighbours(vec![sick]).plan();
+    let command = &plan.commands[0];
+    assert_eq!(command.method, Method::Repair);
+    assert_eq!(command.reason, Reason::Unhealthy);
+    assert_eq!(command.candidates, vec!["sick"]);
+    assert_eq!(command.replacements.len(), 1, "{plan:?}");
+    assert!(!command.repair.expect("repair").reboot);
+}
+
+/// Karpenter: "should delete an empty unhealthy node without pre-spinning a
+/// replacement".
+#[test]
+fn an_empty_unhealthy_node_is_deleted_without_a_replacement() {
+    let plan = with_busy_neighbours(vec![unhealthy(managed(
+        "sick",
+        "medium",
+        "on-demand",
+        "test-zone-1",
+    ))])
+    .plan();
+    assert_eq!(repaired(&plan), vec!["sick"]);
+    assert!(plan.commands[0].replacements.is_empty());
+}
+
+/// Karpenter: "should commit an in-place reboot (no replacement, no
+/// termination) for a RebootNode policy".
+#[test]
+fn a_reboot_policy_reboots_in_place() {
+    let mut sick = unhealthy(on(
+        managed("sick", "medium", "on-demand", "test-zone-1"),
+        vec![running("p", "sick", 3000)],
+    ));
+    repair_of(&mut sick).reboot = true;
+    repair_of(&mut sick).termination_grace_period = Some(Duration::from_secs(300));
+    let plan = with_busy_neighbours(vec![sick]).plan();
+    let command = &plan.commands[0];
+    assert_eq!(command.method, Method::Repair);
+    assert!(command.replacements.is_empty());
+    let repair = command.repair.expect("repair");
+    assert!(repair.reboot);
+    assert_eq!(
+        repair.termination_grace_period,
+        Some(Duration::from_secs(300))
+    );
+    assert_eq!(plan.commands.len(), 1, "the rebooting node stays");
+}
+
+/// Karpenter: "should not repair before the toleration duration elapses".
+#[test]
+fn no_repair_before_the_toleration_elapses() {
+    let mut sick = unhealthy(on(
+        managed("sick", "medium", "on-demand", "test-zone-1"),
+        vec![running("p", "sick", 3000)],
+    ));
+    repair_of(&mut sick).eligible = false;
+    assert!(repaired(&with_busy_neighbours(vec![sick]).plan()).is_empty());
+}
+
+/// Karpenter: "should not repair a node carrying the do-not-repair
+/// annotation" and "should still repair a node carrying only the
+/// do-not-disrupt annotation".
+#[test]
+fn do_not_repair_blocks_repair_and_do_not_disrupt_does_not() {
+    let mut sick = unhealthy(managed("sick", "medium", "on-demand", "test-zone-1"));
+    sick.disruption.do_not_disrupt = true;
+    let plan = with_busy_neighbours(vec![sick.clone()]).plan();
+    assert_eq!(repaired(&plan), vec!["sick"]);
+    repair_of(&mut sick).do_not_repair = true;
+    let plan = with_busy_neighbours(vec![sick]).plan();
+    assert!(repaired(&plan).is_empty());
+    assert_eq!(
+        plan.repair_blocked.get("sick").map(String::as_str),
+        Some("repair is blocked through the \"karpenter.sh/do-not-repair\" annotation")
+    );
+}
+
+/// Karpenter: "should not repair when the disruption budget is zero"; and a
+/// budget for `Unhealthy` does not count the unhealthy nodes themselves.
+#[test]
+fn the_unhealthy_budget_paces_repair() {
+    let nodes = vec![
+        unhealthy(managed("a", "medium", "on-demand", "test-zone-1")),
+        unhealthy(managed("b", "medium", "on-demand", "test-zone-2")),
+    ];
+    let mut scenario = with_busy_neighbours(nodes.clone());
+    // Add healthy nodes so that two unhealthy stay within the breaker.
+    for i in 0..8 {
+        let name = format!("h{i}");
+        scenario.nodes.push(on(
+            managed(&name, "small", "on-demand", ZONES[i % 3]),
+            vec![running(&format!("{name}-p"), &name, 1800)],
+        ));
+    }
+    let mut unhealthy_budget = budget("0");
+    unhealthy_budget.reasons = vec![Reason::Unhealthy];
+    scenario.pool().budgets = vec![budget("100%"), unhealthy_budget.clone()];
+    let plan = scenario.plan();
+    assert!(repaired(&plan).is_empty(), "{plan:?}");
+    assert!(blocked(&plan, "a").is_some_and(|b| b.contains("Unhealthy")));
+    unhealthy_budget.nodes = "1".into();
+    scenario.pool().budgets = vec![budget("100%"), unhealthy_budget];
+    assert_eq!(repaired(&scenario.plan()).len(), 1);
+}
+
+/// Karpenter: "should stop repairing a NodePool when more than 20% of its
+/// nodes are unhealthy" and "should round the repair circuit-breaker
+/// threshold up for small NodePools".
+#[test]
+fn the_breaker_stops_repair_past_a_fifth_of_the_pool() {
+    // One unhealthy of three: 20% of 3 rounds up to one.
+    let plan = with_busy_neighbours(vec![unhealthy(managed(
+        "a",
+        "medium",
+        "on-demand",
+        "test-zone-1",
+    ))])
+    .plan();
+    assert_eq!(repaired(&plan), vec!["a"]);
+    // Two of four: more than one (20% of 4 rounded up). A node that matches
+    // but is not yet eligible counts as unhealthy too.
+    let mut waiting = unhealthy(managed("b", "medium", "on-demand", "test-zone-2"));
+    repair_of(&mut waiting).eligible = false;
+    let plan = with_busy_neighbours(vec![
+        unhealthy(managed("a", "medium", "on-demand", "test-zone-1")),
+        waiting,
+    ])
+    .plan();
+    assert!(repaired(&plan).is_empty());
+    assert_eq!(
+        plan.repair_blocked.get("a").map(String::as_str),
+        Some("more than 20% of nodes in nodepool \"np\" are unhealthy (2 of 4)")
+    );
+}
+
+/// Karpenter: "should repair the higher-priority condition first".
+#[test]
+fn the_highest_score_is_repaired_first() {
+    let mut low = unhealthy(managed("a", "medium", "on-demand", "test-zone-1"));
+    repair_of(&mut low).score = 0.5;
+    let mut high = unhealthy(managed("b", "medium", "on-demand", "test-zone-2"));
+    repair_of(&mut high).score = 1.2;
+    let mut scenario = with_busy_neighbours(vec![low, high]);
+    for i in 0..8 {
+        let name = format!("h{i}");
+        scenario.nodes.push(on(
+            managed(&name, "small", "on-demand", ZONES[i % 3]),
+            vec![running(&format!("{name}-p"), &name, 1800)],
+        ));
+    }
+    scenario.pool().budgets = vec![budget("1")];
+    let plan = scenario.plan();
+    assert_eq!(repaired(&plan), vec!["b"]);
+}
+
+/// Karpenter: "should not bypass a blocking pod without a bounded drain";
+/// with the claim's terminationGracePeriod (or the policy's) it goes.
+#[test]
+fn a_blocking_pod_needs_a_drain_bound() {
+    let mut sick = unhealthy(on(
+        managed("sick", "medium", "on-demand", "test-zone-1"),
+        vec![running("db", "sick", 1000).label("app", "db")],
+    ));
+    let mut scenario = with_busy_neighbours(vec![sick.clone()]);
+    scenario.pdbs = vec![pdb("db", &[("app", "db")], 0, true)];
+    let plan = scenario.plan();
+    assert!(repaired(&plan).is_empty());
+    assert!(
+        plan.repair_blocked
+            .get("sick")
+            .is_some_and(|b| b.starts_with("repair requires a termination grace period")),
+        "{plan:?}"
+    );
+    sick.disruption.termination_grace_period = Some(Duration::from_secs(600));
+    scenario.nodes[0] = sick.clone();
+    assert_eq!(repaired(&scenario.plan()), vec!["sick"]);
+    sick.disruption.termination_grace_period = None;
+    repair_of(&mut sick).termination_grace_period = Some(Duration::ZERO);
+    scenario.nodes[0] = sick;
+    let plan = scenario.plan();
+    assert_eq!(repaired(&plan), vec!["sick"]);
+    assert_eq!(
+        plan.commands[0]
+            .repair
+            .and_then(|r| r.termination_grace_period),
+        Some(Duration::ZERO),
+        "a forceful policy"
+    );
+}
+
+/// Karpenter: "should repair a static NodePool with a one-for-one
+/// replacement from the same pool"; not while it scales down or at its
+/// node limit.
+#[test]
+fn a_static_pools_unhealthy_node_is_replaced_by_its_template() {
+    let mut scenario = cluster(vec![
+        unhealthy(on(
+            managed("s0", "large", "on-demand", "test-zone-1"),
+            vec![running("s0-p", "s0", 1000)],
+        )),
+        managed("s1", "large", "on-demand", "test-zone-2"),
+        managed("s2", "large", "on-demand", "test-zone-3"),
+        managed("s3", "large", "on-demand", "test-zone-1"),
+        managed("s4", "large", "on-demand", "test-zone-2"),
+    ]);
+    scenario.pool().replicas = Some(5);
+    let plan = scenario.plan();
+    assert_eq!(repaired(&plan), vec!["s0"]);
+    let replacement = &plan.commands[0].replacements[0];
+    assert_eq!(replacement.node_pool, "np");
+    assert!(replacement.instance_types.is_empty() && replacement.pods.is_empty());
+    scenario.pool().replicas = Some(4);
+    assert!(repaired(&scenario.plan()).is_empty(), "scaling down");
+    scenario.pool().replicas = Some(5);
+    scenario
+        .pool()
+        .limits
+        .insert(karpenter_planner::model::NODES_LIMIT.into(), 5);
+    let plan = scenario.plan();
+    assert!(repaired(&plan).is_empty());
+    assert!(
+        plan.repair_blocked
+            .get("s0")
+            .is_some_and(|b| b.contains("node limit"))
+    );
+}
+
+/// Karpenter: "should explicitly exclude standalone NodeClaims that have no
+/// safe replacement template".
+#[test]
+fn a_node_without_its_pool_is_not_repaired() {
+    let sick = unhealthy(managed("sick", "medium", "on-demand", "test-zone-1")).in_pool("gone");
+    let plan = with_busy_neighbours(vec![sick]).plan();
+    assert!(repaired(&plan).is_empty());
+    assert!(
+        plan.repair_blocked
+            .get("sick")
+            .is_some_and(|b| b.contains("requires a NodePool"))
+    );
+}
+
+/// Karpenter's "uninitialized nodes" context: a node that never became
+/// initialized is repaired (it counts toward no budget).
+#[test]
+fn an_uninitialized_unhealthy_node_is_repaired_without_budget() {
+    let mut sick = unhealthy(managed("sick", "medium", "on-demand", "test-zone-1"));
+    sick.initialized = false;
+    let mut scenario = with_busy_neighbours(vec![sick]);
+    scenario.pool().budgets = vec![budget("0")];
+    assert_eq!(repaired(&scenario.plan()), vec!["sick"]);
+}

@@ -124,6 +124,13 @@ pub struct Objects<'a> {
     /// Read only with default constraints configured.
     pub services: Vec<Source<'a, Service>>,
     pub node_classes: NodeClasses,
+    /// The provider's repair policies, when repair is planned (the
+    /// `NodeRepair` gate on, not `--legacy-node-repair`): each node's
+    /// conditions are resolved against them at [`Objects::now`].
+    pub repair_policies: Option<&'a karpenter_api::repair::Policies>,
+    /// Node name → its reboots for repair (its conditions count from the
+    /// last one's end; too many lately and it is replaced instead).
+    pub reboot_history: BTreeMap<String, karpenter_api::repair::RebootHistory>,
     /// Instance types; every pool uses the one named in
     /// [`Objects::pool_catalogs`], else the first.
     pub catalogs: Vec<sched::InstanceTypeCatalog>,
@@ -276,7 +283,12 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
 
     let mut nodes = node::Nodes::default();
     for source in &objects.nodes {
-        if let Some(state) = builder.keep(node::node(source, mode))? {
+        let repair = objects.repair_policies.map(|policies| node::RepairInput {
+            policies,
+            now: objects.now.map_or(0, |t| t.seconds),
+            history: &objects.reboot_history,
+        });
+        if let Some(state) = builder.keep(node::node(source, mode, repair))? {
             nodes.add(&mut builder.built, source.id, state)?;
         }
     }

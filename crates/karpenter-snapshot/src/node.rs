@@ -56,8 +56,40 @@ fn label(node_labels: &BTreeMap<String, String>, key: &str) -> String {
     node_labels.get(key).cloned().unwrap_or_default()
 }
 
+/// What resolving a node's repair policies takes.
+#[derive(Clone, Copy)]
+pub(crate) struct RepairInput<'a> {
+    pub(crate) policies: &'a karpenter_api::repair::Policies,
+    pub(crate) now: i64,
+    pub(crate) history: &'a BTreeMap<String, karpenter_api::repair::RebootHistory>,
+}
+
+/// The repair policy `node`'s conditions resolve to, on the wire.
+fn node_repair(node: &Node, name: &str, input: RepairInput<'_>) -> Option<sched::NodeRepair> {
+    use karpenter_api::repair::Action;
+    let resolved = input
+        .policies
+        .resolve(node, input.now, input.history.get(name))?;
+    Some(sched::NodeRepair {
+        condition_type: resolved.condition_type,
+        condition_reason: resolved.condition_reason,
+        eligible: resolved.eligible,
+        action: match resolved.action {
+            Action::Replace => sched::NodeRepairAction::Replace,
+            Action::Reboot => sched::NodeRepairAction::Reboot,
+        } as i32,
+        termination_grace_period: resolved.termination_grace_period.map(fields::std_duration),
+        score: resolved.score,
+        do_not_repair: karpenter_api::repair::do_not_repair(node.metadata.annotations.as_ref()),
+    })
+}
+
 /// A Node object.
-pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::StateNode, ObjectError> {
+pub(crate) fn node(
+    source: &Source<'_, Node>,
+    mode: Mode,
+    repair: Option<RepairInput<'_>>,
+) -> Result<sched::StateNode, ObjectError> {
     let object = source.object;
     let meta = &object.metadata;
     let (name, error) = crate::named(source.id, "Node", "", meta)?;
@@ -87,8 +119,11 @@ pub(crate) fn node(source: &Source<'_, Node>, mode: Mode) -> Result<sched::State
     let not_ready = !conditions.is_empty() && !karpenter_api::node::ready_condition(&conditions);
     let disruption = sched::NodeClaimDisruptionState {
         do_not_disrupt: annotations.get(labels::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
-        disrupting: taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
+        disrupting: taints
+            .iter()
+            .any(|t| t.key == labels::DISRUPTED_TAINT_KEY || t.key == labels::REBOOTING_TAINT_KEY),
         node_not_ready: not_ready,
+        repair: repair.and_then(|input| node_repair(object, &name, input)),
         ..Default::default()
     };
     Ok(sched::StateNode {
@@ -328,8 +363,31 @@ fn merge_claim(node: &mut sched::StateNode, claimed: Claimed<'_>) {
         },
         disrupting: from_node.disrupting,
         node_not_ready: from_node.node_not_ready,
+        repair: from_node
+            .repair
+            .map(|repair| claimed_repair(repair, claim, &claimed.disruption)),
         ..claimed.disruption
     });
+}
+
+/// A node's repair with its claim's say: do-not-repair on either object,
+/// and a drain bound no longer than the claim's terminationGracePeriod.
+fn claimed_repair(
+    mut repair: sched::NodeRepair,
+    claim: &NodeClaim,
+    state: &sched::NodeClaimDisruptionState,
+) -> sched::NodeRepair {
+    repair.do_not_repair |=
+        karpenter_api::repair::do_not_repair(claim.metadata.annotations.as_ref());
+    let seconds = |d: &prost_types::Duration| (d.seconds, d.nanos);
+    if let (Some(policy), Some(own)) = (
+        repair.termination_grace_period,
+        state.termination_grace_period,
+    ) && seconds(&own) < seconds(&policy)
+    {
+        repair.termination_grace_period = Some(own);
+    }
+    repair
 }
 
 /// A claim without a Node yet: in-flight capacity, from the claim's labels,
@@ -429,6 +487,7 @@ fn disruption_state(
             .unwrap_or_default(),
         disrupting: false,
         node_not_ready: false,
+        repair: None,
         nominated: false,
         instance_terminating: conditions
             .is_true(karpenter_api::nodeclaim::CONDITION_INSTANCE_TERMINATING),

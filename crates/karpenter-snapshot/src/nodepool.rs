@@ -52,6 +52,9 @@ pub(crate) fn node_pool(
                         karpenter_api::nodepool::DisruptionReason::Drifted => {
                             sched::DisruptionReason::Drifted
                         }
+                        karpenter_api::nodepool::DisruptionReason::Unhealthy => {
+                            sched::DisruptionReason::Unhealthy
+                        }
                     }) as i32
                 })
                 .collect(),

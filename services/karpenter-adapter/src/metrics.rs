@@ -228,6 +228,8 @@ adapter_metrics! {
         => "pods_disruption_initiated", "Pods that must move because Karpenter disrupted their node, counted when the node's NodeClaim is deleted (DaemonSet and static pods excluded)";
     nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>
         => "nodeclaims_unhealthy_disrupted", "NodeClaims repaired because a node condition matched a repair policy too long, by condition";
+    nodeclaims_reboots: Family<ResultLabels, Counter>
+        => "nodeclaims_reboots", "Reboots for repair that ended, by result (succeeded, provider_error, recovery_timeout)";
 
     // Disruption decisions and the cluster's cost.
     disruption_decisions: Family<DecisionLabels, Counter>

@@ -26,7 +26,8 @@ use tokio::task::JoinSet;
 
 use crate::clients::Clients;
 use crate::controllers::capacitybuffer::CapacityBuffers;
-use crate::controllers::node::health::NodeHealth;
+use crate::controllers::node::health::{NodeHealth, provider_policies};
+use crate::controllers::node::reboot::NodeClaimReboot;
 use crate::controllers::node::termination::Termination;
 use crate::controllers::nodeclaim::consistency::Consistency;
 use crate::controllers::nodeclaim::disruption::ClaimDisruption;
@@ -305,6 +306,7 @@ async fn lead(
         info.restricted_label_domains.iter().map(String::as_str),
         info.well_known_labels.iter().map(String::as_str),
     );
+    let info_policies = info.repair_policies.clone();
     let ctx = Context {
         client: client.clone(),
         clients,
@@ -320,6 +322,8 @@ async fn lead(
         writes,
         evictions: Default::default(),
         deletion_costs: Default::default(),
+        repair_policies: planned_repair(&settings, &info_policies),
+        reboots: Default::default(),
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);
@@ -480,8 +484,16 @@ fn spawn_controllers(
         .feature_gates
         .enabled(karpenter_core::feature_gates::NODE_REPAIR)
     {
-        let health = Arc::new(NodeHealth { ctx: c.clone() });
-        tasks.spawn("node.health", runner::run(health, s.clone(), CONCURRENCY));
+        if c.settings.legacy_node_repair {
+            let health = Arc::new(NodeHealth::new(c.clone()));
+            tasks.spawn("node.health", runner::run(health, s.clone(), CONCURRENCY));
+        } else {
+            let reboot = Arc::new(NodeClaimReboot { ctx: c.clone() });
+            tasks.spawn(
+                "nodeclaim.reboot",
+                runner::run(reboot, s.clone(), CONCURRENCY),
+            );
+        }
     }
     let termination = Arc::new(Termination { ctx: c.clone() });
     tasks.spawn(
@@ -516,6 +528,19 @@ fn spawn_controllers(
             runner::run(buffers, s.clone(), CONCURRENCY),
         );
     }
+}
+
+/// The repair policies the snapshot resolves nodes against: with the
+/// `NodeRepair` gate on and repair planned as a disruption method (not
+/// `--legacy-node-repair`).
+fn planned_repair(
+    settings: &Settings,
+    policies: &[pv::RepairPolicy],
+) -> Option<Arc<karpenter_api::repair::Policies>> {
+    let gate = settings
+        .feature_gates
+        .enabled(karpenter_core::feature_gates::NODE_REPAIR);
+    (gate && !settings.legacy_node_repair).then(|| Arc::new(provider_policies(policies)))
 }
 
 #[cfg(test)]

@@ -25,6 +25,11 @@ pub struct Settings {
     /// defaults; unknown names are ignored, as Karpenter does).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = feature_gates)]
     pub feature_gates: FeatureGates,
+    /// With the `NodeRepair` gate: repair unhealthy nodes as Karpenter did
+    /// before v1.15 (its own controller, replace only, forceful, no
+    /// budgets, a 20% breaker) instead of as a disruption method.
+    #[arg(long, env = "LEGACY_NODE_REPAIR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub legacy_node_repair: bool,
     /// kube-scheduler's default topology spread constraints, the document
     /// itself (YAML or JSON): `{podTopologySpread: {defaultConstraints:
     /// [...]}}`; applied while planning to pods without constraints of

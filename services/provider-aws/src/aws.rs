@@ -55,6 +55,10 @@ pub struct Settings {
     /// `AWS_FEATURE_GATES` `NodeClassCEL`: kubelet settings may be CEL
     /// expressions evaluated per instance type.
     pub node_class_cel: bool,
+    /// `AWS_FEATURE_GATES` `RebootForRepair`: node repair may reboot an
+    /// instance in place (`ec2:RebootInstances`) for the faults a reboot
+    /// clears.
+    pub reboot_for_repair: bool,
 }
 
 impl Settings {
@@ -81,6 +85,7 @@ impl Settings {
             launch_template_ttl: Duration::from_secs(10 * 60),
             janitor_interval: Duration::from_secs(60),
             node_class_cel: false,
+            reboot_for_repair: false,
         }
     }
 }

@@ -31,8 +31,11 @@ use karpenter_api::kubelet::{MAPPED_FIELDS, is_expression};
 
 /// provider-aws's feature gate for kubelet expressions.
 pub const NODE_CLASS_CEL: &str = "NodeClassCEL";
+/// provider-aws's feature gate for rebooting an instance as a node repair.
+pub const REBOOT_FOR_REPAIR: &str = "RebootForRepair";
 /// provider-aws's feature gates (`AWS_FEATURE_GATES`) and their defaults.
-pub const FEATURE_GATE_DEFAULTS: &[(&str, bool)] = &[(NODE_CLASS_CEL, false)];
+pub const FEATURE_GATE_DEFAULTS: &[(&str, bool)] =
+    &[(NODE_CLASS_CEL, false), (REBOOT_FOR_REPAIR, false)];
 
 /// Why a node class's kubelet settings cannot be used: the reason of its
 /// `ValidationSucceeded=False` and the message.

@@ -211,7 +211,7 @@ impl CloudProvider for AwsProvider {
                 provider::DRIFT_NODE_CLASS.into(),
             ],
             provider_id_prefix: "aws://".into(),
-            repair_policies: repair_policies(),
+            repair_policies: repair_policies(self.provider.settings.reboot_for_repair),
             node_class_hash_annotation: l::AWS_EC2_NODE_CLASS_HASH.into(),
             node_class_hash_version_annotation: l::AWS_EC2_NODE_CLASS_HASH_VERSION.into(),
         }))
@@ -279,6 +279,27 @@ impl CloudProvider for AwsProvider {
         tracing::Span::current().record("provider_id", request.provider_id.as_str());
         self.provider.delete(&request.provider_id).await?;
         Ok(Response::new(pv::DeleteResponse {}))
+    }
+
+    #[tracing::instrument(name = "Reboot", skip_all, fields(provider_id))]
+    async fn reboot(
+        &self,
+        request: Request<pv::RebootRequest>,
+    ) -> Result<Response<pv::RebootResponse>, Status> {
+        let request = request.into_inner();
+        tracing::Span::current().record("provider_id", request.provider_id.as_str());
+        if !self.provider.settings.reboot_for_repair {
+            return Err(Status::unimplemented(
+                "rebooting for repair is off (AWS_FEATURE_GATES RebootForRepair=false)",
+            ));
+        }
+        if request.operation_id.is_empty() || request.operation_id.len() > 512 {
+            return Err(Error::invalid("operation_id", "1 to 512 characters").into());
+        }
+        self.provider
+            .reboot(&request.provider_id, &request.operation_id)
+            .await?;
+        Ok(Response::new(pv::RebootResponse {}))
     }
 
     #[tracing::instrument(name = "Get", skip_all, fields(provider_id))]
@@ -493,29 +514,98 @@ impl CloudProvider for AwsProvider {
     }
 }
 
-/// Karpenter's AWS repair policies: the kubelet's Ready condition, and the
-/// conditions of the EKS node monitoring agent.
-pub fn repair_policies() -> Vec<pv::RepairPolicy> {
+/// NVIDIA XIDs a reboot clears (a GPU reset brings the device back).
+const REBOOT_CLEARABLE_XIDS: &str = "13|31|43|45|46|61|62|63|64|94|119|120|140";
+/// NVIDIA XIDs that mean failed hardware: the node is replaced.
+const FATAL_XIDS: &str = "48|74|79|92|95";
+
+/// Karpenter's AWS repair policies (v1.15, reason-aware): the kubelet's
+/// `Ready` condition and the EKS node monitoring agent's conditions after
+/// 30 minutes, each with a bounded drain (forceful when the kubelet is
+/// unreachable); a GPU fault by its XID after 10 minutes, rebooted when a
+/// reboot clears it (with `RebootForRepair`), else replaced.
+pub fn repair_policies(reboot: bool) -> Vec<pv::RepairPolicy> {
     let minutes = |m: i64| {
         Some(prost_types::Duration {
             seconds: m * 60,
             nanos: 0,
         })
     };
-    let policy = |condition: &str, status: &str, toleration| pv::RepairPolicy {
-        condition_type: condition.into(),
-        condition_status: status.into(),
-        toleration,
+    let policy = |condition: &str, status: &str, reason: String, toleration, action, grace| {
+        pv::RepairPolicy {
+            condition_type: condition.into(),
+            condition_status: status.into(),
+            toleration,
+            reason_regex: reason,
+            action: action as i32,
+            termination_grace_period: grace,
+            priority: 0,
+        }
     };
-    vec![
-        policy("Ready", "False", minutes(30)),
-        policy("Ready", "Unknown", minutes(30)),
-        policy("AcceleratedHardwareReady", "False", minutes(10)),
-        policy("StorageReady", "False", minutes(30)),
-        policy("NetworkingReady", "False", minutes(30)),
-        policy("KernelReady", "False", minutes(30)),
-        policy("ContainerRuntimeReady", "False", minutes(30)),
-    ]
+    let replace = pv::RepairAction::Replace;
+    let gpu = "AcceleratedHardwareReady";
+    let xid = |codes: &str| format!("XID({codes})(\\D|$)");
+    let mut policies = vec![
+        policy(
+            "Ready",
+            "False",
+            String::new(),
+            minutes(30),
+            replace,
+            minutes(10),
+        ),
+        policy(
+            "Ready",
+            "Unknown",
+            String::new(),
+            minutes(30),
+            replace,
+            minutes(0),
+        ),
+        policy(
+            gpu,
+            "False",
+            xid(FATAL_XIDS),
+            minutes(10),
+            replace,
+            minutes(10),
+        ),
+        policy(
+            gpu,
+            "False",
+            String::new(),
+            minutes(30),
+            replace,
+            minutes(10),
+        ),
+    ];
+    for condition in [
+        "StorageReady",
+        "NetworkingReady",
+        "KernelReady",
+        "ContainerRuntimeReady",
+    ] {
+        policies.push(policy(
+            condition,
+            "False",
+            String::new(),
+            minutes(30),
+            replace,
+            minutes(10),
+        ));
+    }
+    if reboot {
+        let action = pv::RepairAction::Reboot;
+        policies.push(policy(
+            gpu,
+            "False",
+            xid(REBOOT_CLEARABLE_XIDS),
+            minutes(10),
+            action,
+            minutes(10),
+        ));
+    }
+    policies
 }
 
 /// The runtime `Service` for `karpenter_runtime::serve`.
@@ -528,5 +618,86 @@ pub async fn service(
         routes: tonic::service::Routes::new(provider.into_server()),
         names: vec!["karpenter.provider.v1.CloudProvider"],
         metrics,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::repair::Action;
+
+    fn resolve_gpu(
+        policies: &[pv::RepairPolicy],
+        reason: &str,
+        minutes_ago: i64,
+    ) -> (Action, bool) {
+        let now = 1_800_000_000_i64;
+        let at = |s: i64| {
+            k8s_openapi::jiff::Timestamp::from_second(s)
+                .expect("time")
+                .to_string()
+        };
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "creationTimestamp": at(now - 86_400)},
+            "status": {"conditions": [{"type": "AcceleratedHardwareReady", "status": "False",
+                "reason": reason, "lastTransitionTime": at(now - minutes_ago * 60)}]}
+        }))
+        .expect("node");
+        // The adapter's reading of the wire, which refuses a set that
+        // breaks upstream's rules (it would repair nothing).
+        let policies = karpenter_adapter::controllers::node::health::provider_policies(policies);
+        let resolved = policies.resolve(&node, now, None).expect("matches");
+        (resolved.action, resolved.eligible)
+    }
+
+    /// Ports of provider-aws's `TestRepairPolicyMatching`: a reboot-clearable
+    /// XID reboots after 10 minutes (with RebootForRepair) and is replaced
+    /// if still there at 30; a fatal XID is replaced after 10; XID460 is not
+    /// XID46; an XID inside a longer reason still counts.
+    #[test]
+    fn gpu_faults_are_rebooted_or_replaced_by_their_xid() {
+        let gated = repair_policies(true);
+        assert_eq!(
+            resolve_gpu(&gated, "NvidiaXID46Error", 11),
+            (Action::Reboot, true)
+        );
+        assert_eq!(
+            resolve_gpu(&gated, "GPU-XID140-fault", 11),
+            (Action::Reboot, true)
+        );
+        assert_eq!(
+            resolve_gpu(&gated, "NvidiaXID46Error", 31),
+            (Action::Replace, true)
+        );
+        assert_eq!(
+            resolve_gpu(&gated, "NvidiaXID79Error", 11),
+            (Action::Replace, true)
+        );
+        assert_eq!(
+            resolve_gpu(&gated, "NvidiaXID460Error", 11),
+            (Action::Replace, false)
+        );
+        // Without the gate, a reboot-clearable fault waits for the fallback.
+        let plain = repair_policies(false);
+        assert!(
+            plain
+                .iter()
+                .all(|p| p.action() == pv::RepairAction::Replace)
+        );
+        assert_eq!(
+            resolve_gpu(&plain, "NvidiaXID46Error", 11),
+            (Action::Replace, false)
+        );
+        assert_eq!(
+            resolve_gpu(&plain, "NvidiaXID46Error", 31),
+            (Action::Replace, true)
+        );
+    }
+
+    #[test]
+    fn every_policy_bounds_its_drain() {
+        for policy in repair_policies(true) {
+            assert!(policy.termination_grace_period.is_some(), "{policy:?}");
+        }
     }
 }

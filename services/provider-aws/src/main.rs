@@ -119,5 +119,6 @@ fn settings(args: Args) -> anyhow::Result<provider_aws::Settings> {
         tracing::warn!(gate = %name, "AWS_FEATURE_GATES names a gate provider-aws does not have; ignored");
     }
     settings.node_class_cel = gates.enabled(provider_aws::kubelet::NODE_CLASS_CEL);
+    settings.reboot_for_repair = gates.enabled(provider_aws::kubelet::REBOOT_FOR_REPAIR);
     Ok(settings)
 }

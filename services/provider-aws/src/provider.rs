@@ -48,7 +48,13 @@ pub struct Provider {
     receipts: std::sync::Mutex<BTreeMap<String, String>>,
     /// This provider's own resolution of each node class spec launched on.
     resolutions: std::sync::Mutex<BTreeMap<String, Resolution>>,
+    /// The operation IDs of the latest reboots (a retry does not reboot
+    /// again), oldest first, at most [`REBOOT_OPERATIONS_KEPT`].
+    reboots: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many reboot operation IDs are remembered for idempotency.
+const REBOOT_OPERATIONS_KEPT: usize = 1024;
 
 /// What this process knows of a launch template it launched from.
 #[derive(Clone, Debug)]
@@ -155,6 +161,7 @@ impl Provider {
             templates_used: std::sync::Mutex::new(BTreeMap::new()),
             receipts: std::sync::Mutex::new(BTreeMap::new()),
             resolutions: std::sync::Mutex::new(BTreeMap::new()),
+            reboots: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -745,6 +752,53 @@ impl Provider {
             }
             Err(e) => Err(Error::aws("ec2:TerminateInstances", &e)),
         }
+    }
+
+    /// Reboots this cluster's instance in place, once per `operation_id`.
+    pub async fn reboot(&self, provider_id: &str, operation_id: &str) -> Result<(), Error> {
+        let id = instance_id(provider_id)?;
+        let seen = |ops: &std::collections::VecDeque<String>| ops.iter().any(|o| o == operation_id);
+        if seen(&self.reboots.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(());
+        }
+        match self.describe(id).await? {
+            Some(i) if !is_gone(&i) && self.ours(&i) => {}
+            _ => return Err(Error::NotFound(format!("instance {id} does not exist"))),
+        }
+        match self
+            .clients
+            .ec2
+            .reboot_instances()
+            .instance_ids(id)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if error_code(&e).is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
+                return Err(Error::NotFound(format!("instance {id} does not exist")));
+            }
+            Err(e)
+                if error_code(&e)
+                    .is_some_and(|c| c.contains("AccessDenied") || c.contains("Unauthorized")) =>
+            {
+                return Err(Error::NotReady(format!(
+                    "ec2:RebootInstances on {id} was denied; grant it to reboot for repair: {}",
+                    Error::aws("ec2:RebootInstances", &e)
+                )));
+            }
+            Err(e) => return Err(Error::aws("ec2:RebootInstances", &e)),
+        }
+        tracing::info!(
+            instance = id,
+            operation = operation_id,
+            "rebooting instance"
+        );
+        let mut ops = self.reboots.lock().unwrap_or_else(|p| p.into_inner());
+        if ops.len() >= REBOOT_OPERATIONS_KEPT {
+            ops.pop_front();
+        }
+        ops.push_back(operation_id.to_owned());
+        Ok(())
     }
 
     pub async fn is_drifted(&self, request: &pv::IsDriftedRequest) -> Result<String, Error> {

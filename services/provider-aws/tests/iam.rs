@@ -254,6 +254,20 @@ fn the_scoped_policy_denies_what_seed_003s_leaves_open() {
         seed.allows(&terminate(&others)),
         "seed 003's policy lets it"
     );
+    // Rebooting for repair (RebootForRepair): the scoped policy grants it
+    // for this cluster's nodes only; seed 003's does not grant it at all.
+    let reboot = |t: &BTreeMap<String, String>| {
+        Check::new("ec2:RebootInstances", &instance)
+            .tags("aws:ResourceTag", t)
+            .tags("ec2:ResourceTag", t)
+            .with("aws:RequestedRegion", "ap-northeast-2")
+    };
+    assert!(scoped.allows(&reboot(&ours)));
+    assert!(!scoped.allows(&reboot(&others)), "another cluster's node");
+    assert!(
+        !seed.allows(&reboot(&ours)),
+        "seed 003's policy never had it"
+    );
     assert!(
         !scoped.allows(&terminate(&others)),
         "another cluster's node"

@@ -2163,3 +2163,87 @@ async fn enclave_options_reach_the_launch_template_and_pick_types_that_support_t
         );
     }
 }
+
+/// Reboot as a repair action (`AWS_FEATURE_GATES` `RebootForRepair`): off,
+/// Reboot is UNIMPLEMENTED and no policy reboots; on, the provider asks
+/// ec2:RebootInstances for its own instance, once per operation ID, and
+/// says plainly when the IAM policy does not grant it (seed 003's does not;
+/// the scoped policy does, for this cluster's nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_for_repair_is_gated_idempotent_and_policy_checked() {
+    let mut world = World::start().await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-reboot", &node_class))
+        .await
+        .expect("launched");
+    let request = |op: &str| pv::RebootRequest {
+        provider_id: instance.provider_id.clone(),
+        operation_id: op.into(),
+    };
+    let off = world.client.reboot(request("op-1")).await.unwrap_err();
+    assert_eq!(off.code(), tonic::Code::Unimplemented, "{off:?}");
+    let info = world
+        .client
+        .info(pv::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.repair_policies
+            .iter()
+            .all(|p| p.action() == pv::RepairAction::Replace)
+    );
+
+    let mut world = World::start_with(|s| s.reboot_for_repair = true).await;
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-reboot", &node_class))
+        .await
+        .expect("launched");
+    let info = world
+        .client
+        .info(pv::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.repair_policies
+            .iter()
+            .any(|p| p.action() == pv::RepairAction::Reboot)
+    );
+    let request = pv::RebootRequest {
+        provider_id: instance.provider_id.clone(),
+        operation_id: "op-1".into(),
+    };
+    let denied = world.client.reboot(request.clone()).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::FailedPrecondition, "{denied:?}");
+    assert!(
+        denied.message().contains("ec2:RebootInstances"),
+        "{denied:?}"
+    );
+    let denials = world.proxy.take_denials();
+    assert!(
+        denials
+            .iter()
+            .all(|d| d.contains("seed 003's policy denies it")),
+        "only seed 003's policy lacks the grant: {denials:#?}"
+    );
+    // An instance the provider does not know is NOT_FOUND.
+    let unknown = world
+        .client
+        .reboot(pv::RebootRequest {
+            provider_id: "aws:///us-west-2a/i-0000000000000000f".into(),
+            operation_id: "op-2".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    let empty_op = world
+        .client
+        .reboot(pv::RebootRequest {
+            operation_id: String::new(),
+            ..request
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(empty_op.code(), tonic::Code::InvalidArgument);
+}

@@ -136,6 +136,9 @@ pub struct InterruptionRequest {
 #[derive(Default)]
 struct State {
     instances: BTreeMap<String, pv::Instance>,
+    /// Instance name → its reboots and the operation ID of the last one
+    /// (a retried operation does not reboot again).
+    reboots: BTreeMap<String, (u32, String)>,
     faults: Vec<OfferingPattern>,
     ice: BTreeMap<(String, String, String), Instant>,
     unacked: BTreeMap<String, pv::InterruptionEvent>,
@@ -304,7 +307,7 @@ pub fn node_object(
     })
 }
 
-fn node_status(instance: &pv::Instance) -> Value {
+fn node_status(instance: &pv::Instance, boots: u32) -> Value {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let ip = {
         let h = instance
@@ -333,7 +336,7 @@ fn node_status(instance: &pv::Instance) -> Value {
             "architecture": instance.labels.get(karpenter_core::labels::ARCH).cloned().unwrap_or_else(|| "amd64".into()),
             "operatingSystem": "linux", "kubeletVersion": "v1.32.0-kwok", "kubeProxyVersion": "v1.32.0-kwok",
             "containerRuntimeVersion": "kwok://v0.6", "osImage": "kwok", "kernelVersion": "kwok",
-            "machineID": "", "systemUUID": "", "bootID": "",
+            "machineID": "", "systemUUID": "", "bootID": format!("{}-boot-{boots}", instance.node_claim_name),
         },
         "phase": "Running",
     })
@@ -482,7 +485,7 @@ impl KwokProvider {
                 tracing::warn!(node = %claim.name, error = %e, "creating node");
                 return;
             }
-            let status = json!({"status": node_status(&instance)});
+            let status = json!({"status": node_status(&instance, 0)});
             if let Err(e) = nodes
                 .patch_status(
                     &claim.name,
@@ -574,17 +577,7 @@ impl CloudProvider for KwokProvider {
             restricted_label_domains: vec![karpenter_catalog::kwok::LABEL_GROUP.into()],
             drift_reasons: vec!["ImageDrift".into(), "NodeClassDrift".into()],
             provider_id_prefix: PROVIDER_ID_PREFIX.into(),
-            repair_policies: ["False", "Unknown"]
-                .into_iter()
-                .map(|status| pv::RepairPolicy {
-                    condition_type: "Ready".into(),
-                    condition_status: status.into(),
-                    toleration: Some(prost_types::Duration {
-                        seconds: 10 * 60,
-                        nanos: 0,
-                    }),
-                })
-                .collect(),
+            repair_policies: repair_policies(),
             node_class_hash_annotation: NODE_CLASS_HASH_ANNOTATION.into(),
             node_class_hash_version_annotation: NODE_CLASS_HASH_VERSION_ANNOTATION.into(),
         }))
@@ -731,7 +724,11 @@ impl CloudProvider for KwokProvider {
     ) -> Result<Response<pv::DeleteResponse>, Status> {
         let pid = req.into_inner().provider_id;
         let name = instance_name(&pid).to_string();
-        let removed = self.state().instances.remove(&name);
+        let removed = {
+            let mut st = self.state();
+            st.reboots.remove(&name);
+            st.instances.remove(&name)
+        };
         if removed.is_none() {
             return Err(no_instance(&pid));
         }
@@ -747,6 +744,43 @@ impl CloudProvider for KwokProvider {
             }
         }
         Ok(Response::new(pv::DeleteResponse {}))
+    }
+
+    /// A simulated reboot: the node comes back at once with a new boot ID
+    /// and `Ready=True` (its other conditions as at launch).
+    async fn reboot(
+        &self,
+        req: Request<pv::RebootRequest>,
+    ) -> Result<Response<pv::RebootResponse>, Status> {
+        let req = req.into_inner();
+        let name = instance_name(&req.provider_id).to_string();
+        let (instance, boots) = {
+            let mut st = self.state();
+            let Some(instance) = st.instances.get(&name).cloned() else {
+                return Err(no_instance(&req.provider_id));
+            };
+            let (boots, last) = st.reboots.entry(name.clone()).or_default();
+            if *last == req.operation_id {
+                return Ok(Response::new(pv::RebootResponse {}));
+            }
+            *boots = boots.saturating_add(1);
+            last.clone_from(&req.operation_id);
+            (instance, *boots)
+        };
+        if let Some(client) = &self.inner.kube {
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+            let status = json!({"status": node_status(&instance, boots)});
+            nodes
+                .patch_status(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&status),
+                )
+                .await
+                .map_err(|e| Status::unavailable(format!("rebooting node {name}: {e}")))?;
+        }
+        tracing::info!(node = %name, boots, "instance rebooted");
+        Ok(Response::new(pv::RebootResponse {}))
     }
 
     async fn get(&self, req: Request<pv::GetRequest>) -> Result<Response<pv::GetResponse>, Status> {
@@ -903,6 +937,33 @@ impl KwokProvider {
     async fn write_node_owned(self, instance: pv::Instance, claim: pv::NodeClaim, delay: Duration) {
         self.write_node(instance, claim, delay).await;
     }
+}
+
+/// provider-kwok's repair policies: `Ready` False or Unknown for 10 minutes
+/// replaces the node; `Ready=False` with the reason `RebootRequired` (what
+/// a test sets to exercise the action) for 5 minutes reboots it (and is
+/// replaced if still there at 10).
+pub fn repair_policies() -> Vec<pv::RepairPolicy> {
+    let minutes = |m: i64| {
+        Some(prost_types::Duration {
+            seconds: m * 60,
+            nanos: 0,
+        })
+    };
+    let policy = |status: &str, reason: &str, action: pv::RepairAction| pv::RepairPolicy {
+        condition_type: "Ready".into(),
+        condition_status: status.into(),
+        toleration: minutes(if action == pv::RepairAction::Reboot { 5 } else { 10 }),
+        reason_regex: reason.into(),
+        action: action as i32,
+        termination_grace_period: None,
+        priority: 0,
+    };
+    vec![
+        policy("False", "", pv::RepairAction::Replace),
+        policy("Unknown", "", pv::RepairAction::Replace),
+        policy("False", "^RebootRequired$", pv::RepairAction::Reboot),
+    ]
 }
 
 /// The admin HTTP API (fault injection, interruptions, instances).

@@ -16,6 +16,16 @@ use super::{Command, Method};
 /// deletion (they count against budgets until gone), their pods moved where
 /// the simulation put them, replacements added as running nodes.
 pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
+    if command.repair.is_some_and(|r| r.reboot) {
+        // A reboot keeps the node and its pods; while it lasts the node
+        // counts against its pool's budget like any node being disrupted.
+        for node in &mut cluster.nodes {
+            if command.candidates.contains(&node.name) {
+                node.disruption.disrupting = true;
+            }
+        }
+        return;
+    }
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
     spend_pdb_allowances(cluster, &candidates);
     let mut moved = drain(cluster, &candidates);
@@ -23,7 +33,9 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
     for (i, claim) in command.replacements.iter().enumerate() {
         let node = match replacement(cluster, command, i, claim, &mut moved) {
             Some(node) => Some(node),
-            None if command.method == Method::StaticDrift => template_stand_in(cluster, command),
+            None if matches!(command.method, Method::StaticDrift | Method::Repair) => {
+                template_stand_in(cluster, command)
+            }
             None => None,
         };
         if let Some(node) = node {
@@ -32,7 +44,7 @@ pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
     }
 }
 
-/// A static drift replacement in the working copy: the provider picks its
+/// A static pool's template replacement (static drift, repair) in the working copy: the provider picks its
 /// instance type at launch, so the plan counts it (against `replicas`,
 /// `limits.nodes` and the cost) as the node it replaces, with no pods. It
 /// is still launching: budgets count initialized nodes only, so it does not

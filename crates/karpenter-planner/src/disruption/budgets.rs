@@ -34,7 +34,12 @@ pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize
         let disrupting = nodes
             .iter()
             .filter(|n| {
-                n.marked_for_deletion || n.disruption.disrupting || n.disruption.node_not_ready
+                // Repair's own budget does not count the nodes it exists to
+                // repair (upstream v1.15): a NotReady node would otherwise
+                // use up the budget that lets it be replaced.
+                n.marked_for_deletion
+                    || n.disruption.disrupting
+                    || (n.disruption.node_not_ready && reason != Reason::Unhealthy)
             })
             .count() as i64;
         let mut allowed = i64::MAX;

@@ -19,7 +19,7 @@ pub(super) struct Candidate {
     pub(super) pool: usize,
     /// Indices into the node's pods of those that must move.
     pub(super) reschedulable: Vec<usize>,
-    disruption_cost: f64,
+    pub(super) disruption_cost: f64,
     /// What moving its pods costs, as the Balanced policy weighs it
     /// ([`reschedule_disruption_cost`]).
     pub(super) reschedule_cost: f64,
@@ -198,6 +198,11 @@ pub(super) fn candidate_block(
     if ignore_pod_blocks {
         return None;
     }
+    pod_blocks(cluster, node)
+}
+
+/// Why `node`'s pods may not be evicted now: a do-not-disrupt pod, or a PDB.
+pub(super) fn pod_blocks(cluster: &Cluster, node: &StateNode) -> Option<String> {
     for pod in &node.pods {
         if pod.is_active() && pod.do_not_disrupt {
             return Some(format!(
@@ -250,6 +255,35 @@ pub(super) fn pdb_blocks<'a>(
     None
 }
 
+/// `cluster.nodes[index]` of `cluster.node_pools[pool]` as a candidate.
+pub(super) fn candidate_of(cluster: &Cluster, index: usize, pool: usize) -> Candidate {
+    let node = &cluster.nodes[index];
+    let lifetime = match cluster.node_pools[pool].expire_after {
+        Some(total) if !total.is_zero() => {
+            let total = total.as_secs_f64();
+            let age = cluster.now_seconds.saturating_sub(node.creation_seconds) as f64;
+            ((total - age) / total).clamp(0.0, 1.0)
+        }
+        _ => 1.0,
+    };
+    let cost: f64 = node.pods.iter().map(eviction_cost).sum::<f64>() * lifetime;
+    Candidate {
+        node: index,
+        pool,
+        reschedulable: node
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_reschedulable())
+            .map(|(i, _)| i)
+            .collect(),
+        disruption_cost: cost,
+        reschedule_cost: reschedule_disruption_cost(node),
+        price: node_price(cluster, node),
+        consolidatable: is_consolidatable(cluster, node),
+    }
+}
+
 /// The candidates of a round, cheapest to disrupt first (ties: by name);
 /// `eventual` judges them as drift does. Why a managed node is not a
 /// candidate goes to `blocked`, unless a reason is there already.
@@ -277,30 +311,7 @@ pub(super) fn build_candidates(
         let Some(pool) = pool else {
             continue;
         };
-        let lifetime = match cluster.node_pools[pool].expire_after {
-            Some(total) if !total.is_zero() => {
-                let total = total.as_secs_f64();
-                let age = cluster.now_seconds.saturating_sub(node.creation_seconds) as f64;
-                ((total - age) / total).clamp(0.0, 1.0)
-            }
-            _ => 1.0,
-        };
-        let cost: f64 = node.pods.iter().map(eviction_cost).sum::<f64>() * lifetime;
-        candidates.push(Candidate {
-            node: index,
-            pool,
-            reschedulable: node
-                .pods
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_reschedulable())
-                .map(|(i, _)| i)
-                .collect(),
-            disruption_cost: cost,
-            reschedule_cost: reschedule_disruption_cost(node),
-            price: node_price(cluster, node),
-            consolidatable: is_consolidatable(cluster, node),
-        });
+        candidates.push(candidate_of(cluster, index, pool));
     }
     candidates.sort_by(|a, b| {
         a.disruption_cost

@@ -95,5 +95,6 @@ fn drift_command(
         replacements: moved.replacements,
         placements: moved.placements,
         balanced_scores: BTreeMap::new(),
+        repair: None,
     })
 }

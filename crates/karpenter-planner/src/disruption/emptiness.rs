@@ -62,5 +62,6 @@ pub(super) fn command(
         savings_per_hour: empty.iter().map(|c| c.price).sum(),
         placements: BTreeMap::new(),
         balanced_scores: BTreeMap::new(),
+        repair: None,
     })
 }

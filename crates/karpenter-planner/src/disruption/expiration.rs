@@ -39,6 +39,7 @@ pub(super) fn commands(state: &Cluster, scheduling: &Options) -> Vec<Command> {
             replacements: moved.replacements,
             placements: moved.placements,
             balanced_scores: std::collections::BTreeMap::new(),
+            repair: None,
         });
     }
     commands

@@ -4,7 +4,7 @@
 //! ```text
 //!   expired nodes ──────────────────────────────▶ Expired (forceful, no budget)
 //!   candidates (managed, initialized, not blocked by do-not-disrupt / PDBs)
-//!     round: Emptiness ─▶ Static drift ─▶ Drift ─▶ Multi-node ─▶ Single-node
+//!     round: Repair ─▶ Emptiness ─▶ Static drift ─▶ Drift ─▶ Multi-node ─▶ Single-node
 //!            (the first that acts)
 //!            each command is simulated with the scheduler (its pods must fit
 //!            on the rest of the cluster plus at most one cheaper replacement),
@@ -29,6 +29,7 @@
 //!   budgets         how many more of a pool's nodes may go now, per reason
 //!   simulate        where a command's pods would go (a scheduling run without its nodes)
 //!   expiration      expired nodes: forceful, first, all at once
+//!   repair          unhealthy nodes (NodeRepair), one a round, Unhealthy budget, 20% breaker
 //!   emptiness       empty nodes, in one command
 //!   static_drift    a static pool's drifted nodes, each replaced by its template
 //!   drift           one drifted node per command, no price check
@@ -51,6 +52,7 @@ mod drift;
 mod emptiness;
 mod expiration;
 mod lower_bound;
+mod repair;
 mod simulate;
 mod static_drift;
 
@@ -78,6 +80,8 @@ pub enum Method {
     Expiration,
     MultiNodeConsolidation,
     SingleNodeConsolidation,
+    /// Node repair: an unhealthy node replaced (or rebooted).
+    Repair,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -105,6 +109,18 @@ pub struct Command {
     /// Pool name -> the Balanced score that approved the command (empty
     /// when no candidate's pool is Balanced).
     pub balanced_scores: BTreeMap<String, consolidation::Score>,
+    /// Repair commands only: how the node is repaired.
+    pub repair: Option<RepairCommand>,
+}
+
+/// How a repair command repairs its node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairCommand {
+    /// Reboot in place (no replacements).
+    pub reboot: bool,
+    /// The drain bound the claim's termination deadline is stamped with when
+    /// it is deleted; `None`: its own terminationGracePeriod.
+    pub termination_grace_period: Option<std::time::Duration>,
 }
 
 /// Every command, in the order they are carried out, why the candidates
@@ -123,6 +139,9 @@ pub struct DisruptionPlan {
     /// by its nodes' names comma-separated. Upstream counts such moves as
     /// `rejected`.
     pub rejected_moves: BTreeMap<String, BTreeMap<String, BalancedScore>>,
+    /// Node name -> why repair leaves the unhealthy node alone (Karpenter's
+    /// `NodeRepairBlocked`), for nodes no command took.
+    pub repair_blocked: BTreeMap<String, String>,
     pub cost_before: f64,
     pub cost_after: f64,
     pub lower_bound: f64,
@@ -161,6 +180,7 @@ pub fn plan(
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
     let mut unconsolidatable: BTreeMap<String, String> = BTreeMap::new();
     let mut rejected_moves = BTreeMap::new();
+    let mut repair_blocked = BTreeMap::new();
     while !scheduling.interrupted()
         && let Some(commands) = round(
             &state,
@@ -171,6 +191,7 @@ pub fn plan(
                 unconsolidatable: &mut unconsolidatable,
                 evaluated: &mut plan.candidates_evaluated,
                 rejected_moves: &mut rejected_moves,
+                repair_blocked: &mut repair_blocked,
             },
         )
     {
@@ -187,6 +208,8 @@ pub fn plan(
     blocked.retain(|node, _| !disrupted.contains(node.as_str()));
     unconsolidatable.retain(|node, _| !disrupted.contains(node.as_str()));
     rejected_moves.retain(|node, _| !disrupted.contains(node.as_str()));
+    repair_blocked.retain(|node, _| !disrupted.contains(node.as_str()));
+    plan.repair_blocked = repair_blocked;
     plan.blocked = blocked;
     plan.unconsolidatable = unconsolidatable;
     plan.rejected_moves = rejected_moves;
@@ -204,6 +227,8 @@ pub(super) struct Findings<'a> {
     pub(super) evaluated: &'a mut usize,
     /// Single-node moves a Balanced pool rejected, by candidate.
     pub(super) rejected_moves: &'a mut BTreeMap<String, BTreeMap<String, BalancedScore>>,
+    /// Why unhealthy nodes are not repaired.
+    pub(super) repair_blocked: &'a mut BTreeMap<String, String>,
 }
 
 /// One pass of Karpenter's disruption loop: the first method that acts.
@@ -215,6 +240,20 @@ fn round(
 ) -> Option<Vec<Command>> {
     let blocked = &mut *findings.blocked;
     let evaluated = &mut *findings.evaluated;
+    let mut prepared = None;
+    // Repair goes first, whatever else could be done (upstream v1.15).
+    if state.nodes.iter().any(|n| n.disruption.repair.is_some())
+        && let Some(command) = repair::command(
+            &mut prepared,
+            state,
+            scheduling,
+            findings.repair_blocked,
+            blocked,
+            evaluated,
+        )
+    {
+        return Some(vec![command]);
+    }
     // Static pools' nodes are only ever replaced by static drift.
     let graceful: Vec<_> = build_candidates(state, false, blocked)
         .into_iter()
@@ -230,7 +269,6 @@ fn round(
     }
     // Emptiness needs no simulation unless CapacityBuffers hold room:
     // then a node provisioning puts virtual pods on is not empty.
-    let mut prepared = None;
     let holding = if state.pending.iter().any(|p| p.buffer) {
         buffer_hosts(prepared.insert(Prepared::new(state, scheduling)), state)
     } else {

@@ -86,6 +86,7 @@ pub(super) fn commands(
                 savings_per_hour: 0.0,
                 placements: BTreeMap::new(),
                 balanced_scores: BTreeMap::new(),
+                repair: None,
             });
         }
     }
@@ -135,7 +136,7 @@ fn waits(
 
 /// The claim a static pool's template makes: its requirements, labels and
 /// taints, nothing narrowed by pods.
-fn template_claim(pool: &NodePool) -> PlannedClaim {
+pub(super) fn template_claim(pool: &NodePool) -> PlannedClaim {
     let mut claim_labels = pool.labels.clone();
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name.clone());
     PlannedClaim {

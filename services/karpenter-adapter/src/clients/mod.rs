@@ -320,6 +320,20 @@ impl Clients {
         Ok(unless_gone(deleted)?.is_none())
     }
 
+    /// Reboots the instance in place (node repair); idempotent by
+    /// `operation_id`.
+    pub async fn reboot(&self, provider_id: &str, operation_id: &str) -> Result<(), Status> {
+        let request = pv::RebootRequest {
+            provider_id: provider_id.to_owned(),
+            operation_id: operation_id.to_owned(),
+        };
+        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
+            c.reboot(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The instance, or `None` when it no longer exists.
     pub async fn get(&self, provider_id: &str) -> Result<Option<pv::Instance>, Status> {
         let request = pv::GetRequest {

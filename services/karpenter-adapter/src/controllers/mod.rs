@@ -62,6 +62,12 @@ pub struct Context {
     /// Writes pod-deletion-cost from the disruption plans (gate
     /// PodDeletionCostManagement).
     pub deletion_costs: pod_deletion_cost::DeletionCostWriter,
+    /// The provider's repair policies when repair is a disruption method
+    /// (the `NodeRepair` gate on, `--legacy-node-repair` off): the
+    /// snapshot resolves each node's conditions against them.
+    pub repair_policies: Option<Arc<karpenter_api::repair::Policies>>,
+    /// Nodes rebooted for repair: when, and how often lately.
+    pub reboots: node::reboot::Reboots,
 }
 
 /// Durations the controllers run by; tests shorten them.
@@ -87,6 +93,8 @@ pub struct Timing {
     pub disruption_timeout: Duration,
     /// How often pod-deletion-cost may be written (Karpenter: a minute).
     pub deletion_cost_every: Duration,
+    /// How often a rebooting node is looked at (Karpenter: 15 s).
+    pub reboot_poll: Duration,
 }
 
 impl Default for Timing {
@@ -102,6 +110,7 @@ impl Default for Timing {
             validation_delay: Duration::from_secs(15),
             disruption_timeout: Duration::from_secs(10 * 60),
             deletion_cost_every: Duration::from_secs(60),
+            reboot_poll: Duration::from_secs(15),
         }
     }
 }

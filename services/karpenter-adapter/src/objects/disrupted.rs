@@ -1,6 +1,7 @@
-//! The `karpenter.sh/disrupted:NoSchedule` taint: put on a node when a
-//! disruption command takes it and when it terminates, so nothing new
-//! lands there; taken off when a command is rolled back.
+//! Karpenter's `NoSchedule` taints on nodes it is taking out of service:
+//! `karpenter.sh/disrupted`, put on a node when a disruption command takes
+//! it and when it terminates, taken off when a command is rolled back; and
+//! `karpenter.sh/rebooting`, on a node rebooted for repair until it is back.
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_core::labels;
@@ -19,23 +20,32 @@ fn taints(node: &Node) -> &[Taint] {
         .unwrap_or_default()
 }
 
-/// Whether the node carries the taint (with Karpenter's effect).
+/// Whether the node carries the disrupted taint (with Karpenter's effect).
 pub fn has_taint(node: &Node) -> bool {
+    has(node, labels::DISRUPTED_TAINT_KEY)
+}
+
+/// Whether the node carries the `key` taint with Karpenter's effect.
+pub fn has(node: &Node, key: &str) -> bool {
     taints(node)
         .iter()
-        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY && t.effect == EFFECT)
+        .any(|t| t.key == key && t.effect == EFFECT)
 }
 
 /// The node's taints with the disrupted taint in place (one with the same
 /// key and another effect or value is replaced).
 pub fn with_taint(node: &Node) -> Vec<Taint> {
+    with(node, labels::DISRUPTED_TAINT_KEY)
+}
+
+fn with(node: &Node, key: &str) -> Vec<Taint> {
     let mut taints: Vec<Taint> = taints(node)
         .iter()
-        .filter(|t| t.key != labels::DISRUPTED_TAINT_KEY)
+        .filter(|t| t.key != key)
         .cloned()
         .collect();
     taints.push(Taint {
-        key: labels::DISRUPTED_TAINT_KEY.to_owned(),
+        key: key.to_owned(),
         value: None,
         effect: EFFECT.to_owned(),
         time_added: None,
@@ -45,10 +55,16 @@ pub fn with_taint(node: &Node) -> Vec<Taint> {
 
 /// Taints the node (optimistically locked; a no-op when it has the taint).
 pub async fn taint(ctx: &Context, node: &Node) -> Result<()> {
-    if has_taint(node) {
+    add(ctx, node, labels::DISRUPTED_TAINT_KEY).await
+}
+
+/// Puts the `key` taint on the node (optimistically locked; a no-op when
+/// it is there).
+pub async fn add(ctx: &Context, node: &Node, key: &str) -> Result<()> {
+    if has(node, key) {
         return Ok(());
     }
-    let patch = json!({"spec": {"taints": with_taint(node)}});
+    let patch = json!({"spec": {"taints": with(node, key)}});
     match patch::merge(&ctx.nodes(), node, patch).await {
         Ok(_) => Ok(()),
         Err(error) if error.is_not_found() => Ok(()),
@@ -56,18 +72,17 @@ pub async fn taint(ctx: &Context, node: &Node) -> Result<()> {
     }
 }
 
-/// Removes the taint (optimistically locked; a no-op without it).
+/// Removes the disrupted taint (optimistically locked; a no-op without it).
 pub async fn untaint(ctx: &Context, node: &Node) -> Result<()> {
-    if !taints(node)
-        .iter()
-        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
-    {
+    remove(ctx, node, labels::DISRUPTED_TAINT_KEY).await
+}
+
+/// Removes the `key` taint (optimistically locked; a no-op without it).
+pub async fn remove(ctx: &Context, node: &Node, key: &str) -> Result<()> {
+    if !taints(node).iter().any(|t| t.key == key) {
         return Ok(());
     }
-    let kept: Vec<&Taint> = taints(node)
-        .iter()
-        .filter(|t| t.key != labels::DISRUPTED_TAINT_KEY)
-        .collect();
+    let kept: Vec<&Taint> = taints(node).iter().filter(|t| t.key != key).collect();
     match patch::merge(&ctx.nodes(), node, json!({"spec": {"taints": kept}})).await {
         Ok(_) => Ok(()),
         Err(error) if error.is_not_found() => Ok(()),

@@ -117,10 +117,17 @@ pub struct Prepared {
 pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) -> Prepared {
     let catalogs = catalogs(ctx, index, &pools).await;
     let classes = node_classes(ctx, index);
+    let now = now();
     let settings = Snapshotting {
         rules: &ctx.label_rules,
         scheduler_config: &ctx.settings.scheduler_config,
-        now: now(),
+        repair_policies: ctx.repair_policies.as_deref(),
+        reboot_history: if ctx.repair_policies.is_some() {
+            ctx.reboots.history(now.seconds)
+        } else {
+            BTreeMap::new()
+        },
+        now,
     };
     let (built, overlays) = snapshot(index, &pools, classes, catalogs, &settings);
     Prepared {
@@ -224,6 +231,10 @@ pub struct Snapshotting<'a> {
     pub rules: &'a LabelRules,
     /// Default topology spread constraints (`--scheduler-config`).
     pub scheduler_config: &'a karpenter_snapshot::spread::SchedulerConfig,
+    /// Node repair's policies, when repair is planned (see
+    /// `Context::repair_policies`), and the reboots it did.
+    pub repair_policies: Option<&'a karpenter_api::repair::Policies>,
+    pub reboot_history: BTreeMap<String, karpenter_api::repair::RebootHistory>,
     pub now: prost_types::Timestamp,
 }
 
@@ -277,6 +288,8 @@ pub fn snapshot(
         catalogs,
         pool_catalogs,
         now: Some(settings.now),
+        repair_policies: settings.repair_policies,
+        reboot_history: settings.reboot_history.clone(),
         ..Objects::default()
     };
     // Live mode never fails: bad objects are in `skipped`.

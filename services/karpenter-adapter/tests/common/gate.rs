@@ -121,6 +121,14 @@ impl CloudProvider for Gate {
         self.inner.delete(r).await
     }
 
+    async fn reboot(
+        &self,
+        r: Request<pv::RebootRequest>,
+    ) -> Result<Response<pv::RebootResponse>, Status> {
+        self.holds.cloud_fault().await?;
+        self.inner.reboot(r).await
+    }
+
     async fn get(&self, r: Request<pv::GetRequest>) -> Result<Response<pv::GetResponse>, Status> {
         self.holds.cloud_fault().await?;
         self.inner.get(r).await

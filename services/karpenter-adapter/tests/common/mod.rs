@@ -66,6 +66,7 @@ pub fn test_timing() -> Timing {
         validation_delay: Duration::from_secs(1),
         disruption_timeout: Duration::from_secs(60),
         deletion_cost_every: Duration::from_secs(1),
+        reboot_poll: Duration::from_millis(500),
         ..Timing::default()
     }
 }

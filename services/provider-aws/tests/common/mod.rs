@@ -833,7 +833,7 @@ impl FaultProxy {
         use policy::Check;
         let action = format!("{}:{}", call.service, call.action);
         match (call.service, call.action) {
-            ("ec2", "TerminateInstances") => {
+            ("ec2", "TerminateInstances" | "RebootInstances") => {
                 let mut checks = Vec::new();
                 for id in call.numbered("InstanceId", "") {
                     let tags = self.instance_tags(&id).await;

@@ -196,6 +196,7 @@ impl Consolidation<'_> {
                     savings_per_hour: candidate_price,
                     placements: moved.placements,
                     balanced_scores: BTreeMap::new(),
+                    repair: None,
                 });
             }
             [claim] => claim,
@@ -243,6 +244,7 @@ impl Consolidation<'_> {
             placements: moved.placements,
             replacements: vec![replacement],
             balanced_scores: BTreeMap::new(),
+            repair: None,
         })
     }
 }

@@ -155,11 +155,19 @@ async fn start(
     command: &sched::DisruptionCommand,
 ) {
     let reason = validation::reason(command);
-    if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
+    if command.reboot {
+        if let Err(error) = start_reboot(ctx, index, command).await {
+            tracing::warn!(%error, nodes = ?command.candidates, "starting a reboot for repair failed");
+            return;
+        }
+    } else if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
         tracing::warn!(%error, nodes = ?command.candidates, "starting a disruption command failed");
         return;
     }
     consolidation_events::approved(ctx, index, command);
+    if command.method() == sched::DisruptionMethod::Repair {
+        repair_started(ctx, index, command);
+    }
     ctx.metrics
         .disruption_decisions
         .get_or_create(&decision_labels(command))
@@ -176,7 +184,9 @@ fn decision_labels(command: &sched::DisruptionCommand) -> DecisionLabels {
         _ => "",
     };
     DecisionLabels {
-        decision: if command.replacements.is_empty() {
+        decision: if command.reboot {
+            "reboot"
+        } else if command.replacements.is_empty() {
             "delete"
         } else {
             "replace"
@@ -206,6 +216,7 @@ async fn plan(
         .await
         .map_err(Error::peer("PlanDisruption"))?;
     report_blocked(ctx, index, &plan.blocked);
+    report_repair_blocked(ctx, index, &plan.repair_blocked);
     pod_events::report(ctx, index, k8s_openapi::jiff::Timestamp::now());
     consolidation_events::unconsolidatable(ctx, index, &plan.unconsolidatable);
     ctx.deletion_costs.offer(ctx, index, &plan.deletion_costs);
@@ -247,6 +258,115 @@ fn report_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandida
             ctx.recorder
                 .emit(event.dedupe_on(message.clone()).dedupe_for(BLOCKED_DEDUPE));
         }
+    }
+}
+
+/// How long the same `NodeRepairBlocked` event is not repeated.
+const REPAIR_BLOCKED_DEDUPE: Duration = Duration::from_secs(15 * 60);
+
+/// A `NodeRepairBlocked` warning on the Node and its NodeClaim for each
+/// unhealthy node repair leaves alone, saying why.
+fn report_repair_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandidate]) {
+    for entry in blocked {
+        let Some(node) = index.nodes.named(&entry.node) else {
+            continue;
+        };
+        let message = capitalized(&entry.reason);
+        tracing::info!(node = %entry.node, reason = %message, "node repair blocked");
+        let mut events = vec![Event::new(
+            node.as_ref(),
+            Kind::Warning,
+            "NodeRepairBlocked",
+            &message,
+        )];
+        if let Some(claim) = index.claim_of(node) {
+            events.push(Event::new(
+                claim.as_ref(),
+                Kind::Warning,
+                "NodeRepairBlocked",
+                &message,
+            ));
+        }
+        for event in events {
+            ctx.recorder.emit(
+                event
+                    .dedupe_on(message.clone())
+                    .dedupe_for(REPAIR_BLOCKED_DEDUPE),
+            );
+        }
+    }
+}
+
+/// Starts a repair command that reboots its node in place.
+async fn start_reboot(
+    ctx: &Context,
+    index: &Index,
+    command: &sched::DisruptionCommand,
+) -> Result<()> {
+    for name in &command.candidates {
+        let Some(node) = index.nodes.named(name) else {
+            continue;
+        };
+        let condition = repair_condition(ctx, node).unwrap_or_default();
+        let bound = command
+            .termination_grace_period
+            .and_then(|d| Duration::try_from(d).ok());
+        crate::controllers::node::reboot::start(ctx, index, node, &condition, bound).await?;
+        tracing::info!(node = %name, %condition, "rebooting node for repair");
+    }
+    Ok(())
+}
+
+/// The condition a node is repaired for, as its policies resolve now.
+fn repair_condition(ctx: &Context, node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+    let policies = ctx.repair_policies.as_ref()?;
+    let history = ctx
+        .reboots
+        .history(k8s_openapi::jiff::Timestamp::now().as_second());
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let resolved = policies.resolve(
+        node,
+        k8s_openapi::jiff::Timestamp::now().as_second(),
+        history.get(name),
+    )?;
+    Some(if resolved.condition_reason.is_empty() {
+        resolved.condition_type
+    } else {
+        format!("{}/{}", resolved.condition_type, resolved.condition_reason)
+    })
+}
+
+/// Karpenter's per-condition repair metric, for a repair command started.
+fn repair_started(ctx: &Context, index: &Index, command: &sched::DisruptionCommand) {
+    use crate::metrics::UnhealthyLabels;
+    for name in &command.candidates {
+        let Some(node) = index.nodes.named(name) else {
+            continue;
+        };
+        let condition = repair_condition(ctx, node).unwrap_or_default();
+        let condition = condition.split('/').next().unwrap_or_default();
+        let labels_of = |key: &str| {
+            node.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let image_id = index
+            .claim_of(node)
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.image_id.clone())
+            .unwrap_or_default();
+        ctx.metrics
+            .nodeclaims_unhealthy_disrupted
+            .get_or_create(&UnhealthyLabels {
+                condition: crate::controllers::node::health::snake_case(condition),
+                nodepool: labels_of(karpenter_core::labels::NODE_POOL),
+                capacity_type: labels_of(karpenter_core::labels::CAPACITY_TYPE),
+                image_id,
+            })
+            .inc();
     }
 }
 

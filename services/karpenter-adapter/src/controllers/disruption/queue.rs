@@ -21,6 +21,7 @@ use karpenter_api::nodeclaim::{CONDITION_DISRUPTION_REASON, CONDITION_INITIALIZE
 use karpenter_api::{ConditionsExt as _, NodeClaim, NodePool};
 use karpenter_proto::scheduler::v1 as sched;
 use kube::{Resource, ResourceExt};
+use serde_json::json;
 use tokio::time::Instant;
 
 use crate::controllers::Context;
@@ -49,6 +50,9 @@ pub struct InFlight {
     pub started: Instant,
     /// The candidates' NodeClaims have been deleted.
     pub deleted: bool,
+    /// Repair: the drain bound stamped as the claims' termination deadline
+    /// when they are deleted (an earlier deadline is kept).
+    pub drain_bound: Option<Duration>,
 }
 
 /// Commands in flight; a node is in at most one.
@@ -142,6 +146,9 @@ impl Queue {
             replacements: created,
             started: Instant::now(),
             deleted: false,
+            drain_bound: command
+                .termination_grace_period
+                .and_then(|d| Duration::try_from(d).ok()),
         });
         Ok(())
     }
@@ -222,6 +229,9 @@ async fn step(
         let Some(claim) = index.node_claims.named(name) else {
             continue;
         };
+        if let Some(bound) = command.drain_bound {
+            stamp_deadline(ctx, claim, bound).await?;
+        }
         match patch::delete(&ctx.node_claims(), claim.as_ref()).await {
             Ok(()) => {}
             Err(error) if error.is_not_found() => continue,
@@ -229,7 +239,7 @@ async fn step(
         }
         // Drift goes through this queue too; only consolidation has a policy.
         let consolidation_policy = match command.reason {
-            "Drifted" => "",
+            "Drifted" | "Unhealthy" => "",
             _ => claim
                 .node_pool()
                 .and_then(|pool| index.node_pools.named(pool))
@@ -263,6 +273,27 @@ async fn step(
     }
     command.deleted = true;
     Ok(true)
+}
+
+/// Stamps the claim's termination deadline `bound` from now, just before
+/// it is deleted (after its replacement is ready, so the wait for it does
+/// not eat the drain), unless an earlier deadline is already set.
+async fn stamp_deadline(ctx: &Context, claim: &NodeClaim, bound: Duration) -> Result<()> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let deadline = now
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(bound).unwrap_or_default())
+        .unwrap_or(now);
+    if crate::objects::claim::termination_deadline(claim).is_some_and(|at| at <= deadline) {
+        return Ok(());
+    }
+    let stamp = deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let annotations = json!({"metadata": {"annotations": {
+        karpenter_core::labels::NODE_CLAIM_TERMINATION_TIMESTAMP: stamp}}});
+    match patch::merge(&ctx.node_claims(), claim, annotations).await {
+        Ok(_) => Ok(()),
+        Err(error) if error.is_not_found() => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// Untaints the candidates that are not being deleted and clears their

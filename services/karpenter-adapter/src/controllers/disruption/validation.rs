@@ -27,6 +27,7 @@ pub fn reason(command: &sched::DisruptionCommand) -> &'static str {
         DisruptionReason::Empty => "Empty",
         DisruptionReason::Drifted => "Drifted",
         DisruptionReason::Expired => "Expired",
+        DisruptionReason::Unhealthy => "Unhealthy",
         _ => "Underutilized",
     }
 }

@@ -1,28 +1,32 @@
-//! Node repair (Karpenter's `node.health`, feature gate `NodeRepair`): a
-//! managed Node whose condition matches one of the provider's repair
-//! policies for longer than the policy's toleration has its NodeClaim
-//! deleted with a termination deadline of now, so the drain is forceful
-//! (budgets, do-not-disrupt and PDBs do not hold it) and provisioning
-//! replaces the capacity.
+//! Legacy node repair (Karpenter before v1.15, `--legacy-node-repair` with
+//! the `NodeRepair` gate): a managed Node whose condition matches one of
+//! the provider's replace policies for longer than the policy's toleration
+//! has its NodeClaim deleted with a termination deadline of now, so the
+//! drain is forceful (budgets, do-not-disrupt and PDBs do not hold it) and
+//! provisioning replaces the capacity. Reboot policies, drain bounds,
+//! priorities and do-not-repair are not part of it. Without the flag,
+//! repair is a disruption method (the scheduler's `repair`).
 //!
 //! ```text
-//!   Node condition (type, status) matches a policy
-//!     ├─ since < toleration ──▶ requeue when it will have lasted
-//!     ├─ > 20% of the pool's nodes unhealthy (rounded up) ──▶ NodeRepairBlocked event, wait
+//!   Node conditions resolve to a replace policy (karpenter_api::repair)
+//!     ├─ not yet eligible ──▶ requeue when it will be
+//!     ├─ more than 20% of the pool's nodes unhealthy (rounded up) ──▶ NodeRepairBlocked event, wait
 //!     └─ else ──▶ annotate termination timestamp = now, delete the claim
 //! ```
 //!
-//! The 20% guard keeps a cluster-wide fault (a bad AMI, a network outage)
-//! from replacing every node at once; a claim without a pool is measured
-//! against every node of the cluster.
+//! The 20% breaker (`karpenter_core::repair`) keeps a cluster-wide fault (a
+//! bad AMI, a network outage) from replacing every node at once; a claim
+//! without a pool is measured against every node of the cluster.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
+use karpenter_api::repair::{Action, Policies, Policy, Resolved};
 use karpenter_core::labels;
+use karpenter_core::repair::{breaker_message, breaker_tripped};
 use karpenter_proto::provider::v1 as pv;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -37,52 +41,41 @@ use crate::objects::patch;
 use crate::state::index::{Index, Key};
 use crate::state::watch::Versions;
 
-/// The share of a pool's nodes that may be unhealthy while its nodes are
-/// still repaired (rounded up, as a PDB's percentage is).
-const ALLOWED_UNHEALTHY_PERCENT: usize = 20;
-
 /// How long a blocked repair waits before it is looked at again (sooner if
 /// the pool's health changes).
 const BLOCKED_RETRY: Duration = Duration::from_secs(5 * 60);
 
-/// A node condition a repair policy matches.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unhealthy {
-    pub condition: String,
-    /// When it will have lasted its toleration.
-    pub repair_at: Timestamp,
-}
-
-/// The policy-matching condition of `node` that comes due first, if any.
-pub fn unhealthy(node: &Node, policies: &[pv::RepairPolicy]) -> Option<Unhealthy> {
-    let conditions = node.status.as_ref()?.conditions.as_ref()?;
-    policies
+/// The provider's repair policies, checked; a set the provider may not
+/// give is logged and repairs nothing.
+pub fn provider_policies(policies: &[pv::RepairPolicy]) -> Policies {
+    let converted = policies
         .iter()
-        .filter_map(|policy| {
-            let condition = conditions.iter().find(|c| {
-                c.type_ == policy.condition_type && c.status == policy.condition_status
-            })?;
-            let since = condition
-                .last_transition_time
-                .as_ref()
-                .map_or_else(Timestamp::now, |t| t.0);
-            let toleration = policy
-                .toleration
-                .as_ref()
-                .map_or(SignedDuration::ZERO, |d| {
-                    SignedDuration::new(d.seconds, d.nanos)
-                });
-            Some(Unhealthy {
-                condition: condition.type_.clone(),
-                repair_at: since.checked_add(toleration).unwrap_or(Timestamp::MAX),
-            })
+        .map(|p| Policy {
+            condition_type: p.condition_type.clone(),
+            condition_status: p.condition_status.clone(),
+            reason_regex: p.reason_regex.clone(),
+            toleration: duration(p.toleration.as_ref()).unwrap_or_default(),
+            action: match p.action() {
+                pv::RepairAction::Replace => Action::Replace,
+                pv::RepairAction::Reboot => Action::Reboot,
+            },
+            termination_grace_period: duration(p.termination_grace_period.as_ref()),
+            priority: p.priority,
         })
-        .min_by_key(|u| u.repair_at)
+        .collect();
+    Policies::new(converted).unwrap_or_else(|error| {
+        tracing::error!(%error, "the provider's repair policies are invalid; no node is repaired");
+        Policies::none()
+    })
 }
 
-/// Whether a group of `total` nodes with `unhealthy` of them may be repaired.
-pub fn repairable(unhealthy: usize, total: usize) -> bool {
-    unhealthy <= (total * ALLOWED_UNHEALTHY_PERCENT).div_ceil(100)
+fn duration(d: Option<&prost_types::Duration>) -> Option<Duration> {
+    d.and_then(|d| Duration::try_from(*d).ok())
+}
+
+/// The replace policy `node` resolves to now, if any.
+fn unhealthy(node: &Node, policies: &Policies) -> Option<Resolved> {
+    policies.resolve(node, Timestamp::now().as_second(), None)
 }
 
 /// Unhealthy and total node counts per pool (`None`: the whole cluster).
@@ -93,7 +86,7 @@ struct Health {
 }
 
 impl Health {
-    fn of(index: &Index, policies: &[pv::RepairPolicy]) -> Health {
+    fn of(index: &Index, policies: &Policies) -> Health {
         let mut health = Health::default();
         for node in index.nodes.iter() {
             let sick = usize::from(unhealthy(node, policies).is_some());
@@ -116,14 +109,21 @@ impl Health {
     }
 }
 
-/// The node repair controller; a key is a Node's name.
+/// The legacy node repair controller; a key is a Node's name.
 pub struct NodeHealth {
     pub ctx: Context,
+    /// The provider's replace policies.
+    pub policies: Policies,
 }
 
 impl NodeHealth {
-    fn policies(&self) -> &[pv::RepairPolicy] {
-        &self.ctx.info.repair_policies
+    pub fn new(ctx: Context) -> NodeHealth {
+        let policies = provider_policies(&ctx.info.repair_policies).replacing_only();
+        NodeHealth { ctx, policies }
+    }
+
+    fn policies(&self) -> &Policies {
+        &self.policies
     }
 }
 
@@ -148,10 +148,11 @@ impl Reconciler for NodeHealth {
                 let claim = index.claim_of(node)?;
                 let (unhealthy, total) = health.counts(claim.node_pool());
                 let print = fingerprint([
-                    Some(sick.condition.as_str()),
-                    Some(&sick.repair_at.to_string()),
+                    Some(sick.condition_type.as_str()),
+                    Some(&sick.eligible_at.to_string()),
+                    Some(&sick.eligible.to_string()),
                     claim.meta().resource_version.as_deref(),
-                    Some(&repairable(unhealthy, total).to_string()),
+                    Some(&breaker_tripped(unhealthy, total).to_string()),
                 ]);
                 Some(((String::new(), node.name_any()), print))
             })
@@ -169,20 +170,18 @@ impl Reconciler for NodeHealth {
             return Ok(None);
         };
         let now = Timestamp::now();
-        if now < sick.repair_at {
-            return Ok(Some(sick.repair_at.duration_since(now).unsigned_abs()));
+        if !sick.eligible {
+            let wait = sick.eligible_at.saturating_sub(now.as_second()).max(1);
+            return Ok(Some(Duration::from_secs(wait.unsigned_abs())));
         }
         let pool = claim.node_pool();
         let (unhealthy, total) = Health::of(&index, self.policies()).counts(pool);
-        if !repairable(unhealthy, total) {
-            let scope = if pool.is_some() {
-                "nodepool"
-            } else {
-                "cluster"
+        if breaker_tripped(unhealthy, total) {
+            let scope = match pool {
+                Some(pool) => format!("nodepool {pool:?}"),
+                None => "the cluster".to_owned(),
             };
-            let message = format!(
-                "more than {ALLOWED_UNHEALTHY_PERCENT}% nodes are unhealthy in the {scope} ({unhealthy} of {total})"
-            );
+            let message = breaker_message(&scope, unhealthy, total);
             tracing::info!(%message, "node repair blocked");
             for event in [
                 Event::new(
@@ -228,7 +227,7 @@ impl Reconciler for NodeHealth {
         let Some(latest) = latest.filter(|c| c.meta().deletion_timestamp.is_none()) else {
             return Ok(None);
         };
-        tracing::info!(condition = %sick.condition, "deleting unhealthy node");
+        tracing::info!(condition = %sick.condition_type, "deleting unhealthy node");
         patch::delete(&api, &latest).await?;
         self.ctx.metrics.claim_disrupted(
             claim,
@@ -244,7 +243,7 @@ impl Reconciler for NodeHealth {
             .metrics
             .nodeclaims_unhealthy_disrupted
             .get_or_create(&UnhealthyLabels {
-                condition: snake_case(&sick.condition),
+                condition: snake_case(&sick.condition_type),
                 nodepool: label(labels::NODE_POOL),
                 capacity_type: label(labels::CAPACITY_TYPE),
                 image_id: claim
@@ -260,7 +259,7 @@ impl Reconciler for NodeHealth {
 
 /// `AcceleratedHardwareReady` → `accelerated_hardware_ready`, as
 /// Karpenter's metric labels spell condition types.
-fn snake_case(name: &str) -> String {
+pub fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
     for (i, c) in name.chars().enumerate() {
         if c.is_uppercase() {
@@ -279,68 +278,6 @@ fn snake_case(name: &str) -> String {
 mod tests {
     use super::*;
 
-    fn policy(condition: &str, status: &str, minutes: i64) -> pv::RepairPolicy {
-        pv::RepairPolicy {
-            condition_type: condition.into(),
-            condition_status: status.into(),
-            toleration: Some(prost_types::Duration {
-                seconds: minutes * 60,
-                nanos: 0,
-            }),
-        }
-    }
-
-    fn node(conditions: &[(&str, &str, i64)]) -> Node {
-        let now = Timestamp::now();
-        let conditions: Vec<_> = conditions
-            .iter()
-            .map(|(t, s, minutes_ago)| {
-                let at = now - SignedDuration::from_mins(*minutes_ago);
-                json!({"type": t, "status": s, "lastTransitionTime": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()})
-            })
-            .collect();
-        serde_json::from_value(
-            json!({"metadata": {"name": "n"}, "status": {"conditions": conditions}}),
-        )
-        .expect("node")
-    }
-
-    #[test]
-    fn only_a_matching_type_and_status_is_unhealthy() {
-        let policies = [policy("Ready", "False", 30)];
-        assert!(unhealthy(&node(&[("Ready", "True", 60)]), &policies).is_none());
-        assert!(unhealthy(&node(&[("BadNode", "False", 60)]), &policies).is_none());
-        let sick = unhealthy(&node(&[("Ready", "False", 60)]), &policies).expect("unhealthy");
-        assert_eq!(sick.condition, "Ready");
-        assert!(sick.repair_at < Timestamp::now());
-    }
-
-    #[test]
-    fn the_condition_due_first_decides() {
-        let policies = [
-            policy("Ready", "False", 30),
-            policy("AcceleratedHardwareReady", "False", 10),
-        ];
-        let n = node(&[
-            ("Ready", "False", 5),
-            ("AcceleratedHardwareReady", "False", 5),
-        ]);
-        let sick = unhealthy(&n, &policies).expect("unhealthy");
-        assert_eq!(sick.condition, "AcceleratedHardwareReady");
-        let left = sick.repair_at.duration_since(Timestamp::now());
-        assert!(left > SignedDuration::from_mins(4) && left <= SignedDuration::from_mins(5));
-    }
-
-    #[test]
-    fn twenty_percent_rounded_up_may_be_unhealthy() {
-        // One of three is 33%, but 20% of 3 rounds up to one node.
-        assert!(repairable(1, 3));
-        assert!(!repairable(2, 3));
-        assert!(repairable(2, 10));
-        assert!(!repairable(3, 10));
-        assert!(repairable(1, 1));
-    }
-
     #[test]
     fn condition_names_become_snake_case() {
         assert_eq!(snake_case("Ready"), "ready");
@@ -348,5 +285,20 @@ mod tests {
             snake_case("AcceleratedHardwareReady"),
             "accelerated_hardware_ready"
         );
+    }
+
+    #[test]
+    fn invalid_provider_policies_repair_nothing() {
+        let fallback = |action: pv::RepairAction| pv::RepairPolicy {
+            condition_type: "Ready".into(),
+            condition_status: "False".into(),
+            toleration: None,
+            reason_regex: String::new(),
+            action: action as i32,
+            termination_grace_period: None,
+            priority: 0,
+        };
+        assert!(!provider_policies(&[fallback(pv::RepairAction::Replace)]).is_empty());
+        assert!(provider_policies(&[fallback(pv::RepairAction::Reboot)]).is_empty());
     }
 }
