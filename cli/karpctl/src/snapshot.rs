@@ -373,7 +373,6 @@ pub fn build(
         claims_expiring_with_pool: objects.claims_expiring_with_pool.clone(),
         // Repair policies are a provider's (its Info); offline there is none.
         repair_policies: None,
-        reboot_history: BTreeMap::new(),
     };
     if !buffers && !objects.capacity_buffers.is_empty() {
         built.warnings.push(format!(

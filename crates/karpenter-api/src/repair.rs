@@ -39,7 +39,57 @@ pub struct RebootHistory {
     pub finished: Option<i64>,
 }
 
+/// On a NodeClaim: when its reboots for repair were requested (Unix
+/// seconds, comma-separated, the last day's).
+pub const REBOOT_REQUESTED_ANNOTATION: &str = "karpenter.sh/reboot-requested";
+/// On a NodeClaim: when its last reboot for repair finished (Unix seconds).
+pub const REBOOT_FINISHED_ANNOTATION: &str = "karpenter.sh/reboot-finished";
+/// The most reboot times a claim keeps.
+const REBOOTS_KEPT: usize = 8;
+
 impl RebootHistory {
+    /// A claim's history, from its annotations (what does not parse is
+    /// left out).
+    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> RebootHistory {
+        let Some(annotations) = annotations else {
+            return RebootHistory::default();
+        };
+        let requested = annotations
+            .get(REBOOT_REQUESTED_ANNOTATION)
+            .map(|list| {
+                list.split(',')
+                    .filter_map(|t| t.trim().parse().ok())
+                    .take(REBOOTS_KEPT)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let finished = annotations
+            .get(REBOOT_FINISHED_ANNOTATION)
+            .and_then(|t| t.trim().parse().ok());
+        RebootHistory {
+            requested,
+            finished,
+        }
+    }
+
+    /// The requested annotation's value with a reboot at `now` added (the
+    /// last day's, at most a few).
+    pub fn requested_with(&self, now: i64) -> String {
+        let mut times: Vec<i64> = self
+            .requested
+            .iter()
+            .copied()
+            .filter(|at| now.saturating_sub(*at) < REBOOT_HISTORY_SECONDS)
+            .collect();
+        times.push(now);
+        let skip = times.len().saturating_sub(REBOOTS_KEPT);
+        times[skip..]
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Reboots requested within the history window before `now`.
     pub fn recent(&self, now: i64) -> usize {
         self.requested
@@ -217,9 +267,16 @@ impl Policies {
     fn resolve_after(&self, node: &Node, now: i64, not_before: Option<i64>) -> Option<Resolved> {
         let conditions = node.status.as_ref()?.conditions.as_deref()?;
         let floor = not_before.unwrap_or(i64::MIN);
+        // A condition that says not since when counts from the node's
+        // creation (or now), never from the beginning of time.
+        let unknown_since = node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0.as_second());
         let matches: Vec<Match<'_>> = conditions
             .iter()
-            .flat_map(|condition| self.matches(condition, floor, now))
+            .flat_map(|condition| self.matches(condition, floor, unknown_since, now))
             .collect();
         let eligible: Vec<&Match<'_>> = matches.iter().filter(|m| m.eligible_at <= now).collect();
         let chosen = match eligible.iter().copied().max_by(|a, b| {
@@ -257,11 +314,17 @@ impl Policies {
     /// The policies `condition` matches: those for its reason and its
     /// type's fallback, the fallback left out while a policy for its reason
     /// is still within its toleration.
-    fn matches<'p>(&'p self, condition: &'p NodeCondition, floor: i64, now: i64) -> Vec<Match<'p>> {
+    fn matches<'p>(
+        &'p self,
+        condition: &'p NodeCondition,
+        floor: i64,
+        unknown_since: i64,
+        now: i64,
+    ) -> Vec<Match<'p>> {
         let since = condition
             .last_transition_time
             .as_ref()
-            .map_or(floor, |t| t.0.as_second())
+            .map_or(unknown_since, |t| t.0.as_second())
             .max(floor);
         let reason = condition.reason.as_deref().unwrap_or_default();
         let matched = |compiled: &'p Compiled| Match {
@@ -507,6 +570,43 @@ mod tests {
             .expect("matches");
         assert!((fresh_high.score - 1.0).abs() < 1e-9);
         assert!((old_low.score - 3.0).abs() < 1e-9, "{}", old_low.score);
+    }
+
+    #[test]
+    fn a_condition_without_its_time_counts_from_the_nodes_creation() {
+        let mut n = node(&[("Ready", "False", "", 0)]);
+        if let Some(c) = n
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.first_mut())
+        {
+            c.last_transition_time = None;
+        }
+        let resolved = aws_like().resolve(&n, NOW, None).expect("matches");
+        assert_eq!(resolved.eligible_at, NOW - 86_400 + 30 * 60);
+        n.metadata.creation_timestamp = None;
+        let resolved = aws_like().resolve(&n, NOW, None).expect("matches");
+        assert!(!resolved.eligible, "without a creation time, from now");
+    }
+
+    #[test]
+    fn the_history_round_trips_through_annotations() {
+        let history = RebootHistory {
+            requested: vec![NOW - REBOOT_HISTORY_SECONDS - 5, NOW - 60],
+            finished: Some(NOW - 30),
+        };
+        let annotations = BTreeMap::from([
+            (
+                REBOOT_REQUESTED_ANNOTATION.to_owned(),
+                history.requested_with(NOW),
+            ),
+            (REBOOT_FINISHED_ANNOTATION.to_owned(), "garbage".to_owned()),
+        ]);
+        let read = RebootHistory::from_annotations(Some(&annotations));
+        assert_eq!(read.requested, vec![NOW - 60, NOW], "the old one dropped");
+        assert_eq!(read.finished, None, "what does not parse is left out");
+        assert_eq!(read.recent(NOW), 2);
     }
 
     #[test]

@@ -261,9 +261,10 @@ fn nodepool_defaults() {
         at(&s, "spec.disruption.consolidateAfter")["default"],
         json!("0s")
     );
+    // Karpenter v1.15: node repair is a disruption with a budget reason.
     assert_eq!(
         at(&s, "spec.disruption.budgets[].reasons[]")["enum"],
-        json!(["Underutilized", "Empty", "Drifted"])
+        json!(["Underutilized", "Empty", "Drifted", "Unhealthy"])
     );
     assert_eq!(
         at(&s, "spec.template.spec.expireAfter")["default"],

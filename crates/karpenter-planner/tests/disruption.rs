@@ -2174,3 +2174,39 @@ fn an_uninitialized_unhealthy_node_is_repaired_without_budget() {
     scenario.pool().budgets = vec![budget("0")];
     assert_eq!(repaired(&scenario.plan()), vec!["sick"]);
 }
+
+/// A reboot drains the node first: without a drain bound, pods that block
+/// eviction keep it as they keep a replacement; and while it reboots the
+/// node takes none of the pods later rounds move.
+#[test]
+fn a_reboot_needs_a_drain_bound_past_blocking_pods_and_takes_no_pods() {
+    let mut sick = unhealthy(on(
+        managed("sick", "xlarge", "on-demand", "test-zone-1"),
+        vec![running("db", "sick", 1000).label("app", "db")],
+    ));
+    repair_of(&mut sick).reboot = true;
+    let mut scenario = with_busy_neighbours(vec![sick.clone()]);
+    scenario.pdbs = vec![pdb("db", &[("app", "db")], 0, true)];
+    let plan = scenario.plan();
+    assert!(repaired(&plan).is_empty());
+    assert!(
+        plan.repair_blocked
+            .get("sick")
+            .is_some_and(|b| b.starts_with("repair requires a termination grace period")),
+        "{plan:?}"
+    );
+    // With a bound it reboots, and a drifted neighbour's pods do not go to
+    // the rebooting node.
+    repair_of(&mut sick).termination_grace_period = Some(Duration::from_secs(60));
+    scenario.nodes[0] = sick;
+    scenario.pool().consolidate_after = None;
+    scenario.nodes[1].disruption.drifted_reason = "NodePoolDrifted".into();
+    let plan = scenario.plan();
+    assert_eq!(repaired(&plan), vec!["sick"]);
+    let drift = plan
+        .commands
+        .iter()
+        .find(|c| c.method == Method::Drift)
+        .expect("the drifted neighbour replaced");
+    assert!(!drift.placements.contains_key("sick"), "{drift:?}");
+}

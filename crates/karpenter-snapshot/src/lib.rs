@@ -128,9 +128,6 @@ pub struct Objects<'a> {
     /// `NodeRepair` gate on, not `--legacy-node-repair`): each node's
     /// conditions are resolved against them at [`Objects::now`].
     pub repair_policies: Option<&'a karpenter_api::repair::Policies>,
-    /// Node name → its reboots for repair (its conditions count from the
-    /// last one's end; too many lately and it is replaced instead).
-    pub reboot_history: BTreeMap<String, karpenter_api::repair::RebootHistory>,
     /// Instance types; every pool uses the one named in
     /// [`Objects::pool_catalogs`], else the first.
     pub catalogs: Vec<sched::InstanceTypeCatalog>,
@@ -282,11 +279,17 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
     let mut namespaces = builder.namespaces(objects)?;
 
     let mut nodes = node::Nodes::default();
+    // Each node's reboots for repair, kept on its claim.
+    let reboot_history = if objects.repair_policies.is_some() {
+        node::reboot_history(&objects.node_claims)
+    } else {
+        BTreeMap::new()
+    };
     for source in &objects.nodes {
         let repair = objects.repair_policies.map(|policies| node::RepairInput {
             policies,
             now: objects.now.map_or(0, |t| t.seconds),
-            history: &objects.reboot_history,
+            history: &reboot_history,
         });
         if let Some(state) = builder.keep(node::node(source, mode, repair))? {
             nodes.add(&mut builder.built, source.id, state)?;

@@ -64,6 +64,23 @@ pub(crate) struct RepairInput<'a> {
     pub(crate) history: &'a BTreeMap<String, karpenter_api::repair::RebootHistory>,
 }
 
+/// Each claimed node's reboots for repair, from its claim's annotations.
+pub(crate) fn reboot_history(
+    claims: &[Source<'_, NodeClaim>],
+) -> BTreeMap<String, karpenter_api::repair::RebootHistory> {
+    claims
+        .iter()
+        .filter_map(|source| {
+            let claim = source.object;
+            let node = claim.status.as_ref()?.node_name.clone()?;
+            let history = karpenter_api::repair::RebootHistory::from_annotations(
+                claim.metadata.annotations.as_ref(),
+            );
+            (history != Default::default()).then_some((node, history))
+        })
+        .collect()
+}
+
 /// The repair policy `node`'s conditions resolve to, on the wire.
 fn node_repair(node: &Node, name: &str, input: RepairInput<'_>) -> Option<sched::NodeRepair> {
     use karpenter_api::repair::Action;

@@ -323,7 +323,6 @@ async fn lead(
         evictions: Default::default(),
         deletion_costs: Default::default(),
         repair_policies: planned_repair(&settings, &info_policies),
-        reboots: Default::default(),
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);

@@ -75,6 +75,36 @@ fn legacy_settings(cluster: &Cluster) -> karpenter_adapter::settings::Settings {
     cluster.settings(&["--feature-gates", "NodeRepair=true", "--legacy-node-repair"])
 }
 
+/// An adapter with `settings`, `pool` applied and one `inflate` pod
+/// running on a node of its own; that node's name.
+async fn one_node_running_a_pod(
+    cluster: &Cluster,
+    settings: karpenter_adapter::settings::Settings,
+    pool: serde_json::Value,
+) -> (common::Adapter, String) {
+    let adapter = cluster.adapter_with(settings, common::test_timing()).await;
+    cluster.node_pool(pool).await;
+    cluster.deployment("inflate", 1, "1500m", json!({})).await;
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    let node = node_names(cluster).await.remove(0);
+    (adapter, node)
+}
+
+/// Sets `annotation: "true"` on the node.
+async fn annotate_node(cluster: &Cluster, node: &str, annotation: &str) {
+    Api::<Node>::all(cluster.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {annotation: "true"}}})),
+        )
+        .await
+        .expect("node annotated");
+}
+
 /// Upstream's legacy suite: "should ignore do-not-disrupt on a node", past
 /// a PDB allowing nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -101,16 +131,7 @@ async fn with_legacy_repair_an_unhealthy_node_is_replaced_whatever_holds_gracefu
         .await
         .expect("pdb created");
     let sick = node_names(&cluster).await.remove(0);
-    Api::<Node>::all(cluster.client.clone())
-        .patch(
-            &sick,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
-            ),
-        )
-        .await
-        .expect("node annotated");
+    annotate_node(&cluster, &sick, "karpenter.sh/do-not-disrupt").await;
 
     // NotReady for less than the toleration: nothing happens.
     set_ready(&cluster, &sick, "False", 5).await;
@@ -256,26 +277,13 @@ async fn claim_names(cluster: &Cluster) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn repair_replaces_first_within_the_unhealthy_budget() {
     let cluster = Cluster::start().await;
-    let adapter = cluster
-        .adapter_with(repair_settings(&cluster), common::test_timing())
-        .await;
-    cluster.node_pool(pool_with_repair_budget("0")).await;
-    cluster.deployment("inflate", 1, "1500m", json!({})).await;
-    eventually("the pod running", Duration::from_secs(60), || {
-        cluster.running("inflate", 1)
-    })
+    let (adapter, sick) = one_node_running_a_pod(
+        &cluster,
+        repair_settings(&cluster),
+        pool_with_repair_budget("0"),
+    )
     .await;
-    let sick = node_names(&cluster).await.remove(0);
-    Api::<Node>::all(cluster.client.clone())
-        .patch(
-            &sick,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
-            ),
-        )
-        .await
-        .expect("node annotated");
+    annotate_node(&cluster, &sick, "karpenter.sh/do-not-disrupt").await;
     set_ready(&cluster, &sick, "False", 11).await;
     eventually(
         "the Unhealthy budget of 0 told on the node",
@@ -350,26 +358,8 @@ async fn repair_replaces_first_within_the_unhealthy_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn do_not_repair_keeps_an_unhealthy_node() {
     let cluster = Cluster::start().await;
-    let adapter = cluster
-        .adapter_with(repair_settings(&cluster), common::test_timing())
-        .await;
-    cluster.node_pool(pool()).await;
-    cluster.deployment("inflate", 1, "1500m", json!({})).await;
-    eventually("the pod running", Duration::from_secs(60), || {
-        cluster.running("inflate", 1)
-    })
-    .await;
-    let sick = node_names(&cluster).await.remove(0);
-    Api::<Node>::all(cluster.client.clone())
-        .patch(
-            &sick,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"karpenter.sh/do-not-repair": "true"}}}),
-            ),
-        )
-        .await
-        .expect("node annotated");
+    let (adapter, sick) = one_node_running_a_pod(&cluster, repair_settings(&cluster), pool()).await;
+    annotate_node(&cluster, &sick, "karpenter.sh/do-not-repair").await;
     set_ready(&cluster, &sick, "False", 11).await;
     eventually(
         "repair blocked, told on the node",
@@ -396,16 +386,7 @@ async fn do_not_repair_keeps_an_unhealthy_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reboot_policy_brings_the_same_node_back() {
     let cluster = Cluster::start().await;
-    let adapter = cluster
-        .adapter_with(repair_settings(&cluster), common::test_timing())
-        .await;
-    cluster.node_pool(pool()).await;
-    cluster.deployment("inflate", 1, "1500m", json!({})).await;
-    eventually("the pod running", Duration::from_secs(60), || {
-        cluster.running("inflate", 1)
-    })
-    .await;
-    let sick = node_names(&cluster).await.remove(0);
+    let (adapter, sick) = one_node_running_a_pod(&cluster, repair_settings(&cluster), pool()).await;
     let claims_before = claim_names(&cluster).await;
     let boot_id = |node: &Node| {
         node.status
@@ -468,16 +449,12 @@ async fn a_reboot_policy_brings_the_same_node_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn legacy_repair_ignores_the_unhealthy_budget() {
     let cluster = Cluster::start().await;
-    let adapter = cluster
-        .adapter_with(legacy_settings(&cluster), common::test_timing())
-        .await;
-    cluster.node_pool(pool_with_repair_budget("0")).await;
-    cluster.deployment("inflate", 1, "1500m", json!({})).await;
-    eventually("the pod running", Duration::from_secs(60), || {
-        cluster.running("inflate", 1)
-    })
+    let (adapter, sick) = one_node_running_a_pod(
+        &cluster,
+        legacy_settings(&cluster),
+        pool_with_repair_budget("0"),
+    )
     .await;
-    let sick = node_names(&cluster).await.remove(0);
     set_ready(&cluster, &sick, "False", 11).await;
     eventually(
         "the unhealthy node replaced",

@@ -757,14 +757,38 @@ impl Provider {
     /// Reboots this cluster's instance in place, once per `operation_id`.
     pub async fn reboot(&self, provider_id: &str, operation_id: &str) -> Result<(), Error> {
         let id = instance_id(provider_id)?;
-        let seen = |ops: &std::collections::VecDeque<String>| ops.iter().any(|o| o == operation_id);
-        if seen(&self.reboots.lock().unwrap_or_else(|p| p.into_inner())) {
-            return Ok(());
+        // The operation is reserved before the call, so two overlapping
+        // calls with the same ID reboot once; a call that fails frees it.
+        {
+            let mut ops = self.reboots.lock().unwrap_or_else(|p| p.into_inner());
+            if ops.iter().any(|o| o == operation_id) {
+                return Ok(());
+            }
+            if ops.len() >= REBOOT_OPERATIONS_KEPT {
+                ops.pop_front();
+            }
+            ops.push_back(operation_id.to_owned());
         }
+        let result = self.reboot_instance(id).await;
+        if result.is_err() {
+            let mut ops = self.reboots.lock().unwrap_or_else(|p| p.into_inner());
+            ops.retain(|o| o != operation_id);
+        }
+        result?;
+        tracing::info!(
+            instance = id,
+            operation = operation_id,
+            "rebooting instance"
+        );
+        Ok(())
+    }
+
+    async fn reboot_instance(&self, id: &str) -> Result<(), Error> {
         match self.describe(id).await? {
             Some(i) if !is_gone(&i) && self.ours(&i) => {}
             _ => return Err(Error::NotFound(format!("instance {id} does not exist"))),
         }
+        let denied = |c: String| c.contains("AccessDenied") || c.contains("Unauthorized");
         match self
             .clients
             .ec2
@@ -773,32 +797,16 @@ impl Provider {
             .send()
             .await
         {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             Err(e) if error_code(&e).is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
-                return Err(Error::NotFound(format!("instance {id} does not exist")));
+                Err(Error::NotFound(format!("instance {id} does not exist")))
             }
-            Err(e)
-                if error_code(&e)
-                    .is_some_and(|c| c.contains("AccessDenied") || c.contains("Unauthorized")) =>
-            {
-                return Err(Error::NotReady(format!(
-                    "ec2:RebootInstances on {id} was denied; grant it to reboot for repair: {}",
-                    Error::aws("ec2:RebootInstances", &e)
-                )));
-            }
-            Err(e) => return Err(Error::aws("ec2:RebootInstances", &e)),
+            Err(e) if error_code(&e).is_some_and(denied) => Err(Error::NotReady(format!(
+                "ec2:RebootInstances on {id} was denied; grant it to reboot for repair: {}",
+                Error::aws("ec2:RebootInstances", &e)
+            ))),
+            Err(e) => Err(Error::aws("ec2:RebootInstances", &e)),
         }
-        tracing::info!(
-            instance = id,
-            operation = operation_id,
-            "rebooting instance"
-        );
-        let mut ops = self.reboots.lock().unwrap_or_else(|p| p.into_inner());
-        if ops.len() >= REBOOT_OPERATIONS_KEPT {
-            ops.pop_front();
-        }
-        ops.push_back(operation_id.to_owned());
-        Ok(())
     }
 
     pub async fn is_drifted(&self, request: &pv::IsDriftedRequest) -> Result<String, Error> {

@@ -953,7 +953,11 @@ pub fn repair_policies() -> Vec<pv::RepairPolicy> {
     let policy = |status: &str, reason: &str, action: pv::RepairAction| pv::RepairPolicy {
         condition_type: "Ready".into(),
         condition_status: status.into(),
-        toleration: minutes(if action == pv::RepairAction::Reboot { 5 } else { 10 }),
+        toleration: minutes(if action == pv::RepairAction::Reboot {
+            5
+        } else {
+            10
+        }),
         reason_regex: reason.into(),
         action: action as i32,
         termination_grace_period: None,

@@ -560,18 +560,28 @@ async fn info_names_repair_policies_and_hash_keys_and_a_changed_class_drifts() {
         .await
         .expect("info")
         .into_inner();
-    let ready: Vec<(&str, &str, i64)> = info
+    let ready: Vec<(&str, &str, &str, i64, pv::RepairAction)> = info
         .repair_policies
         .iter()
         .map(|p| {
             (
                 p.condition_type.as_str(),
                 p.condition_status.as_str(),
+                p.reason_regex.as_str(),
                 p.toleration.as_ref().map_or(0, |d| d.seconds),
+                p.action(),
             )
         })
         .collect();
-    assert_eq!(ready, [("Ready", "False", 600), ("Ready", "Unknown", 600)]);
+    let (replace, reboot) = (pv::RepairAction::Replace, pv::RepairAction::Reboot);
+    assert_eq!(
+        ready,
+        [
+            ("Ready", "False", "", 600, replace),
+            ("Ready", "Unknown", "", 600, replace),
+            ("Ready", "False", "^RebootRequired$", 300, reboot),
+        ]
+    );
     assert!(!info.node_class_hash_annotation.is_empty());
 
     let class = |spec: serde_json::Value| pv::NodeClass {

@@ -16,17 +16,24 @@ use super::{Command, Method};
 /// deletion (they count against budgets until gone), their pods moved where
 /// the simulation put them, replacements added as running nodes.
 pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
+    let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
     if command.repair.is_some_and(|r| r.reboot) {
-        // A reboot keeps the node and its pods; while it lasts the node
+        // A reboot keeps the node; its pods are drained first (spending
+        // their PDBs) and it takes no new ones until it is back, while it
         // counts against its pool's budget like any node being disrupted.
+        spend_pdb_allowances(cluster, &candidates);
         for node in &mut cluster.nodes {
-            if command.candidates.contains(&node.name) {
+            if candidates.contains(node.name.as_str()) {
                 node.disruption.disrupting = true;
+                node.taints.push(crate::taints::Taint {
+                    key: labels::REBOOTING_TAINT_KEY.to_owned(),
+                    value: String::new(),
+                    effect: crate::taints::Effect::NoSchedule,
+                });
             }
         }
         return;
     }
-    let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
     spend_pdb_allowances(cluster, &candidates);
     let mut moved = drain(cluster, &candidates);
     place(cluster, command, &mut moved);

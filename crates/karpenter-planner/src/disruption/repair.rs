@@ -170,9 +170,6 @@ fn repair_command(
             termination_grace_period: repair.termination_grace_period,
         }),
     };
-    if repair.reboot {
-        return Ok(command);
-    }
     let drain_bound = repair
         .termination_grace_period
         .or(node.disruption.termination_grace_period);
@@ -182,6 +179,9 @@ fn repair_command(
         return Err(format!(
             "repair requires a termination grace period to bypass blocking pods ({why})"
         ));
+    }
+    if repair.reboot {
+        return Ok(command);
     }
     if pool.is_static() {
         static_room(state, pool)?;

@@ -66,8 +66,6 @@ pub struct Context {
     /// (the `NodeRepair` gate on, `--legacy-node-repair` off): the
     /// snapshot resolves each node's conditions against them.
     pub repair_policies: Option<Arc<karpenter_api::repair::Policies>>,
-    /// Nodes rebooted for repair: when, and how often lately.
-    pub reboots: node::reboot::Reboots,
 }
 
 /// Durations the controllers run by; tests shorten them.

@@ -35,10 +35,14 @@ pub fn has(node: &Node, key: &str) -> bool {
 /// The node's taints with the disrupted taint in place (one with the same
 /// key and another effect or value is replaced).
 pub fn with_taint(node: &Node) -> Vec<Taint> {
-    with(node, labels::DISRUPTED_TAINT_KEY)
+    with(node, labels::DISRUPTED_TAINT_KEY, None)
 }
 
-fn with(node: &Node, key: &str) -> Vec<Taint> {
+fn with(
+    node: &Node,
+    key: &str,
+    added: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> Vec<Taint> {
     let mut taints: Vec<Taint> = taints(node)
         .iter()
         .filter(|t| t.key != key)
@@ -48,7 +52,7 @@ fn with(node: &Node, key: &str) -> Vec<Taint> {
         key: key.to_owned(),
         value: None,
         effect: EFFECT.to_owned(),
-        time_added: None,
+        time_added: added,
     });
     taints
 }
@@ -61,15 +65,35 @@ pub async fn taint(ctx: &Context, node: &Node) -> Result<()> {
 /// Puts the `key` taint on the node (optimistically locked; a no-op when
 /// it is there).
 pub async fn add(ctx: &Context, node: &Node, key: &str) -> Result<()> {
+    add_at(ctx, node, key, None).await
+}
+
+/// Puts the `key` taint on the node with its `timeAdded` (optimistically
+/// locked; a no-op when it is there).
+pub async fn add_at(
+    ctx: &Context,
+    node: &Node,
+    key: &str,
+    added: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> Result<()> {
     if has(node, key) {
         return Ok(());
     }
-    let patch = json!({"spec": {"taints": with(node, key)}});
+    let patch = json!({"spec": {"taints": with(node, key, added)}});
     match patch::merge(&ctx.nodes(), node, patch).await {
         Ok(_) => Ok(()),
         Err(error) if error.is_not_found() => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// When the `key` taint was put on the node, if it says.
+pub fn added_at(node: &Node, key: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    taints(node)
+        .iter()
+        .find(|t| t.key == key)
+        .and_then(|t| t.time_added.as_ref())
+        .map(|t| t.0)
 }
 
 /// Removes the disrupted taint (optimistically locked; a no-op without it).

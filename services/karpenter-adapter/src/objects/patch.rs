@@ -48,6 +48,23 @@ where
         .await?)
 }
 
+/// Sets (or, with `null`, removes) annotations of the object named like
+/// `object`, whatever its version: a merge patch of map keys touches no
+/// other key, so there is nothing a stale read could undo. The object must
+/// still be the same one (its UID).
+pub async fn annotate<K>(api: &Api<K>, object: &K, annotations: Value) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let mut patch = json!({"metadata": {"annotations": annotations}});
+    if let Some(uid) = object.uid() {
+        patch["metadata"]["uid"] = json!(uid);
+    }
+    Ok(api
+        .patch(&object.name_any(), &params(), &Patch::Merge(&patch))
+        .await?)
+}
+
 /// A JSON merge patch of the status subresource, applied only if `object`
 /// is current.
 pub async fn merge_status<K>(api: &Api<K>, object: &K, status: Value) -> Result<K>

@@ -122,11 +122,6 @@ pub async fn prepare(ctx: &Context, index: &Index, pools: Vec<Arc<NodePool>>) ->
         rules: &ctx.label_rules,
         scheduler_config: &ctx.settings.scheduler_config,
         repair_policies: ctx.repair_policies.as_deref(),
-        reboot_history: if ctx.repair_policies.is_some() {
-            ctx.reboots.history(now.seconds)
-        } else {
-            BTreeMap::new()
-        },
         now,
     };
     let (built, overlays) = snapshot(index, &pools, classes, catalogs, &settings);
@@ -232,9 +227,8 @@ pub struct Snapshotting<'a> {
     /// Default topology spread constraints (`--scheduler-config`).
     pub scheduler_config: &'a karpenter_snapshot::spread::SchedulerConfig,
     /// Node repair's policies, when repair is planned (see
-    /// `Context::repair_policies`), and the reboots it did.
+    /// `Context::repair_policies`).
     pub repair_policies: Option<&'a karpenter_api::repair::Policies>,
-    pub reboot_history: BTreeMap<String, karpenter_api::repair::RebootHistory>,
     pub now: prost_types::Timestamp,
 }
 
@@ -289,7 +283,6 @@ pub fn snapshot(
         pool_catalogs,
         now: Some(settings.now),
         repair_policies: settings.repair_policies,
-        reboot_history: settings.reboot_history.clone(),
         ..Objects::default()
     };
     // Live mode never fails: bad objects are in `skipped`.

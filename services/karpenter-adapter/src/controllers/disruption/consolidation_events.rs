@@ -264,26 +264,13 @@ pub fn unconsolidatable(ctx: &Context, index: &Index, reasons: &[sched::BlockedC
             continue;
         };
         let message = super::capitalized(&entry.reason);
-        let mut events = vec![Event::new(
-            node.as_ref(),
-            Kind::Normal,
-            "Unconsolidatable",
-            &message,
-        )];
-        if let Some(claim) = index.claim_of(node) {
-            events.push(Event::new(
-                claim.as_ref(),
-                Kind::Normal,
-                "Unconsolidatable",
-                &message,
-            ));
-        }
-        for event in events {
-            ctx.recorder.emit(
-                event
-                    .dedupe_on(entry.node.clone())
-                    .dedupe_for(UNCONSOLIDATABLE_DEDUPE),
-            );
-        }
+        let event = super::NodeEvent {
+            kind: Kind::Normal,
+            reason: "Unconsolidatable",
+            message: &message,
+            dedupe_on: &entry.node,
+            dedupe_for: UNCONSOLIDATABLE_DEDUPE,
+        };
+        event.emit(ctx, node, index.claim_of(node));
     }
 }

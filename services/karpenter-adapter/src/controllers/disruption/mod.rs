@@ -247,16 +247,54 @@ fn report_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandida
         let Some(node) = index.nodes.named(&entry.node) else {
             continue;
         };
-        let claim = index.claim_of(node);
-        let Some(claim) = claim else { continue };
+        let Some(claim) = index.claim_of(node) else {
+            continue;
+        };
         let message = capitalized(&entry.reason);
         tracing::debug!(node = %entry.node, reason = %message, "disruption blocked");
-        for event in [
-            Event::new(node.as_ref(), Kind::Normal, "DisruptionBlocked", &message),
-            Event::new(claim.as_ref(), Kind::Normal, "DisruptionBlocked", &message),
-        ] {
-            ctx.recorder
-                .emit(event.dedupe_on(message.clone()).dedupe_for(BLOCKED_DEDUPE));
+        let event = NodeEvent {
+            kind: Kind::Normal,
+            reason: "DisruptionBlocked",
+            message: &message,
+            dedupe_on: &message,
+            dedupe_for: BLOCKED_DEDUPE,
+        };
+        event.emit(ctx, node, Some(claim));
+    }
+}
+
+/// An event said of a Node and of its NodeClaim alike.
+pub(super) struct NodeEvent<'a> {
+    pub(super) kind: Kind,
+    pub(super) reason: &'static str,
+    pub(super) message: &'a str,
+    /// What makes a repeat the same event (besides the object and reason).
+    pub(super) dedupe_on: &'a str,
+    pub(super) dedupe_for: Duration,
+}
+
+impl NodeEvent<'_> {
+    pub(super) fn emit(
+        &self,
+        ctx: &Context,
+        node: &k8s_openapi::api::core::v1::Node,
+        claim: Option<&Arc<karpenter_api::NodeClaim>>,
+    ) {
+        let mut events = vec![Event::new(node, self.kind, self.reason, self.message)];
+        if let Some(claim) = claim {
+            events.push(Event::new(
+                claim.as_ref(),
+                self.kind,
+                self.reason,
+                self.message,
+            ));
+        }
+        for event in events {
+            ctx.recorder.emit(
+                event
+                    .dedupe_on(self.dedupe_on.to_owned())
+                    .dedupe_for(self.dedupe_for),
+            );
         }
     }
 }
@@ -273,27 +311,14 @@ fn report_repair_blocked(ctx: &Context, index: &Index, blocked: &[sched::Blocked
         };
         let message = capitalized(&entry.reason);
         tracing::info!(node = %entry.node, reason = %message, "node repair blocked");
-        let mut events = vec![Event::new(
-            node.as_ref(),
-            Kind::Warning,
-            "NodeRepairBlocked",
-            &message,
-        )];
-        if let Some(claim) = index.claim_of(node) {
-            events.push(Event::new(
-                claim.as_ref(),
-                Kind::Warning,
-                "NodeRepairBlocked",
-                &message,
-            ));
-        }
-        for event in events {
-            ctx.recorder.emit(
-                event
-                    .dedupe_on(message.clone())
-                    .dedupe_for(REPAIR_BLOCKED_DEDUPE),
-            );
-        }
+        let event = NodeEvent {
+            kind: Kind::Warning,
+            reason: "NodeRepairBlocked",
+            message: &message,
+            dedupe_on: &message,
+            dedupe_for: REPAIR_BLOCKED_DEDUPE,
+        };
+        event.emit(ctx, node, index.claim_of(node));
     }
 }
 
@@ -304,10 +329,11 @@ async fn start_reboot(
     command: &sched::DisruptionCommand,
 ) -> Result<()> {
     for name in &command.candidates {
-        let Some(node) = index.nodes.named(name) else {
-            continue;
-        };
-        let condition = repair_condition(ctx, node).unwrap_or_default();
+        let node = index
+            .nodes
+            .named(name)
+            .ok_or_else(|| Error::Invalid(format!("node {name} to reboot is gone")))?;
+        let condition = repair_condition(ctx, index, node).unwrap_or_default();
         let bound = command
             .termination_grace_period
             .and_then(|d| Duration::try_from(d).ok());
@@ -318,17 +344,17 @@ async fn start_reboot(
 }
 
 /// The condition a node is repaired for, as its policies resolve now.
-fn repair_condition(ctx: &Context, node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+fn repair_condition(
+    ctx: &Context,
+    index: &Index,
+    node: &k8s_openapi::api::core::v1::Node,
+) -> Option<String> {
     let policies = ctx.repair_policies.as_ref()?;
-    let history = ctx
-        .reboots
-        .history(k8s_openapi::jiff::Timestamp::now().as_second());
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let resolved = policies.resolve(
-        node,
-        k8s_openapi::jiff::Timestamp::now().as_second(),
-        history.get(name),
-    )?;
+    let history = index.claim_of(node).map(|claim| {
+        karpenter_api::repair::RebootHistory::from_annotations(claim.metadata.annotations.as_ref())
+    });
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let resolved = policies.resolve(node, now, history.as_ref())?;
     Some(if resolved.condition_reason.is_empty() {
         resolved.condition_type
     } else {
@@ -343,7 +369,7 @@ fn repair_started(ctx: &Context, index: &Index, command: &sched::DisruptionComma
         let Some(node) = index.nodes.named(name) else {
             continue;
         };
-        let condition = repair_condition(ctx, node).unwrap_or_default();
+        let condition = repair_condition(ctx, index, node).unwrap_or_default();
         let condition = condition.split('/').next().unwrap_or_default();
         let labels_of = |key: &str| {
             node.metadata
@@ -380,11 +406,26 @@ pub(super) fn capitalized(text: &str) -> String {
 
 /// Karpenter's crash cleanup: a node carrying the disrupted taint that no
 /// command holds and that is not being deleted was left by a command that
-/// failed half-way or a process that stopped; it is released.
+/// failed half-way or a process that stopped; it is released. So is a
+/// rebooting taint whose claim is not rebooting.
 async fn release_leftovers(ctx: &Context, index: &Index, queue: &Queue) {
     let held = queue.nodes();
     for node in index.nodes.iter() {
         let name = node.metadata.name.as_deref().unwrap_or_default();
+        if node.metadata.deletion_timestamp.is_none()
+            && crate::controllers::node::reboot::leftover_taint(
+                node,
+                index.claim_of(node).map(AsRef::as_ref),
+            )
+        {
+            let key = karpenter_core::labels::REBOOTING_TAINT_KEY;
+            match crate::objects::disrupted::remove(ctx, node, key).await {
+                Ok(()) => tracing::info!(node = %name, "removed a leftover rebooting taint"),
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "removing a leftover rebooting taint failed")
+                }
+            }
+        }
         if held.contains(name) || !crate::objects::disrupted::has_taint(node) {
             continue;
         }

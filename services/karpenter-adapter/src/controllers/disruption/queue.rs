@@ -53,6 +53,8 @@ pub struct InFlight {
     /// Repair: the drain bound stamped as the claims' termination deadline
     /// when they are deleted (an earlier deadline is kept).
     pub drain_bound: Option<Duration>,
+    /// Claims this command stamped a deadline on (taken off on rollback).
+    pub stamped: Vec<String>,
 }
 
 /// Commands in flight; a node is in at most one.
@@ -149,6 +151,7 @@ impl Queue {
             drain_bound: command
                 .termination_grace_period
                 .and_then(|d| Duration::try_from(d).ok()),
+            stamped: Vec::new(),
         });
         Ok(())
     }
@@ -229,8 +232,10 @@ async fn step(
         let Some(claim) = index.node_claims.named(name) else {
             continue;
         };
-        if let Some(bound) = command.drain_bound {
-            stamp_deadline(ctx, claim, bound).await?;
+        if let Some(bound) = command.drain_bound
+            && stamp_deadline(ctx, claim, bound).await?
+        {
+            command.stamped.push(name.clone());
         }
         match patch::delete(&ctx.node_claims(), claim.as_ref()).await {
             Ok(()) => {}
@@ -277,21 +282,24 @@ async fn step(
 
 /// Stamps the claim's termination deadline `bound` from now, just before
 /// it is deleted (after its replacement is ready, so the wait for it does
-/// not eat the drain), unless an earlier deadline is already set.
-async fn stamp_deadline(ctx: &Context, claim: &NodeClaim, bound: Duration) -> Result<()> {
+/// not eat the drain), unless an earlier deadline is already set; whether
+/// it stamped one. A bound too far to write is no deadline.
+async fn stamp_deadline(ctx: &Context, claim: &NodeClaim, bound: Duration) -> Result<bool> {
     let now = k8s_openapi::jiff::Timestamp::now();
-    let deadline = now
-        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(bound).unwrap_or_default())
-        .unwrap_or(now);
+    let Some(deadline) = k8s_openapi::jiff::SignedDuration::try_from(bound)
+        .ok()
+        .and_then(|bound| now.checked_add(bound).ok())
+    else {
+        return Ok(false);
+    };
     if crate::objects::claim::termination_deadline(claim).is_some_and(|at| at <= deadline) {
-        return Ok(());
+        return Ok(false);
     }
     let stamp = deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let annotations = json!({"metadata": {"annotations": {
-        karpenter_core::labels::NODE_CLAIM_TERMINATION_TIMESTAMP: stamp}}});
-    match patch::merge(&ctx.node_claims(), claim, annotations).await {
-        Ok(_) => Ok(()),
-        Err(error) if error.is_not_found() => Ok(()),
+    let key = karpenter_core::labels::NODE_CLAIM_TERMINATION_TIMESTAMP;
+    match patch::annotate(&ctx.node_claims(), claim, json!({ key: stamp })).await {
+        Ok(_) => Ok(true),
+        Err(error) if error.is_not_found() => Ok(false),
         Err(error) => Err(error),
     }
 }
@@ -299,6 +307,20 @@ async fn stamp_deadline(ctx: &Context, claim: &NodeClaim, bound: Duration) -> Re
 /// Untaints the candidates that are not being deleted and clears their
 /// `DisruptionReason`; replacements stay as ordinary capacity.
 async fn rollback(ctx: &Context, index: &Index, command: &InFlight) {
+    // A deadline stamped for a deletion that did not happen would make a
+    // later, graceful deletion of the claim forceful.
+    for name in &command.stamped {
+        if let Some(claim) = index.node_claims.named(name)
+            && claim.meta().deletion_timestamp.is_none()
+        {
+            let key = karpenter_core::labels::NODE_CLAIM_TERMINATION_TIMESTAMP;
+            if let Err(error) =
+                patch::annotate(&ctx.node_claims(), claim.as_ref(), json!({ key: null })).await
+            {
+                tracing::warn!(claim = %name, %error, "removing a stamped termination deadline failed");
+            }
+        }
+    }
     for name in &command.nodes {
         if let Some(node) = index.nodes.named(name)
             && let Err(error) = release(ctx, index, node).await

@@ -4,30 +4,39 @@
 //! waits for the node to come back with a new boot ID and `Ready=True`.
 //!
 //! ```text
-//!   disruption starts a reboot: rebooting taint; claim Rebooting=True
-//!     (RebootRequested), DisruptionReason=Unhealthy; drain bound and boot ID
-//!     noted on the claim
-//!   RebootRequested: drain until requested + max(bound, 5 s) (pods left are
-//!     deleted then) ─▶ Reboot(provider ID, operation ID) ─▶ RebootIssued
-//!       UNIMPLEMENTED / NOT_FOUND / refused, or no answer in 5 min ─▶ failed
-//!   RebootIssued: new boot ID and Ready ─▶ Rebooting=False (RebootSucceeded),
-//!     taint off, the reboot remembered (its conditions count from now;
+//!   disruption starts a reboot (once: a claim already Rebooting is left):
+//!     claim Rebooting=True (RebootRequested), DisruptionReason=Unhealthy;
+//!     drain bound, boot ID and the request time noted on the claim; then
+//!     the rebooting taint
+//!   RebootRequested: drain (with a bound: until requested + max(bound, 5 s),
+//!     pods left deleted then; without one: until drained, PDBs honoured)
+//!     ─▶ Reboot(provider ID, operation ID) ─▶ RebootIssued (time noted)
+//!       UNIMPLEMENTED / NOT_FOUND / refused, or failing for 5 min ─▶ failed
+//!   RebootIssued: new boot ID and Ready ─▶ taint off, Rebooting=False
+//!     (RebootSucceeded), the end noted (its conditions count from then;
 //!     the third reboot within a day becomes a replacement)
-//!       not back within 20 min ─▶ failed
+//!       not back within 20 min of the reboot ─▶ failed
 //!   failed: RebootFailed event, the claim deleted (provisioning replaces it)
 //! ```
+//!
+//! A reboot's history lives on its NodeClaim (`karpenter_api::repair`'s
+//! annotations), so a restarted or new leader knows it, and a new node that
+//! takes an old name starts with none. A rebooting taint whose claim is not
+//! rebooting (a start that failed half-way) is removed by disruption's
+//! leftover cleanup.
 //!
 //! The operation ID is derived from the claim's UID, the request time and
 //! the boot ID before it, so a retried call (or a restarted adapter) never
 //! reboots twice.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use karpenter_api::repair::{REBOOT_HISTORY_SECONDS, RebootHistory};
+use karpenter_api::repair::{
+    REBOOT_FINISHED_ANNOTATION, REBOOT_REQUESTED_ANNOTATION, RebootHistory,
+};
 use karpenter_api::{ConditionStatus, ConditionsExt as _, NodeClaim};
 use karpenter_core::labels;
 use kube::{Resource, ResourceExt};
@@ -60,42 +69,13 @@ const MIN_DRAIN: Duration = Duration::from_secs(5);
 const ISSUANCE_TIMEOUT: SignedDuration = SignedDuration::from_mins(5);
 /// How long the node may take to come back.
 const RECOVERY_TIMEOUT: SignedDuration = SignedDuration::from_mins(20);
-
-/// The reboots this adapter asked for, by node name (forgotten a day after
-/// the last one).
-#[derive(Clone, Default)]
-pub struct Reboots {
-    nodes: Arc<Mutex<BTreeMap<String, RebootHistory>>>,
-}
-
-impl Reboots {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RebootHistory>> {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Every node's history, as of `now` (older entries pruned).
-    pub fn history(&self, now: i64) -> BTreeMap<String, RebootHistory> {
-        let mut nodes = self.lock();
-        nodes.retain(|_, h| {
-            h.requested
-                .retain(|at| now.saturating_sub(*at) < REBOOT_HISTORY_SECONDS);
-            !h.requested.is_empty()
-        });
-        nodes.clone()
-    }
-
-    fn requested(&self, node: &str, at: i64) {
-        self.lock()
-            .entry(node.to_owned())
-            .or_default()
-            .requested
-            .push(at);
-    }
-
-    fn finished(&self, node: &str, at: i64) {
-        self.lock().entry(node.to_owned()).or_default().finished = Some(at);
-    }
-}
+/// When the reboot was issued (RFC 3339), on the claim.
+const ISSUED_AT_ANNOTATION: &str = "karpenter.sh/reboot-issued-at";
+/// Since when the provider has been failing to take the reboot, on the claim.
+const FAILING_SINCE_ANNOTATION: &str = "karpenter.sh/reboot-failing-since";
+/// A rebooting taint older than this whose claim is not rebooting is a
+/// leftover of a start that failed half-way.
+pub const LEFTOVER_TAINT_AGE: SignedDuration = SignedDuration::from_mins(1);
 
 fn boot_id(node: &Node) -> String {
     node.status
@@ -106,7 +86,8 @@ fn boot_id(node: &Node) -> String {
 }
 
 /// Starts a reboot for repair of `node` (a command the scheduler planned):
-/// the taint, the claim's conditions and what the reboot controller needs.
+/// the claim's conditions and what the reboot controller needs, then the
+/// taint. A claim already rebooting is left as it is.
 pub async fn start(
     ctx: &Context,
     index: &Index,
@@ -114,26 +95,32 @@ pub async fn start(
     condition: &str,
     drain_bound: Option<Duration>,
 ) -> Result<()> {
-    let Some(claim) = index.claim_of(node).filter(|c| ctx.acts_on(c)) else {
+    let Some(cached) = index.claim_of(node).filter(|c| ctx.acts_on(c)) else {
         return Err(Error::Invalid(format!(
             "node {} has no claim to reboot",
             node.name_any()
         )));
     };
-    disrupted::add(ctx, node, labels::REBOOTING_TAINT_KEY).await?;
+    let api = ctx.node_claims();
+    let claim = api.get(&cached.name_any()).await?;
+    if rebooting(&claim).is_some() {
+        return Ok(());
+    }
+    let now = Timestamp::now();
     let bound =
         drain_bound.or_else(|| Some(claim.spec.termination_grace_period.as_ref()?.as_std()));
-    let mut annotations = json!({ PRE_BOOT_ID_ANNOTATION: boot_id(node) });
+    let history = RebootHistory::from_annotations(claim.metadata.annotations.as_ref());
+    let mut annotations = json!({
+        PRE_BOOT_ID_ANNOTATION: boot_id(node),
+        REBOOT_REQUESTED_ANNOTATION: history.requested_with(now.as_second()),
+        ISSUED_AT_ANNOTATION: null,
+        FAILING_SINCE_ANNOTATION: null,
+    });
     annotations[GRACE_ANNOTATION] = match bound {
         Some(bound) => json!(karpenter_core::duration::format_go_duration(bound)),
         None => serde_json::Value::Null,
     };
-    let latest = patch::merge(
-        &ctx.node_claims(),
-        claim.as_ref(),
-        json!({"metadata": {"annotations": annotations}}),
-    )
-    .await?;
+    let latest = patch::annotate(&api, &claim, annotations).await?;
     let mut updated = latest.clone();
     let mut conditions = claim_conditions(&mut updated);
     conditions.set(
@@ -148,10 +135,20 @@ pub async fn start(
         REQUESTED,
         &format!("rebooting for {condition}"),
     );
-    patch::status(&ctx.node_claims(), &latest, &updated).await?;
-    ctx.reboots
-        .requested(&node.name_any(), Timestamp::now().as_second());
-    Ok(())
+    patch::status(&api, &latest, &updated).await?;
+    let added = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    disrupted::add_at(ctx, node, labels::REBOOTING_TAINT_KEY, Some(added)).await
+}
+
+/// Whether a rebooting taint on `node` is a leftover: old enough, and its
+/// claim (if any) not rebooting.
+pub fn leftover_taint(node: &Node, claim: Option<&NodeClaim>) -> bool {
+    let Some(added) = disrupted::added_at(node, labels::REBOOTING_TAINT_KEY) else {
+        return disrupted::has(node, labels::REBOOTING_TAINT_KEY)
+            && claim.is_none_or(|c| rebooting(c).is_none());
+    };
+    Timestamp::now().duration_since(added) > LEFTOVER_TAINT_AGE
+        && claim.is_none_or(|c| rebooting(c).is_none())
 }
 
 /// The reboot controller; a key is a NodeClaim's name.
@@ -197,7 +194,14 @@ impl Reconciler for NodeClaimReboot {
         };
         let since = condition.last_transition_time.0;
         match condition.reason.as_str() {
-            ISSUED => observe(ctx, &claim, &node, since).await,
+            ISSUED => {
+                let issued = claim
+                    .annotations()
+                    .get(ISSUED_AT_ANNOTATION)
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(since);
+                observe(ctx, &claim, &node, issued).await
+            }
             _ => issue(ctx, &index, &claim, &node, since).await,
         }
     }
@@ -211,19 +215,21 @@ async fn issue(
     node: &Node,
     requested: Timestamp,
 ) -> Result<Requeue> {
-    let bound = claim
-        .annotations()
-        .get(GRACE_ANNOTATION)
-        .and_then(|d| karpenter_core::duration::parse_go_duration(d).ok())
-        .unwrap_or_default()
-        .max(MIN_DRAIN);
-    let deadline = requested
-        .checked_add(SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX))
-        .unwrap_or(Timestamp::MAX);
+    let annotation = |key: &str| claim.annotations().get(key).cloned();
+    // With a bound, pods still there at its end are deleted; without one
+    // the drain waits for them (the planner only reboots a node whose pods
+    // may be evicted, or one with a bound).
+    let deadline = annotation(GRACE_ANNOTATION)
+        .and_then(|d| karpenter_core::duration::parse_go_duration(&d).ok())
+        .map(|bound| {
+            let bound =
+                SignedDuration::try_from(bound.max(MIN_DRAIN)).unwrap_or(SignedDuration::MAX);
+            requested.checked_add(bound).unwrap_or(Timestamp::MAX)
+        });
     let now = Timestamp::now();
     let pods = index.pods_on(&node.name_any());
-    if let Drain::Waiting(_) = drain(ctx, node, pods, Some(deadline), "reboot").await?
-        && now < deadline
+    if let Drain::Waiting(_) = drain(ctx, node, pods, deadline, "reboot").await?
+        && deadline.is_none_or(|deadline| now < deadline)
     {
         return Ok(Some(Duration::from_secs(1)));
     }
@@ -232,33 +238,42 @@ async fn issue(
         .as_ref()
         .and_then(|s| s.provider_id.clone())
         .unwrap_or_default();
-    let pre_boot = claim
-        .annotations()
-        .get(PRE_BOOT_ID_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
     let operation = format!(
-        "{}-{}-{pre_boot}",
+        "{}-{}-{}",
         claim.uid().unwrap_or_default(),
-        requested.as_nanosecond()
+        requested.as_nanosecond(),
+        annotation(PRE_BOOT_ID_ANNOTATION).unwrap_or_default()
     );
+    let api = ctx.node_claims();
     match ctx.clients.reboot(&provider_id, &operation).await {
         Ok(()) => {
             tracing::info!(node = %node.name_any(), %operation, "reboot issued");
-            set_rebooting(ctx, claim, ConditionStatus::True, ISSUED, "reboot issued").await?;
+            let stamp = json!({ ISSUED_AT_ANNOTATION: now.to_string() });
+            let latest = patch::annotate(&api, claim, stamp).await?;
+            set_rebooting(ctx, &latest, ConditionStatus::True, ISSUED, "reboot issued").await?;
             Ok(Some(ctx.timing.reboot_poll))
         }
         Err(status) if refused(status.code()) => {
             let message = format!("the provider refused the reboot: {}", status.message());
             fail(ctx, claim, Some(node), "provider_error", &message).await
         }
-        Err(status) if now.duration_since(requested) > ISSUANCE_TIMEOUT => {
-            let message = format!("the provider did not take the reboot: {}", status.message());
-            fail(ctx, claim, Some(node), "provider_error", &message).await
-        }
         Err(status) => {
-            tracing::warn!(node = %node.name_any(), error = %status.message(), "reboot not issued yet");
-            Ok(Some(Duration::from_secs(5)))
+            let since =
+                annotation(FAILING_SINCE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok());
+            match since {
+                Some(since) if now.duration_since(since) > ISSUANCE_TIMEOUT => {
+                    let message =
+                        format!("the provider did not take the reboot: {}", status.message());
+                    fail(ctx, claim, Some(node), "provider_error", &message).await
+                }
+                Some(_) => Ok(Some(Duration::from_secs(5))),
+                None => {
+                    tracing::warn!(node = %node.name_any(), error = %status.message(), "reboot not issued yet");
+                    let stamp = json!({ FAILING_SINCE_ANNOTATION: now.to_string() });
+                    patch::annotate(&api, claim, stamp).await?;
+                    Ok(Some(Duration::from_secs(5)))
+                }
+            }
         }
     }
 }
@@ -287,7 +302,10 @@ async fn observe(
         && karpenter_api::node::is_ready(node);
     if back {
         disrupted::remove(ctx, node, labels::REBOOTING_TAINT_KEY).await?;
-        let mut updated = claim.clone();
+        let finished =
+            json!({ REBOOT_FINISHED_ANNOTATION: Timestamp::now().as_second().to_string() });
+        let latest = patch::annotate(&ctx.node_claims(), claim, finished).await?;
+        let mut updated = latest.clone();
         let mut conditions = claim_conditions(&mut updated);
         conditions.set(
             CONDITION_REBOOTING,
@@ -296,26 +314,13 @@ async fn observe(
             "the node came back",
         );
         conditions.clear(karpenter_api::nodeclaim::CONDITION_DISRUPTION_REASON);
-        patch::status(&ctx.node_claims(), claim, &updated).await?;
-        ctx.reboots
-            .finished(&node.name_any(), Timestamp::now().as_second());
+        patch::status(&ctx.node_claims(), &latest, &updated).await?;
         count(ctx, "succeeded");
-        for event in [
-            Event::new(
-                node,
-                Kind::Normal,
-                "RebootObserved",
-                "Node came back from a reboot for repair",
-            ),
-            Event::new(
-                claim,
-                Kind::Normal,
-                "RebootObserved",
-                "Node came back from a reboot for repair",
-            ),
-        ] {
-            ctx.recorder.emit(event);
-        }
+        let message = "Node came back from a reboot for repair";
+        ctx.recorder
+            .emit(Event::new(node, Kind::Normal, "RebootObserved", message));
+        ctx.recorder
+            .emit(Event::new(claim, Kind::Normal, "RebootObserved", message));
         return Ok(None);
     }
     if Timestamp::now().duration_since(issued) > RECOVERY_TIMEOUT {
