@@ -573,3 +573,31 @@ fn mutual_tls_cluster_provisions_and_follows_a_certificate_rotation() {
     let status = child.wait().expect("exit");
     assert!(status.success(), "{status}");
 }
+
+/// Upstream's own v1.15 manifests (its documentation's NodePools with
+/// Gte/Lte and v1.15 defaults, EC2NodeClasses with the open kubelet block
+/// and CEL expressions, CapacityBuffers of both served versions and what
+/// they name) apply, unchanged, with the real kubectl, to `karpctl up`.
+#[test]
+fn upstream_v1_15_manifests_apply_to_karpctl_up() {
+    let state = tempfile::tempdir().expect("state");
+    let mut child = karpctl_up(state.path(), &[]);
+    let lines = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_for_line(&lines, "ready", Duration::from_secs(120), &mut seen);
+    let manifests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/upstream-v1.15");
+    let kubeconfig = state.path().join("kubeconfig");
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "-f"])
+        .arg(&manifests)
+        .output()
+        .expect("kubectl must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let created = stdout.lines().filter(|l| l.ends_with(" created")).count();
+    assert_eq!(created, 10, "every document created:\n{stdout}\n{stderr}");
+    terminate(&child);
+}

@@ -248,8 +248,15 @@ async fn issue(
     match ctx.clients.reboot(&provider_id, &operation).await {
         Ok(()) => {
             tracing::info!(node = %node.name_any(), %operation, "reboot issued");
-            let stamp = json!({ ISSUED_AT_ANNOTATION: now.to_string() });
-            let latest = patch::annotate(&api, claim, stamp).await?;
+            // Guarded by the claim this pass read: a pass that ran on a
+            // stale index gets a conflict instead of issuing twice.
+            let stamp =
+                json!({"metadata": {"annotations": { ISSUED_AT_ANNOTATION: now.to_string() }}});
+            let latest = match patch::merge(&api, claim, stamp).await {
+                Ok(latest) => latest,
+                Err(error) if error.is_conflict() => return Ok(Some(Duration::from_secs(1))),
+                Err(error) => return Err(error),
+            };
             set_rebooting(ctx, &latest, ConditionStatus::True, ISSUED, "reboot issued").await?;
             Ok(Some(ctx.timing.reboot_poll))
         }
@@ -269,8 +276,12 @@ async fn issue(
                 Some(_) => Ok(Some(Duration::from_secs(5))),
                 None => {
                     tracing::warn!(node = %node.name_any(), error = %status.message(), "reboot not issued yet");
-                    let stamp = json!({ FAILING_SINCE_ANNOTATION: now.to_string() });
-                    patch::annotate(&api, claim, stamp).await?;
+                    let stamp = json!({"metadata": {"annotations": { FAILING_SINCE_ANNOTATION: now.to_string() }}});
+                    match patch::merge(&api, claim, stamp).await {
+                        Ok(_) => {}
+                        Err(error) if error.is_conflict() => {}
+                        Err(error) => return Err(error),
+                    }
                     Ok(Some(Duration::from_secs(5)))
                 }
             }
@@ -301,10 +312,16 @@ async fn observe(
     let back = pre_boot.is_none_or(|before| *before != boot_id(node))
         && karpenter_api::node::is_ready(node);
     if back {
+        // Guarded by the claim this pass read, so the end is recorded (and
+        // counted) once.
+        let finished = json!({"metadata": {"annotations": {
+            REBOOT_FINISHED_ANNOTATION: Timestamp::now().as_second().to_string() }}});
+        let latest = match patch::merge(&ctx.node_claims(), claim, finished).await {
+            Ok(latest) => latest,
+            Err(error) if error.is_conflict() => return Ok(Some(Duration::from_secs(1))),
+            Err(error) => return Err(error),
+        };
         disrupted::remove(ctx, node, labels::REBOOTING_TAINT_KEY).await?;
-        let finished =
-            json!({ REBOOT_FINISHED_ANNOTATION: Timestamp::now().as_second().to_string() });
-        let latest = patch::annotate(&ctx.node_claims(), claim, finished).await?;
         let mut updated = latest.clone();
         let mut conditions = claim_conditions(&mut updated);
         conditions.set(
