@@ -54,15 +54,17 @@ impl RebootHistory {
         let Some(annotations) = annotations else {
             return RebootHistory::default();
         };
-        let requested = annotations
+        let mut requested: Vec<i64> = annotations
             .get(REBOOT_REQUESTED_ANNOTATION)
             .map(|list| {
                 list.split(',')
+                    .take(REBOOTS_KEPT.saturating_mul(4))
                     .filter_map(|t| t.trim().parse().ok())
-                    .take(REBOOTS_KEPT)
                     .collect()
             })
             .unwrap_or_default();
+        // The latest few count.
+        requested.drain(..requested.len().saturating_sub(REBOOTS_KEPT));
         let finished = annotations
             .get(REBOOT_FINISHED_ANNOTATION)
             .and_then(|t| t.trim().parse().ok());
@@ -79,7 +81,7 @@ impl RebootHistory {
             .requested
             .iter()
             .copied()
-            .filter(|at| now.saturating_sub(*at) < REBOOT_HISTORY_SECONDS)
+            .filter(|at| (0..REBOOT_HISTORY_SECONDS).contains(&now.saturating_sub(*at)))
             .collect();
         times.push(now);
         let skip = times.len().saturating_sub(REBOOTS_KEPT);
@@ -90,11 +92,12 @@ impl RebootHistory {
             .join(",")
     }
 
-    /// Reboots requested within the history window before `now`.
+    /// Reboots requested within the history window before `now` (a time
+    /// in the future is not believed).
     pub fn recent(&self, now: i64) -> usize {
         self.requested
             .iter()
-            .filter(|at| now.saturating_sub(**at) < REBOOT_HISTORY_SECONDS)
+            .filter(|at| (0..REBOOT_HISTORY_SECONDS).contains(&now.saturating_sub(**at)))
             .count()
     }
 }
@@ -255,7 +258,9 @@ impl Policies {
         now: i64,
         history: Option<&RebootHistory>,
     ) -> Option<Resolved> {
-        let mut resolved = self.resolve_after(node, now, history.and_then(|h| h.finished))?;
+        // A reboot that says it finished in the future finished now.
+        let finished = history.and_then(|h| h.finished).map(|at| at.min(now));
+        let mut resolved = self.resolve_after(node, now, finished)?;
         if resolved.action == Action::Reboot
             && history.is_some_and(|h| h.recent(now) >= REBOOTS_BEFORE_REPLACEMENT)
         {
@@ -607,6 +612,27 @@ mod tests {
         assert_eq!(read.requested, vec![NOW - 60, NOW], "the old one dropped");
         assert_eq!(read.finished, None, "what does not parse is left out");
         assert_eq!(read.recent(NOW), 2);
+    }
+
+    #[test]
+    fn times_from_the_future_are_not_believed() {
+        let n = node(&[("AcceleratedHardwareReady", "False", "NvidiaXID46Error", 11)]);
+        let history = RebootHistory {
+            requested: vec![NOW + 3600, NOW + 7200],
+            finished: Some(NOW + 86_400),
+        };
+        assert_eq!(history.recent(NOW), 0);
+        let resolved = aws_like()
+            .resolve(&n, NOW, Some(&history))
+            .expect("matches");
+        assert_eq!(resolved.action, Action::Reboot, "not escalated");
+        assert!(!resolved.eligible, "counted from now, not from tomorrow");
+        let many: Vec<String> = (0..20).map(|i| (NOW - 100 + i).to_string()).collect();
+        let annotations =
+            BTreeMap::from([(REBOOT_REQUESTED_ANNOTATION.to_owned(), many.join(","))]);
+        let read = RebootHistory::from_annotations(Some(&annotations));
+        assert_eq!(read.requested.len(), REBOOTS_KEPT);
+        assert_eq!(read.requested.last(), Some(&(NOW - 81)), "the latest kept");
     }
 
     #[test]

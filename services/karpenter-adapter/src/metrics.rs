@@ -229,7 +229,7 @@ adapter_metrics! {
     nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>
         => "nodeclaims_unhealthy_disrupted", "NodeClaims repaired because a node condition matched a repair policy too long, by condition";
     nodeclaims_reboots: Family<ResultLabels, Counter>
-        => "nodeclaims_reboots", "Reboots for repair that ended, by result (succeeded, provider_error, recovery_timeout)";
+        => "nodeclaims_reboots", "Reboots for repair that ended, by result (succeeded, provider_error, drain_timeout, recovery_timeout)";
 
     // Disruption decisions and the cluster's cost.
     disruption_decisions: Family<DecisionLabels, Counter>

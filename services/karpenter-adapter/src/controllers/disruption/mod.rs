@@ -156,9 +156,14 @@ async fn start(
 ) {
     let reason = validation::reason(command);
     if command.reboot {
-        if let Err(error) = start_reboot(ctx, index, command).await {
-            tracing::warn!(%error, nodes = ?command.candidates, "starting a reboot for repair failed");
-            return;
+        match start_reboot(ctx, index, command).await {
+            Ok(true) => {}
+            // Already rebooting (a plan on a stale index): nothing new started.
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(%error, nodes = ?command.candidates, "starting a reboot for repair failed");
+                return;
+            }
         }
     } else if let Err(error) = queue.start(ctx, index, pools, command, reason).await {
         tracing::warn!(%error, nodes = ?command.candidates, "starting a disruption command failed");
@@ -322,12 +327,14 @@ fn report_repair_blocked(ctx: &Context, index: &Index, blocked: &[sched::Blocked
     }
 }
 
-/// Starts a repair command that reboots its node in place.
+/// Starts a repair command that reboots its node in place; whether a
+/// reboot was newly started.
 async fn start_reboot(
     ctx: &Context,
     index: &Index,
     command: &sched::DisruptionCommand,
-) -> Result<()> {
+) -> Result<bool> {
+    let mut started = false;
     for name in &command.candidates {
         let node = index
             .nodes
@@ -337,10 +344,12 @@ async fn start_reboot(
         let bound = command
             .termination_grace_period
             .and_then(|d| Duration::try_from(d).ok());
-        crate::controllers::node::reboot::start(ctx, index, node, &condition, bound).await?;
-        tracing::info!(node = %name, %condition, "rebooting node for repair");
+        if crate::controllers::node::reboot::start(ctx, index, node, &condition, bound).await? {
+            tracing::info!(node = %name, %condition, "rebooting node for repair");
+            started = true;
+        }
     }
-    Ok(())
+    Ok(started)
 }
 
 /// The condition a node is repaired for, as its policies resolve now.

@@ -242,6 +242,9 @@ async fn step(
             Err(error) if error.is_not_found() => continue,
             Err(error) => return Err(error),
         }
+        // Deleted: its deadline now bounds its drain, whatever happens to
+        // the rest of the command.
+        command.stamped.retain(|stamped| stamped != name);
         // Drift goes through this queue too; only consolidation has a policy.
         let consolidation_policy = match command.reason {
             "Drifted" | "Unhealthy" => "",

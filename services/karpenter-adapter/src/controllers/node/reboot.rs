@@ -59,6 +59,10 @@ pub const CONDITION_REBOOTING: &str = "Rebooting";
 const REQUESTED: &str = "RebootRequested";
 const ISSUED: &str = "RebootIssued";
 const SUCCEEDED: &str = "RebootSucceeded";
+const FAILED: &str = "RebootFailed";
+/// How long a drain without a bound may wait for pods before the reboot is
+/// given up (the node is replaced instead).
+const UNBOUNDED_DRAIN_LIMIT: SignedDuration = SignedDuration::from_mins(15);
 /// The drain bound of the reboot (a Go duration), on the claim.
 pub const GRACE_ANNOTATION: &str = "karpenter.sh/reboot-termination-grace-period";
 /// The node's boot ID before the reboot, on the claim.
@@ -94,7 +98,7 @@ pub async fn start(
     node: &Node,
     condition: &str,
     drain_bound: Option<Duration>,
-) -> Result<()> {
+) -> Result<bool> {
     let Some(cached) = index.claim_of(node).filter(|c| ctx.acts_on(c)) else {
         return Err(Error::Invalid(format!(
             "node {} has no claim to reboot",
@@ -103,16 +107,27 @@ pub async fn start(
     };
     let api = ctx.node_claims();
     let claim = api.get(&cached.name_any()).await?;
-    if rebooting(&claim).is_some() {
-        return Ok(());
-    }
     let now = Timestamp::now();
+    let added = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    if holds_node(&claim) {
+        // Started before (this plan ran on a stale index, or the taint
+        // failed): only the taint is made sure of.
+        disrupted::add_at(ctx, node, labels::REBOOTING_TAINT_KEY, Some(added)).await?;
+        return Ok(false);
+    }
+    let pre_boot = boot_id(node);
+    if pre_boot.is_empty() {
+        // Without a boot ID there is no telling a rebooted node from one
+        // that never went down.
+        return Err(Error::Invalid(format!(
+            "node {} reports no boot ID; it cannot be rebooted for repair",
+            node.name_any()
+        )));
+    }
     let bound =
         drain_bound.or_else(|| Some(claim.spec.termination_grace_period.as_ref()?.as_std()));
-    let history = RebootHistory::from_annotations(claim.metadata.annotations.as_ref());
     let mut annotations = json!({
-        PRE_BOOT_ID_ANNOTATION: boot_id(node),
-        REBOOT_REQUESTED_ANNOTATION: history.requested_with(now.as_second()),
+        PRE_BOOT_ID_ANNOTATION: pre_boot,
         ISSUED_AT_ANNOTATION: null,
         FAILING_SINCE_ANNOTATION: null,
     });
@@ -136,24 +151,37 @@ pub async fn start(
         &format!("rebooting for {condition}"),
     );
     patch::status(&api, &latest, &updated).await?;
-    let added = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
-    disrupted::add_at(ctx, node, labels::REBOOTING_TAINT_KEY, Some(added)).await
+    disrupted::add_at(ctx, node, labels::REBOOTING_TAINT_KEY, Some(added)).await?;
+    Ok(true)
 }
 
 /// Whether a rebooting taint on `node` is a leftover: old enough, and its
-/// claim (if any) not rebooting.
+/// claim (if any) neither rebooting nor failed at it (being replaced).
 pub fn leftover_taint(node: &Node, claim: Option<&NodeClaim>) -> bool {
     let Some(added) = disrupted::added_at(node, labels::REBOOTING_TAINT_KEY) else {
         return disrupted::has(node, labels::REBOOTING_TAINT_KEY)
-            && claim.is_none_or(|c| rebooting(c).is_none());
+            && claim.is_none_or(|c| !holds_node(c));
     };
     Timestamp::now().duration_since(added) > LEFTOVER_TAINT_AGE
-        && claim.is_none_or(|c| rebooting(c).is_none())
+        && claim.is_none_or(|c| !holds_node(c))
 }
 
 /// The reboot controller; a key is a NodeClaim's name.
 pub struct NodeClaimReboot {
     pub ctx: Context,
+}
+
+/// Whether the claim's reboot keeps its node out of service: it is
+/// rebooting, or its reboot failed and it is to be replaced.
+fn holds_node(claim: &NodeClaim) -> bool {
+    rebooting(claim).is_some() || failed(claim)
+}
+
+fn failed(claim: &NodeClaim) -> bool {
+    claim
+        .conditions()
+        .condition(CONDITION_REBOOTING)
+        .is_some_and(|c| c.status == ConditionStatus::False && c.reason == FAILED)
 }
 
 fn rebooting(claim: &NodeClaim) -> Option<&karpenter_api::Condition> {
@@ -172,7 +200,7 @@ impl Reconciler for NodeClaimReboot {
 
     fn keys(&self, index: &Index) -> Vec<(Key, u64)> {
         self.ctx.claim_keys(index, |claim| {
-            rebooting(claim)?;
+            holds_node(claim).then_some(())?;
             let node = index.node_of(claim);
             Some(fingerprint([
                 claim.meta().resource_version.as_deref(),
@@ -186,6 +214,10 @@ impl Reconciler for NodeClaimReboot {
         let Some(claim) = ctx.claim_to_act_on(&index, &key.1) else {
             return Ok(None);
         };
+        if failed(&claim) {
+            // The delete after a failed reboot did not go through: again.
+            return delete(ctx, &claim).await;
+        }
         let Some(condition) = rebooting(&claim).cloned() else {
             return Ok(None);
         };
@@ -227,11 +259,23 @@ async fn issue(
             requested.checked_add(bound).unwrap_or(Timestamp::MAX)
         });
     let now = Timestamp::now();
+    if !disrupted::has(node, labels::REBOOTING_TAINT_KEY) {
+        let added = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+        disrupted::add_at(ctx, node, labels::REBOOTING_TAINT_KEY, Some(added)).await?;
+    }
     let pods = index.pods_on(&node.name_any());
-    if let Drain::Waiting(_) = drain(ctx, node, pods, deadline, "reboot").await?
-        && deadline.is_none_or(|deadline| now < deadline)
-    {
-        return Ok(Some(Duration::from_secs(1)));
+    if let Drain::Waiting(left) = drain(ctx, node, pods, deadline, "reboot").await? {
+        match deadline {
+            Some(deadline) if now < deadline => return Ok(Some(Duration::from_secs(1))),
+            Some(_) => {}
+            None if now.duration_since(requested) > UNBOUNDED_DRAIN_LIMIT => {
+                let message = format!(
+                    "{left} pod(s) did not leave within 15m0s and no drain bound allows deleting them"
+                );
+                return fail(ctx, claim, Some(node), "drain_timeout", &message).await;
+            }
+            None => return Ok(Some(Duration::from_secs(1))),
+        }
     }
     let provider_id = node
         .spec
@@ -250,8 +294,12 @@ async fn issue(
             tracing::info!(node = %node.name_any(), %operation, "reboot issued");
             // Guarded by the claim this pass read: a pass that ran on a
             // stale index gets a conflict instead of issuing twice.
-            let stamp =
-                json!({"metadata": {"annotations": { ISSUED_AT_ANNOTATION: now.to_string() }}});
+            // The reboot joins the claim's history only once issued.
+            let history = RebootHistory::from_annotations(claim.metadata.annotations.as_ref());
+            let stamp = json!({"metadata": {"annotations": {
+                ISSUED_AT_ANNOTATION: now.to_string(),
+                REBOOT_REQUESTED_ANNOTATION: history.requested_with(requested.as_second()),
+            }}});
             let latest = match patch::merge(&api, claim, stamp).await {
                 Ok(latest) => latest,
                 Err(error) if error.is_conflict() => return Ok(Some(Duration::from_secs(1))),
@@ -370,7 +418,7 @@ async fn fail(
     message: &str,
 ) -> Result<Requeue> {
     tracing::warn!(claim = %claim.name_any(), result, message, "reboot failed; replacing the node");
-    set_rebooting(ctx, claim, ConditionStatus::False, "RebootFailed", message).await?;
+    set_rebooting(ctx, claim, ConditionStatus::False, FAILED, message).await?;
     count(ctx, result);
     let mut events = vec![Event::new(claim, Kind::Warning, "RebootFailed", message)];
     if let Some(node) = node {
@@ -379,6 +427,10 @@ async fn fail(
     for event in events {
         ctx.recorder.emit(event);
     }
+    delete(ctx, claim).await
+}
+
+async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<Requeue> {
     match patch::delete(&ctx.node_claims(), claim).await {
         Ok(()) => Ok(None),
         Err(error) if error.is_not_found() => Ok(None),
