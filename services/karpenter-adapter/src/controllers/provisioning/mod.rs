@@ -326,8 +326,10 @@ async fn create(
         .create(&PostParams::default(), &claim)
         .await?;
     let name = created.name_any();
-    ctx.writes.created(created).await;
+    // What the claim was planned for is remembered before the index shows
+    // it: its launch may run at once, and a refusal tells these pods.
     ctx.created_claims.remember(&name, &plan.pods);
+    ctx.writes.created(created).await;
     let shown: Vec<&str> = plan
         .instance_types
         .iter()
