@@ -418,7 +418,8 @@ impl CrdValidator {
         let mut collector = Collector::default();
         match part {
             Part::Whole => {
-                validate::validate_value(obj, schema, "", ratchet_old, false, true, &mut collector);
+                let at = validate::At::top(ratchet_old, true);
+                validate::validate_value(obj, schema, at, &mut collector);
             }
             Part::Status => status_schema_violations(obj, schema, ratchet_old, &mut collector),
         }
@@ -442,7 +443,7 @@ impl CrdValidator {
             let mut results = RuleResults::default();
             // Ratcheting compares with the old object; transition rules need
             // it regardless.
-            validate::eval_rules(obj, schema, "", old, false, true, &mut results);
+            validate::eval_rules(obj, schema, validate::At::top(old, true), &mut results);
             violations.append(&mut results.violations);
             if opts.ratcheting {
                 ratcheted.append(&mut results.ratcheted);
@@ -479,15 +480,8 @@ fn status_schema_violations(
     };
     let mut part = Collector::default();
     let old_status = old.and_then(|o| o.get("status"));
-    validate::validate_value(
-        status,
-        status_schema,
-        "",
-        old_status,
-        false,
-        false,
-        &mut part,
-    );
+    let at = validate::At::top(old_status, false);
+    validate::validate_value(status, status_schema, at, &mut part);
     let under_status = |mut v: Violation| {
         v.path = match v.path.as_str() {
             "<nil>" => "status".to_string(),

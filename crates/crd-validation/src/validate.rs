@@ -226,10 +226,53 @@ fn composite(path: &str, what: &str) -> Violation {
     )
 }
 
+/// Where a value stands in the object under validation, for both walks
+/// (OpenAPI and rules): kube-openapi's path (`spec.limits.cpu`,
+/// `spec.requirements[0].key`), the correlated old value, whether an
+/// ancestor is unchanged (ratcheting), and whether the value is a
+/// resource's root (whose `metadata` is ObjectMeta).
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) old: Option<&'a Json>,
+    pub(crate) parent_unchanged: bool,
+    pub(crate) resource_root: bool,
+}
+
+impl<'a> At<'a> {
+    /// The top of a walk, with its old value.
+    pub(crate) fn top(old: Option<&'a Json>, resource_root: bool) -> Self {
+        At {
+            path: "",
+            old,
+            parent_unchanged: false,
+            resource_root,
+        }
+    }
+
+    /// A value below another, not a resource's root.
+    fn below(path: &'a str, old: Option<&'a Json>, parent_unchanged: bool) -> Self {
+        At {
+            path,
+            old,
+            parent_unchanged,
+            resource_root: false,
+        }
+    }
+
+    /// The same place, a resource's root or not.
+    fn root(self, resource_root: bool) -> Self {
+        At {
+            resource_root,
+            ..self
+        }
+    }
+}
+
 /// Whether `v` satisfies `s` (for `anyOf`/`oneOf`/`not`).
 fn satisfies(v: &Json, s: &Schema, path: &str) -> bool {
     let mut c = Collector::default();
-    validate_value(v, s, path, None, false, false, &mut c);
+    validate_value(v, s, At::below(path, None, false), &mut c);
     c.violations.is_empty() && c.ratcheted.is_empty()
 }
 
@@ -241,18 +284,14 @@ fn is_int_or_string_any_of(s: &Schema) -> bool {
 }
 
 /// OpenAPI validation of `v` against `s`, as kube-openapi's schema
-/// validator does it for custom resources. `path` uses kube-openapi's
-/// naming (`spec.limits.cpu`, `spec.requirements[0].key`). `old` is the
-/// correlated old value, `unchanged` whether an ancestor is unchanged.
-pub(crate) fn validate_value(
-    v: &Json,
-    s: &Schema,
-    path: &str,
-    old: Option<&Json>,
-    parent_unchanged: bool,
-    resource_root: bool,
-    out: &mut Collector,
-) {
+/// validator does it for custom resources.
+pub(crate) fn validate_value(v: &Json, s: &Schema, at: At<'_>, out: &mut Collector) {
+    let At {
+        path,
+        old,
+        parent_unchanged,
+        resource_root,
+    } = at;
     let unchanged = parent_unchanged || old.is_some_and(|o| o == v);
     // A value of the wrong type is reported once; nothing else is checked.
     if !check_type(v, s, path, out) {
@@ -326,7 +365,7 @@ fn validate_composites(
     out: &mut Collector,
 ) {
     for sub in &s.all_of {
-        validate_value(v, sub, path, old, unchanged, false, out);
+        validate_value(v, sub, At::below(path, old, unchanged), out);
     }
     if !s.any_of.is_empty()
         && !is_int_or_string_any_of(s)
@@ -381,15 +420,9 @@ fn validate_array(
         let old_items = old.and_then(Json::as_array);
         for (i, item) in items.iter().enumerate() {
             let old_item = correlate_item(s, is, item, old_items);
-            validate_value(
-                item,
-                is,
-                &index(path, i),
-                old_item,
-                unchanged,
-                is.embedded,
-                out,
-            );
+            let item_path = index(path, i);
+            let at = At::below(&item_path, old_item, unchanged);
+            validate_value(item, is, at.root(is.embedded), out);
         }
     }
 }
@@ -643,7 +676,9 @@ fn validate_object(
         // The resource root's metadata is checked as ObjectMeta; only the
         // schema's constraints on name/generateName apply.
         let child_root = cs.embedded && !(resource_root && k == "metadata");
-        validate_value(c, cs, &child(path, k), old_c, unchanged, child_root, out);
+        let child_path = child(path, k);
+        let at = At::below(&child_path, old_c, unchanged);
+        validate_value(c, cs, at.root(child_root), out);
     }
 }
 
@@ -843,18 +878,16 @@ fn validate_map_list(
 
 /// Evaluates every `x-kubernetes-validations` rule below `s`, with
 /// `oldSelf` correlated the way the apiserver correlates it.
-pub(crate) fn eval_rules(
-    v: &Json,
-    s: &Schema,
-    path: &str,
-    old: Option<&Json>,
-    parent_unchanged: bool,
-    resource_root: bool,
-    out: &mut RuleResults,
-) {
+pub(crate) fn eval_rules(v: &Json, s: &Schema, at: At<'_>, out: &mut RuleResults) {
     if !s.has_rules || v.is_null() {
         return;
     }
+    let At {
+        path,
+        old,
+        parent_unchanged,
+        resource_root,
+    } = at;
     let unchanged = parent_unchanged || old.is_some_and(|o| o == v);
     let node = RuleNode {
         schema: s,
@@ -883,9 +916,9 @@ pub(crate) fn eval_rules(
                     if resource_root && k == "metadata" {
                         continue;
                     }
-                    eval_rules(c, p, &child(path, k), old_c, unchanged, false, out);
+                    eval_rules(c, p, At::below(&child(path, k), old_c, unchanged), out);
                 } else if let Some(ap) = s.additional_schema() {
-                    eval_rules(c, ap, &key(path, k), old_c, unchanged, false, out);
+                    eval_rules(c, ap, At::below(&key(path, k), old_c, unchanged), out);
                 }
             }
         }
@@ -894,7 +927,12 @@ pub(crate) fn eval_rules(
                 let old_items = old.and_then(Json::as_array);
                 for (i, item) in items.iter().enumerate() {
                     let old_item = correlate_item(s, is, item, old_items);
-                    eval_rules(item, is, &index(path, i), old_item, unchanged, false, out);
+                    eval_rules(
+                        item,
+                        is,
+                        At::below(&index(path, i), old_item, unchanged),
+                        out,
+                    );
                 }
             }
         }

@@ -20,6 +20,7 @@ use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, ResourceList, empty, nullable};
+use crate::crd::Column;
 use crate::schema::{self, add_rules, rule};
 
 /// The only provisioning strategy: the buffer actively scales the cluster up.
@@ -55,53 +56,29 @@ pub const VIRTUAL_POD_PRIORITY: i32 = i32::MIN;
 /// The workload kinds a `scalableRef` may name (API group `apps`).
 pub const SCALABLE_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "ReplicaSet"];
 
+/// What `kubectl get capacitybuffers` prints.
+pub(crate) const PRINTER_COLUMNS: &[Column] = &[
+    Column::text("Strategy", ".spec.provisioningStrategy"),
+    Column::text("PodTemplate", ".status.podTemplateRef.name"),
+    Column::integer("Replicas", ".status.replicas"),
+    Column::text("ConditionsType", ".status.conditions[*].type"),
+    Column::text("ConditionsStatus", ".status.conditions[*].status"),
+    Column::text("ConditionsReason", ".status.conditions[*].reason"),
+    Column::AGE,
+];
+
 /// The desired state of a CapacityBuffer.
-// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
-#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "autoscaling.x-k8s.io",
     version = "v1beta1",
     kind = "CapacityBuffer",
-    plural = "capacitybuffers",
-    singular = "capacitybuffer",
     shortname = "cb",
     namespaced,
     status = "CapacityBufferStatus",
     category = "autoscaling",
     derive = "PartialEq",
-    doc = "CapacityBuffer is the configuration that an autoscaler can use to provision buffer capacity within a cluster",
-    printcolumn(
-        name = "Strategy",
-        type_ = "string",
-        json_path = ".spec.provisioningStrategy"
-    ),
-    printcolumn(
-        name = "PodTemplate",
-        type_ = "string",
-        json_path = ".status.podTemplateRef.name"
-    ),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
-    printcolumn(
-        name = "ConditionsType",
-        type_ = "string",
-        json_path = ".status.conditions[*].type"
-    ),
-    printcolumn(
-        name = "ConditionsStatus",
-        type_ = "string",
-        json_path = ".status.conditions[*].status"
-    ),
-    printcolumn(
-        name = "ConditionsReason",
-        type_ = "string",
-        json_path = ".status.conditions[*].reason"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    doc = "CapacityBuffer is the configuration that an autoscaler can use to provision buffer capacity within a cluster"
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = capacity_buffer_spec_rules)]

@@ -148,85 +148,9 @@ impl TryFrom<core::Taint> for Taint {
     }
 }
 
-/// How a requirement relates its key to its values.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
-)]
-pub enum NodeSelectorOperator {
-    /// The label value is one of `values`.
-    In,
-    /// The label value is none of `values` (or the label is absent).
-    NotIn,
-    /// The label is present.
-    Exists,
-    /// The label is absent.
-    DoesNotExist,
-    /// The label value, as an integer, is greater than the single value.
-    Gt,
-    /// The label value, as an integer, is less than the single value.
-    Lt,
-    /// The label value, as an integer, is at least the single value (Karpenter v1.15).
-    Gte,
-    /// The label value, as an integer, is at most the single value (Karpenter v1.15).
-    Lte,
-}
-
-impl NodeSelectorOperator {
-    /// The operator as written in manifests.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::In => "In",
-            Self::NotIn => "NotIn",
-            Self::Exists => "Exists",
-            Self::DoesNotExist => "DoesNotExist",
-            Self::Gt => "Gt",
-            Self::Lt => "Lt",
-            Self::Gte => "Gte",
-            Self::Lte => "Lte",
-        }
-    }
-}
-
-impl From<NodeSelectorOperator> for karpenter_core::requirements::Operator {
-    fn from(op: NodeSelectorOperator) -> Self {
-        use karpenter_core::requirements::Operator;
-        match op {
-            NodeSelectorOperator::In => Operator::In,
-            NodeSelectorOperator::NotIn => Operator::NotIn,
-            NodeSelectorOperator::Exists => Operator::Exists,
-            NodeSelectorOperator::DoesNotExist => Operator::DoesNotExist,
-            NodeSelectorOperator::Gt => Operator::Gt,
-            NodeSelectorOperator::Lt => Operator::Lt,
-            NodeSelectorOperator::Gte => Operator::Gte,
-            NodeSelectorOperator::Lte => Operator::Lte,
-        }
-    }
-}
-
-/// An operator string that is not a node-selector operator.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown node selector operator {0:?}; expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte"
-)]
-pub struct UnknownOperator(pub String);
-
-impl std::str::FromStr for NodeSelectorOperator {
-    type Err = UnknownOperator;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "In" => Self::In,
-            "NotIn" => Self::NotIn,
-            "Exists" => Self::Exists,
-            "DoesNotExist" => Self::DoesNotExist,
-            "Gt" => Self::Gt,
-            "Lt" => Self::Lt,
-            "Gte" => Self::Gte,
-            "Lte" => Self::Lte,
-            other => return Err(UnknownOperator(other.to_string())),
-        })
-    }
-}
+/// How a requirement relates its key to its values; the requirement
+/// algebra's operator, written into objects as its name.
+pub use karpenter_core::requirements::{Operator as NodeSelectorOperator, UnknownOperator};
 
 /// A node selector requirement plus `minValues`: the key must take one of the values, and the
 /// scheduler must keep at least `minValues` distinct values available (instance-type flexibility).
@@ -301,7 +225,7 @@ impl NodeSelectorRequirementWithMinValues {
     > {
         karpenter_core::requirements::Requirement::new(
             &self.key,
-            self.operator.into(),
+            self.operator,
             self.values.iter().map(String::as_str),
         )
         .map(|r| r.with_min_values(self.min_values.and_then(|m| usize::try_from(m).ok())))

@@ -4,17 +4,17 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
 };
 use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
-use crate::capacitybuffer::CapacityBuffer;
-use crate::ec2nodeclass::EC2NodeClass;
-use crate::nodeclaim::NodeClaim;
-use crate::nodeoverlay::NodeOverlay;
-use crate::nodepool::NodePool;
+use crate::capacitybuffer::{self, CapacityBuffer};
+use crate::ec2nodeclass::{self, EC2NodeClass};
+use crate::nodeclaim::{self, NodeClaim};
+use crate::nodeoverlay::{self, NodeOverlay};
+use crate::nodepool::{self, NodePool};
 use crate::schema::structural_schema_for;
 
 /// Directories, relative to the repository root, that hold the generated CRD files.
@@ -30,12 +30,68 @@ pub const REGENERATE_COMMAND: &str = "cargo run -p karpctl -- crds --write";
 /// the crate's tests rule out.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
-        build::<NodePool>(true),
-        build::<NodeClaim>(true),
-        build::<NodeOverlay>(true),
-        also_served_as(build::<CapacityBuffer>(true), "v1alpha1"),
-        build::<EC2NodeClass>(false),
+        build::<NodePool>(true, nodepool::PRINTER_COLUMNS),
+        build::<NodeClaim>(true, nodeclaim::PRINTER_COLUMNS),
+        build::<NodeOverlay>(true, nodeoverlay::PRINTER_COLUMNS),
+        also_served_as(
+            build::<CapacityBuffer>(true, capacitybuffer::PRINTER_COLUMNS),
+            "v1alpha1",
+        ),
+        build::<EC2NodeClass>(false, ec2nodeclass::PRINTER_COLUMNS),
     ]
+}
+
+/// A column `kubectl get` prints for a kind (`additionalPrinterColumns`).
+/// Each kind lists its columns beside its type; the ones several kinds
+/// share are written once here.
+pub(crate) struct Column {
+    name: &'static str,
+    type_: &'static str,
+    json_path: &'static str,
+    /// Shown only with `-o wide`.
+    wide: bool,
+}
+
+impl Column {
+    /// The object's `Ready` condition.
+    pub(crate) const READY: Column =
+        Column::text("Ready", ".status.conditions[?(@.type==\"Ready\")].status");
+    /// The object's age.
+    pub(crate) const AGE: Column = Column::new("Age", "date", ".metadata.creationTimestamp");
+
+    /// A column of text.
+    pub(crate) const fn text(name: &'static str, json_path: &'static str) -> Self {
+        Column::new(name, "string", json_path)
+    }
+
+    /// A column of whole numbers.
+    pub(crate) const fn integer(name: &'static str, json_path: &'static str) -> Self {
+        Column::new(name, "integer", json_path)
+    }
+
+    const fn new(name: &'static str, type_: &'static str, json_path: &'static str) -> Self {
+        Column {
+            name,
+            type_,
+            json_path,
+            wide: false,
+        }
+    }
+
+    /// The same column, shown only with `-o wide`.
+    pub(crate) const fn wide(self) -> Self {
+        Column { wide: true, ..self }
+    }
+
+    fn definition(&self) -> CustomResourceColumnDefinition {
+        CustomResourceColumnDefinition {
+            name: self.name.to_owned(),
+            type_: self.type_.to_owned(),
+            json_path: self.json_path.to_owned(),
+            priority: self.wide.then_some(1),
+            ..Default::default()
+        }
+    }
 }
 
 /// The CRD also served at an older `version` of the same schema (not
@@ -53,7 +109,10 @@ fn also_served_as(mut crd: CustomResourceDefinition, version: &str) -> CustomRes
     crd
 }
 
-fn build<K: CustomResourceExt + JsonSchema>(spec_required: bool) -> CustomResourceDefinition {
+fn build<K: CustomResourceExt + JsonSchema>(
+    spec_required: bool,
+    columns: &[Column],
+) -> CustomResourceDefinition {
     let mut crd = K::crd();
     let mut schema = structural_schema_for::<K>();
     finish_root(&mut schema, spec_required);
@@ -68,6 +127,7 @@ fn build<K: CustomResourceExt + JsonSchema>(spec_required: bool) -> CustomResour
         if let Some(validation) = version.schema.as_mut() {
             validation.open_api_v3_schema = Some(props.clone());
         }
+        version.additional_printer_columns = Some(columns.iter().map(Column::definition).collect());
     }
     crd
 }

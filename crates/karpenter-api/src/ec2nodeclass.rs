@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::common::{Condition, NodeSelectorRequirement, empty, nullable};
+use crate::crd::Column;
 use crate::schema::{self, add_rules, patterns, rule};
 
 /// EC2NodeClass condition: subnets were resolved.
@@ -27,38 +28,25 @@ pub const CONDITION_CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsRea
 /// EC2NodeClass condition: the node class passed runtime validation.
 pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 
+/// What `kubectl get ec2nodeclasses` prints.
+pub(crate) const PRINTER_COLUMNS: &[Column] = &[
+    Column::READY,
+    Column::AGE,
+    Column::text("Role", ".spec.role").wide(),
+];
+
 /// The configuration the AWS provider needs to launch instances.
-// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
-#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.k8s.aws",
     version = "v1",
     kind = "EC2NodeClass",
-    plural = "ec2nodeclasses",
-    singular = "ec2nodeclass",
     status = "EC2NodeClassStatus",
     category = "karpenter",
     shortname = "ec2nc",
     shortname = "ec2ncs",
     derive = "PartialEq",
-    doc = "EC2NodeClass is the Schema for the EC2NodeClass API",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Role",
-        type_ = "string",
-        json_path = ".spec.role",
-        priority = 1
-    )
+    doc = "EC2NodeClass is the Schema for the EC2NodeClass API"
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = ec2_node_class_spec_rules)]

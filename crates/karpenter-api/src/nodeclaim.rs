@@ -12,6 +12,7 @@ use crate::common::{
     Condition, ConditionsExt, NodeClassReference, NodeSelectorRequirementWithMinValues,
     ResourceList, Taint, empty, nullable,
 };
+use crate::crd::Column;
 use crate::duration::{GoDuration, NillableDuration};
 use crate::nodepool::{default_expire_after, expire_after_or_default};
 use crate::schema::{
@@ -40,82 +41,43 @@ pub const CONDITION_CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
 /// `Drifted`); cleared when the command is rolled back.
 pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
 
+/// What `kubectl get nodeclaims` prints.
+pub(crate) const PRINTER_COLUMNS: &[Column] = &[
+    Column::text(
+        "Type",
+        ".metadata.labels.node\\.kubernetes\\.io/instance-type",
+    ),
+    Column::text("Capacity", ".metadata.labels.karpenter\\.sh/capacity-type"),
+    Column::text("Zone", ".metadata.labels.topology\\.kubernetes\\.io/zone"),
+    Column::text("Node", ".status.nodeName"),
+    Column::READY,
+    Column::AGE,
+    Column::text("ImageID", ".status.imageID").wide(),
+    Column::text("ID", ".status.providerID").wide(),
+    Column::text("NodePool", ".metadata.labels.karpenter\\.sh/nodepool").wide(),
+    Column::text("NodeClass", ".spec.nodeClassRef.name").wide(),
+    Column::text(
+        "Drifted",
+        ".status.conditions[?(@.type==\"Drifted\")].status",
+    )
+    .wide(),
+    Column::text(
+        "Disruption",
+        ".status.conditions[?(@.type==\"DisruptionReason\")].reason",
+    )
+    .wide(),
+];
+
 /// The desired state of a NodeClaim. It is immutable once created.
-// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
-#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
     kind = "NodeClaim",
-    plural = "nodeclaims",
-    singular = "nodeclaim",
     status = "NodeClaimStatus",
     category = "karpenter",
     derive = "PartialEq",
-    doc = "NodeClaim is the Schema for the NodeClaims API",
-    printcolumn(
-        name = "Type",
-        type_ = "string",
-        json_path = ".metadata.labels.node\\.kubernetes\\.io/instance-type"
-    ),
-    printcolumn(
-        name = "Capacity",
-        type_ = "string",
-        json_path = ".metadata.labels.karpenter\\.sh/capacity-type"
-    ),
-    printcolumn(
-        name = "Zone",
-        type_ = "string",
-        json_path = ".metadata.labels.topology\\.kubernetes\\.io/zone"
-    ),
-    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "ImageID",
-        type_ = "string",
-        json_path = ".status.imageID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "NodePool",
-        type_ = "string",
-        json_path = ".metadata.labels.karpenter\\.sh/nodepool",
-        priority = 1
-    ),
-    printcolumn(
-        name = "NodeClass",
-        type_ = "string",
-        json_path = ".spec.nodeClassRef.name",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Drifted",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Drifted\")].status",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Disruption",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"DisruptionReason\")].reason",
-        priority = 1
-    )
+    doc = "NodeClaim is the Schema for the NodeClaims API"
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = node_claim_spec_rules)]

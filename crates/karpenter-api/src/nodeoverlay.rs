@@ -18,6 +18,7 @@ use crate::common::{
     Condition, NodeSelectorOperator, NodeSelectorRequirementWithMinValues, ResourceList, empty,
     nullable,
 };
+use crate::crd::Column;
 use crate::schema::{self, LabelRuleTarget, add_rules, label_domain_rules, rule, with_subschema};
 
 /// NodeOverlay condition: the overlay passed runtime validation and
@@ -38,37 +39,24 @@ pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applie
 /// Extended resources only: these are never overlaid.
 pub const RESTRICTED_CAPACITY: &[&str] = &karpenter_core::resources::CORE;
 
+/// What `kubectl get nodeoverlays` prints.
+pub(crate) const PRINTER_COLUMNS: &[Column] = &[
+    Column::READY,
+    Column::AGE,
+    Column::integer("Weight", ".spec.weight").wide(),
+];
+
 /// The desired state of a NodeOverlay.
-// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
-#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1alpha1",
     kind = "NodeOverlay",
-    plural = "nodeoverlays",
-    singular = "nodeoverlay",
     shortname = "overlays",
     status = "NodeOverlayStatus",
     category = "karpenter",
     derive = "PartialEq",
-    doc = "NodeOverlay is the Schema for the NodeOverlays API",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Weight",
-        type_ = "integer",
-        json_path = ".spec.weight",
-        priority = 1
-    )
+    doc = "NodeOverlay is the Schema for the NodeOverlays API"
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = node_overlay_spec_rules)]

@@ -14,6 +14,7 @@ use crate::common::{
     CONDITION_READY, Condition, ConditionsExt, NodeClassReference, NodeSelectorOperator,
     NodeSelectorRequirementWithMinValues, ResourceList, Taint, empty, nullable,
 };
+use crate::crd::Column;
 use crate::duration::{GoDuration, NillableDuration};
 use crate::nodeclaim::{NodeClaimSpec, ResourceRequirements, requirements_rules};
 use crate::schema::{self, LabelRuleTarget, add_rules, label_domain_rules, patterns, rule};
@@ -30,58 +31,31 @@ pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
 /// Default disruption budget (`nodes`).
 pub const DEFAULT_BUDGET_NODES: &str = "10%";
 
+/// What `kubectl get nodepools` prints.
+pub(crate) const PRINTER_COLUMNS: &[Column] = &[
+    Column::text("NodeClass", ".spec.template.spec.nodeClassRef.name"),
+    Column::text("Nodes", ".status.nodes"),
+    Column::READY,
+    Column::AGE,
+    Column::integer("Weight", ".spec.weight").wide(),
+    Column::text("CPU", ".status.resources.cpu").wide(),
+    Column::text("Memory", ".status.resources.memory").wide(),
+];
+
 /// The desired state of a NodePool.
 ///
 /// A NodePool launches nodes for pods that cannot be scheduled. Node properties come from the
 /// template combined with the pods' scheduling constraints; one NodePool can launch many
 /// different instance types.
-// Each `printcolumn(...)` repeats the same keys, which clippy takes for duplicated attributes.
-#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
     kind = "NodePool",
-    plural = "nodepools",
-    singular = "nodepool",
     status = "NodePoolStatus",
     category = "karpenter",
     derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API",
-    printcolumn(
-        name = "NodeClass",
-        type_ = "string",
-        json_path = ".spec.template.spec.nodeClassRef.name"
-    ),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Weight",
-        type_ = "integer",
-        json_path = ".spec.weight",
-        priority = 1
-    ),
-    printcolumn(
-        name = "CPU",
-        type_ = "string",
-        json_path = ".status.resources.cpu",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Memory",
-        type_ = "string",
-        json_path = ".status.resources.memory",
-        priority = 1
-    ),
     scale(
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.nodes"

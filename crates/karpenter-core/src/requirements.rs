@@ -17,15 +17,30 @@ use std::fmt;
 
 use crate::labels;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// How a requirement relates its key to its values: the operators of
+/// Kubernetes' node selectors plus Karpenter v1.15's `Gte` and `Lte`
+/// (the API crate's `NodeSelectorOperator` is this type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)
+)]
 pub enum Operator {
+    /// The label value is one of the values.
     In,
+    /// The label value is none of the values (or the label is absent).
     NotIn,
+    /// The label is present.
     Exists,
+    /// The label is absent.
     DoesNotExist,
+    /// The label value, as an integer, is greater than the single value.
     Gt,
+    /// The label value, as an integer, is less than the single value.
     Lt,
+    /// The label value, as an integer, is at least the single value.
     Gte,
+    /// The label value, as an integer, is at most the single value.
     Lte,
 }
 
@@ -55,6 +70,21 @@ impl Operator {
             Operator::Gte => "Gte",
             Operator::Lte => "Lte",
         }
+    }
+}
+
+/// An operator string that is not a node-selector operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown node selector operator {0:?}; expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte"
+)]
+pub struct UnknownOperator(pub String);
+
+impl std::str::FromStr for Operator {
+    type Err = UnknownOperator;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Operator::parse(text).ok_or_else(|| UnknownOperator(text.to_owned()))
     }
 }
 

@@ -206,14 +206,11 @@ pub fn karpenter_requirements(
     list: &[karpenter_api::NodeSelectorRequirementWithMinValues],
 ) -> Vec<types::Requirement> {
     list.iter()
-        .map(|r| {
-            let op: Operator = r.operator.into();
-            types::Requirement {
-                key: r.key.clone(),
-                operator: wire_operator(op) as i32,
-                values: r.values.clone(),
-                min_values: r.min_values.and_then(|m| i32::try_from(m).ok()),
-            }
+        .map(|r| types::Requirement {
+            key: r.key.clone(),
+            operator: wire_operator(r.operator) as i32,
+            values: r.values.clone(),
+            min_values: r.min_values.and_then(|m| i32::try_from(m).ok()),
         })
         .collect()
 }

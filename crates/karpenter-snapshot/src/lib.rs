@@ -51,7 +51,7 @@ use karpenter_core::labels;
 use karpenter_proto::scheduler::v1 as sched;
 use karpenter_proto::types::v1 as types;
 
-pub use fields::{FieldError, karpenter_taints};
+pub use fields::{FieldError, karpenter_requirements, karpenter_taints};
 pub use nodepool::static_claim_plan;
 pub use pdb::{disruptions_allowed, int_or_percent};
 pub use placed::{ClusterRequest, PlacedPod, PlacedPods};

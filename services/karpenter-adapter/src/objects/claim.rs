@@ -204,19 +204,7 @@ pub fn wire_node_class(object: &DynamicObject) -> pv::NodeClass {
 /// A NodeClaim as the provider's `Create` receives it.
 pub fn wire_claim(claim: &NodeClaim, node_class: Option<&DynamicObject>) -> pv::NodeClaim {
     let spec = &claim.spec;
-    let requirements = spec
-        .requirements
-        .iter()
-        .map(|r| {
-            let op: Operator = r.operator.into();
-            types::Requirement {
-                key: r.key.clone(),
-                operator: karpenter_proto::convert::wire_operator(op) as i32,
-                values: r.values.clone(),
-                min_values: r.min_values.and_then(|m| i32::try_from(m).ok()),
-            }
-        })
-        .collect();
+    let requirements = karpenter_snapshot::karpenter_requirements(&spec.requirements);
     let quantities = spec
         .resources
         .requests

@@ -7,4 +7,6 @@ pub mod claim;
 pub mod conditions;
 pub mod disrupted;
 pub mod finalizers;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod patch;

@@ -554,6 +554,7 @@ pub fn name_of<K: Resource>(object: &K) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     /// A pod as a watcher task hands it over.
@@ -568,14 +569,7 @@ mod tests {
     }
 
     fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name},
-            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-                     "requirements": []},
-            "status": {"providerID": provider_id}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        node_claim(json!({"metadata": {"name": name}, "status": {"providerID": provider_id}}))
     }
 
     fn list_all(index: &mut Index) {

@@ -306,16 +306,11 @@ async fn own(mut received: mpsc::Receiver<Update>, publish: watch::Sender<Publis
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     fn claim(name: &str) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name, "resourceVersion": "1"},
-            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-                     "requirements": []}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        node_claim(json!({"metadata": {"name": name, "resourceVersion": "1"}}))
     }
 
     fn owned() -> Owned {

@@ -143,18 +143,14 @@ impl Reconciler for Consistency {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     fn claim() -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": "c"},
-            "spec": {"requirements": [],
-                     "resources": {"requests": {"cpu": "8", "memory": "64Gi", "pods": "5"}},
-                     "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}},
+        node_claim(json!({
+            "spec": {"resources": {"requests": {"cpu": "8", "memory": "64Gi", "pods": "5"}}},
             "status": {"capacity": {"cpu": "16", "memory": "128Gi", "pods": "10"}}
         }))
-        .expect("claim")
     }
 
     fn node(capacity: serde_json::Value) -> Node {

@@ -230,18 +230,8 @@ impl Reconciler for ClaimDisruption {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::{merge, node_claim};
     use serde_json::{Value, json};
-
-    fn merge(into: &mut Value, from: Value) {
-        match (into, from) {
-            (Value::Object(a), Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (slot, v) => *slot = v,
-        }
-    }
 
     fn pool(extra: Value) -> NodePool {
         let mut pool = json!({
@@ -259,13 +249,11 @@ mod tests {
 
     fn claim(extra: Value) -> NodeClaim {
         let mut claim = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": "default-x", "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "spot"},
-                         "annotations": {"karpenter.sh/nodepool-hash": "111", "karpenter.sh/nodepool-hash-version": "v3"}},
-            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}
+                         "annotations": {"karpenter.sh/nodepool-hash": "111", "karpenter.sh/nodepool-hash-version": "v3"}}
         });
         merge(&mut claim, extra);
-        serde_json::from_value(claim).expect("claim")
+        node_claim(claim)
     }
 
     #[test]

@@ -98,18 +98,16 @@ impl Reconciler for Expiration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     fn claim(expire_after: &str, age_seconds: i64) -> NodeClaim {
         let created = k8s_openapi::jiff::Timestamp::now()
             - k8s_openapi::jiff::SignedDuration::from_secs(age_seconds);
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": "c", "creationTimestamp": created.to_string()},
-            "spec": {"expireAfter": expire_after, "requirements": [],
-                     "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}
+        node_claim(json!({
+            "metadata": {"creationTimestamp": created.to_string()},
+            "spec": {"expireAfter": expire_after}
         }))
-        .expect("claim")
     }
 
     #[test]

@@ -294,6 +294,7 @@ fn evicted(ctx: &Context, pod: &PodEntry, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::merge;
     use serde_json::json;
 
     fn pod(name: &str, extra: serde_json::Value) -> Arc<PodEntry> {
@@ -306,17 +307,6 @@ mod tests {
         let pod: k8s_openapi::api::core::v1::Pod =
             serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
         Arc::new(PodEntry::new(pod))
-    }
-
-    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-        match (into, from) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (slot, v) => *slot = v,
-        }
     }
 
     #[test]

@@ -146,18 +146,13 @@ fn taint_text(key: &str, value: Option<&str>, effect: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     fn claim() -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": "c"},
-            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-                     "requirements": [],
-                     "resources": {"requests": {"cpu": "1", "example.com/gpu": "1"}},
-                     "startupTaints": [{"key": "example.com/agent", "value": "x", "effect": "NoSchedule"}]}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        node_claim(json!({"spec": {
+            "resources": {"requests": {"cpu": "1", "example.com/gpu": "1"}},
+            "startupTaints": [{"key": "example.com/agent", "value": "x", "effect": "NoSchedule"}]}}))
     }
 
     fn node(ready: &str, taints: serde_json::Value, allocatable: serde_json::Value) -> Node {

@@ -167,20 +167,17 @@ pub(crate) fn synced_node(claim: &NodeClaim, node: &Node) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fixtures::node_claim;
     use serde_json::json;
 
     fn claim() -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        node_claim(json!({
             "metadata": {"name": "default-abc", "uid": "claim-uid",
                          "labels": {"karpenter.sh/nodepool": "default", "team": "a"},
                          "annotations": {"karpenter.sh/nodepool-hash": "1"}},
-            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-                     "requirements": [],
-                     "taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}],
+            "spec": {"taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}],
                      "startupTaints": [{"key": "example.com/agent", "effect": "NoSchedule"}]}
         }))
-        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn node(labels: serde_json::Value, taints: serde_json::Value) -> Node {
