@@ -260,6 +260,12 @@ impl<'a> At<'a> {
         }
     }
 
+    /// Whether `v` here is unchanged: an ancestor is, or it equals its
+    /// old value (what ratcheting forgives).
+    fn unchanged(&self, v: &Json) -> bool {
+        self.parent_unchanged || self.old.is_some_and(|o| o == v)
+    }
+
     /// The same place, a resource's root or not.
     fn root(self, resource_root: bool) -> Self {
         At {
@@ -286,13 +292,8 @@ fn is_int_or_string_any_of(s: &Schema) -> bool {
 /// OpenAPI validation of `v` against `s`, as kube-openapi's schema
 /// validator does it for custom resources.
 pub(crate) fn validate_value(v: &Json, s: &Schema, at: At<'_>, out: &mut Collector) {
-    let At {
-        path,
-        old,
-        parent_unchanged,
-        resource_root,
-    } = at;
-    let unchanged = parent_unchanged || old.is_some_and(|o| o == v);
+    let (path, old, resource_root) = (at.path, at.old, at.resource_root);
+    let unchanged = at.unchanged(v);
     // A value of the wrong type is reported once; nothing else is checked.
     if !check_type(v, s, path, out) {
         return;
@@ -882,13 +883,8 @@ pub(crate) fn eval_rules(v: &Json, s: &Schema, at: At<'_>, out: &mut RuleResults
     if !s.has_rules || v.is_null() {
         return;
     }
-    let At {
-        path,
-        old,
-        parent_unchanged,
-        resource_root,
-    } = at;
-    let unchanged = parent_unchanged || old.is_some_and(|o| o == v);
+    let (path, old, resource_root) = (at.path, at.old, at.resource_root);
+    let unchanged = at.unchanged(v);
     let node = RuleNode {
         schema: s,
         rules: &s.rules,

@@ -246,11 +246,17 @@ pub fn plan_response(
                     .iter()
                     .map(|(pool, score)| balanced_score(pool, score))
                     .collect(),
-                reboot: command.repair.is_some_and(|r| r.reboot),
+                reboot: command.repair.as_ref().is_some_and(|r| r.reboot),
                 termination_grace_period: command
                     .repair
+                    .as_ref()
                     .and_then(|r| r.termination_grace_period)
                     .and_then(|d| prost_types::Duration::try_from(d).ok()),
+                repair_condition: command
+                    .repair
+                    .as_ref()
+                    .map(|r| r.condition.clone())
+                    .unwrap_or_default(),
             })
             .collect(),
         blocked: blocked_candidates(&plan.blocked),

@@ -380,6 +380,18 @@ pub struct NodeRepair {
     pub do_not_repair: bool,
 }
 
+impl NodeRepair {
+    /// The condition as events and metrics name it: `Type`, or
+    /// `Type/Reason` when the policy names a reason.
+    pub fn condition_name(&self) -> String {
+        if self.reason.is_empty() {
+            self.condition.clone()
+        } else {
+            format!("{}/{}", self.condition, self.reason)
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct StateNode {
     pub name: String,

@@ -1930,7 +1930,7 @@ fn an_unhealthy_node_with_pods_is_replaced_first() {
     assert_eq!(command.reason, Reason::Unhealthy);
     assert_eq!(command.candidates, vec!["sick"]);
     assert_eq!(command.replacements.len(), 1, "{plan:?}");
-    assert!(!command.repair.expect("repair").reboot);
+    assert!(!command.repair.as_ref().expect("repair").reboot);
 }
 
 /// Karpenter: "should delete an empty unhealthy node without pre-spinning a
@@ -1962,8 +1962,9 @@ fn a_reboot_policy_reboots_in_place() {
     let command = &plan.commands[0];
     assert_eq!(command.method, Method::Repair);
     assert!(command.replacements.is_empty());
-    let repair = command.repair.expect("repair");
+    let repair = command.repair.as_ref().expect("repair");
     assert!(repair.reboot);
+    assert_eq!(repair.condition, "Ready/KubeletNotReady", "what it repairs");
     assert_eq!(
         repair.termination_grace_period,
         Some(Duration::from_secs(300))
@@ -2107,6 +2108,7 @@ fn a_blocking_pod_needs_a_drain_bound() {
     assert_eq!(
         plan.commands[0]
             .repair
+            .as_ref()
             .and_then(|r| r.termination_grace_period),
         Some(Duration::ZERO),
         "a forceful policy"

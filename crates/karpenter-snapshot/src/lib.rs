@@ -278,23 +278,7 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
     let context = pod::PodContext::new(objects, &mut builder)?;
     let mut namespaces = builder.namespaces(objects)?;
 
-    let mut nodes = node::Nodes::default();
-    // Each node's reboots for repair, kept on its claim.
-    let reboot_history = if objects.repair_policies.is_some() {
-        node::reboot_history(&objects.node_claims)
-    } else {
-        BTreeMap::new()
-    };
-    for source in &objects.nodes {
-        let repair = objects.repair_policies.map(|policies| node::RepairInput {
-            policies,
-            now: objects.now.map_or(0, |t| t.seconds),
-            history: &reboot_history,
-        });
-        if let Some(state) = builder.keep(node::node(source, mode, repair))? {
-            nodes.add(&mut builder.built, source.id, state)?;
-        }
-    }
+    let mut nodes = builder.add_nodes(objects)?;
     let mut pool_expiries = Vec::new();
     for source in &objects.node_claims {
         if node::foreign_claim(source.object, &objects.node_classes, mode) {
@@ -335,33 +319,7 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
         }
     }
     builder.place_buffers(objects, &context, &nodes, &mut seen_pods)?;
-    let mut daemon_sets = Vec::new();
-    {
-        let running = workload::newest_daemon_pods(
-            builder
-                .built
-                .pods
-                .on_nodes
-                .iter()
-                .flatten()
-                .chain(&builder.unbound_daemon_pods),
-        );
-        for source in &objects.daemon_sets {
-            let meta = &source.object.metadata;
-            let namespace = pod::namespace_of(meta);
-            let name = meta.name.as_deref().unwrap_or_default();
-            let pod = running
-                .get(&(namespace.as_str(), name))
-                .map(|placed| placed.to_pod());
-            daemon_sets.push((source.id, workload::daemon_set(source, &context, pod)));
-        }
-    }
-    for (id, ds) in daemon_sets {
-        if let Some(ds) = builder.keep(ds)? {
-            builder.built.snapshot.daemon_sets.push(ds);
-            builder.built.origins.daemon_sets.push(id);
-        }
-    }
+    builder.add_daemon_sets(objects, &context)?;
     let mut given = Vec::new();
     for source in &objects.pod_disruption_budgets {
         if let Some((budget, status)) = builder.keep(pdb::pdb(source))? {
@@ -387,6 +345,60 @@ pub fn build_placed(objects: &Objects<'_>, mode: Mode) -> Result<Built, ObjectEr
         });
     }
     Ok(builder.built)
+}
+
+impl Builder {
+    /// The nodes, each with its repair state when repair policies are given.
+    fn add_nodes(&mut self, objects: &Objects<'_>) -> Result<node::Nodes, ObjectError> {
+        let mut nodes = node::Nodes::default();
+        // Each node's reboots for repair, kept on its claim.
+        let reboot_history = if objects.repair_policies.is_some() {
+            node::reboot_history(&objects.node_claims)
+        } else {
+            BTreeMap::new()
+        };
+        for source in &objects.nodes {
+            let repair = objects.repair_policies.map(|policies| node::RepairInput {
+                policies,
+                now: objects.now.map_or(0, |t| t.seconds),
+                history: &reboot_history,
+            });
+            if let Some(state) = self.keep(node::node(source, self.mode, repair))? {
+                nodes.add(&mut self.built, source.id, state)?;
+            }
+        }
+        Ok(nodes)
+    }
+
+    /// The DaemonSets, each with the newest of its running pods (whose
+    /// spec is what a new node would get) once the pods are placed.
+    fn add_daemon_sets(
+        &mut self,
+        objects: &Objects<'_>,
+        context: &pod::PodContext,
+    ) -> Result<(), ObjectError> {
+        let mut daemon_sets = Vec::new();
+        {
+            let placed = self.built.pods.on_nodes.iter().flatten();
+            let running = workload::newest_daemon_pods(placed.chain(&self.unbound_daemon_pods));
+            for source in &objects.daemon_sets {
+                let meta = &source.object.metadata;
+                let namespace = pod::namespace_of(meta);
+                let name = meta.name.as_deref().unwrap_or_default();
+                let pod = running
+                    .get(&(namespace.as_str(), name))
+                    .map(|placed| placed.to_pod());
+                daemon_sets.push((source.id, workload::daemon_set(source, context, pod)));
+            }
+        }
+        for (id, ds) in daemon_sets {
+            if let Some(ds) = self.keep(ds)? {
+                self.built.snapshot.daemon_sets.push(ds);
+                self.built.origins.daemon_sets.push(id);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The state of one build.

@@ -17,7 +17,7 @@ use super::{Command, Method};
 /// the simulation put them, replacements added as running nodes.
 pub(super) fn apply(cluster: &mut Cluster, command: &Command) {
     let candidates: HashSet<&str> = command.candidates.iter().map(String::as_str).collect();
-    if command.repair.is_some_and(|r| r.reboot) {
+    if command.repair.as_ref().is_some_and(|r| r.reboot) {
         // A reboot keeps the node; its pods are drained first (spending
         // their PDBs) and it takes no new ones until it is back, while it
         // counts against its pool's budget like any node being disrupted.

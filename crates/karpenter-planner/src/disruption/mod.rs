@@ -114,8 +114,11 @@ pub struct Command {
 }
 
 /// How a repair command repairs its node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RepairCommand {
+    /// The condition repaired: `Type`, or `Type/Reason` for a policy that
+    /// names a reason.
+    pub condition: String,
     /// Reboot in place (no replacements).
     pub reboot: bool,
     /// The drain bound the claim's termination deadline is stamped with when

@@ -166,6 +166,7 @@ fn repair_command(
         placements: BTreeMap::new(),
         balanced_scores: BTreeMap::new(),
         repair: Some(RepairCommand {
+            condition: repair.condition_name(),
             reboot: repair.reboot,
             termination_grace_period: repair.termination_grace_period,
         }),

@@ -340,35 +340,16 @@ async fn start_reboot(
             .nodes
             .named(name)
             .ok_or_else(|| Error::Invalid(format!("node {name} to reboot is gone")))?;
-        let condition = repair_condition(ctx, index, node).unwrap_or_default();
+        let condition = &command.repair_condition;
         let bound = command
             .termination_grace_period
             .and_then(|d| Duration::try_from(d).ok());
-        if crate::controllers::node::reboot::start(ctx, index, node, &condition, bound).await? {
+        if crate::controllers::node::reboot::start(ctx, index, node, condition, bound).await? {
             tracing::info!(node = %name, %condition, "rebooting node for repair");
             started = true;
         }
     }
     Ok(started)
-}
-
-/// The condition a node is repaired for, as its policies resolve now.
-fn repair_condition(
-    ctx: &Context,
-    index: &Index,
-    node: &k8s_openapi::api::core::v1::Node,
-) -> Option<String> {
-    let policies = ctx.repair_policies.as_ref()?;
-    let history = index.claim_of(node).map(|claim| {
-        karpenter_api::repair::RebootHistory::from_annotations(claim.metadata.annotations.as_ref())
-    });
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let resolved = policies.resolve(node, now, history.as_ref())?;
-    Some(if resolved.condition_reason.is_empty() {
-        resolved.condition_type
-    } else {
-        format!("{}/{}", resolved.condition_type, resolved.condition_reason)
-    })
 }
 
 /// Karpenter's per-condition repair metric, for a repair command started.
@@ -378,8 +359,8 @@ fn repair_started(ctx: &Context, index: &Index, command: &sched::DisruptionComma
         let Some(node) = index.nodes.named(name) else {
             continue;
         };
-        let condition = repair_condition(ctx, index, node).unwrap_or_default();
-        let condition = condition.split('/').next().unwrap_or_default();
+        // The metric is by condition type, as upstream's.
+        let condition = command.repair_condition.split('/').next().unwrap_or_default();
         let labels_of = |key: &str| {
             node.metadata
                 .labels
