@@ -2001,6 +2001,18 @@ fn do_not_repair_blocks_repair_and_do_not_disrupt_does_not() {
     );
 }
 
+/// Eight busy healthy nodes, so that two unhealthy ones stay within the
+/// 20% breaker.
+fn add_healthy_nodes(scenario: &mut Scenario) {
+    for i in 0..8 {
+        let name = format!("h{i}");
+        scenario.nodes.push(on(
+            managed(&name, "small", "on-demand", ZONES[i % 3]),
+            vec![running(&format!("{name}-p"), &name, 1800)],
+        ));
+    }
+}
+
 /// Karpenter: "should not repair when the disruption budget is zero"; and a
 /// budget for `Unhealthy` does not count the unhealthy nodes themselves.
 #[test]
@@ -2010,14 +2022,7 @@ fn the_unhealthy_budget_paces_repair() {
         unhealthy(managed("b", "medium", "on-demand", "test-zone-2")),
     ];
     let mut scenario = with_busy_neighbours(nodes.clone());
-    // Add healthy nodes so that two unhealthy stay within the breaker.
-    for i in 0..8 {
-        let name = format!("h{i}");
-        scenario.nodes.push(on(
-            managed(&name, "small", "on-demand", ZONES[i % 3]),
-            vec![running(&format!("{name}-p"), &name, 1800)],
-        ));
-    }
+    add_healthy_nodes(&mut scenario);
     let mut unhealthy_budget = budget("0");
     unhealthy_budget.reasons = vec![Reason::Unhealthy];
     scenario.pool().budgets = vec![budget("100%"), unhealthy_budget.clone()];
@@ -2067,13 +2072,7 @@ fn the_highest_score_is_repaired_first() {
     let mut high = unhealthy(managed("b", "medium", "on-demand", "test-zone-2"));
     repair_of(&mut high).score = 1.2;
     let mut scenario = with_busy_neighbours(vec![low, high]);
-    for i in 0..8 {
-        let name = format!("h{i}");
-        scenario.nodes.push(on(
-            managed(&name, "small", "on-demand", ZONES[i % 3]),
-            vec![running(&format!("{name}-p"), &name, 1800)],
-        ));
-    }
+    add_healthy_nodes(&mut scenario);
     scenario.pool().budgets = vec![budget("1")];
     let plan = scenario.plan();
     assert_eq!(repaired(&plan), vec!["b"]);

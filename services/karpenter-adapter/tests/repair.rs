@@ -110,15 +110,7 @@ async fn annotate_node(cluster: &Cluster, node: &str, annotation: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_legacy_repair_an_unhealthy_node_is_replaced_whatever_holds_graceful_disruption() {
     let cluster = Cluster::start().await;
-    let adapter = cluster
-        .adapter_with(legacy_settings(&cluster), common::test_timing())
-        .await;
-    cluster.node_pool(pool()).await;
-    cluster.deployment("inflate", 1, "1500m", json!({})).await;
-    eventually("the pod running", Duration::from_secs(60), || {
-        cluster.running("inflate", 1)
-    })
-    .await;
+    let (adapter, sick) = one_node_running_a_pod(&cluster, legacy_settings(&cluster), pool()).await;
     // A PDB allowing no disruption and a do-not-disrupt node: neither holds
     // a repair back.
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
@@ -130,7 +122,6 @@ async fn with_legacy_repair_an_unhealthy_node_is_replaced_whatever_holds_gracefu
         .create(&PostParams::default(), &pdb)
         .await
         .expect("pdb created");
-    let sick = node_names(&cluster).await.remove(0);
     annotate_node(&cluster, &sick, "karpenter.sh/do-not-disrupt").await;
 
     // NotReady for less than the toleration: nothing happens.

@@ -2164,6 +2164,15 @@ async fn enclave_options_reach_the_launch_template_and_pick_types_that_support_t
     }
 }
 
+/// `world` with seed 003's node class resolved and one instance launched.
+async fn one_instance_to_reboot(mut world: World) -> (World, pv::Instance) {
+    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
+    let instance = create(&mut world, seed_node_claim("default-reboot", &node_class))
+        .await
+        .expect("launched");
+    (world, instance)
+}
+
 /// Reboot as a repair action (`AWS_FEATURE_GATES` `RebootForRepair`): off,
 /// Reboot is UNIMPLEMENTED and no policy reboots; on, the provider asks
 /// ec2:RebootInstances for its own instance, once per operation ID, and
@@ -2171,11 +2180,7 @@ async fn enclave_options_reach_the_launch_template_and_pick_types_that_support_t
 /// the scoped policy does, for this cluster's nodes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_for_repair_is_gated_idempotent_and_policy_checked() {
-    let mut world = World::start().await;
-    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
-    let instance = create(&mut world, seed_node_claim("default-reboot", &node_class))
-        .await
-        .expect("launched");
+    let (mut world, instance) = one_instance_to_reboot(World::start().await).await;
     let request = |op: &str| pv::RebootRequest {
         provider_id: instance.provider_id.clone(),
         operation_id: op.into(),
@@ -2194,11 +2199,8 @@ async fn reboot_for_repair_is_gated_idempotent_and_policy_checked() {
             .all(|p| p.action() == pv::RepairAction::Replace)
     );
 
-    let mut world = World::start_with(|s| s.reboot_for_repair = true).await;
-    let (node_class, _) = resolved(&mut world, seed_node_class()).await;
-    let instance = create(&mut world, seed_node_claim("default-reboot", &node_class))
-        .await
-        .expect("launched");
+    let world = World::start_with(|s| s.reboot_for_repair = true).await;
+    let (mut world, instance) = one_instance_to_reboot(world).await;
     let info = world
         .client
         .info(pv::InfoRequest {})

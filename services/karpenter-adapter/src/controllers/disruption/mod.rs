@@ -360,7 +360,11 @@ fn repair_started(ctx: &Context, index: &Index, command: &sched::DisruptionComma
             continue;
         };
         // The metric is by condition type, as upstream's.
-        let condition = command.repair_condition.split('/').next().unwrap_or_default();
+        let condition = command
+            .repair_condition
+            .split('/')
+            .next()
+            .unwrap_or_default();
         let labels_of = |key: &str| {
             node.metadata
                 .labels
