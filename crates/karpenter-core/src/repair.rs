@@ -21,11 +21,11 @@ pub fn breaker_tripped(unhealthy: usize, total: usize) -> bool {
             .div_ceil(100)
 }
 
-/// The message of a tripped breaker (Karpenter's `NodeRepairBlocked`).
-pub fn breaker_message(scope: &str, unhealthy: usize, total: usize) -> String {
-    format!(
-        "more than {UNHEALTHY_THRESHOLD_PERCENT}% of nodes in {scope} are unhealthy ({unhealthy} of {total})"
-    )
+/// The message of a tripped breaker, Karpenter's `NodeRepairBlocked`
+/// word for word (`scope`: `nodepool "x"` or `the cluster`); the counts
+/// go to the log.
+pub fn breaker_message(scope: &str) -> String {
+    format!("more than {UNHEALTHY_THRESHOLD_PERCENT}% of nodes in {scope} are unhealthy")
 }
 
 #[cfg(test)]

@@ -5,17 +5,21 @@
 //!
 //! ```text
 //!   eligible unhealthy nodes, highest score first (ties: cheaper to disrupt, name)
-//!     do-not-repair ────────────────────────────────▶ repair blocked
-//!     no pool (a standalone claim) ─────────────────▶ repair blocked
+//!     do-not-repair, or no pool (a standalone claim) ─▶ not a candidate
 //!     more than 20% of its pool unhealthy ──────────▶ repair blocked (the breaker)
 //!     pool's Unhealthy budget used up (initialized nodes only) ─▶ waits
 //!     reboot policy ───────────────────────────────▶ reboot in place
-//!     pods no eviction may take, no drain bound ────▶ repair blocked
+//!     pods no eviction may take, no drain bound ────▶ blocked
 //!     static pool ─▶ its template, one for one (not while scaling down,
-//!                    not past limits.nodes)
+//!                    not past limits.nodes; else blocked)
 //!     else: its pods (blocked ones too) simulated onto the rest plus
-//!           replacements; an empty node is deleted without one
+//!           replacements (else blocked); an empty node is deleted without one
 //! ```
+//!
+//! As Karpenter's, only the breaker is reported as `repair_blocked`
+//! (`NodeRepairBlocked`, a correlated failure an alert should hear of);
+//! the rest is `blocked` (`DisruptionBlocked`), and an operator's veto is
+//! silent.
 //!
 //! The node-level do-not-disrupt annotation does not hold repair back, and
 //! pods that block eviction are drained until the drain bound (the policy's
@@ -26,7 +30,6 @@ use std::collections::BTreeMap;
 
 use karpenter_core::repair::{breaker_message, breaker_tripped};
 
-use crate::labels;
 use crate::model::{Cluster, NODES_LIMIT, Reason, StateNode};
 use crate::solve::Prepared;
 
@@ -45,7 +48,7 @@ pub(super) fn command<'c>(
     blocked: &mut BTreeMap<String, String>,
     evaluated: &mut usize,
 ) -> Option<Command> {
-    let due = due(state, repair_blocked);
+    let due = due(state);
     if due.is_empty() {
         return None;
     }
@@ -56,7 +59,7 @@ pub(super) fn command<'c>(
         let (unhealthy, total) = pool_health(state, &pool.name);
         if breaker_tripped(unhealthy, total) {
             let scope = format!("nodepool {:?}", pool.name);
-            repair_blocked.insert(node.name.clone(), breaker_message(&scope, unhealthy, total));
+            repair_blocked.insert(node.name.clone(), breaker_message(&scope));
             continue;
         }
         // A node that never initialized does not count toward the budget's
@@ -73,16 +76,17 @@ pub(super) fn command<'c>(
         match repair_command(prepared, state, &candidate) {
             Ok(command) => return Some(command),
             Err(reason) => {
-                repair_blocked.insert(node.name.clone(), reason);
+                blocked.insert(node.name.clone(), reason);
             }
         }
     }
     None
 }
 
-/// The nodes due for repair, in the order repair takes them; why an
-/// eligible node is not one goes to `repair_blocked`.
-fn due(state: &Cluster, repair_blocked: &mut BTreeMap<String, String>) -> Vec<Candidate> {
+/// The nodes due for repair, in the order repair takes them. As
+/// Karpenter's, a node the operator vetoed with `karpenter.sh/do-not-repair`
+/// or one without its pool is not a candidate, and nothing is said of it.
+fn due(state: &Cluster) -> Vec<Candidate> {
     let mut due = Vec::new();
     for (index, node) in state.nodes.iter().enumerate() {
         let Some(repair) = node.disruption.repair.as_ref().filter(|r| r.eligible) else {
@@ -93,13 +97,6 @@ fn due(state: &Cluster, repair_blocked: &mut BTreeMap<String, String>) -> Vec<Ca
             continue;
         }
         if repair.do_not_repair {
-            repair_blocked.insert(
-                node.name.clone(),
-                format!(
-                    "repair is blocked through the {:?} annotation",
-                    labels::DO_NOT_REPAIR
-                ),
-            );
             continue;
         }
         let Some(pool) = state
@@ -107,10 +104,6 @@ fn due(state: &Cluster, repair_blocked: &mut BTreeMap<String, String>) -> Vec<Ca
             .iter()
             .position(|p| p.name == node.node_pool && !node.node_pool.is_empty())
         else {
-            repair_blocked.insert(
-                node.name.clone(),
-                "repair requires a NodePool to construct and budget a safe replacement".into(),
-            );
             continue;
         };
         due.push(candidate_of(state, index, pool));
@@ -174,12 +167,8 @@ fn repair_command(
     let drain_bound = repair
         .termination_grace_period
         .or(node.disruption.termination_grace_period);
-    if drain_bound.is_none()
-        && let Some(why) = pod_blocks(state, node)
-    {
-        return Err(format!(
-            "repair requires a termination grace period to bypass blocking pods ({why})"
-        ));
+    if drain_bound.is_none() && pod_blocks(state, node).is_some() {
+        return Err("repair requires a termination grace period to bypass blocking pods".into());
     }
     if repair.reboot {
         return Ok(command);
@@ -217,7 +206,7 @@ fn static_room(state: &Cluster, pool: &crate::model::NodePool) -> Result<(), Str
     let replicas = pool.replicas.unwrap_or(0);
     if i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
         return Err(format!(
-            "static nodepool {:?} is scaling down ({staying} nodeclaims for {replicas} replicas); repair waits",
+            "static NodePool {:?} is still scaling down",
             pool.name
         ));
     }
@@ -228,7 +217,7 @@ fn static_room(state: &Cluster, pool: &crate::model::NodePool) -> Result<(), Str
         .is_some_and(|limit| count >= *limit)
     {
         return Err(format!(
-            "static nodepool {:?} is at its node limit and cannot stage a replacement",
+            "static NodePool {:?} has no node limit available for a replacement",
             pool.name
         ));
     }

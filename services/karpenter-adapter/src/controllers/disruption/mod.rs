@@ -307,23 +307,24 @@ impl NodeEvent<'_> {
 /// How long the same `NodeRepairBlocked` event is not repeated.
 const REPAIR_BLOCKED_DEDUPE: Duration = Duration::from_secs(15 * 60);
 
-/// A `NodeRepairBlocked` warning on the Node and its NodeClaim for each
-/// unhealthy node repair leaves alone, saying why.
+/// A `NodeRepairBlocked` warning on the Node (only, as Karpenter's) for
+/// each unhealthy node the breaker holds back.
 fn report_repair_blocked(ctx: &Context, index: &Index, blocked: &[sched::BlockedCandidate]) {
     for entry in blocked {
         let Some(node) = index.nodes.named(&entry.node) else {
             continue;
         };
-        let message = capitalized(&entry.reason);
+        // Karpenter publishes the breaker's message as it is.
+        let message = &entry.reason;
         tracing::info!(node = %entry.node, reason = %message, "node repair blocked");
         let event = NodeEvent {
             kind: Kind::Warning,
             reason: "NodeRepairBlocked",
-            message: &message,
-            dedupe_on: &message,
+            message,
+            dedupe_on: message,
             dedupe_for: REPAIR_BLOCKED_DEDUPE,
         };
-        event.emit(ctx, node, index.claim_of(node));
+        event.emit(ctx, node, None);
     }
 }
 

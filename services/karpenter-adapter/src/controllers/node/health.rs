@@ -181,26 +181,13 @@ impl Reconciler for NodeHealth {
                 Some(pool) => format!("nodepool {pool:?}"),
                 None => "the cluster".to_owned(),
             };
-            let message = breaker_message(&scope, unhealthy, total);
-            tracing::info!(%message, "node repair blocked");
-            for event in [
-                Event::new(
-                    node.as_ref(),
-                    Kind::Warning,
-                    "NodeRepairBlocked",
-                    message.clone(),
-                ),
-                Event::new(
-                    claim.as_ref(),
-                    Kind::Warning,
-                    "NodeRepairBlocked",
-                    message.clone(),
-                ),
-            ] {
-                self.ctx
-                    .recorder
-                    .emit(event.dedupe_for(Duration::from_secs(15 * 60)));
-            }
+            let message = breaker_message(&scope);
+            tracing::info!(%message, unhealthy, total, "node repair blocked");
+            // On the Node only, as Karpenter's.
+            let event = Event::new(node.as_ref(), Kind::Warning, "NodeRepairBlocked", message);
+            self.ctx
+                .recorder
+                .emit(event.dedupe_for(Duration::from_secs(15 * 60)));
             return Ok(Some(BLOCKED_RETRY));
         }
         let api = self.ctx.node_claims();
