@@ -156,7 +156,7 @@ pub fn resources(list: Option<&types::ResourceList>) -> Resources {
 /// and the peak during init, plus overhead. A resource with only a limit is
 /// requested at its limit, as the API server defaults it.
 pub fn pod_requests(pod: &sched::Pod) -> Resources {
-    fn container(c: &sched::Container) -> Resources {
+    let mut total = effective(pod, |c| {
         let mut requests = resources(c.requests.as_ref());
         if let Some(limits) = &c.limits {
             for (name, quantity) in &limits.quantities {
@@ -170,7 +170,32 @@ pub fn pod_requests(pod: &sched::Pod) -> Resources {
             }
         }
         requests
+    });
+    total.add(&resources(pod.overhead.as_ref()));
+    total.pods = 1;
+    total
+}
+
+/// Kubernetes' effective pod limits, summed as the requests are (the
+/// kubelet's `PodLimits`): what a node's pods may use at most, where they
+/// say so.
+pub fn pod_limits(pod: &sched::Pod) -> Resources {
+    let mut total = effective(pod, |c| resources(c.limits.as_ref()));
+    // The overhead counts toward a resource only where a limit is set.
+    let overhead = resources(pod.overhead.as_ref());
+    for name in overhead.names().map(str::to_owned).collect::<Vec<_>>() {
+        let limit = total.get(&name);
+        if limit > 0 {
+            total.set(&name, limit.saturating_add(overhead.get(&name)));
+        }
     }
+    total
+}
+
+/// One per-container quantity of a pod, as Kubernetes totals it: the larger
+/// of (containers + sidecars) and the peak during init (the overhead is the
+/// caller's).
+fn effective(pod: &sched::Pod, container: impl Fn(&sched::Container) -> Resources) -> Resources {
     let mut total = Resources::default();
     for c in &pod.containers {
         total.add(&container(c));
@@ -178,18 +203,16 @@ pub fn pod_requests(pod: &sched::Pod) -> Resources {
     let mut sidecars = Resources::default();
     let mut init_peak = Resources::default();
     for c in &pod.init_containers {
-        let requests = container(c);
+        let quantities = container(c);
         if c.restart_policy_always {
-            total.add(&requests);
-            sidecars.add(&requests);
+            total.add(&quantities);
+            sidecars.add(&quantities);
             init_peak.max_with(&sidecars);
         } else {
-            init_peak.max_with(&requests.plus(&sidecars));
+            init_peak.max_with(&quantities.plus(&sidecars));
         }
     }
     total.max_with(&init_peak);
-    total.add(&resources(pod.overhead.as_ref()));
-    total.pods = 1;
     total
 }
 
@@ -391,5 +414,48 @@ mod tests {
             requirements("r", &[no_value]).map_err(|e| e.field),
             Err("r[0].values".to_owned())
         );
+    }
+
+    fn list(pairs: &[(&str, i64)]) -> Option<types::ResourceList> {
+        Some(types::ResourceList {
+            quantities: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        })
+    }
+
+    fn container(requests: &[(&str, i64)], limits: &[(&str, i64)]) -> sched::Container {
+        sched::Container {
+            requests: list(requests),
+            limits: list(limits),
+            ..Default::default()
+        }
+    }
+
+    /// The kubelet's PodLimits: containers and sidecars summed, the init
+    /// peak if larger, the overhead only where a limit is set; a limit
+    /// without a request is also the request.
+    #[test]
+    fn limits_are_totalled_as_kubernetes_totals_them() {
+        let mut sidecar = container(&[("cpu", 100)], &[("cpu", 200)]);
+        sidecar.restart_policy_always = true;
+        let pod = sched::Pod {
+            containers: vec![
+                container(&[("cpu", 500)], &[("cpu", 1000), ("memory", 1 << 30)]),
+                container(&[], &[("cpu", 1000)]),
+            ],
+            init_containers: vec![sidecar, container(&[], &[("cpu", 4000)])],
+            overhead: list(&[("cpu", 50), ("memory", 1 << 20), ("ephemeral-storage", 7)]),
+            ..Default::default()
+        };
+        let limits = pod_limits(&pod);
+        // max(1000 + 1000 + 200, 4000 + 200) + 50 overhead.
+        assert_eq!(limits.cpu, 4250);
+        assert_eq!(limits.memory, (1 << 30) + (1 << 20));
+        assert_eq!(limits.ephemeral_storage, 0, "no limit set: no overhead");
+        assert_eq!(limits.pods, 0);
+        let requests = pod_requests(&pod);
+        // max(500 + 1000 (its limit) + 100, 4000 + 100) + 50.
+        assert_eq!(requests.cpu, 4150);
+        assert_eq!(requests.ephemeral_storage, 7);
+        assert_eq!(requests.pods, 1);
     }
 }

@@ -372,8 +372,9 @@ impl PreparedPod {
         &self.pod.name
     }
 
-    /// The pod as far as it is read, before its context finishes it.
-    pub(crate) fn wire(&self) -> &sched::Pod {
+    /// The pod as far as it is read, before its context finishes it (its
+    /// containers, requests, limits and owner are final).
+    pub fn wire(&self) -> &sched::Pod {
         &self.pod
     }
 

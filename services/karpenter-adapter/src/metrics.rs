@@ -89,6 +89,37 @@ pub struct ResourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceTypeLabels {
+    pub resource_type: String,
+}
+
+/// A node's labels on Karpenter's node metrics: `node_name`, `phase`,
+/// `managed` and each well-known label by the last part of its key in
+/// snake case (`nodepool`, `zone`, `instance_type`, ...); with
+/// `resource_type` on the resource gauges. The set depends on the
+/// provider's well-known labels, so it is a list.
+pub type NodeLabels = Vec<(String, String)>;
+
+/// A float gauge (Prometheus' gauges are floats; prometheus-client's
+/// default is an integer).
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// A resource's `resource_type` label, as Karpenter writes it.
+pub fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A quantity as Karpenter's metrics report it: CPU in cores (the integers
+/// hold millicores), everything else in its base unit.
+pub fn resource_value(name: &str, value: i64) -> f64 {
+    if name == karpenter_core::resources::CPU {
+        value as f64 / 1000.0
+    } else {
+        value as f64
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
 }
@@ -238,7 +269,7 @@ adapter_metrics! {
         => "consolidation_moves", "Consolidation moves started, by decision, node pool and consolidation policy (each pool of a multi-node move counts once)";
     consolidation_score: Family<MoveLabels, Histogram> = Family::new_with_constructor(score_buckets)
         => "consolidation_score", "Balanced consolidation scores of the moves started (a move's share of its pool's cost saved over its share of the pool's disruption), by decision, node pool and policy";
-    disruption_cost: Family<CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+    disruption_cost: Family<CostLabels, FloatGauge>
         => "disruption_cluster_cost_per_hour", "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods";
 
     // Interruption messages from the provider.
@@ -284,10 +315,28 @@ adapter_metrics! {
         => "cluster_state_synced", "1 when the cluster state is synced (every NodeClaim launched and every object listed)";
     cluster_state_node_count: Gauge
         => "cluster_state_node_count", "Nodes and in-flight NodeClaims the adapter knows";
-    nodepool_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+    nodepool_usage: Family<ResourceLabels, FloatGauge>
         => "nodepools_usage", "Resources the node pool's nodes have";
-    nodepool_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>
+    nodepool_limit: Family<ResourceLabels, FloatGauge>
         => "nodepools_limit", "The node pool's limits";
+
+    // Each node's resources (Karpenter's metrics.node controller).
+    nodes_allocatable: Family<NodeLabels, FloatGauge>
+        => "nodes_allocatable", "Node allocatable are the resources allocatable by nodes";
+    nodes_total_pod_requests: Family<NodeLabels, FloatGauge>
+        => "nodes_total_pod_requests", "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods";
+    nodes_total_pod_limits: Family<NodeLabels, FloatGauge>
+        => "nodes_total_pod_limits", "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods";
+    nodes_total_daemon_requests: Family<NodeLabels, FloatGauge>
+        => "nodes_total_daemon_requests", "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes";
+    nodes_total_daemon_limits: Family<NodeLabels, FloatGauge>
+        => "nodes_total_daemon_limits", "Node total daemon limits are the resources specified by DaemonSet pod limits";
+    nodes_system_overhead: Family<NodeLabels, FloatGauge>
+        => "nodes_system_overhead", "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status";
+    nodes_current_lifetime: Family<NodeLabels, FloatGauge>
+        => "nodes_current_lifetime_seconds", "Node age in seconds";
+    cluster_utilization: Family<ResourceTypeLabels, FloatGauge>
+        => "cluster_utilization_percent", "Utilization of allocatable resources by pod requests";
     leader: Gauge
         => "leader", "1 while this replica holds the leader lease";
     peer_up: Family<PeerLabels, Gauge>

@@ -345,8 +345,86 @@ async fn a_pod_with_an_unreadable_request_is_told_and_the_rest_provisioned() {
     adapter.stop().await;
 }
 
-/// Karpenter's `DISABLE_CLUSTER_STATE_OBSERVABILITY`: the per-pod and
-/// per-pool state metrics are left out; the cluster-state gauges stay.
+/// The value of the first sample of `metric` whose labels contain every
+/// one of `labels` (`key="value"`).
+fn sample(metrics: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(metric)?.strip_prefix('{')?;
+        let (set, value) = rest.rsplit_once("} ")?;
+        labels
+            .iter()
+            .all(|l| set.split(',').any(|p| p == *l))
+            .then(|| value.parse().ok())?
+    })
+}
+
+/// Karpenter's node metrics (`metrics.node`): each node's allocatable,
+/// overhead, pod requests and limits by resource, its age, labelled with
+/// its name, pool and well-known labels; the cluster's utilization.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_metrics_say_what_each_node_holds() {
+    let cluster = Cluster::start().await;
+    let adapter = cluster.adapter().await;
+    cluster
+        .node_pool(Cluster::pool("default", json!({}), json!({})))
+        .await;
+    let containers = json!({"containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]});
+    cluster.deployment("inflate", 1, "1", containers).await;
+    eventually("the pod running", Duration::from_secs(60), || {
+        cluster.running("inflate", 1)
+    })
+    .await;
+    let node = cluster.pods("inflate").await[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("bound");
+    let on_node = format!("node_name=\"{node}\"");
+    let cpu = [
+        "resource_type=\"cpu\"",
+        "nodepool=\"default\"",
+        "managed=\"true\"",
+        on_node.as_str(),
+    ];
+    eventually("the node's metrics", Duration::from_secs(30), || async {
+        let metrics = adapter.metrics().await;
+        sample(&metrics, "karpenter_nodes_total_pod_requests", &cpu) == Some(1.0)
+            && sample(&metrics, "karpenter_nodes_total_pod_limits", &cpu) == Some(2.0)
+    })
+    .await;
+    let metrics = adapter.metrics().await;
+    let allocatable = sample(&metrics, "karpenter_nodes_allocatable", &cpu).expect("allocatable");
+    assert!(allocatable >= 1.0, "{metrics}");
+    assert!(sample(&metrics, "karpenter_nodes_system_overhead", &cpu).is_some());
+    assert!(
+        sample(
+            &metrics,
+            "karpenter_nodes_current_lifetime_seconds",
+            &[on_node.as_str()]
+        )
+        .is_some()
+    );
+    assert!(
+        metrics.contains("instance_type=\"") && metrics.contains("capacity_type=\""),
+        "well-known labels: {metrics}"
+    );
+    let utilization = sample(
+        &metrics,
+        "karpenter_cluster_utilization_percent",
+        &["resource_type=\"cpu\""],
+    )
+    .expect("utilization");
+    assert!(
+        (utilization - 100.0 / allocatable).abs() < 1e-6,
+        "{utilization} {allocatable}"
+    );
+    adapter.stop().await;
+}
+
+/// Karpenter's `DISABLE_CLUSTER_STATE_OBSERVABILITY`: the per-pod,
+/// per-pool and per-node state metrics are left out; the cluster-state
+/// gauges stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_state_observability_can_be_disabled() {
     let cluster = Cluster::start().await;
@@ -379,6 +457,8 @@ async fn cluster_state_observability_can_be_disabled() {
         "karpenter_pods_state{",
         "karpenter_nodepools_usage{",
         "karpenter_nodepools_limit{",
+        "karpenter_nodes_allocatable{",
+        "karpenter_cluster_utilization_percent{",
     ] {
         assert!(!metrics.contains(left_out), "{left_out} in:\n{metrics}");
     }

@@ -60,14 +60,7 @@ impl NodePools {
             return;
         }
         let name = pool.name_any();
-        let metric_name = |resource: &str| resource.to_lowercase().replace('-', "_");
-        let value = |resource: &str, v: i64| {
-            if resource == "cpu" {
-                v as f64 / 1000.0
-            } else {
-                v as f64
-            }
-        };
+        use crate::metrics::{resource_type as metric_name, resource_value as value};
         for (resource, v) in usage {
             self.ctx
                 .metrics

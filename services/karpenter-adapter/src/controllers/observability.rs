@@ -1,11 +1,16 @@
-//! Cluster-state metrics (Karpenter's `metrics.pod` and `state` gauges),
-//! refreshed from the index every few seconds: whether the state is synced,
-//! how many nodes and in-flight claims there are, one `pods_state` series
-//! per pod, and each pod's startup time (creation to Ready) once, for pods
-//! seen pending.
+//! Cluster-state metrics (Karpenter's `metrics.pod`, `metrics.node` and
+//! `state` gauges), refreshed from the index every few seconds: whether the
+//! state is synced, how many nodes and in-flight claims there are, one
+//! `pods_state` series per pod, each pod's startup time (creation to Ready)
+//! once, for pods seen pending, and each node's resources ([`node_usage`]):
+//! allocatable, system overhead, its pods' and DaemonSet pods' requests
+//! and limits, its age, and the cluster's utilization.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use karpenter_core::resources::Resources;
 
 use crate::state::index::PodEntry;
 use karpenter_core::labels;
@@ -13,7 +18,9 @@ use kube::ResourceExt;
 use tokio::sync::watch;
 
 use crate::controllers::Context;
-use crate::metrics::PodStateLabels;
+use crate::metrics::{
+    AdapterMetrics, NodeLabels, PodStateLabels, ResourceTypeLabels, resource_type, resource_value,
+};
 use crate::state::index::Index;
 use crate::state::watch::Published;
 
@@ -106,6 +113,178 @@ fn record(ctx: &Context, index: &Index, startups: &mut Startups) {
     for seconds in startups.observe(index) {
         metrics.pods_startup_duration.observe(seconds);
     }
+    record_nodes(metrics, index, &ctx.info.well_known_labels);
+}
+
+/// What one node holds, as Karpenter's node metrics report it.
+#[derive(Debug, Default, PartialEq)]
+pub struct NodeUsage {
+    pub allocatable: Resources,
+    /// Capacity minus allocatable.
+    pub system_overhead: Resources,
+    pub pod_requests: Resources,
+    pub pod_limits: Resources,
+    pub daemon_requests: Resources,
+    pub daemon_limits: Resources,
+}
+
+/// Each node's usage by name: the requests and limits of the pods bound to
+/// it that have not finished (DaemonSet pods also on their own), without
+/// the pod count Kubernetes' effective requests carry.
+pub fn node_usage(index: &Index) -> BTreeMap<String, NodeUsage> {
+    let mut usage: BTreeMap<String, NodeUsage> = index
+        .nodes
+        .iter()
+        .map(|node| (node.name_any(), node_resources(node)))
+        .collect();
+    for pod in index.pods.iter().filter(|p| !p.is_terminal()) {
+        let (Some(node), Ok(Some(prepared))) = (&pod.node_name, pod.prepared()) else {
+            continue;
+        };
+        let Some(entry) = usage.get_mut(node) else {
+            continue;
+        };
+        let wire = prepared.wire();
+        let mut requests = karpenter_proto::convert::pod_requests(wire);
+        requests.pods = 0;
+        let limits = karpenter_proto::convert::pod_limits(wire);
+        if wire.owner_kind == "DaemonSet" {
+            entry.daemon_requests.add(&requests);
+            entry.daemon_limits.add(&limits);
+        }
+        entry.pod_requests.add(&requests);
+        entry.pod_limits.add(&limits);
+    }
+    usage
+}
+
+/// A node's allocatable and its overhead (capacity minus allocatable).
+fn node_resources(node: &Node) -> NodeUsage {
+    let status = node.status.as_ref();
+    let parse = |list: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| {
+        let mut resources = Resources::default();
+        for (name, quantity) in list.into_iter().flatten() {
+            if let Ok(value) = karpenter_core::quantity::parse_resource(name, &quantity.0) {
+                resources.set(name, value);
+            }
+        }
+        resources
+    };
+    let allocatable = parse(status.and_then(|s| s.allocatable.as_ref()));
+    let capacity = parse(status.and_then(|s| s.capacity.as_ref()));
+    NodeUsage {
+        system_overhead: capacity.minus(&allocatable),
+        allocatable,
+        ..NodeUsage::default()
+    }
+}
+
+/// The labels Karpenter's node metrics carry for `node`: its name, phase,
+/// whether a NodeClaim manages it, and every well-known label (Karpenter's
+/// and the provider's) by the last part of its key in snake case.
+fn node_labels(node: &Node, managed: bool, well_known: &[String]) -> NodeLabels {
+    let node_labels = node.labels();
+    let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    let keys = labels::NEUTRAL_WELL_KNOWN_LABELS
+        .iter()
+        .copied()
+        .chain(well_known.iter().map(String::as_str));
+    for key in keys {
+        let Some((_, name)) = key.split_once('/') else {
+            continue;
+        };
+        let name = name.to_lowercase().replace('-', "_");
+        let value = node_labels.get(key).cloned().unwrap_or_default();
+        labels.entry(name).or_insert(value);
+    }
+    labels.insert("node_name".into(), node.name_any());
+    let phase = node.status.as_ref().and_then(|s| s.phase.clone());
+    labels.insert("phase".into(), phase.unwrap_or_default());
+    labels.insert("managed".into(), managed.to_string());
+    labels.into_iter().collect()
+}
+
+/// Karpenter's `metrics.node` gauges, replaced as a whole each pass.
+fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) {
+    let usage = node_usage(index);
+    let gauges = [
+        &metrics.nodes_allocatable,
+        &metrics.nodes_system_overhead,
+        &metrics.nodes_total_pod_requests,
+        &metrics.nodes_total_pod_limits,
+        &metrics.nodes_total_daemon_requests,
+        &metrics.nodes_total_daemon_limits,
+        &metrics.nodes_current_lifetime,
+    ];
+    for gauge in gauges {
+        gauge.clear();
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut allocatable_total = Resources::default();
+    let mut requested_total = Resources::default();
+    for node in index.nodes.iter() {
+        let Some(node_usage) = usage.get(&node.name_any()) else {
+            continue;
+        };
+        let labels = node_labels(node, index.claim_of(node).is_some(), well_known);
+        let per_resource = [
+            (&metrics.nodes_allocatable, &node_usage.allocatable),
+            (&metrics.nodes_system_overhead, &node_usage.system_overhead),
+            (&metrics.nodes_total_pod_requests, &node_usage.pod_requests),
+            (&metrics.nodes_total_pod_limits, &node_usage.pod_limits),
+            (
+                &metrics.nodes_total_daemon_requests,
+                &node_usage.daemon_requests,
+            ),
+            (
+                &metrics.nodes_total_daemon_limits,
+                &node_usage.daemon_limits,
+            ),
+        ];
+        for (gauge, resources) in per_resource {
+            for (name, value) in resources.to_map() {
+                let mut with_type = labels.clone();
+                with_type.push(("resource_type".into(), resource_type(&name)));
+                gauge
+                    .get_or_create(&with_type)
+                    .set(resource_value(&name, value));
+            }
+        }
+        if let Some(created) = &node.metadata.creation_timestamp {
+            let age = now.duration_since(created.0).as_secs_f64().max(0.0);
+            metrics
+                .nodes_current_lifetime
+                .get_or_create(&labels)
+                .set(age);
+        }
+        allocatable_total.add(&node_usage.allocatable);
+        requested_total.add(&node_usage.pod_requests);
+    }
+    metrics.cluster_utilization.clear();
+    for (name, percent) in utilization(&allocatable_total, &requested_total) {
+        metrics
+            .cluster_utilization
+            .get_or_create(&ResourceTypeLabels {
+                resource_type: resource_type(&name),
+            })
+            .set(percent);
+    }
+}
+
+/// Pod requests as a percentage of allocatable, per resource the nodes
+/// have.
+pub fn utilization(allocatable: &Resources, requested: &Resources) -> HashMap<String, f64> {
+    allocatable
+        .to_map()
+        .into_iter()
+        .filter(|(_, total)| *total > 0)
+        .map(|(name, total)| {
+            let percent = 100.0 * requested.get(&name) as f64 / total as f64;
+            (name, percent)
+        })
+        .collect()
 }
 
 /// Refreshes the metrics until the snapshots end.
@@ -162,5 +341,60 @@ mod tests {
             fresh.observe(&index).is_empty(),
             "never seen pending: not a startup"
         );
+    }
+
+    fn bound(name: &str, owner: Option<&str>, phase: &str) -> PodEntry {
+        let owners = owner.map_or_else(
+            || json!([]),
+            |kind| json!([{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "o", "controller": true}]),
+        );
+        PodEntry::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": name, "ownerReferences": owners},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+                    "requests": {"cpu": "500m", "memory": "1Gi"},
+                    "limits": {"cpu": "2", "memory": "1Gi"}}}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    /// Karpenter's metrics.node: allocatable, capacity minus allocatable,
+    /// the requests and limits of pods not finished (DaemonSet pods also
+    /// apart), and the cluster's utilization by requests.
+    #[test]
+    fn node_usage_counts_the_pods_bound_and_running() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                       "allocatable": {"cpu": "3800m", "memory": "15Gi", "pods": "110"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut index = Index::default();
+        index.apply(Update::Node(Event::Apply(node)));
+        index.apply(Update::Pod(Event::Apply(bound(
+            "app",
+            Some("ReplicaSet"),
+            "Running",
+        ))));
+        index.apply(Update::Pod(Event::Apply(bound(
+            "agent",
+            Some("DaemonSet"),
+            "Running",
+        ))));
+        index.apply(Update::Pod(Event::Apply(bound("done", None, "Succeeded"))));
+        let usage = node_usage(&index);
+        let n1 = &usage["n1"];
+        assert_eq!(n1.allocatable.cpu, 3800);
+        assert_eq!(n1.system_overhead.cpu, 200);
+        assert_eq!(n1.system_overhead.memory, 1 << 30);
+        assert_eq!(n1.system_overhead.pods, 0);
+        assert_eq!((n1.pod_requests.cpu, n1.pod_limits.cpu), (1000, 4000));
+        assert_eq!(n1.pod_requests.pods, 0, "no pod count, as Karpenter's");
+        assert_eq!((n1.daemon_requests.cpu, n1.daemon_limits.cpu), (500, 2000));
+        let percent = utilization(&n1.allocatable, &n1.pod_requests);
+        assert!((percent["cpu"] - 100.0 * 1000.0 / 3800.0).abs() < 1e-9);
+        assert_eq!(percent["pods"], 0.0);
     }
 }
