@@ -340,12 +340,27 @@ pub async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-async fn metrics_handler(State(state): State<HttpState>) -> (StatusCode, String) {
-    match state.metrics.encode() {
-        Ok(text) => (StatusCode::OK, text),
+/// Prometheus' text exposition format.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn metrics_handler(
+    State(state): State<HttpState>,
+) -> (
+    StatusCode,
+    [(http::header::HeaderName, &'static str); 1],
+    axum::body::Body,
+) {
+    let content_type = [(http::header::CONTENT_TYPE, METRICS_CONTENT_TYPE)];
+    match state.metrics.encode_chunks() {
+        Ok(chunks) => {
+            let pieces = chunks.into_iter().map(Ok::<_, std::convert::Infallible>);
+            let body = axum::body::Body::from_stream(futures_util::stream::iter(pieces));
+            (StatusCode::OK, content_type, body)
+        }
         Err(error) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding metrics: {error}"),
+            content_type,
+            axum::body::Body::from(format!("encoding metrics: {error}")),
         ),
     }
 }

@@ -27,6 +27,9 @@ pub struct MethodCodeLabels {
 /// The service's metric registry plus the gRPC request metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// Metrics under names of their own (controller-runtime's and
+    /// client-go's, which dashboards read without the service's prefix).
+    unprefixed: Mutex<Registry>,
     requests: Family<MethodCodeLabels, Counter>,
     durations: Family<MethodLabels, Histogram>,
     panics: Family<MethodLabels, Counter>,
@@ -67,6 +70,7 @@ impl Metrics {
         );
         Arc::new(Self {
             registry: Mutex::new(registry),
+            unprefixed: Mutex::new(Registry::default()),
             requests,
             durations,
             panics,
@@ -111,14 +115,37 @@ impl Metrics {
         f(&mut registry)
     }
 
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let registry = self
-            .registry
+    /// Lets a service register metrics under names without its prefix.
+    pub fn with_unprefixed_registry<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
+        let mut registry = self
+            .unprefixed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)?;
-        Ok(text)
+        f(&mut registry)
+    }
+
+    /// The metrics page, whole (for tests and small pages).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        Ok(self.encode_chunks()?.concat())
+    }
+
+    /// The metrics page in pieces of about [`PAGE_CHUNK`] bytes, as the
+    /// HTTP handler streams it. A page of thousands of nodes' series is
+    /// megabytes: one buffer grown by doubling held the old and the new
+    /// copy at once, and allocations that large are the ones an allocator
+    /// keeps as resident memory; pieces of one size are reused scrape
+    /// after scrape.
+    pub fn encode_chunks(&self) -> Result<Vec<String>, std::fmt::Error> {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
+        let mut page = ChunkedPage::default();
+        for registry in [&self.registry, &self.unprefixed] {
+            let registry = registry
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            encode_registry(&mut page, &registry)?;
+        }
+        encode_eof(&mut page)?;
+        Ok(page.finish())
     }
 
     fn record(&self, method: &str, code: &str, seconds: f64) {
@@ -133,6 +160,38 @@ impl Metrics {
                 method: method.to_owned(),
             })
             .observe(seconds);
+    }
+}
+
+/// How large a piece of the metrics page is.
+pub const PAGE_CHUNK: usize = 64 * 1024;
+
+/// A text page written in pieces of about [`PAGE_CHUNK`] bytes.
+#[derive(Default)]
+struct ChunkedPage {
+    done: Vec<String>,
+    current: String,
+}
+
+impl std::fmt::Write for ChunkedPage {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        if self.current.capacity() == 0 {
+            self.current = String::with_capacity(PAGE_CHUNK);
+        }
+        self.current.push_str(text);
+        if self.current.len() >= PAGE_CHUNK - 1024 {
+            self.done.push(std::mem::take(&mut self.current));
+        }
+        Ok(())
+    }
+}
+
+impl ChunkedPage {
+    fn finish(mut self) -> Vec<String> {
+        if !self.current.is_empty() {
+            self.done.push(self.current);
+        }
+        self.done
     }
 }
 

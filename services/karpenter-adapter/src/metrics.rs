@@ -97,12 +97,38 @@ pub struct ResourceTypeLabels {
 /// `managed` and each well-known label by the last part of its key in
 /// snake case (`nodepool`, `zone`, `instance_type`, ...); with
 /// `resource_type` on the resource gauges. The set depends on the
-/// provider's well-known labels, so it is a list.
-pub type NodeLabels = Vec<(String, String)>;
+/// provider's well-known labels, so it is a list, and it is shared by the
+/// node's series (thousands of nodes, a dozen series each).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct NodeLabels(pub Arc<[(Arc<str>, Arc<str>)]>);
+
+impl EncodeLabelSet for NodeLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.0.as_ref().encode(encoder)
+    }
+}
+
+/// A node's series of one resource.
+pub type NodeResourceLabels = (NodeLabels, ResourceTypeLabels);
 
 /// A float gauge (Prometheus' gauges are floats; prometheus-client's
 /// default is an integer).
 pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+tokio::task_local! {
+    /// The controller a task works for (the runner's reconciles and each
+    /// supervised controller loop): the `controller` label of the cloud
+    /// provider call metrics, as Karpenter takes it from its context.
+    pub static CONTROLLER: &'static str;
+}
+
+/// The controller the current task works for, or `""`.
+pub fn current_controller() -> &'static str {
+    CONTROLLER.try_with(|name| *name).unwrap_or("")
+}
 
 /// A resource's `resource_type` label, as Karpenter writes it.
 pub fn resource_type(name: &str) -> String {
@@ -122,6 +148,60 @@ pub fn resource_value(name: &str, value: i64) -> f64 {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
+}
+
+impl ControllerLabels {
+    pub fn of(controller: &str) -> Self {
+        Self {
+            controller: controller.to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileResultLabels {
+    pub controller: String,
+    /// `success`, `error`, `requeue_after` (controller-runtime's values).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub name: String,
+    pub controller: String,
+}
+
+impl QueueLabels {
+    pub fn of(controller: &str) -> Self {
+        Self {
+            name: controller.to_owned(),
+            controller: controller.to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderCallLabels {
+    pub controller: String,
+    /// Karpenter's method name (`Create`, `Delete`, `Get`, `List`,
+    /// `GetInstanceTypes`, `IsDrifted`, ...).
+    pub method: String,
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderErrorLabels {
+    pub controller: String,
+    pub method: String,
+    pub provider: String,
+    /// `NodeClaimNotFoundError`, `InsufficientCapacityError`,
+    /// `NodeClassNotReadyError`, or empty.
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -214,7 +294,7 @@ fn termination_mode(claim: &karpenter_api::NodeClaim) -> &'static str {
 /// help it is registered under, in the order they are exposed. From it come
 /// the [`AdapterMetrics`] struct, its constructor and its registration.
 macro_rules! adapter_metrics {
-    ($($field:ident: $ty:ty $(= $init:expr)? => $name:literal, $help:literal;)*) => {
+    ($($field:ident: $ty:ty $(= $init:expr)? => $($registry:ident)? $name:literal, $help:literal;)*) => {
         /// The adapter's metrics, registered on the service's registry.
         #[derive(Clone)]
         pub struct AdapterMetrics {
@@ -228,8 +308,11 @@ macro_rules! adapter_metrics {
                 }
             }
 
-            fn register_all(&self, r: &mut Registry) {
-                $(r.register($name, $help, self.$field.clone());)*
+            /// Registers each metric: under the service's prefix, or as
+            /// it is named when marked `unprefixed`.
+            fn register_all(&self, prefixed: &mut Registry, unprefixed: &mut Registry) {
+                $(adapter_metrics!(@registry prefixed unprefixed $($registry)?)
+                    .register($name, $help, self.$field.clone());)*
             }
         }
     };
@@ -238,6 +321,12 @@ macro_rules! adapter_metrics {
     };
     (@init $init:expr) => {
         $init
+    };
+    (@registry $prefixed:ident $unprefixed:ident) => {
+        $prefixed
+    };
+    (@registry $prefixed:ident $unprefixed:ident unprefixed) => {
+        $unprefixed
     };
 }
 
@@ -271,6 +360,12 @@ adapter_metrics! {
         => "consolidation_score", "Balanced consolidation scores of the moves started (a move's share of its pool's cost saved over its share of the pool's disruption), by decision, node pool and policy";
     disruption_cost: Family<CostLabels, FloatGauge>
         => "disruption_cluster_cost_per_hour", "The managed nodes' price per hour at the last disruption plan: current, planned (after its commands) and the lower bound for the same pods";
+
+    // Calls to the cloud provider (Karpenter's cloudprovider decorator).
+    cloudprovider_duration: Family<ProviderCallLabels, Histogram> = Family::new_with_constructor(prometheus_default_buckets)
+        => "cloudprovider_duration_seconds", "Duration of cloud provider method calls. Labeled by the controller, method name and provider";
+    cloudprovider_errors: Family<ProviderErrorLabels, Counter>
+        => "cloudprovider_errors", "Total number of errors returned from CloudProvider calls";
 
     // Interruption messages from the provider.
     interruption_received: Family<MessageTypeLabels, Counter>
@@ -321,17 +416,17 @@ adapter_metrics! {
         => "nodepools_limit", "The node pool's limits";
 
     // Each node's resources (Karpenter's metrics.node controller).
-    nodes_allocatable: Family<NodeLabels, FloatGauge>
+    nodes_allocatable: Family<NodeResourceLabels, FloatGauge>
         => "nodes_allocatable", "Node allocatable are the resources allocatable by nodes";
-    nodes_total_pod_requests: Family<NodeLabels, FloatGauge>
+    nodes_total_pod_requests: Family<NodeResourceLabels, FloatGauge>
         => "nodes_total_pod_requests", "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods";
-    nodes_total_pod_limits: Family<NodeLabels, FloatGauge>
+    nodes_total_pod_limits: Family<NodeResourceLabels, FloatGauge>
         => "nodes_total_pod_limits", "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods";
-    nodes_total_daemon_requests: Family<NodeLabels, FloatGauge>
+    nodes_total_daemon_requests: Family<NodeResourceLabels, FloatGauge>
         => "nodes_total_daemon_requests", "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes";
-    nodes_total_daemon_limits: Family<NodeLabels, FloatGauge>
+    nodes_total_daemon_limits: Family<NodeResourceLabels, FloatGauge>
         => "nodes_total_daemon_limits", "Node total daemon limits are the resources specified by DaemonSet pod limits";
-    nodes_system_overhead: Family<NodeLabels, FloatGauge>
+    nodes_system_overhead: Family<NodeResourceLabels, FloatGauge>
         => "nodes_system_overhead", "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status";
     nodes_current_lifetime: Family<NodeLabels, FloatGauge>
         => "nodes_current_lifetime_seconds", "Node age in seconds";
@@ -339,6 +434,29 @@ adapter_metrics! {
         => "cluster_utilization_percent", "Utilization of allocatable resources by pod requests";
     leader: Gauge
         => "leader", "1 while this replica holds the leader lease";
+    leader_election_status: Family<LeaseLabels, Gauge>
+        => unprefixed "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease";
+
+    // controller-runtime's reconcile and work-queue metrics, one series
+    // per controller (the runner's queue is the controller's work queue).
+    reconcile_total: Family<ReconcileResultLabels, Counter>
+        => unprefixed "controller_runtime_reconcile", "Total number of reconciliations per controller";
+    reconcile_errors: Family<ControllerLabels, Counter>
+        => unprefixed "controller_runtime_reconcile_errors", "Total number of reconciliation errors per controller";
+    reconcile_panics: Family<ControllerLabels, Counter>
+        => unprefixed "controller_runtime_reconcile_panics", "Total number of reconciliation panics per controller";
+    reconcile_time: Family<ControllerLabels, Histogram> = Family::new_with_constructor(reconcile_buckets)
+        => unprefixed "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller";
+    active_workers: Family<ControllerLabels, Gauge>
+        => unprefixed "controller_runtime_active_workers", "Number of currently used workers per controller";
+    max_concurrent_reconciles: Family<ControllerLabels, Gauge>
+        => unprefixed "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller";
+    workqueue_depth: Family<QueueLabels, Gauge>
+        => unprefixed "workqueue_depth", "Current depth of workqueue";
+    workqueue_adds: Family<QueueLabels, Counter>
+        => unprefixed "workqueue_adds", "Total number of adds handled by workqueue";
+    workqueue_retries: Family<QueueLabels, Counter>
+        => unprefixed "workqueue_retries", "Total number of retries handled by workqueue";
     peer_up: Family<PeerLabels, Gauge>
         => "peer_up", "1 while the peer (scheduler, provider) answers its gRPC health check (ours)";
 }
@@ -347,6 +465,23 @@ adapter_metrics! {
 /// its default threshold band).
 fn score_buckets() -> Histogram {
     Histogram::new([0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0])
+}
+
+/// Prometheus' default buckets, which Karpenter's cloud provider histogram
+/// keeps.
+fn prometheus_default_buckets() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+/// controller-runtime's reconcile-time buckets (5 ms to 60 s).
+fn reconcile_buckets() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ])
 }
 
 fn duration_buckets() -> Histogram {
@@ -377,9 +512,22 @@ impl AdapterMetrics {
         }
     }
 
+    /// Whether this replica leads: `karpenter_leader` and client-go's
+    /// `leader_election_master_status` for the lease `name`.
+    pub fn set_leading(&self, name: &str, leading: bool) {
+        self.leader.set(i64::from(leading));
+        self.leader_election_status
+            .get_or_create(&LeaseLabels {
+                name: name.to_owned(),
+            })
+            .set(i64::from(leading));
+    }
+
     pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {
         let m = AdapterMetrics::new();
-        metrics.with_registry(|r| m.register_all(r));
+        metrics.with_registry(|prefixed| {
+            metrics.with_unprefixed_registry(|unprefixed| m.register_all(prefixed, unprefixed));
+        });
         Arc::new(m)
     }
 }

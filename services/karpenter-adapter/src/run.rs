@@ -270,6 +270,7 @@ async fn lead(
     };
     let node_class = node_class_resource(&info)?;
     tracing::info!(provider = %info.provider_name, node_class = %node_class.kind, "connected to the provider");
+    clients.measure_provider_calls(metrics.clone(), &info.provider_name);
     let watching = crate::state::index::Watching {
         gates: &settings.feature_gates,
         default_spread: !settings.scheduler_config.is_empty(),
@@ -293,6 +294,7 @@ async fn lead(
         options.election,
     );
     let election = !settings.disable_leader_election;
+    metrics.set_leading(&settings.leader_election_name, false);
     let acquired = if election {
         tokio::select! {
             since = elector.acquire() => Some(since),
@@ -301,7 +303,7 @@ async fn lead(
     } else {
         None
     };
-    metrics.leader.set(1);
+    metrics.set_leading(&settings.leader_election_name, true);
     let label_rules = karpenter_core::labels::LabelRules::neutral().with_provider(
         info.restricted_label_domains.iter().map(String::as_str),
         info.well_known_labels.iter().map(String::as_str),
@@ -348,7 +350,7 @@ async fn lead(
     reconciling.store(false, Ordering::SeqCst);
     controllers.stop().await;
     ctx.deletion_costs.stop();
-    metrics.leader.set(0);
+    metrics.set_leading(&settings.leader_election_name, false);
     if let Err(error) = &outcome {
         tracing::error!(%error, "stopped leading");
     }
@@ -417,7 +419,9 @@ struct Controllers {
 
 impl Controllers {
     fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-        let handle = self.tasks.spawn(task);
+        let handle = self
+            .tasks
+            .spawn(crate::metrics::CONTROLLER.scope(name, task));
         self.names.insert(handle.id(), name);
     }
 
@@ -459,25 +463,25 @@ fn spawn_controllers(
     let lifecycle = Arc::new(Lifecycle { ctx: c.clone() });
     tasks.spawn(
         "nodeclaim.lifecycle",
-        runner::run(lifecycle, s.clone(), CONCURRENCY),
+        runner::run(lifecycle, s.clone(), CONCURRENCY, c.metrics.clone()),
     );
     let claim_disruption = Arc::new(ClaimDisruption { ctx: c.clone() });
-    let run = runner::run(claim_disruption, s.clone(), CONCURRENCY);
+    let run = runner::run(claim_disruption, s.clone(), CONCURRENCY, c.metrics.clone());
     tasks.spawn("nodeclaim.disruption", run);
     let pod_events = Arc::new(PodEvents::new(c.clone()));
     tasks.spawn(
         "pod.events",
-        runner::run(pod_events, s.clone(), CONCURRENCY),
+        runner::run(pod_events, s.clone(), CONCURRENCY, c.metrics.clone()),
     );
     let expiration = Arc::new(Expiration { ctx: c.clone() });
     tasks.spawn(
         "nodeclaim.expiration",
-        runner::run(expiration, s.clone(), CONCURRENCY),
+        runner::run(expiration, s.clone(), CONCURRENCY, c.metrics.clone()),
     );
     let consistency = Arc::new(Consistency { ctx: c.clone() });
     tasks.spawn(
         "nodeclaim.consistency",
-        runner::run(consistency, s.clone(), CONCURRENCY),
+        runner::run(consistency, s.clone(), CONCURRENCY, c.metrics.clone()),
     );
     if c.settings
         .feature_gates
@@ -485,37 +489,52 @@ fn spawn_controllers(
     {
         if c.settings.legacy_node_repair {
             let health = Arc::new(NodeHealth::new(c.clone()));
-            tasks.spawn("node.health", runner::run(health, s.clone(), CONCURRENCY));
+            tasks.spawn(
+                "node.health",
+                runner::run(health, s.clone(), CONCURRENCY, c.metrics.clone()),
+            );
         } else {
             let reboot = Arc::new(NodeClaimReboot { ctx: c.clone() });
             tasks.spawn(
                 "nodeclaim.reboot",
-                runner::run(reboot, s.clone(), CONCURRENCY),
+                runner::run(reboot, s.clone(), CONCURRENCY, c.metrics.clone()),
             );
         }
     }
     let termination = Arc::new(Termination { ctx: c.clone() });
     tasks.spawn(
         "node.termination",
-        runner::run(termination, s.clone(), CONCURRENCY),
+        runner::run(termination, s.clone(), CONCURRENCY, c.metrics.clone()),
     );
     let pools = Arc::new(NodePools { ctx: c.clone() });
-    tasks.spawn("nodepool", runner::run(pools, s.clone(), CONCURRENCY));
+    tasks.spawn(
+        "nodepool",
+        runner::run(pools, s.clone(), CONCURRENCY, c.metrics.clone()),
+    );
     let classes = Arc::new(NodeClasses { ctx: c.clone() });
-    tasks.spawn("nodeclass", runner::run(classes, s.clone(), CONCURRENCY));
+    tasks.spawn(
+        "nodeclass",
+        runner::run(classes, s.clone(), CONCURRENCY, c.metrics.clone()),
+    );
     if c.settings
         .feature_gates
         .enabled(karpenter_core::feature_gates::STATIC_CAPACITY)
     {
         let static_pools = Arc::new(StaticPools::new(c.clone()));
-        tasks.spawn("nodepool.static", runner::run(static_pools, s.clone(), 1));
+        tasks.spawn(
+            "nodepool.static",
+            runner::run(static_pools, s.clone(), 1, c.metrics.clone()),
+        );
     }
     if c.settings
         .feature_gates
         .enabled(karpenter_core::feature_gates::NODE_OVERLAY)
     {
         let overlays = Arc::new(NodeOverlays { ctx: c.clone() });
-        tasks.spawn("nodeoverlay", runner::run(overlays, s.clone(), 1));
+        tasks.spawn(
+            "nodeoverlay",
+            runner::run(overlays, s.clone(), 1, c.metrics.clone()),
+        );
     }
     if c.settings
         .feature_gates
@@ -524,7 +543,7 @@ fn spawn_controllers(
         let buffers = Arc::new(CapacityBuffers { ctx: c.clone() });
         tasks.spawn(
             "capacitybuffer",
-            runner::run(buffers, s.clone(), CONCURRENCY),
+            runner::run(buffers, s.clone(), CONCURRENCY, c.metrics.clone()),
         );
     }
 }

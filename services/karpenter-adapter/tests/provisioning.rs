@@ -419,6 +419,30 @@ async fn node_metrics_say_what_each_node_holds() {
         (utilization - 100.0 / allocatable).abs() < 1e-6,
         "{utilization} {allocatable}"
     );
+    // The provider calls as Karpenter's decorator counts them, by the
+    // controller that made them; controller-runtime's and client-go's
+    // metrics under their own names.
+    let create = [
+        "controller=\"nodeclaim.lifecycle\"",
+        "method=\"Create\"",
+        "provider=\"kwok\"",
+    ];
+    let creates = sample(
+        &metrics,
+        "karpenter_cloudprovider_duration_seconds_count",
+        &create,
+    );
+    assert!(creates.is_some_and(|n| n >= 1.0), "{metrics}");
+    let lifecycle = ["controller=\"nodeclaim.lifecycle\"", "result=\"success\""];
+    assert!(
+        sample(&metrics, "controller_runtime_reconcile_total", &lifecycle)
+            .is_some_and(|n| n >= 1.0)
+    );
+    assert_eq!(
+        sample(&metrics, "leader_election_master_status", &[]),
+        Some(1.0),
+        "{metrics}"
+    );
     adapter.stop().await;
 }
 

@@ -9,8 +9,8 @@
 mod encoded;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use karpenter_proto::provider::v1 as pv;
@@ -22,6 +22,8 @@ use karpenter_snapshot::{Built, ClusterRequest};
 use tonic::codegen::Bytes;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+
+use crate::metrics::{AdapterMetrics, ProviderCallLabels, ProviderErrorLabels};
 
 const SOLVE: &str = "/karpenter.scheduler.v1.Scheduler/Solve";
 const PLAN_DISRUPTION: &str = "/karpenter.scheduler.v1.Scheduler/PlanDisruption";
@@ -126,6 +128,9 @@ pub struct Clients {
     /// Whether each peer answered its last call (for /readyz).
     scheduler_up: Arc<AtomicBool>,
     provider_up: Arc<AtomicBool>,
+    /// Karpenter's cloud provider call metrics, once the adapter has them,
+    /// with the provider's name from `Info`.
+    provider_metrics: Arc<OnceLock<(Arc<AdapterMetrics>, String)>>,
 }
 
 impl Clients {
@@ -149,7 +154,15 @@ impl Clients {
             deadlines: Deadlines::default(),
             scheduler_up: Arc::new(AtomicBool::new(false)),
             provider_up: Arc::new(AtomicBool::new(false)),
+            provider_metrics: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// Times and counts the errors of every provider call from now on
+    /// (`karpenter_cloudprovider_duration_seconds`, `_errors_total`),
+    /// labelled with `provider` (the provider's name).
+    pub fn measure_provider_calls(&self, metrics: Arc<AdapterMetrics>, provider: &str) {
+        let _ = self.provider_metrics.set((metrics, provider.to_owned()));
     }
 
     /// Asks both peers' gRPC health service whether they serve, and
@@ -240,9 +253,11 @@ impl Clients {
         result
     }
 
-    /// One provider call with the provider deadline and retries.
+    /// One provider call with the provider deadline and retries, timed and
+    /// its failure counted as Karpenter's cloud provider decorator does.
     async fn provider_call<Req, Resp, F, Fut>(
         &self,
+        method: &'static str,
         message: Req,
         deadline: Duration,
         call: F,
@@ -252,6 +267,7 @@ impl Clients {
         F: Fn(CloudProviderClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
+        let started = std::time::Instant::now();
         let result = with_retry(3, || {
             call(
                 self.provider.clone(),
@@ -261,11 +277,15 @@ impl Clients {
         .await
         .map(tonic::Response::into_inner);
         Self::note(&self.provider_up, &result);
+        if let Some((metrics, provider)) = self.provider_metrics.get() {
+            record_provider_call(metrics, provider, method, started, result.as_ref().err());
+        }
         result
     }
 
     pub async fn info(&self) -> Result<pv::InfoResponse, Status> {
         self.provider_call(
+            "Info",
             pv::InfoRequest {},
             self.deadlines.provider,
             |mut c, r| async move { c.info(r).await },
@@ -277,9 +297,12 @@ impl Clients {
         &self,
         request: pv::GetInstanceTypesRequest,
     ) -> Result<Vec<types::InstanceType>, Status> {
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.get_instance_types(r).await
-        })
+        self.provider_call(
+            "GetInstanceTypes",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.get_instance_types(r).await },
+        )
         .await
         .map(|r| r.instance_types)
     }
@@ -288,9 +311,12 @@ impl Clients {
         let request = pv::CreateRequest {
             node_claim: Some(claim),
         };
-        self.provider_call(request, self.deadlines.create, |mut c, r| async move {
-            c.create(r).await
-        })
+        self.provider_call(
+            "Create",
+            request,
+            self.deadlines.create,
+            |mut c, r| async move { c.create(r).await },
+        )
         .await?
         .instance
         .ok_or_else(|| Status::internal("the provider answered Create without an instance"))
@@ -313,9 +339,12 @@ impl Clients {
             provider_id: provider_id.to_owned(),
         };
         let deleted = self
-            .provider_call(request, self.deadlines.provider, |mut c, r| async move {
-                c.delete(r).await
-            })
+            .provider_call(
+                "Delete",
+                request,
+                self.deadlines.provider,
+                |mut c, r| async move { c.delete(r).await },
+            )
             .await;
         Ok(unless_gone(deleted)?.is_none())
     }
@@ -327,9 +356,12 @@ impl Clients {
             provider_id: provider_id.to_owned(),
             operation_id: operation_id.to_owned(),
         };
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.reboot(r).await
-        })
+        self.provider_call(
+            "Reboot",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.reboot(r).await },
+        )
         .await
         .map(|_| ())
     }
@@ -340,9 +372,12 @@ impl Clients {
             provider_id: provider_id.to_owned(),
         };
         let got = self
-            .provider_call(request, self.deadlines.provider, |mut c, r| async move {
-                c.get(r).await
-            })
+            .provider_call(
+                "Get",
+                request,
+                self.deadlines.provider,
+                |mut c, r| async move { c.get(r).await },
+            )
             .await;
         Ok(unless_gone(got)?.and_then(|response| response.instance))
     }
@@ -363,15 +398,19 @@ impl Clients {
     /// Tells the provider an interruption was acted on.
     pub async fn acknowledge_interruption(&self, id: &str) -> Result<(), Status> {
         let request = pv::AcknowledgeInterruptionRequest { id: id.to_owned() };
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.acknowledge_interruption(r).await
-        })
+        self.provider_call(
+            "AcknowledgeInterruption",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.acknowledge_interruption(r).await },
+        )
         .await
         .map(|_| ())
     }
 
     pub async fn list(&self) -> Result<Vec<pv::Instance>, Status> {
         self.provider_call(
+            "List",
             pv::ListRequest {},
             self.deadlines.provider,
             |mut c, r| async move { c.list(r).await },
@@ -387,9 +426,12 @@ impl Clients {
         let request = pv::ResolveNodeClassRequest {
             node_class: Some(node_class),
         };
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.resolve_node_class(r).await
-        })
+        self.provider_call(
+            "ResolveNodeClass",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.resolve_node_class(r).await },
+        )
         .await
     }
 
@@ -397,19 +439,64 @@ impl Clients {
         let request = pv::FinalizeNodeClassRequest {
             node_class: Some(node_class),
         };
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.finalize_node_class(r).await
-        })
+        self.provider_call(
+            "FinalizeNodeClass",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.finalize_node_class(r).await },
+        )
         .await
         .map(|_| ())
     }
 
     pub async fn is_drifted(&self, request: pv::IsDriftedRequest) -> Result<String, Status> {
-        self.provider_call(request, self.deadlines.provider, |mut c, r| async move {
-            c.is_drifted(r).await
-        })
+        self.provider_call(
+            "IsDrifted",
+            request,
+            self.deadlines.provider,
+            |mut c, r| async move { c.is_drifted(r).await },
+        )
         .await
         .map(|r| r.reason)
+    }
+}
+
+/// Karpenter's cloud provider decorator: the call's time, and its failure
+/// by Karpenter's error names (the provider answers with gRPC codes the
+/// proto gives those meanings).
+fn record_provider_call(
+    metrics: &AdapterMetrics,
+    provider: &str,
+    method: &'static str,
+    started: std::time::Instant,
+    error: Option<&Status>,
+) {
+    let controller = crate::metrics::current_controller();
+    let labels = ProviderCallLabels {
+        controller: controller.to_owned(),
+        method: method.to_owned(),
+        provider: provider.to_owned(),
+    };
+    metrics
+        .cloudprovider_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    if let Some(status) = error {
+        let error = match status.code() {
+            Code::NotFound => "NodeClaimNotFoundError",
+            Code::ResourceExhausted => "InsufficientCapacityError",
+            Code::FailedPrecondition if method == "Create" => "NodeClassNotReadyError",
+            _ => "",
+        };
+        metrics
+            .cloudprovider_errors
+            .get_or_create(&ProviderErrorLabels {
+                controller: labels.controller,
+                method: labels.method,
+                provider: labels.provider,
+                error: error.to_owned(),
+            })
+            .inc();
     }
 }
 

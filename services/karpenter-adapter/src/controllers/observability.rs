@@ -7,6 +7,7 @@
 //! and limits, its age, and the cluster's utilization.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -181,10 +182,31 @@ fn node_resources(node: &Node) -> NodeUsage {
     }
 }
 
+/// Label strings shared across a pass: a zone, a pool or a label name is
+/// stored once however many nodes carry it.
+#[derive(Default)]
+struct Interned(HashMap<String, Arc<str>>);
+
+impl Interned {
+    fn get(&mut self, text: String) -> Arc<str> {
+        if let Some(shared) = self.0.get(&text) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(text.as_str());
+        self.0.insert(text, shared.clone());
+        shared
+    }
+}
+
 /// The labels Karpenter's node metrics carry for `node`: its name, phase,
 /// whether a NodeClaim manages it, and every well-known label (Karpenter's
 /// and the provider's) by the last part of its key in snake case.
-fn node_labels(node: &Node, managed: bool, well_known: &[String]) -> NodeLabels {
+fn node_labels(
+    node: &Node,
+    managed: bool,
+    well_known: &[String],
+    interned: &mut Interned,
+) -> NodeLabels {
     let node_labels = node.labels();
     let mut labels: BTreeMap<String, String> = BTreeMap::new();
     let keys = labels::NEUTRAL_WELL_KNOWN_LABELS
@@ -203,32 +225,39 @@ fn node_labels(node: &Node, managed: bool, well_known: &[String]) -> NodeLabels 
     let phase = node.status.as_ref().and_then(|s| s.phase.clone());
     labels.insert("phase".into(), phase.unwrap_or_default());
     labels.insert("managed".into(), managed.to_string());
-    labels.into_iter().collect()
+    NodeLabels(
+        labels
+            .into_iter()
+            .map(|(name, value)| (interned.get(name), interned.get(value)))
+            .collect(),
+    )
 }
 
 /// Karpenter's `metrics.node` gauges, replaced as a whole each pass.
 fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) {
     let usage = node_usage(index);
-    let gauges = [
+    let per_resource_gauges = [
         &metrics.nodes_allocatable,
         &metrics.nodes_system_overhead,
         &metrics.nodes_total_pod_requests,
         &metrics.nodes_total_pod_limits,
         &metrics.nodes_total_daemon_requests,
         &metrics.nodes_total_daemon_limits,
-        &metrics.nodes_current_lifetime,
     ];
-    for gauge in gauges {
+    for gauge in per_resource_gauges {
         gauge.clear();
     }
+    metrics.nodes_current_lifetime.clear();
     let now = k8s_openapi::jiff::Timestamp::now();
+    let mut interned = Interned::default();
     let mut allocatable_total = Resources::default();
     let mut requested_total = Resources::default();
     for node in index.nodes.iter() {
         let Some(node_usage) = usage.get(&node.name_any()) else {
             continue;
         };
-        let labels = node_labels(node, index.claim_of(node).is_some(), well_known);
+        let managed = index.claim_of(node).is_some();
+        let labels = node_labels(node, managed, well_known, &mut interned);
         let per_resource = [
             (&metrics.nodes_allocatable, &node_usage.allocatable),
             (&metrics.nodes_system_overhead, &node_usage.system_overhead),
@@ -245,10 +274,14 @@ fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) 
         ];
         for (gauge, resources) in per_resource {
             for (name, value) in resources.to_map() {
-                let mut with_type = labels.clone();
-                with_type.push(("resource_type".into(), resource_type(&name)));
+                let series = (
+                    labels.clone(),
+                    ResourceTypeLabels {
+                        resource_type: resource_type(&name),
+                    },
+                );
                 gauge
-                    .get_or_create(&with_type)
+                    .get_or_create(&series)
                     .set(resource_value(&name, value));
             }
         }

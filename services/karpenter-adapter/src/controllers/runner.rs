@@ -26,6 +26,9 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::error::{Error, Result};
+use crate::metrics::{
+    AdapterMetrics, CONTROLLER, ControllerLabels, QueueLabels, ReconcileResultLabels,
+};
 use crate::state::index::{Index, Key};
 use crate::state::watch::{Published, Versions};
 
@@ -77,11 +80,18 @@ pub async fn run<R: Reconciler>(
     reconciler: Arc<R>,
     mut snapshots: watch::Receiver<Published>,
     concurrency: usize,
+    metrics: Arc<AdapterMetrics>,
 ) {
     if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
         return;
     }
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let labels = ControllerLabels::of(R::NAME);
+    let queue_labels = QueueLabels::of(R::NAME);
+    metrics
+        .max_concurrent_reconciles
+        .get_or_create(&labels)
+        .set(i64::try_from(concurrency.max(1)).unwrap_or(i64::MAX));
     let mut queue = Queue::default();
     let mut tasks: JoinSet<(Key, Result<Requeue>)> = JoinSet::new();
     // The relevant version the keys were last computed at. Compared on
@@ -116,14 +126,27 @@ pub async fn run<R: Reconciler>(
                 .map(|(k, _)| k.clone()),
         );
         for key in start {
+            metrics.workqueue_adds.get_or_create(&queue_labels).inc();
             if queue.in_flight.contains(&key) {
                 queue.dirty.insert(key);
                 continue;
             }
             queue.due.remove(&key);
             queue.in_flight.insert(key.clone());
-            spawn(&mut tasks, &reconciler, &permits, key, &current.index);
+            spawn(
+                &mut tasks,
+                &reconciler,
+                &permits,
+                key,
+                &current.index,
+                &metrics,
+            );
         }
+        let waiting = queue.due.values().filter(|at| **at <= now).count() + queue.dirty.len();
+        metrics
+            .workqueue_depth
+            .get_or_create(&queue_labels)
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
         let next_due = queue.due.values().min().copied();
         tokio::select! {
             changed = snapshots.changed() => {
@@ -132,9 +155,9 @@ pub async fn run<R: Reconciler>(
                 }
             }
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                finish(&mut queue, joined, R::NAME);
+                finish(&mut queue, joined, R::NAME, &metrics);
                 while let Some(joined) = tasks.try_join_next() {
-                    finish(&mut queue, joined, R::NAME);
+                    finish(&mut queue, joined, R::NAME, &metrics);
                 }
             }
             () = sleep_until(next_due) => {}
@@ -155,10 +178,12 @@ fn spawn<R: Reconciler>(
     permits: &Arc<Semaphore>,
     key: Key,
     index: &Arc<Index>,
+    metrics: &Arc<AdapterMetrics>,
 ) {
     let reconciler = reconciler.clone();
     let permits = permits.clone();
     let index = index.clone();
+    let metrics = metrics.clone();
     let span = tracing::info_span!(
         "reconcile",
         controller = R::NAME,
@@ -168,11 +193,24 @@ fn spawn<R: Reconciler>(
     tasks.spawn(
         async move {
             let _permit = permits.acquire_owned().await;
-            let reconcile = reconciler.reconcile(key.clone(), index);
+            let labels = ControllerLabels::of(R::NAME);
+            let workers = metrics.active_workers.get_or_create(&labels).clone();
+            workers.inc();
+            let started = Instant::now();
+            let reconcile = CONTROLLER.scope(R::NAME, reconciler.reconcile(key.clone(), index));
             let result = match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
                 Ok(result) => result,
-                Err(panic) => Err(Error::Panicked(panic_message(panic.as_ref()))),
+                Err(panic) => {
+                    metrics.reconcile_panics.get_or_create(&labels).inc();
+                    Err(Error::Panicked(panic_message(panic.as_ref())))
+                }
             };
+            workers.dec();
+            let seconds = started.elapsed().as_secs_f64();
+            metrics
+                .reconcile_time
+                .get_or_create(&labels)
+                .observe(seconds);
             (key, result)
         }
         .instrument(span),
@@ -192,6 +230,7 @@ fn finish(
     queue: &mut Queue,
     joined: std::result::Result<(Key, Result<Requeue>), tokio::task::JoinError>,
     name: &str,
+    metrics: &AdapterMetrics,
 ) {
     let (key, result) = match joined {
         Ok(done) => done,
@@ -204,6 +243,28 @@ fn finish(
     };
     queue.in_flight.remove(&key);
     let now = Instant::now();
+    let outcome = match &result {
+        Ok(None) => "success",
+        Ok(Some(_)) => "requeue_after",
+        Err(_) => "error",
+    };
+    metrics
+        .reconcile_total
+        .get_or_create(&ReconcileResultLabels {
+            controller: name.to_owned(),
+            result: outcome.to_owned(),
+        })
+        .inc();
+    if result.is_err() {
+        metrics
+            .reconcile_errors
+            .get_or_create(&ControllerLabels::of(name))
+            .inc();
+        metrics
+            .workqueue_retries
+            .get_or_create(&QueueLabels::of(name))
+            .inc();
+    }
     match result {
         Ok(requeue) => {
             queue.failures.remove(&key);
@@ -268,7 +329,9 @@ mod tests {
         };
         let (_publish, snapshots) = watch::channel(published);
         let reconciler = Arc::new(PanicsOnce::default());
-        let running = tokio::spawn(run(reconciler.clone(), snapshots, 4));
+        let registry = karpenter_runtime::Metrics::new("karpenter");
+        let metrics = AdapterMetrics::register(&registry);
+        let running = tokio::spawn(run(reconciler.clone(), snapshots, 4, metrics));
         let deadline = Instant::now() + Duration::from_secs(10);
         while reconciler.calls.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -279,5 +342,20 @@ mod tests {
             2,
             "the key is reconciled again, with nothing changed, after its panic"
         );
+        // controller-runtime's metrics, unprefixed, per controller.
+        let text = registry.encode().unwrap_or_else(|e| panic!("{e}"));
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"panics-once\",result=\"error\"} 1",
+            "controller_runtime_reconcile_total{controller=\"panics-once\",result=\"success\"} 1",
+            "controller_runtime_reconcile_panics_total{controller=\"panics-once\"} 1",
+            "controller_runtime_reconcile_errors_total{controller=\"panics-once\"} 1",
+            "controller_runtime_max_concurrent_reconciles{controller=\"panics-once\"} 4",
+            "controller_runtime_active_workers{controller=\"panics-once\"} 0",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"panics-once\"} 2",
+            "workqueue_retries_total{name=\"panics-once\",controller=\"panics-once\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "one end for both registries");
     }
 }
