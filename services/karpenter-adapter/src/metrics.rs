@@ -302,6 +302,13 @@ macro_rules! adapter_metrics {
         }
 
         impl AdapterMetrics {
+            /// Every metric as a scrape names it, whether or not it has a
+            /// sample yet (the drop-in coverage table is checked against
+            /// this list).
+            pub fn exposed_names() -> Vec<String> {
+                vec![$(adapter_metrics!(@exposed $name, stringify!($ty) $(, $registry)?),)*]
+            }
+
             fn new() -> Self {
                 AdapterMetrics {
                     $($field: adapter_metrics!(@init $($init)?),)*
@@ -324,6 +331,12 @@ macro_rules! adapter_metrics {
     };
     (@registry $prefixed:ident $unprefixed:ident) => {
         $prefixed
+    };
+    (@exposed $name:literal, $ty:expr) => {
+        exposed_name(concat!("karpenter_", $name), $ty)
+    };
+    (@exposed $name:literal, $ty:expr, unprefixed) => {
+        exposed_name($name, $ty)
     };
     (@registry $prefixed:ident $unprefixed:ident unprefixed) => {
         $unprefixed
@@ -459,6 +472,15 @@ adapter_metrics! {
         => unprefixed "workqueue_retries", "Total number of retries handled by workqueue";
     peer_up: Family<PeerLabels, Gauge>
         => "peer_up", "1 while the peer (scheduler, provider) answers its gRPC health check (ours)";
+}
+
+/// A metric's name in a scrape: a counter's samples end in `_total`.
+fn exposed_name(name: &str, ty: &str) -> String {
+    if ty.contains("Counter") {
+        format!("{name}_total")
+    } else {
+        name.to_owned()
+    }
 }
 
 /// Karpenter's buckets for Balanced consolidation scores (1.0 and up pass
