@@ -1,6 +1,7 @@
 //! Karpenter's metrics, by Karpenter's names (`karpenter_*`), so existing
 //! dashboards and alerts keep working.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -200,6 +201,18 @@ pub struct ProviderErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceTypeLabels {
+    pub instance_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfferingLabels {
+    pub instance_type: String,
+    pub capacity_type: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
     pub name: String,
 }
@@ -379,6 +392,14 @@ adapter_metrics! {
         => "cloudprovider_duration_seconds", "Duration of cloud provider method calls. Labeled by the controller, method name and provider";
     cloudprovider_errors: Family<ProviderErrorLabels, Counter>
         => "cloudprovider_errors", "Total number of errors returned from CloudProvider calls";
+    instance_type_cpu_cores: Family<InstanceTypeLabels, FloatGauge>
+        => "cloudprovider_instance_type_cpu_cores", "VCPUs cores for a given instance type";
+    instance_type_memory_bytes: Family<InstanceTypeLabels, FloatGauge>
+        => "cloudprovider_instance_type_memory_bytes", "Memory, in bytes, for a given instance type";
+    offering_available: Family<OfferingLabels, FloatGauge>
+        => "cloudprovider_instance_type_offering_available", "Instance type offering availability, based on instance type, capacity type, and zone";
+    offering_price_estimate: Family<OfferingLabels, FloatGauge>
+        => "cloudprovider_instance_type_offering_price_estimate", "Instance type offering estimated hourly price used when making informed decisions on node cost calculation, based on instance type, capacity type, and zone";
 
     // Interruption messages from the provider.
     interruption_received: Family<MessageTypeLabels, Counter>
@@ -395,6 +416,12 @@ adapter_metrics! {
         => "nodes_terminated", "Nodes terminated";
     nodes_drained: Family<PoolLabels, Counter>
         => "nodes_drained", "Nodes drained";
+    nodes_lifetime: Family<PoolLabels, Histogram> = Family::new_with_constructor(lifetime_buckets)
+        => "nodes_lifetime_duration_seconds", "The lifetime duration of the nodes since creation";
+    nodeclaims_termination: Family<PoolLabels, Histogram> = Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 12)))
+        => "nodeclaims_termination_duration_seconds", "Duration of NodeClaim termination in seconds";
+    nodeclaims_instance_termination: Family<PoolLabels, Histogram> = Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 11)))
+        => "nodeclaims_instance_termination_duration_seconds", "Duration of CloudProvider Instance termination in seconds";
 
     // Pods: state, startup, drains and evictions.
     pods_state: Family<PodStateLabels, Gauge>
@@ -415,6 +442,8 @@ adapter_metrics! {
     // Provisioning batches.
     scheduling_duration: Family<ControllerLabels, Histogram> = Family::new_with_constructor(duration_buckets)
         => "scheduler_scheduling_duration_seconds", "Time to plan a provisioning batch, Solve included";
+    ignored_pods: Gauge
+        => "scheduler_ignored_pods_count", "Number of pods ignored during scheduling by Karpenter";
     unschedulable_pods: Family<ControllerLabels, Gauge>
         => "scheduler_unschedulable_pods_count", "Pending pods the last plan could not place";
 
@@ -423,6 +452,8 @@ adapter_metrics! {
         => "cluster_state_synced", "1 when the cluster state is synced (every NodeClaim launched and every object listed)";
     cluster_state_node_count: Gauge
         => "cluster_state_node_count", "Nodes and in-flight NodeClaims the adapter knows";
+    cluster_state_unsynced_time: FloatGauge
+        => "cluster_state_unsynced_time_seconds", "The time for which cluster state is not synced";
     nodepool_usage: Family<ResourceLabels, FloatGauge>
         => "nodepools_usage", "Resources the node pool's nodes have";
     nodepool_limit: Family<ResourceLabels, FloatGauge>
@@ -489,6 +520,35 @@ fn score_buckets() -> Histogram {
     Histogram::new([0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0])
 }
 
+/// Karpenter's node lifetime buckets: 15 minutes to 30 days.
+fn lifetime_buckets() -> Histogram {
+    const HOUR: f64 = 3600.0;
+    const DAY: f64 = 24.0 * HOUR;
+    Histogram::new([
+        0.25 * HOUR,
+        0.5 * HOUR,
+        0.75 * HOUR,
+        HOUR,
+        2.0 * HOUR,
+        4.0 * HOUR,
+        6.0 * HOUR,
+        8.0 * HOUR,
+        10.0 * HOUR,
+        12.0 * HOUR,
+        16.0 * HOUR,
+        20.0 * HOUR,
+        DAY,
+        2.0 * DAY,
+        3.0 * DAY,
+        5.0 * DAY,
+        10.0 * DAY,
+        15.0 * DAY,
+        20.0 * DAY,
+        25.0 * DAY,
+        30.0 * DAY,
+    ])
+}
+
 /// Prometheus' default buckets, which Karpenter's cloud provider histogram
 /// keeps.
 fn prometheus_default_buckets() -> Histogram {
@@ -543,6 +603,49 @@ impl AdapterMetrics {
                 name: name.to_owned(),
             })
             .set(i64::from(leading));
+    }
+
+    /// The provider's instance types as Karpenter's AWS provider reports
+    /// them: each type's vCPUs and memory, and each offering's
+    /// availability (available in any pool's catalog) and price.
+    pub fn record_catalogs(
+        &self,
+        catalogs: &[karpenter_proto::scheduler::v1::InstanceTypeCatalog],
+    ) {
+        let mut available: HashMap<OfferingLabels, (bool, f64)> = HashMap::new();
+        for instance_type in catalogs.iter().flat_map(|c| &c.instance_types) {
+            let name = InstanceTypeLabels {
+                instance_type: instance_type.name.clone(),
+            };
+            let capacity = instance_type.capacity.as_ref().map(|c| &c.quantities);
+            let quantity = |resource: &str| capacity.and_then(|q| q.get(resource)).copied();
+            if let Some(cpu) = quantity(karpenter_core::resources::CPU) {
+                let cores = resource_value(karpenter_core::resources::CPU, cpu);
+                self.instance_type_cpu_cores.get_or_create(&name).set(cores);
+            }
+            if let Some(memory) = quantity(karpenter_core::resources::MEMORY) {
+                self.instance_type_memory_bytes
+                    .get_or_create(&name)
+                    .set(memory as f64);
+            }
+            for offering in &instance_type.offerings {
+                let labels = OfferingLabels {
+                    instance_type: instance_type.name.clone(),
+                    capacity_type: offering.capacity_type.clone(),
+                    zone: offering.zone.clone(),
+                };
+                let entry = available.entry(labels).or_insert((false, offering.price));
+                entry.0 |= offering.available;
+                entry.1 = offering.price;
+            }
+        }
+        for (labels, (is_available, price)) in available {
+            let flag = if is_available { 1.0 } else { 0.0 };
+            self.offering_available.get_or_create(&labels).set(flag);
+            self.offering_price_estimate
+                .get_or_create(&labels)
+                .set(price);
+        }
     }
 
     pub fn register(metrics: &karpenter_runtime::Metrics) -> Arc<Self> {

@@ -80,6 +80,26 @@ async fn deleting_a_node_claim_drains_and_terminates_its_node() {
         || cluster.running("inflate", 2),
     )
     .await;
+    // Karpenter's termination histograms: the claim since its deletion,
+    // its instance, the node's lifetime, one observation each, by pool.
+    let metrics = adapter.metrics().await;
+    for histogram in [
+        "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1",
+        "karpenter_nodes_lifetime_duration_seconds_count{nodepool=\"default\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == histogram),
+            "{histogram} in:\n{metrics}"
+        );
+    }
+    // Once, though a pass on a stale read releases the node again (it
+    // counted twice before finalizers::remove said whether it released).
+    let terminated: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("karpenter_nodes_terminated_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert_eq!(terminated, 1.0, "{metrics}");
     adapter.stop().await;
 }
 

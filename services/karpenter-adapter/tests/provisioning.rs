@@ -438,6 +438,56 @@ async fn node_metrics_say_what_each_node_holds() {
         sample(&metrics, "controller_runtime_reconcile_total", &lifecycle)
             .is_some_and(|n| n >= 1.0)
     );
+    // The catalog as Karpenter's AWS provider reports it, for every
+    // provider here; the cluster state synced; no pod ignored.
+    let instance_type = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("karpenter_nodes_allocatable{"))
+        .and_then(|l| l.split(',').find_map(|p| p.strip_prefix("instance_type=")))
+        .expect("the node's instance type")
+        .to_owned();
+    let of_type = format!("instance_type={instance_type}");
+    let cores = sample(
+        &metrics,
+        "karpenter_cloudprovider_instance_type_cpu_cores",
+        &[&of_type],
+    );
+    assert!(cores.is_some_and(|c| c >= 1.0), "{metrics}");
+    assert!(
+        sample(
+            &metrics,
+            "karpenter_cloudprovider_instance_type_memory_bytes",
+            &[&of_type]
+        )
+        .is_some()
+    );
+    let on_demand = [of_type.as_str(), "capacity_type=\"on-demand\""];
+    let offered = sample(
+        &metrics,
+        "karpenter_cloudprovider_instance_type_offering_available",
+        &on_demand,
+    );
+    assert_eq!(offered, Some(1.0), "{metrics}");
+    assert!(
+        sample(
+            &metrics,
+            "karpenter_cloudprovider_instance_type_offering_price_estimate",
+            &on_demand
+        )
+        .is_some()
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "karpenter_cluster_state_unsynced_time_seconds 0.0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "karpenter_scheduler_ignored_pods_count 0"),
+        "{metrics}"
+    );
     assert_eq!(
         sample(&metrics, "leader_election_master_status", &[]),
         Some(1.0),

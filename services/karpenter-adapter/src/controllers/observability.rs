@@ -75,11 +75,32 @@ impl Startups {
     }
 }
 
-fn record(ctx: &Context, index: &Index, startups: &mut Startups) {
+/// Since when the cluster state has not been synced, for
+/// `karpenter_cluster_state_unsynced_time_seconds`.
+#[derive(Default)]
+pub struct Unsynced(Option<std::time::Instant>);
+
+impl Unsynced {
+    /// Seconds unsynced, now that the state is (`synced`) or is not.
+    pub fn observe(&mut self, synced: bool) -> f64 {
+        if synced {
+            self.0 = None;
+            return 0.0;
+        }
+        self.0
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f64()
+    }
+}
+
+fn record(ctx: &Context, index: &Index, startups: &mut Startups, unsynced: &mut Unsynced) {
     let metrics = &ctx.metrics;
+    let synced = index.synced(ctx.node_class_kind());
+    metrics.cluster_state_synced.set(i64::from(synced));
     metrics
-        .cluster_state_synced
-        .set(i64::from(index.synced(ctx.node_class_kind())));
+        .cluster_state_unsynced_time
+        .set(unsynced.observe(synced));
     let in_flight = index
         .node_claims
         .iter()
@@ -326,9 +347,10 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
         return;
     }
     let mut startups = Startups::default();
+    let mut unsynced = Unsynced::default();
     loop {
         let index = snapshots.borrow().index.clone();
-        record(&ctx, &index, &mut startups);
+        record(&ctx, &index, &mut startups, &mut unsynced);
         tokio::time::sleep(EVERY).await;
     }
 }
@@ -429,5 +451,16 @@ mod tests {
         let percent = utilization(&n1.allocatable, &n1.pod_requests);
         assert!((percent["cpu"] - 100.0 * 1000.0 / 3800.0).abs() < 1e-9);
         assert_eq!(percent["pods"], 0.0);
+    }
+
+    #[test]
+    fn unsynced_time_counts_from_the_first_pass_that_found_the_state_unsynced() {
+        let mut unsynced = Unsynced::default();
+        assert_eq!(unsynced.observe(true), 0.0);
+        assert!(unsynced.observe(false) < 0.01, "from now");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(unsynced.observe(false) >= 0.02);
+        assert_eq!(unsynced.observe(true), 0.0, "synced again");
+        assert!(unsynced.observe(false) < 0.01, "a new spell");
     }
 }

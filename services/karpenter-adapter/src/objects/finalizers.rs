@@ -39,13 +39,15 @@ where
     patch::merge(api, object, json!({"metadata": {"finalizers": finalizers}})).await
 }
 
-/// Removes `finalizer`; an object already gone is fine.
-pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<()>
+/// Removes `finalizer`; an object already gone is fine. Whether this call
+/// released it: a pass on a stale read finds the object gone (or the
+/// finalizer off) and must not count a termination a second time.
+pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<bool>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
     if !holds(object, finalizer) {
-        return Ok(());
+        return Ok(false);
     }
     let finalizers: Vec<&String> = object
         .finalizers()
@@ -53,8 +55,8 @@ where
         .filter(|f| *f != finalizer)
         .collect();
     match patch::merge(api, object, json!({"metadata": {"finalizers": finalizers}})).await {
-        Ok(_) => Ok(()),
-        Err(crate::error::Error::Kube(e)) if is_not_found(&e) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(crate::error::Error::Kube(e)) if is_not_found(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }

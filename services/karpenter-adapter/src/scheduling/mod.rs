@@ -196,6 +196,7 @@ pub async fn catalogs(
             }
         }
     }
+    ctx.metrics.record_catalogs(&out);
     out
 }
 

@@ -105,6 +105,10 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
     }
     let scheduling::Prepared { pools, built, .. } = scheduling::prepare(ctx, index, pools).await;
     report_skipped(ctx, index, &built.skipped);
+    let ignored = built.skipped.iter().filter(|e| e.kind == "Pod").count();
+    ctx.metrics
+        .ignored_pods
+        .set(i64::try_from(ignored).unwrap_or(i64::MAX));
     let pending = built.pending_pod_count();
     if pending == 0 {
         // Buffers that hold no pods still get their Provisioning condition

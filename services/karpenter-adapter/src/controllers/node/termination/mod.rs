@@ -297,7 +297,25 @@ async fn taint(ctx: &Context, node: &Node) -> Result<Node> {
 
 /// Releases the Node's finalizer: the instance is gone.
 async fn release(ctx: &Context, node: &Node) -> Result<Requeue> {
-    finalizers::remove(&ctx.nodes(), node, labels::TERMINATION_FINALIZER).await?;
+    if !finalizers::remove(&ctx.nodes(), node, labels::TERMINATION_FINALIZER).await? {
+        // Released already, by a pass that read it first: counted there.
+        return Ok(None);
+    }
+    if let Some(created) = &node.metadata.creation_timestamp {
+        let pool = PoolLabels {
+            nodepool: node
+                .labels()
+                .get(labels::NODE_POOL)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let lifetime = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
+        let seconds = lifetime.as_secs_f64().max(0.0);
+        ctx.metrics
+            .nodes_lifetime
+            .get_or_create(&pool)
+            .observe(seconds);
+    }
     ctx.metrics
         .nodes_terminated
         .get_or_create(&PoolZoneLabels {

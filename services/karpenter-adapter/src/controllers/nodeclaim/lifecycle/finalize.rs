@@ -58,7 +58,11 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
             return Ok(Some(INSTANCE_GONE_POLL));
         }
     }
-    finalizers::remove(&api, &claim, labels::TERMINATION_FINALIZER).await?;
+    if !finalizers::remove(&api, &claim, labels::TERMINATION_FINALIZER).await? {
+        // Released already, by a pass that read it first: counted there.
+        return Ok(None);
+    }
+    record_termination_times(ctx, &claim);
     let (zone, capacity_type) = crate::objects::claim::zone_and_capacity(claim.labels());
     ctx.metrics
         .nodeclaims_terminated
@@ -70,6 +74,36 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
         .inc();
     tracing::info!("deleted nodeclaim");
     Ok(None)
+}
+
+/// Karpenter's termination histograms, as the finalizer goes: since the
+/// claim's deletion, and since its instance began terminating (the
+/// `InstanceTerminating` condition), by pool.
+fn record_termination_times(ctx: &Context, claim: &NodeClaim) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let since = |at: k8s_openapi::jiff::Timestamp| now.duration_since(at).as_secs_f64().max(0.0);
+    let pool = crate::metrics::PoolLabels {
+        nodepool: claim.node_pool().unwrap_or_default().to_owned(),
+    };
+    if let Some(deleted) = &claim.metadata.deletion_timestamp {
+        let seconds = since(deleted.0);
+        ctx.metrics
+            .nodeclaims_termination
+            .get_or_create(&pool)
+            .observe(seconds);
+    }
+    let instance_terminating = claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == CONDITION_INSTANCE_TERMINATING)
+        .map(|c| &c.last_transition_time);
+    if let Some(began) = instance_terminating {
+        let seconds = since(began.0);
+        ctx.metrics
+            .nodeclaims_instance_termination
+            .get_or_create(&pool)
+            .observe(seconds);
+    }
 }
 
 /// Writes the termination deadline annotation once (never moving one that
