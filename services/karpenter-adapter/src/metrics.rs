@@ -67,6 +67,20 @@ pub struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolDecisionLabels {
+    pub nodepool: String,
+    pub decision: String,
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationTypeLabels {
+    /// `empty`, `single`, `multi`, or empty outside consolidation.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveLabels {
     /// `approved` (the move started).
     pub decision: String,
@@ -380,6 +394,12 @@ adapter_metrics! {
     // Disruption decisions and the cluster's cost.
     disruption_decisions: Family<DecisionLabels, Counter>
         => "voluntary_disruption_decisions", "Disruption commands started, by decision (delete or replace), reason and consolidation type";
+    disruption_decisions_by_pool: Family<PoolDecisionLabels, Counter>
+        => "voluntary_disruption_decisions_by_nodepool", "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type";
+    disruption_queue_failures: Family<DecisionLabels, Counter>
+        => "voluntary_disruption_queue_failures", "The number of times that an enqueued disruption decision failed. Labeled by disruption method";
+    disruption_failed_validations: Family<ConsolidationTypeLabels, Counter>
+        => "voluntary_disruption_failed_validations", "Number of candidates that were selected for disruption but failed validation. Labeled by consolidation type";
     consolidation_moves: Family<MoveLabels, Counter>
         => "consolidation_moves", "Consolidation moves started, by decision, node pool and consolidation policy (each pool of a multi-node move counts once)";
     consolidation_score: Family<MoveLabels, Histogram> = Family::new_with_constructor(score_buckets)

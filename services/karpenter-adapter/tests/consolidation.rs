@@ -90,6 +90,12 @@ async fn empty_nodes_go_away_after_consolidate_after() {
         )),
         "{metrics}"
     );
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "karpenter_voluntary_disruption_decisions_by_nodepool_total{nodepool=\"default\",decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"}"
+        )),
+        "{metrics}"
+    );
     adapter.stop().await;
 }
 

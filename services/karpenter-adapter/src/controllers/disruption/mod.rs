@@ -20,6 +20,7 @@ mod pod_events;
 pub mod queue;
 pub mod validation;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::metrics::{CostLabels, DecisionLabels};
+use crate::metrics::{ConsolidationTypeLabels, CostLabels, DecisionLabels, PoolDecisionLabels};
 use crate::scheduling;
 use crate::state::index::Index;
 use crate::state::watch::Published;
@@ -114,6 +115,12 @@ async fn pass(
         let validated = validation::validate(&pending.commands, &plan.commands);
         for (command, why) in &validated.rejected {
             consolidation_events::rejected(ctx, index, command, why);
+            let consolidation_type = decision_labels(command).consolidation_type;
+            let candidates = u64::try_from(command.candidates.len()).unwrap_or(u64::MAX);
+            ctx.metrics
+                .disruption_failed_validations
+                .get_or_create(&ConsolidationTypeLabels { consolidation_type })
+                .inc_by(candidates);
         }
         for command in validated.valid {
             start(ctx, index, queue, &pools, &command).await;
@@ -173,14 +180,41 @@ async fn start(
     if command.method() == sched::DisruptionMethod::Repair {
         repair_started(ctx, index, command);
     }
+    let decision = decision_labels(command);
     ctx.metrics
         .disruption_decisions
-        .get_or_create(&decision_labels(command))
+        .get_or_create(&decision)
         .inc();
+    for nodepool in command_pools(index, command) {
+        let labels = PoolDecisionLabels {
+            nodepool,
+            decision: decision.decision.clone(),
+            reason: decision.reason.clone(),
+            consolidation_type: decision.consolidation_type.clone(),
+        };
+        ctx.metrics
+            .disruption_decisions_by_pool
+            .get_or_create(&labels)
+            .inc();
+    }
+}
+
+/// The pools of a command's candidates, each once.
+fn command_pools(index: &Index, command: &sched::DisruptionCommand) -> BTreeSet<String> {
+    command
+        .candidates
+        .iter()
+        .filter_map(|name| index.nodes.named(name))
+        .filter_map(|node| {
+            kube::ResourceExt::labels(node.as_ref())
+                .get(karpenter_core::labels::NODE_POOL)
+                .cloned()
+        })
+        .collect()
 }
 
 /// Karpenter's labels for a started command.
-fn decision_labels(command: &sched::DisruptionCommand) -> DecisionLabels {
+pub(super) fn decision_labels(command: &sched::DisruptionCommand) -> DecisionLabels {
     use sched::DisruptionMethod as Method;
     let consolidation_type = match command.method() {
         Method::Emptiness => "empty",

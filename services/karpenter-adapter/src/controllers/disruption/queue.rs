@@ -55,6 +55,8 @@ pub struct InFlight {
     pub drain_bound: Option<Duration>,
     /// Claims this command stamped a deadline on (taken off on rollback).
     pub stamped: Vec<String>,
+    /// Karpenter's labels of the decision, for a failure's metric.
+    pub decision: crate::metrics::DecisionLabels,
 }
 
 /// Commands in flight; a node is in at most one.
@@ -152,6 +154,7 @@ impl Queue {
                 .termination_grace_period
                 .and_then(|d| Duration::try_from(d).ok()),
             stamped: Vec::new(),
+            decision: super::decision_labels(command),
         });
         Ok(())
     }
@@ -166,6 +169,10 @@ impl Queue {
                 Ok(false) => {}
                 Err(error) => {
                     tracing::warn!(%error, nodes = ?command.nodes, "failed terminating nodes while executing a disruption command");
+                    ctx.metrics
+                        .disruption_queue_failures
+                        .get_or_create(&command.decision)
+                        .inc();
                     rollback(ctx, index, &command).await;
                 }
             }
