@@ -30,10 +30,21 @@ fn exposed() -> BTreeSet<String> {
         .collect()
 }
 
-/// `(name, state)` of each row of the table.
-fn table() -> Vec<(String, String)> {
+/// The lines of the section `heading` (`## Metrics`) of the coverage page.
+pub fn section(heading: &str) -> Vec<String> {
     repo_file("docs/drop-in-coverage.md")
         .lines()
+        .skip_while(|line| *line != heading)
+        .skip(1)
+        .take_while(|line| !line.starts_with("## "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `(name, state)` of each row of the metrics table.
+fn table() -> Vec<(String, String)> {
+    section("## Metrics")
+        .iter()
         .filter_map(|line| line.strip_prefix("| `"))
         .filter_map(|rest| rest.split_once("` | "))
         .map(|(name, state)| (name.to_owned(), state.trim_end_matches(" |").to_owned()))
