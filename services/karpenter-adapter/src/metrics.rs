@@ -448,6 +448,14 @@ adapter_metrics! {
         => "pods_state", "Pods, one series each with its node, node pool and phase";
     pods_startup_duration: Histogram = Histogram::new(exponential_buckets(0.5, 2.0, 14))
         => "pods_startup_duration_seconds", "Time from a pod's creation to it being Ready";
+    pods_bound_duration: Histogram = duration_buckets()
+        => "pods_bound_duration_seconds", "The time from pod creation until the pod is bound";
+    pods_scheduling_decision_duration: Histogram = duration_buckets()
+        => "pods_scheduling_decision_duration_seconds", "The time it takes for Karpenter to first try to schedule a pod after it's been seen";
+    pods_provisioning_bound_duration: Histogram = duration_buckets()
+        => "pods_provisioning_bound_duration_seconds", "The time from when Karpenter first thinks the pod can schedule until it binds. Note: this calculated from a point in memory, not by the pod creation timestamp";
+    pods_provisioning_startup_duration: Histogram = duration_buckets()
+        => "pods_provisioning_startup_duration_seconds", "The time from when Karpenter first thinks the pod can schedule until the pod is running. Note: this calculated from a point in memory, not by the pod creation timestamp";
     pods_drained: Family<ReasonLabels, Counter>
         => "pods_drained", "Pods evicted or deleted by a drain";
     pods_eviction_requests: Family<CodeLabels, Counter>

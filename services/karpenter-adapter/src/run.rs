@@ -277,14 +277,7 @@ async fn lead(
     };
     let (snapshots, writes) =
         crate::state::watch::start(client.clone(), node_class.clone(), &watching, tasks);
-    {
-        let mut listed = snapshots.clone();
-        tasks.spawn(async move {
-            if listed.wait_for(|p| p.index.listed()).await.is_ok() {
-                synced.store(true, Ordering::SeqCst);
-            }
-        });
-    }
+    spawn_synced_flag(&snapshots, synced, tasks);
 
     let elector = Elector::new(
         lease_client,
@@ -325,6 +318,7 @@ async fn lead(
         evictions: Default::default(),
         deletion_costs: Default::default(),
         repair_policies: planned_repair(&settings, &info_policies),
+        scheduling_times: Default::default(),
     };
     let mut controllers = Controllers::default();
     spawn_controllers(&ctx, &snapshots, &mut controllers);
@@ -359,6 +353,21 @@ async fn lead(
         elector.release().await;
     }
     outcome
+}
+
+/// Sets `synced` (what `/readyz` answers) once the index has listed the
+/// cluster.
+fn spawn_synced_flag(
+    snapshots: &tokio::sync::watch::Receiver<Published>,
+    synced: Arc<AtomicBool>,
+    tasks: &mut JoinSet<()>,
+) {
+    let mut listed = snapshots.clone();
+    tasks.spawn(async move {
+        if listed.wait_for(|p| p.index.listed()).await.is_ok() {
+            synced.store(true, Ordering::SeqCst);
+        }
+    });
 }
 
 /// Asks the peers' health every 5 s; `karpenter_peer_up` reports it.

@@ -482,6 +482,18 @@ async fn node_metrics_say_what_each_node_holds() {
             .any(|l| l == "karpenter_cluster_state_unsynced_time_seconds 0.0"),
         "{metrics}"
     );
+    // The pod's scheduling, as Karpenter's pod metrics time it.
+    for histogram in [
+        "karpenter_pods_scheduling_decision_duration_seconds_count",
+        "karpenter_pods_bound_duration_seconds_count",
+        "karpenter_pods_provisioning_bound_duration_seconds_count",
+        "karpenter_pods_provisioning_startup_duration_seconds_count",
+    ] {
+        let count = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(histogram)?.strip_prefix(' '));
+        assert_eq!(count, Some("1"), "{histogram} in:\n{metrics}");
+    }
     assert!(
         metrics
             .lines()

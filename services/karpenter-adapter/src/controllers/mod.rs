@@ -66,6 +66,8 @@ pub struct Context {
     /// (the `NodeRepair` gate on, `--legacy-node-repair` off): the
     /// snapshot resolves each node's conditions against them.
     pub repair_policies: Option<Arc<karpenter_api::repair::Policies>>,
+    /// When provisioning first decided about and placed each pending pod.
+    pub scheduling_times: crate::state::scheduling_times::SchedulingTimes,
 }
 
 /// Durations the controllers run by; tests shorten them.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use karpenter_core::resources::Resources;
 
 use crate::state::index::PodEntry;
@@ -23,15 +24,34 @@ use crate::metrics::{
     AdapterMetrics, NodeLabels, PodStateLabels, ResourceTypeLabels, resource_type, resource_value,
 };
 use crate::state::index::Index;
+use crate::state::scheduling_times::SchedulingTimes;
 use crate::state::watch::Published;
 
 const EVERY: Duration = Duration::from_secs(5);
 
-/// Pods seen pending, and those whose startup was recorded.
+/// What the pod metrics have seen of each pod (by UID): when it was first
+/// seen pending, and which of its durations are recorded (each once).
 #[derive(Default)]
-pub struct Startups {
-    pending: HashSet<String>,
-    recorded: HashSet<String>,
+pub struct PodTimings {
+    seen: HashMap<String, Timestamp>,
+    decided: HashSet<String>,
+    bound: HashSet<String>,
+    started: HashSet<String>,
+}
+
+/// The pod durations one pass observed, in seconds.
+#[derive(Debug, Default, PartialEq)]
+pub struct PodDurations {
+    /// Creation to Ready.
+    pub startup: Vec<f64>,
+    /// Creation to bound.
+    pub bound: Vec<f64>,
+    /// First seen pending to provisioning's first decision about it.
+    pub decision: Vec<f64>,
+    /// Provisioning's first placement to bound.
+    pub provisioning_bound: Vec<f64>,
+    /// Provisioning's first placement to Ready.
+    pub provisioning_startup: Vec<f64>,
 }
 
 fn uid(pod: &PodEntry) -> String {
@@ -43,34 +63,63 @@ fn uid(pod: &PodEntry) -> String {
 pub fn startup_seconds(pod: &PodEntry) -> Option<f64> {
     let created = pod.metadata.creation_timestamp.as_ref()?.0;
     let at = pod.ready_since.as_ref()?.0;
-    Some(at.duration_since(created).as_secs_f64().max(0.0))
+    Some(seconds_between(created, at))
 }
 
-impl Startups {
-    /// The startups to record in `index` (each pod once).
-    pub fn observe(&mut self, index: &Index) -> Vec<f64> {
+fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+impl PodTimings {
+    /// The durations to record in `index` at `now` (each pod's once, for
+    /// pods seen pending), with provisioning's `times`; forgets pods that
+    /// left, here and in `times`.
+    pub fn observe(
+        &mut self,
+        index: &Index,
+        times: &SchedulingTimes,
+        now: Timestamp,
+    ) -> PodDurations {
         let mut present = HashSet::new();
-        let mut out = Vec::new();
-        for pod in index.pods.iter() {
+        let mut out = PodDurations::default();
+        for pod in index.pods.iter().filter(|p| !p.is_terminal()) {
             let id = uid(pod);
-            if pod.is_terminal() {
-                continue;
-            }
-            let phase = pod.phase.as_deref();
             present.insert(id.clone());
-            if phase == Some("Pending") || phase.is_none() {
-                self.pending.insert(id.clone());
+            if matches!(pod.phase.as_deref(), Some("Pending") | None) && pod.node_name.is_none() {
+                self.seen.entry(id.clone()).or_insert(now);
             }
-            if self.pending.contains(&id)
-                && !self.recorded.contains(&id)
-                && let Some(seconds) = startup_seconds(pod)
+            let Some(seen) = self.seen.get(&id).copied() else {
+                continue;
+            };
+            let provisioning = times.get(&id);
+            if let Some(decided) = provisioning.decided
+                && self.decided.insert(id.clone())
             {
-                self.recorded.insert(id);
-                out.push(seconds);
+                out.decision.push(seconds_between(seen, decided));
+            }
+            let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            if let Some(bound) = pod.scheduled_since.as_ref().map(|t| t.0)
+                && self.bound.insert(id.clone())
+            {
+                out.bound.extend(created.map(|c| seconds_between(c, bound)));
+                let placed = provisioning.placed.map(|p| seconds_between(p, bound));
+                out.provisioning_bound.extend(placed);
+            }
+            if let Some(ready) = pod.ready_since.as_ref().map(|t| t.0)
+                && self.started.insert(id.clone())
+            {
+                out.startup
+                    .extend(created.map(|c| seconds_between(c, ready)));
+                let placed = provisioning.placed.map(|p| seconds_between(p, ready));
+                out.provisioning_startup.extend(placed);
             }
         }
-        self.pending.retain(|id| present.contains(id));
-        self.recorded.retain(|id| present.contains(id));
+        self.seen.retain(|id, _| present.contains(id));
+        for done in [&mut self.decided, &mut self.bound, &mut self.started] {
+            done.retain(|id| present.contains(id));
+        }
+        // A pod that started needs provisioning's times no more.
+        times.retain(|id| present.contains(id) && !self.started.contains(id));
         out
     }
 }
@@ -94,7 +143,7 @@ impl Unsynced {
     }
 }
 
-fn record(ctx: &Context, index: &Index, startups: &mut Startups, unsynced: &mut Unsynced) {
+fn record(ctx: &Context, index: &Index, timings: &mut PodTimings, unsynced: &mut Unsynced) {
     let metrics = &ctx.metrics;
     let synced = index.synced(ctx.node_class_kind());
     metrics.cluster_state_synced.set(i64::from(synced));
@@ -132,8 +181,28 @@ fn record(ctx: &Context, index: &Index, startups: &mut Startups, unsynced: &mut 
             })
             .set(1);
     }
-    for seconds in startups.observe(index) {
-        metrics.pods_startup_duration.observe(seconds);
+    let now = Timestamp::now();
+    let durations = timings.observe(index, &ctx.scheduling_times, now);
+    let histograms = [
+        (&metrics.pods_startup_duration, &durations.startup),
+        (&metrics.pods_bound_duration, &durations.bound),
+        (
+            &metrics.pods_scheduling_decision_duration,
+            &durations.decision,
+        ),
+        (
+            &metrics.pods_provisioning_bound_duration,
+            &durations.provisioning_bound,
+        ),
+        (
+            &metrics.pods_provisioning_startup_duration,
+            &durations.provisioning_startup,
+        ),
+    ];
+    for (histogram, seconds) in histograms {
+        for value in seconds {
+            histogram.observe(*value);
+        }
     }
     record_nodes(metrics, index, &ctx.info.well_known_labels);
 }
@@ -346,11 +415,11 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
     if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
         return;
     }
-    let mut startups = Startups::default();
+    let mut timings = PodTimings::default();
     let mut unsynced = Unsynced::default();
     loop {
         let index = snapshots.borrow().index.clone();
-        record(&ctx, &index, &mut startups, &mut unsynced);
+        record(&ctx, &index, &mut timings, &mut unsynced);
         tokio::time::sleep(EVERY).await;
     }
 }
@@ -380,21 +449,89 @@ mod tests {
 
     #[test]
     fn a_pod_seen_pending_has_its_startup_recorded_once() {
-        let mut startups = Startups::default();
+        let times = SchedulingTimes::default();
+        let now = Timestamp::now();
+        let mut timings = PodTimings::default();
         let mut index = Index::default();
         index.apply(Update::Pod(Event::Apply(pod("Pending", None))));
-        assert!(startups.observe(&index).is_empty());
+        assert_eq!(
+            timings.observe(&index, &times, now),
+            PodDurations::default()
+        );
         index.apply(Update::Pod(Event::Apply(pod(
             "Running",
             Some("2026-01-01T00:00:42Z"),
         ))));
-        assert_eq!(startups.observe(&index), [42.0]);
-        assert!(startups.observe(&index).is_empty(), "once");
-
-        let mut fresh = Startups::default();
+        assert_eq!(timings.observe(&index, &times, now).startup, [42.0]);
         assert!(
-            fresh.observe(&index).is_empty(),
+            timings.observe(&index, &times, now).startup.is_empty(),
+            "once"
+        );
+
+        let mut fresh = PodTimings::default();
+        assert!(
+            fresh.observe(&index, &times, now).startup.is_empty(),
             "never seen pending: not a startup"
+        );
+    }
+
+    /// Karpenter's pod scheduling metrics: seen pending, decided about and
+    /// placed by provisioning, bound, Ready; each duration once.
+    #[test]
+    fn a_provisioned_pod_has_its_scheduling_durations_recorded_once() {
+        let created = "2026-01-01T00:00:00Z";
+        let base = Timestamp::from_second(1_767_225_600).unwrap_or_else(|e| panic!("{e}"));
+        let seconds = |s: i64| {
+            base.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(s))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let entry = |status: serde_json::Value, node: Option<&str>| {
+            PodEntry::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "p", "namespace": "default", "uid": "u1", "creationTimestamp": created},
+                    "spec": {"containers": [{"name": "c"}], "nodeName": node},
+                    "status": status
+                }))
+                .unwrap_or_else(|e| panic!("{e}")),
+            )
+        };
+        let times = SchedulingTimes::default();
+        let mut timings = PodTimings::default();
+        let mut index = Index::default();
+        index.apply(Update::Pod(Event::Apply(entry(
+            json!({"phase": "Pending"}),
+            None,
+        ))));
+        timings.observe(&index, &times, seconds(2));
+        times.record("u1", true, seconds(5));
+        let decided = timings.observe(&index, &times, seconds(6));
+        assert_eq!(decided.decision, [3.0], "seen at 2 s, decided at 5 s");
+        let scheduled = json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:20Z"}]});
+        index.apply(Update::Pod(Event::Apply(entry(scheduled, Some("n1")))));
+        let bound = timings.observe(&index, &times, seconds(21));
+        assert_eq!(
+            (bound.bound, bound.provisioning_bound),
+            (vec![20.0], vec![15.0])
+        );
+        let running = json!({"phase": "Running", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:20Z"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:30Z"}]});
+        index.apply(Update::Pod(Event::Apply(entry(running, Some("n1")))));
+        let started = timings.observe(&index, &times, seconds(31));
+        assert_eq!(
+            (started.startup, started.provisioning_startup),
+            (vec![30.0], vec![25.0])
+        );
+        assert_eq!(
+            timings.observe(&index, &times, seconds(40)),
+            PodDurations::default(),
+            "once"
+        );
+        assert_eq!(
+            times.get("u1"),
+            Default::default(),
+            "a started pod's times are forgotten"
         );
     }
 

@@ -8,4 +8,5 @@ pub mod created_claims;
 pub mod index;
 pub mod nominations;
 pub mod pod_entry;
+pub mod scheduling_times;
 pub mod watch;

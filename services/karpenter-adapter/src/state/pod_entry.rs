@@ -37,6 +37,8 @@ pub struct PodEntry {
     pub start_time: Option<Time>,
     /// When the pod's `Ready` condition last became `True`, while it is.
     pub ready_since: Option<Time>,
+    /// When the pod was bound (its `PodScheduled` condition became `True`).
+    pub scheduled_since: Option<Time>,
     /// Karpenter provisions for it ([`karpenter_snapshot::provisionable`]).
     pub provisionable: bool,
     prepared: PreparedObject,
@@ -54,12 +56,16 @@ impl PodEntry {
         let provisionable = karpenter_snapshot::provisionable(&pod);
         let spec = pod.spec.unwrap_or_default();
         let status = pod.status.unwrap_or_default();
-        let ready_since = status
-            .conditions
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready" && c.status == "True")
-            .and_then(|c| c.last_transition_time);
+        let since = |kind: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == kind && c.status == "True")
+                .and_then(|c| c.last_transition_time.clone())
+        };
+        let ready_since = since("Ready");
+        let scheduled_since = since("PodScheduled");
         let mut metadata = pod.metadata;
         metadata.labels = None;
         Self {
@@ -71,6 +77,7 @@ impl PodEntry {
             phase: status.phase,
             start_time: status.start_time,
             ready_since,
+            scheduled_since,
             provisionable,
             prepared,
         }

@@ -143,6 +143,7 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         unschedulable = solved.unschedulable.len(),
         "computed new nodeclaim(s) to fit pod(s)"
     );
+    record_scheduling_times(ctx, &solved);
     let created = create_all(ctx, index, &pools, &solved.node_claims, "provisioned").await;
     nominate_existing(ctx, index, &solved.existing_nodes);
     if !index.capacity_buffers.is_empty() {
@@ -163,6 +164,23 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         }
     }
     created
+}
+
+/// When this Solve first decided about each pod, and first placed it (for
+/// Karpenter's pod scheduling metrics).
+fn record_scheduling_times(ctx: &Context, solved: &sched::SolveResponse) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let placed = solved
+        .node_claims
+        .iter()
+        .flat_map(|claim| &claim.pods)
+        .chain(solved.existing_nodes.iter().flat_map(|node| &node.pods));
+    for pod in placed {
+        ctx.scheduling_times.record(&pod.uid, true, now);
+    }
+    for pod in solved.unschedulable.iter().filter_map(|u| u.pod.as_ref()) {
+        ctx.scheduling_times.record(&pod.uid, false, now);
+    }
 }
 
 /// How long a pool's `NoCompatibleInstanceTypes` is not repeated.
