@@ -537,6 +537,7 @@ fn response() -> sched::PlanDisruptionResponse {
         unconsolidatable: vec![],
         rejected_moves: vec![],
         deletion_costs: vec![],
+        pool_budgets: vec![],
     }
 }
 

@@ -262,6 +262,16 @@ pub fn plan_response(
         blocked: blocked_candidates(&plan.blocked),
         repair_blocked: blocked_candidates(&plan.repair_blocked),
         unconsolidatable: blocked_candidates(&plan.unconsolidatable),
+        pool_budgets: plan
+            .budgets
+            .iter()
+            .map(|b| sched::NodePoolBudget {
+                node_pool: b.node_pool.clone(),
+                reason: disruption_reason(b.reason) as i32,
+                allowed: b.allowed,
+                disrupting: b.disrupting,
+            })
+            .collect(),
         deletion_costs: plan
             .deletion_costs
             .iter()

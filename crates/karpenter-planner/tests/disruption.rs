@@ -2219,3 +2219,29 @@ fn a_reboot_needs_a_drain_bound_past_blocking_pods_and_takes_no_pods() {
         .expect("the drifted neighbour replaced");
     assert!(!drift.placements.contains_key("sick"), "{drift:?}");
 }
+
+/// Karpenter's `allowed_disruptions` and `nodes_consuming_budgets`: each
+/// pool's budget for each reason on the cluster as given, the NotReady node
+/// consuming every reason's budget but repair's.
+#[test]
+fn the_plan_reports_each_pools_budget_per_reason() {
+    let mut scenario = with_busy_neighbours(vec![unhealthy(managed(
+        "a",
+        "medium",
+        "on-demand",
+        "test-zone-1",
+    ))]);
+    let mut unhealthy_budget = budget("0");
+    unhealthy_budget.reasons = vec![Reason::Unhealthy];
+    scenario.pool().budgets = vec![budget("2"), unhealthy_budget];
+    let plan = scenario.plan();
+    let of = |reason: Reason| {
+        plan.budgets
+            .iter()
+            .find(|b| b.node_pool == "np" && b.reason == reason)
+            .map(|b| (b.allowed, b.disrupting))
+    };
+    assert_eq!(of(Reason::Underutilized), Some((2, 1)));
+    assert_eq!(of(Reason::Drifted), Some((2, 1)));
+    assert_eq!(of(Reason::Unhealthy), Some((0, 0)));
+}

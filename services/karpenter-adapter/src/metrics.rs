@@ -75,6 +75,13 @@ pub struct PoolDecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub nodepool: String,
+    /// Karpenter's disruption reason (`Underutilized`, `Empty`, ...).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConsolidationTypeLabels {
     /// `empty`, `single`, `multi`, or empty outside consolidation.
     pub consolidation_type: String,
@@ -486,6 +493,10 @@ adapter_metrics! {
         => "nodepools_usage", "Resources the node pool's nodes have";
     nodepool_limit: Family<ResourceLabels, FloatGauge>
         => "nodepools_limit", "The node pool's limits";
+    nodepool_allowed_disruptions: Family<PoolReasonLabels, Gauge>
+        => "nodepools_allowed_disruptions", "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be deleted at any point";
+    nodepool_disrupting_nodes: Family<PoolReasonLabels, Gauge>
+        => "nodepools_nodes_consuming_budgets", "The number of nodes consuming the budget of a nodepool at a point in time. Labeled by NodePool";
 
     // Each node's resources (Karpenter's metrics.node controller).
     nodes_allocatable: Family<NodeResourceLabels, FloatGauge>

@@ -96,6 +96,15 @@ async fn empty_nodes_go_away_after_consolidate_after() {
         )),
         "{metrics}"
     );
+    for budget in [
+        "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Empty\"}",
+        "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"}",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(budget)),
+            "{budget} in:\n{metrics}"
+        );
+    }
     adapter.stop().await;
 }
 

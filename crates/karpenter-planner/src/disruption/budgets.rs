@@ -16,9 +16,54 @@ fn budget_active(budget: &crate::model::Budget, now: i64) -> bool {
         .is_none_or(|(cron, duration)| cron.fired_within(now.saturating_sub(*duration), now))
 }
 
+/// A pool's budget for a reason now: the nodes its budgets allow to be
+/// disrupting at once, and those that already are (Karpenter's
+/// `allowed_disruptions` and `nodes_consuming_budgets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolBudget {
+    pub node_pool: String,
+    pub reason: Reason,
+    pub allowed: i64,
+    pub disrupting: i64,
+}
+
+/// Every pool's budget for each reason disruption acts for, on the cluster
+/// as given.
+pub fn pool_budgets(cluster: &Cluster) -> Vec<PoolBudget> {
+    let reasons = [
+        Reason::Empty,
+        Reason::Underutilized,
+        Reason::Drifted,
+        Reason::Unhealthy,
+    ];
+    let mut out = Vec::new();
+    for reason in reasons {
+        for (pool_index, (allowed, disrupting)) in budgets(cluster, reason) {
+            out.push(PoolBudget {
+                node_pool: cluster.node_pools[pool_index].name.clone(),
+                reason,
+                // No budget applying allows every node; reported as
+                // Karpenter reports it (math.MaxInt32).
+                allowed: allowed.min(i64::from(i32::MAX)),
+                disrupting,
+            });
+        }
+    }
+    out
+}
+
 /// How many more nodes of each pool may be disrupted for `reason` now.
 pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize, i64> {
-    let mut mapping = HashMap::new();
+    budgets(cluster, reason)
+        .into_iter()
+        .map(|(pool, (allowed, disrupting))| (pool, allowed.saturating_sub(disrupting).max(0)))
+        .collect()
+}
+
+/// Each pool's allowed disruptions for `reason` and its nodes disrupting
+/// now, by pool index.
+fn budgets(cluster: &Cluster, reason: Reason) -> Vec<(usize, (i64, i64))> {
+    let mut mapping = Vec::new();
     for (pool_index, pool) in cluster.node_pools.iter().enumerate() {
         // Only initialized nodes count (a node still starting would round a
         // percentage up against the nodes already serving), and not those
@@ -57,7 +102,7 @@ pub(super) fn budget_mapping(cluster: &Cluster, reason: Reason) -> HashMap<usize
             };
             allowed = allowed.min(value);
         }
-        mapping.insert(pool_index, allowed.saturating_sub(disrupting).max(0));
+        mapping.push((pool_index, (allowed, disrupting)));
     }
     mapping
 }

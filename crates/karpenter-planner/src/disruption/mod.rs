@@ -43,6 +43,7 @@
 
 mod apply;
 mod budgets;
+pub use budgets::PoolBudget;
 mod candidates;
 mod consolidation;
 pub mod deletion_cost;
@@ -152,6 +153,8 @@ pub struct DisruptionPlan {
     /// With `manages_deletion_cost`: the pod-deletion-cost of each managed
     /// node's pods, ranked on the cluster as given.
     pub deletion_costs: Vec<deletion_cost::NodeDeletionCost>,
+    /// Every pool's budget for each reason, on the cluster as given.
+    pub budgets: Vec<PoolBudget>,
 }
 
 /// Plans every disruption Karpenter would carry out, from this snapshot on.
@@ -165,6 +168,7 @@ pub fn plan(
     let mut plan = DisruptionPlan {
         cost_before: managed_cost(cluster),
         lower_bound: lower_bound(cluster),
+        budgets: budgets::pool_budgets(cluster),
         deletion_costs: if options.manages_deletion_cost {
             deletion_cost::ranking(&state)
         } else {

@@ -31,7 +31,9 @@ use tokio::time::Instant;
 use crate::controllers::Context;
 use crate::error::{Error, Result};
 use crate::events::{Event, Kind};
-use crate::metrics::{ConsolidationTypeLabels, CostLabels, DecisionLabels, PoolDecisionLabels};
+use crate::metrics::{
+    ConsolidationTypeLabels, CostLabels, DecisionLabels, PoolDecisionLabels, PoolReasonLabels,
+};
 use crate::scheduling;
 use crate::state::index::Index;
 use crate::state::watch::Published;
@@ -133,6 +135,7 @@ async fn pass(
     }
     *next_plan = Instant::now() + ctx.timing.disruption_poll;
     let (pools, plan) = plan(ctx, index).await?;
+    record_budgets(ctx, &plan.pool_budgets);
     rejections.count(ctx, index, &plan.rejected_moves);
     let (now, later): (Vec<_>, Vec<_>) = plan
         .commands
@@ -196,6 +199,24 @@ async fn start(
             .disruption_decisions_by_pool
             .get_or_create(&labels)
             .inc();
+    }
+}
+
+/// Karpenter's budget gauges, per pool and reason, from the plan.
+fn record_budgets(ctx: &Context, budgets: &[sched::NodePoolBudget]) {
+    for budget in budgets {
+        let labels = PoolReasonLabels {
+            nodepool: budget.node_pool.clone(),
+            reason: validation::reason_name(budget.reason()).to_owned(),
+        };
+        ctx.metrics
+            .nodepool_allowed_disruptions
+            .get_or_create(&labels)
+            .set(budget.allowed);
+        ctx.metrics
+            .nodepool_disrupting_nodes
+            .get_or_create(&labels)
+            .set(budget.disrupting);
     }
 }
 

@@ -23,7 +23,12 @@ pub fn needs_validation(command: &sched::DisruptionCommand) -> bool {
 
 /// The budget reason of a command, as Karpenter writes it.
 pub fn reason(command: &sched::DisruptionCommand) -> &'static str {
-    match command.reason() {
+    reason_name(command.reason())
+}
+
+/// Karpenter's name of a disruption reason.
+pub fn reason_name(reason: DisruptionReason) -> &'static str {
+    match reason {
         DisruptionReason::Empty => "Empty",
         DisruptionReason::Drifted => "Drifted",
         DisruptionReason::Expired => "Expired",
