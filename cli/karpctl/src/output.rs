@@ -210,7 +210,7 @@ pub fn disrupt_value(response: &sched::PlanDisruptionResponse) -> Value {
         .iter()
         .map(|b| json!({"node": b.node, "reason": b.reason}))
         .collect();
-    let cost = response.cost.unwrap_or_default();
+    let cost = response.cost.clone().unwrap_or_default();
     json!({
         "commands": commands,
         "blocked": blocked,

@@ -531,6 +531,7 @@ fn response() -> sched::PlanDisruptionResponse {
             before: 0.96,
             after: 0.48,
             lower_bound: 0.3,
+            ..Default::default()
         }),
         candidates_evaluated: 6,
         rejected: vec![],

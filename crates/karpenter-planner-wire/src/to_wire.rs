@@ -295,6 +295,7 @@ pub fn plan_response(
             before: plan.cost_before,
             after: plan.cost_after,
             lower_bound: plan.lower_bound,
+            node_pools: plan.pool_costs.clone().into_iter().collect(),
         }),
         candidates_evaluated: i32::try_from(plan.candidates_evaluated).unwrap_or(i32::MAX),
         // Pending pods only matter to disruption as pods to place; one that

@@ -1130,7 +1130,7 @@ fn a_plan_response_carries_commands_cost_and_rejected_pending_pods() {
     assert_eq!(command.candidates, vec!["big"]);
     assert_eq!(command.replacements.len(), 1);
     assert_eq!(command.replacements[0].pods[0].uid, "uid-big-p");
-    let cost = response.cost.unwrap();
+    let cost = response.cost.clone().unwrap();
     assert!((cost.before - 3.2).abs() < 1e-9 && cost.after < cost.before);
     assert!(response.candidates_evaluated >= 1);
     // The same request, the same bytes.

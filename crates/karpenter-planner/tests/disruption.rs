@@ -2244,4 +2244,8 @@ fn the_plan_reports_each_pools_budget_per_reason() {
     assert_eq!(of(Reason::Underutilized), Some((2, 1)));
     assert_eq!(of(Reason::Drifted), Some((2, 1)));
     assert_eq!(of(Reason::Unhealthy), Some((0, 0)));
+    // What each pool costs now (one pool here: all of it).
+    assert_eq!(plan.pool_costs.keys().collect::<Vec<_>>(), ["np"]);
+    assert!((plan.pool_costs["np"] - plan.cost_before).abs() < 1e-9);
+    assert!(plan.cost_before > 0.0);
 }

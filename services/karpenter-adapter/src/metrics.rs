@@ -479,6 +479,8 @@ adapter_metrics! {
         => "scheduler_scheduling_duration_seconds", "Time to plan a provisioning batch, Solve included";
     ignored_pods: Gauge
         => "scheduler_ignored_pods_count", "Number of pods ignored during scheduling by Karpenter";
+    queue_depth: Gauge
+        => "scheduler_queue_depth", "The number of pods currently waiting to be scheduled";
     unschedulable_pods: Family<ControllerLabels, Gauge>
         => "scheduler_unschedulable_pods_count", "Pending pods the last plan could not place";
 
@@ -493,6 +495,8 @@ adapter_metrics! {
         => "nodepools_usage", "Resources the node pool's nodes have";
     nodepool_limit: Family<ResourceLabels, FloatGauge>
         => "nodepools_limit", "The node pool's limits";
+    nodepool_cost: Family<PoolLabels, FloatGauge>
+        => "nodepools_cost_total", "Total cost of the nodepool from Karpenter's perspective, per hour at the last disruption plan. Units are determined by the cloud provider. Not an authoritative source for billing. Includes modifications due to NodeOverlays";
     nodepool_allowed_disruptions: Family<PoolReasonLabels, Gauge>
         => "nodepools_allowed_disruptions", "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be deleted at any point";
     nodepool_disrupting_nodes: Family<PoolReasonLabels, Gauge>

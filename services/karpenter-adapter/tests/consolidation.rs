@@ -99,6 +99,7 @@ async fn empty_nodes_go_away_after_consolidate_after() {
     for budget in [
         "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Empty\"}",
         "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"}",
+        "karpenter_nodepools_cost_total{nodepool=\"default\"}",
     ] {
         assert!(
             metrics.lines().any(|l| l.starts_with(budget)),

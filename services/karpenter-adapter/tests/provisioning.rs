@@ -500,6 +500,12 @@ async fn node_metrics_say_what_each_node_holds() {
             .any(|l| l == "karpenter_scheduler_ignored_pods_count 0"),
         "{metrics}"
     );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "karpenter_scheduler_queue_depth 0"),
+        "no batch waiting: {metrics}"
+    );
     assert_eq!(
         sample(&metrics, "leader_election_master_status", &[]),
         Some(1.0),

@@ -147,6 +147,8 @@ pub struct DisruptionPlan {
     /// `NodeRepairBlocked`), for nodes no command took.
     pub repair_blocked: BTreeMap<String, String>,
     pub cost_before: f64,
+    /// `cost_before` by node pool.
+    pub pool_costs: BTreeMap<String, f64>,
     pub cost_after: f64,
     pub lower_bound: f64,
     pub candidates_evaluated: usize,
@@ -167,6 +169,7 @@ pub fn plan(
     candidates::settle_eviction_costs(&mut state, options.manages_deletion_cost);
     let mut plan = DisruptionPlan {
         cost_before: managed_cost(cluster),
+        pool_costs: pool_costs(cluster),
         lower_bound: lower_bound(cluster),
         budgets: budgets::pool_budgets(cluster),
         deletion_costs: if options.manages_deletion_cost {
@@ -325,10 +328,18 @@ fn buffer_hosts(prepared: &Prepared<'_>, state: &Cluster) -> BTreeSet<String> {
 
 /// What the managed nodes not being deleted cost per hour.
 fn managed_cost(cluster: &Cluster) -> f64 {
-    cluster
+    pool_costs(cluster).values().sum()
+}
+
+/// What each pool's managed nodes cost per hour.
+fn pool_costs(cluster: &Cluster) -> BTreeMap<String, f64> {
+    let mut costs = BTreeMap::new();
+    for node in cluster
         .nodes
         .iter()
         .filter(|n| n.is_managed() && !n.marked_for_deletion)
-        .map(|n| node_price(cluster, n))
-        .sum()
+    {
+        *costs.entry(node.node_pool.clone()).or_insert(0.0) += node_price(cluster, node);
+    }
+    costs
 }

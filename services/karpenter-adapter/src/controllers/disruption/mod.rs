@@ -293,6 +293,13 @@ async fn plan(
                 })
                 .set(value);
         }
+        ctx.metrics.nodepool_cost.clear();
+        for (nodepool, value) in &cost.node_pools {
+            let labels = crate::metrics::PoolLabels {
+                nodepool: nodepool.clone(),
+            };
+            ctx.metrics.nodepool_cost.get_or_create(&labels).set(*value);
+        }
     }
     Ok((pools, plan))
 }

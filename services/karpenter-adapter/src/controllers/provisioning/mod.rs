@@ -120,11 +120,12 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let virtual_pods = virtual_pods(&built);
-    let solved = ctx
-        .clients
-        .solve(built, scheduling::options(ctx))
-        .await
-        .map_err(Error::peer("Solve"))?;
+    // The batch's pods wait for this Solve; none once it answered.
+    let queued = i64::try_from(pending).unwrap_or(i64::MAX);
+    ctx.metrics.queue_depth.set(queued);
+    let solved = ctx.clients.solve(built, scheduling::options(ctx)).await;
+    ctx.metrics.queue_depth.set(0);
+    let solved = solved.map_err(Error::peer("Solve"))?;
     ctx.metrics
         .scheduling_duration
         .get_or_create(&ControllerLabels {
