@@ -2142,7 +2142,12 @@ fn a_static_pools_unhealthy_node_is_replaced_by_its_template() {
     assert_eq!(replacement.node_pool, "np");
     assert!(replacement.instance_types.is_empty() && replacement.pods.is_empty());
     scenario.pool().replicas = Some(4);
-    assert!(repaired(&scenario.plan()).is_empty(), "scaling down");
+    let plan = scenario.plan();
+    assert!(repaired(&plan).is_empty(), "scaling down");
+    assert!(
+        !plan.blocked.get("s0").is_some_and(|b| b.contains("static")),
+        "it waits without a word: {plan:?}"
+    );
     scenario.pool().replicas = Some(5);
     scenario
         .pool()
@@ -2152,7 +2157,7 @@ fn a_static_pools_unhealthy_node_is_replaced_by_its_template() {
     assert!(repaired(&plan).is_empty());
     assert_eq!(
         plan.blocked.get("s0").map(String::as_str),
-        Some("static NodePool \"np\" has no node limit available for a replacement")
+        Some("static NodePool is at its node limit and cannot stage a replacement")
     );
 }
 

@@ -75,9 +75,11 @@ pub(super) fn command<'c>(
         let prepared = prepared.get_or_insert_with(|| Prepared::new(state, scheduling));
         match repair_command(prepared, state, &candidate) {
             Ok(command) => return Some(command),
-            Err(reason) => {
+            Err(Some(reason)) => {
                 blocked.insert(node.name.clone(), reason);
             }
+            // Waits without a word (a static pool scaling down), as Karpenter's.
+            Err(None) => {}
         }
     }
     None
@@ -139,16 +141,17 @@ fn pool_health(state: &Cluster, pool: &str) -> (usize, usize) {
     (unhealthy, nodes.len())
 }
 
-/// How `candidate` is repaired, or why it cannot be now.
+/// How `candidate` is repaired, or why it cannot be now (`None`: it waits
+/// and nothing is said).
 fn repair_command(
     prepared: &Prepared<'_>,
     state: &Cluster,
     candidate: &Candidate,
-) -> Result<Command, String> {
+) -> Result<Command, Option<String>> {
     let node = &state.nodes[candidate.node];
     let pool = &state.node_pools[candidate.pool];
     let Some(repair) = node.disruption.repair.as_ref() else {
-        return Err("no repair policy matches".into());
+        return Err(None);
     };
     let mut command = Command {
         reason: Reason::Unhealthy,
@@ -168,7 +171,8 @@ fn repair_command(
         .termination_grace_period
         .or(node.disruption.termination_grace_period);
     if drain_bound.is_none() && pod_blocks(state, node).is_some() {
-        return Err("repair requires a termination grace period to bypass blocking pods".into());
+        let why = "repair requires a termination grace period to bypass blocking pods";
+        return Err(Some(why.into()));
     }
     if repair.reboot {
         return Ok(command);
@@ -189,7 +193,7 @@ fn repair_command(
     }
     let moved = move_pods(prepared, state, &[candidate.node], &moving, None);
     if let Some(reason) = moved.stranded {
-        return Err(reason);
+        return Err(Some(reason));
     }
     command.savings_per_hour = candidate.price - moved.replacement_price();
     command.replacements = moved.replacements;
@@ -198,17 +202,14 @@ fn repair_command(
 }
 
 /// Whether a static pool may stage a replacement now: not while it holds
-/// more claims than `replicas` (a scale down is under way), nor past
-/// `limits.nodes`.
-fn static_room(state: &Cluster, pool: &crate::model::NodePool) -> Result<(), String> {
+/// more claims than `replicas` (a scale down is under way: it waits without
+/// a word, as Karpenter's), nor past `limits.nodes`.
+fn static_room(state: &Cluster, pool: &crate::model::NodePool) -> Result<(), Option<String>> {
     let claims = state.nodes.iter().filter(|n| n.node_pool == pool.name);
     let staying = claims.clone().filter(|n| !n.marked_for_deletion).count();
     let replicas = pool.replicas.unwrap_or(0);
     if i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
-        return Err(format!(
-            "static NodePool {:?} is still scaling down",
-            pool.name
-        ));
+        return Err(None);
     }
     let count = i64::try_from(claims.count()).unwrap_or(i64::MAX);
     if pool
@@ -216,10 +217,8 @@ fn static_room(state: &Cluster, pool: &crate::model::NodePool) -> Result<(), Str
         .get(NODES_LIMIT)
         .is_some_and(|limit| count >= *limit)
     {
-        return Err(format!(
-            "static NodePool {:?} has no node limit available for a replacement",
-            pool.name
-        ));
+        let why = "static NodePool is at its node limit and cannot stage a replacement";
+        return Err(Some(why.into()));
     }
     Ok(())
 }
