@@ -340,8 +340,10 @@ pub async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// Prometheus' text exposition format.
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// What the page is: prometheus-client writes OpenMetrics text (counters
+/// declared by their family name, samples in `_total`, a closing `# EOF`),
+/// which Prometheus parses as such only when told.
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 async fn metrics_handler(
     State(state): State<HttpState>,

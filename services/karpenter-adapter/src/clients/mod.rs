@@ -482,10 +482,12 @@ fn record_provider_call(
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
     if let Some(status) = error {
-        let error = match status.code() {
-            Code::NotFound => "NodeClaimNotFoundError",
-            Code::ResourceExhausted => "InsufficientCapacityError",
-            Code::FailedPrecondition if method == "Create" => "NodeClassNotReadyError",
+        // Karpenter's names for the answers its decorator recognizes, from
+        // the calls that give them (the proto says which).
+        let error = match (method, status.code()) {
+            ("Get" | "Delete" | "Reboot", Code::NotFound) => "NodeClaimNotFoundError",
+            ("Create", Code::ResourceExhausted) => "InsufficientCapacityError",
+            ("Create", Code::FailedPrecondition) => "NodeClassNotReadyError",
             _ => "",
         };
         metrics

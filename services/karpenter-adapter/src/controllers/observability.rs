@@ -21,7 +21,8 @@ use tokio::sync::watch;
 
 use crate::controllers::Context;
 use crate::metrics::{
-    AdapterMetrics, NodeLabels, PodStateLabels, ResourceTypeLabels, resource_type, resource_value,
+    AdapterMetrics, NodeLabels, NodeResourceLabels, PodStateLabels, ResourceTypeLabels,
+    resource_type, resource_value,
 };
 use crate::state::index::Index;
 use crate::state::scheduling_times::SchedulingTimes;
@@ -29,10 +30,14 @@ use crate::state::watch::Published;
 
 const EVERY: Duration = Duration::from_secs(5);
 
-/// What the pod metrics have seen of each pod (by UID): when it was first
-/// seen pending, and which of its durations are recorded (each once).
+/// What the pod metrics have seen of each pod (by UID): since when it is
+/// known pending (its creation, or this adapter's start for a pod older
+/// than that: what a poll every few seconds saw would be late by up to a
+/// poll), and which of its durations are recorded (each once).
 #[derive(Default)]
 pub struct PodTimings {
+    /// When this adapter began watching pods.
+    watching_since: Option<Timestamp>,
     seen: HashMap<String, Timestamp>,
     decided: HashSet<String>,
     bound: HashSet<String>,
@@ -82,11 +87,14 @@ impl PodTimings {
     ) -> PodDurations {
         let mut present = HashSet::new();
         let mut out = PodDurations::default();
+        let watching_since = *self.watching_since.get_or_insert(now);
         for pod in index.pods.iter().filter(|p| !p.is_terminal()) {
             let id = uid(pod);
             present.insert(id.clone());
-            if matches!(pod.phase.as_deref(), Some("Pending") | None) && pod.node_name.is_none() {
-                self.seen.entry(id.clone()).or_insert(now);
+            if matches!(pod.phase.as_deref(), Some("Pending") | None) {
+                let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                let known = created.map_or(watching_since, |c| c.max(watching_since));
+                self.seen.entry(id.clone()).or_insert(known);
             }
             let Some(seen) = self.seen.get(&id).copied() else {
                 continue;
@@ -143,13 +151,21 @@ impl Unsynced {
     }
 }
 
-fn record(ctx: &Context, index: &Index, timings: &mut PodTimings, unsynced: &mut Unsynced) {
+/// What the metrics passes carry from one to the next.
+#[derive(Default)]
+struct Passes {
+    timings: PodTimings,
+    unsynced: Unsynced,
+    nodes: NodeSeries,
+}
+
+fn record(ctx: &Context, index: &Index, pass: &mut Passes) {
     let metrics = &ctx.metrics;
     let synced = index.synced(ctx.node_class_kind());
     metrics.cluster_state_synced.set(i64::from(synced));
     metrics
         .cluster_state_unsynced_time
-        .set(unsynced.observe(synced));
+        .set(pass.unsynced.observe(synced));
     let in_flight = index
         .node_claims
         .iter()
@@ -182,7 +198,7 @@ fn record(ctx: &Context, index: &Index, timings: &mut PodTimings, unsynced: &mut
             .set(1);
     }
     let now = Timestamp::now();
-    let durations = timings.observe(index, &ctx.scheduling_times, now);
+    let durations = pass.timings.observe(index, &ctx.scheduling_times, now);
     let histograms = [
         (&metrics.pods_startup_duration, &durations.startup),
         (&metrics.pods_bound_duration, &durations.bound),
@@ -204,7 +220,7 @@ fn record(ctx: &Context, index: &Index, timings: &mut PodTimings, unsynced: &mut
             histogram.observe(*value);
         }
     }
-    record_nodes(metrics, index, &ctx.info.well_known_labels);
+    record_nodes(metrics, index, &ctx.info.well_known_labels, &mut pass.nodes);
 }
 
 /// What one node holds, as Karpenter's node metrics report it.
@@ -323,8 +339,23 @@ fn node_labels(
     )
 }
 
-/// Karpenter's `metrics.node` gauges, replaced as a whole each pass.
-fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) {
+/// The node metrics' series of the last pass, so that the next one sets
+/// its values first and then removes only the series that went (a scrape
+/// between clearing and refilling would see part of the cluster).
+#[derive(Default)]
+pub struct NodeSeries {
+    resources: HashSet<(usize, NodeResourceLabels)>,
+    lifetimes: HashSet<NodeLabels>,
+}
+
+/// Karpenter's `metrics.node` gauges: this pass's values, then the series
+/// of nodes (or resources) that went removed.
+fn record_nodes(
+    metrics: &AdapterMetrics,
+    index: &Index,
+    well_known: &[String],
+    series: &mut NodeSeries,
+) {
     let usage = node_usage(index);
     let per_resource_gauges = [
         &metrics.nodes_allocatable,
@@ -334,10 +365,7 @@ fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) 
         &metrics.nodes_total_daemon_requests,
         &metrics.nodes_total_daemon_limits,
     ];
-    for gauge in per_resource_gauges {
-        gauge.clear();
-    }
-    metrics.nodes_current_lifetime.clear();
+    let mut current = NodeSeries::default();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut interned = Interned::default();
     let mut allocatable_total = Resources::default();
@@ -349,30 +377,23 @@ fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) 
         let managed = index.claim_of(node).is_some();
         let labels = node_labels(node, managed, well_known, &mut interned);
         let per_resource = [
-            (&metrics.nodes_allocatable, &node_usage.allocatable),
-            (&metrics.nodes_system_overhead, &node_usage.system_overhead),
-            (&metrics.nodes_total_pod_requests, &node_usage.pod_requests),
-            (&metrics.nodes_total_pod_limits, &node_usage.pod_limits),
-            (
-                &metrics.nodes_total_daemon_requests,
-                &node_usage.daemon_requests,
-            ),
-            (
-                &metrics.nodes_total_daemon_limits,
-                &node_usage.daemon_limits,
-            ),
+            &node_usage.allocatable,
+            &node_usage.system_overhead,
+            &node_usage.pod_requests,
+            &node_usage.pod_limits,
+            &node_usage.daemon_requests,
+            &node_usage.daemon_limits,
         ];
-        for (gauge, resources) in per_resource {
+        for (family, resources) in per_resource.into_iter().enumerate() {
             for (name, value) in resources.to_map() {
-                let series = (
-                    labels.clone(),
-                    ResourceTypeLabels {
-                        resource_type: resource_type(&name),
-                    },
-                );
-                gauge
-                    .get_or_create(&series)
-                    .set(resource_value(&name, value));
+                let resource = ResourceTypeLabels {
+                    resource_type: resource_type(&name),
+                };
+                let key = (labels.clone(), resource);
+                let gauge = per_resource_gauges[family].get_or_create(&key);
+                gauge.set(resource_value(&name, value));
+                drop(gauge);
+                current.resources.insert((family, key));
             }
         }
         if let Some(created) = &node.metadata.creation_timestamp {
@@ -381,18 +402,40 @@ fn record_nodes(metrics: &AdapterMetrics, index: &Index, well_known: &[String]) 
                 .nodes_current_lifetime
                 .get_or_create(&labels)
                 .set(age);
+            current.lifetimes.insert(labels);
         }
         allocatable_total.add(&node_usage.allocatable);
         requested_total.add(&node_usage.pod_requests);
     }
-    metrics.cluster_utilization.clear();
-    for (name, percent) in utilization(&allocatable_total, &requested_total) {
+    for (family, key) in series.resources.difference(&current.resources) {
+        per_resource_gauges[*family].remove(key);
+    }
+    for labels in series.lifetimes.difference(&current.lifetimes) {
+        metrics.nodes_current_lifetime.remove(labels);
+    }
+    *series = current;
+    record_utilization(metrics, &allocatable_total, &requested_total);
+}
+
+/// `karpenter_cluster_utilization_percent`, per resource the nodes have.
+fn record_utilization(metrics: &AdapterMetrics, allocatable: &Resources, requested: &Resources) {
+    let percents = utilization(allocatable, requested);
+    for (name, percent) in &percents {
+        let labels = ResourceTypeLabels {
+            resource_type: resource_type(name),
+        };
         metrics
             .cluster_utilization
-            .get_or_create(&ResourceTypeLabels {
-                resource_type: resource_type(&name),
-            })
-            .set(percent);
+            .get_or_create(&labels)
+            .set(*percent);
+    }
+    for name in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        if !percents.contains_key(name) {
+            let labels = ResourceTypeLabels {
+                resource_type: resource_type(name),
+            };
+            metrics.cluster_utilization.remove(&labels);
+        }
     }
 }
 
@@ -415,11 +458,10 @@ pub async fn run(ctx: Context, mut snapshots: watch::Receiver<Published>) {
     if snapshots.wait_for(|p| p.index.listed()).await.is_err() {
         return;
     }
-    let mut timings = PodTimings::default();
-    let mut unsynced = Unsynced::default();
+    let mut passes = Passes::default();
     loop {
         let index = snapshots.borrow().index.clone();
-        record(&ctx, &index, &mut timings, &mut unsynced);
+        record(&ctx, &index, &mut passes);
         tokio::time::sleep(EVERY).await;
     }
 }
@@ -599,5 +641,36 @@ mod tests {
         assert!(unsynced.observe(false) >= 0.02);
         assert_eq!(unsynced.observe(true), 0.0, "synced again");
         assert!(unsynced.observe(false) < 0.01, "a new spell");
+    }
+
+    /// A node that went takes its series with it; the others keep theirs
+    /// throughout (set first, stale ones removed after).
+    #[test]
+    fn node_series_of_a_node_that_went_are_removed() {
+        let registry = karpenter_runtime::Metrics::new("karpenter");
+        let metrics = AdapterMetrics::register(&registry);
+        let node = |name: &str| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "3"}}
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut index = Index::default();
+        index.apply(Update::Node(Event::Apply(node("n1"))));
+        index.apply(Update::Node(Event::Apply(node("n2"))));
+        let mut series = NodeSeries::default();
+        record_nodes(&metrics, &index, &[], &mut series);
+        let page = registry.encode().unwrap_or_else(|e| panic!("{e}"));
+        assert!(page.contains("node_name=\"n1\"") && page.contains("node_name=\"n2\""));
+        index.apply(Update::Node(Event::Delete(node("n1"))));
+        record_nodes(&metrics, &index, &[], &mut series);
+        let page = registry.encode().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!page.contains("node_name=\"n1\""), "{page}");
+        let n2 = page
+            .lines()
+            .filter(|l| l.starts_with("karpenter_nodes_") && l.contains("node_name=\"n2\""))
+            .count();
+        assert_eq!(n2, 3, "allocatable, overhead and age of n2: {page}");
     }
 }

@@ -142,11 +142,6 @@ pub async fn run<R: Reconciler>(
                 &metrics,
             );
         }
-        let waiting = queue.due.values().filter(|at| **at <= now).count() + queue.dirty.len();
-        metrics
-            .workqueue_depth
-            .get_or_create(&queue_labels)
-            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
         let next_due = queue.due.values().min().copied();
         tokio::select! {
             changed = snapshots.changed() => {
@@ -192,7 +187,14 @@ fn spawn<R: Reconciler>(
     );
     tasks.spawn(
         async move {
+            // Waiting for a worker is the controller's queue depth.
+            let depth = metrics
+                .workqueue_depth
+                .get_or_create(&QueueLabels::of(R::NAME))
+                .clone();
+            depth.inc();
             let _permit = permits.acquire_owned().await;
+            depth.dec();
             let labels = ControllerLabels::of(R::NAME);
             let workers = metrics.active_workers.get_or_create(&labels).clone();
             workers.inc();

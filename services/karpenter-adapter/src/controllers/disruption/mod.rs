@@ -204,6 +204,9 @@ async fn start(
 
 /// Karpenter's budget gauges, per pool and reason, from the plan.
 fn record_budgets(ctx: &Context, budgets: &[sched::NodePoolBudget]) {
+    // A deleted pool's series go; the families are a few series a pool.
+    ctx.metrics.nodepool_allowed_disruptions.clear();
+    ctx.metrics.nodepool_disrupting_nodes.clear();
     for budget in budgets {
         let labels = PoolReasonLabels {
             nodepool: budget.node_pool.clone(),

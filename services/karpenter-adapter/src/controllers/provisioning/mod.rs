@@ -170,6 +170,11 @@ async fn provision(ctx: &Context, index: &Arc<Index>) -> Result<Vec<String>> {
 /// When this Solve first decided about each pod, and first placed it (for
 /// Karpenter's pod scheduling metrics).
 fn record_scheduling_times(ctx: &Context, solved: &sched::SolveResponse) {
+    // The observability pass reads and prunes them; it is off with
+    // cluster-state observability.
+    if ctx.settings.disable_cluster_state_observability {
+        return;
+    }
     let now = k8s_openapi::jiff::Timestamp::now();
     let placed = solved
         .node_claims
