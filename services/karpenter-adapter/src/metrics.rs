@@ -154,7 +154,22 @@ pub fn current_controller() -> &'static str {
 
 /// A resource's `resource_type` label, as Karpenter writes it.
 pub fn resource_type(name: &str) -> String {
+    label_name(name)
+}
+
+/// A Kubernetes name (a resource, the last part of a label key) as
+/// Karpenter writes it in a metric: lower case, dashes as underscores.
+pub fn label_name(name: &str) -> String {
     name.to_lowercase().replace('-', "_")
+}
+
+/// Seconds from `from` to `to`, never negative (a clock or a timestamp
+/// from the cluster may be ahead).
+pub fn seconds_between(
+    from: k8s_openapi::jiff::Timestamp,
+    to: k8s_openapi::jiff::Timestamp,
+) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
 }
 
 /// A quantity as Karpenter's metrics report it: CPU in cores (the integers

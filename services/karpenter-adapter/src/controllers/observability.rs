@@ -21,8 +21,8 @@ use tokio::sync::watch;
 
 use crate::controllers::Context;
 use crate::metrics::{
-    AdapterMetrics, NodeLabels, NodeResourceLabels, PodStateLabels, ResourceTypeLabels,
-    resource_type, resource_value,
+    AdapterMetrics, NodeLabels, NodeResourceLabels, PodStateLabels, ResourceTypeLabels, label_name,
+    resource_type, resource_value, seconds_between,
 };
 use crate::state::index::Index;
 use crate::state::scheduling_times::SchedulingTimes;
@@ -62,17 +62,6 @@ pub struct PodDurations {
 fn uid(pod: &PodEntry) -> String {
     pod.uid()
         .unwrap_or_else(|| format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()))
-}
-
-/// Seconds from creation to Ready, once the pod is Ready.
-pub fn startup_seconds(pod: &PodEntry) -> Option<f64> {
-    let created = pod.metadata.creation_timestamp.as_ref()?.0;
-    let at = pod.ready_since.as_ref()?.0;
-    Some(seconds_between(created, at))
-}
-
-fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
-    to.duration_since(from).as_secs_f64().max(0.0)
 }
 
 impl PodTimings {
@@ -323,7 +312,7 @@ fn node_labels(
         let Some((_, name)) = key.split_once('/') else {
             continue;
         };
-        let name = name.to_lowercase().replace('-', "_");
+        let name = label_name(name);
         let value = node_labels.get(key).cloned().unwrap_or_default();
         labels.entry(name).or_insert(value);
     }
@@ -397,7 +386,7 @@ fn record_nodes(
             }
         }
         if let Some(created) = &node.metadata.creation_timestamp {
-            let age = now.duration_since(created.0).as_secs_f64().max(0.0);
+            let age = seconds_between(created.0, now);
             metrics
                 .nodes_current_lifetime
                 .get_or_create(&labels)
@@ -429,7 +418,7 @@ fn record_utilization(metrics: &AdapterMetrics, allocatable: &Resources, request
             .get_or_create(&labels)
             .set(*percent);
     }
-    for name in ["cpu", "memory", "pods", "ephemeral-storage"] {
+    for name in karpenter_core::resources::CORE {
         if !percents.contains_key(name) {
             let labels = ResourceTypeLabels {
                 resource_type: resource_type(name),

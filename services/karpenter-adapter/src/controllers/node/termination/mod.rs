@@ -309,8 +309,8 @@ async fn release(ctx: &Context, node: &Node) -> Result<Requeue> {
                 .cloned()
                 .unwrap_or_default(),
         };
-        let lifetime = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
-        let seconds = lifetime.as_secs_f64().max(0.0);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let seconds = crate::metrics::seconds_between(created.0, now);
         ctx.metrics
             .nodes_lifetime
             .get_or_create(&pool)

@@ -81,7 +81,7 @@ pub(super) async fn finalize(ctx: &Context, index: &Index, stored: &NodeClaim) -
 /// `InstanceTerminating` condition), by pool.
 fn record_termination_times(ctx: &Context, claim: &NodeClaim) {
     let now = k8s_openapi::jiff::Timestamp::now();
-    let since = |at: k8s_openapi::jiff::Timestamp| now.duration_since(at).as_secs_f64().max(0.0);
+    let since = |at| crate::metrics::seconds_between(at, now);
     let pool = crate::metrics::PoolLabels {
         nodepool: claim.node_pool().unwrap_or_default().to_owned(),
     };
